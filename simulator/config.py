@@ -1,0 +1,426 @@
+"""Fleet configuration: the YAML a user writes, parsed into frozen dataclasses and checked.
+
+Every problem raises ``ConfigError(file, key, problem)`` with the dotted key path, so the CLI can
+say exactly where a fleet file is wrong. Checks that need the catalog (does the model fit its GPUs?)
+happen here too, so a bad fleet fails before any simulation starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
+from simulator.catalog import DTYPE_BYTES, GIB, MemoryBudget, lookup_gpu, lookup_model, memory_budget
+from simulator.distributions import QuantileDistribution
+from simulator.errors import ConfigError
+
+__all__ = [
+    "DeploymentConfig",
+    "EngineConfig",
+    "EventConfig",
+    "FleetConfig",
+    "RELEASE_KINDS",
+    "ROUTERS",
+    "TIERS",
+    "TraceSpec",
+    "WorkloadConfig",
+    "load_fleet",
+    "parse_fleet",
+]
+
+TIERS = ("P0", "P1", "P2")
+SCENES = ("chat", "rag", "code", "batch", "agent")
+ROUTERS = ("round-robin", "least-outstanding", "kv-aware")
+RELEASE_KINDS = ("model", "quantization", "framework", "prompt_template", "config", "hardware", "routing")
+EVENT_KINDS = ("replica_lost", "replica_added", "release")
+EFFECTS = ("input_scale", "output_scale", "step_time_scale", "prefill_time_scale", "decode_time_scale")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """vLLM-style scheduler and roofline knobs of one replica."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    prefill_chunk_tokens: int = 2048
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    activation_reserve_gib: float = 5.0
+    max_model_len: int = 32768
+    prefix_cache: bool = False
+    prefix_cache_fraction: float = 0.3
+    max_waiting_requests: int = 1024
+    max_queue_time_s: float = 60.0
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "fp16"
+    compute_efficiency: float = 0.55
+    memory_efficiency: float = 0.8
+    step_overhead_ms: float = 3.0
+    tp_overhead_ms_per_layer: float = 0.01
+
+
+@dataclass(frozen=True)
+class DeploymentConfig:
+    name: str
+    model: str
+    gpu: str
+    tp: int
+    replicas: int
+    router: str
+    engine: EngineConfig
+    gateway_latency_ms: float = 2.0
+    send_latency_ms: float = 1.0
+    budget: MemoryBudget | None = None
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    path: str
+    format: str
+    time_scale: float = 1.0  # > 1 compresses the trace: replays it that many times faster
+    loop: bool = True
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    name: str
+    scene: str
+    route: str
+    tier: str
+    deployment: str
+    tenants: tuple[tuple[str, float], ...]
+    input_tokens: QuantileDistribution | None
+    output_tokens: QuantileDistribution | None
+    max_tokens: int
+    arrival: ArrivalSpec | None
+    trace: TraceSpec | None = None
+    shared_prefix_tokens: int = 0
+    operation: str = "chat"
+
+
+@dataclass(frozen=True)
+class EventConfig:
+    at: float
+    kind: str
+    deployment: str
+    replica: int | None = None
+    cold_start_s: float = 0.0
+    release_kind: str = ""
+    from_version: str = ""
+    to_version: str = ""
+    note: str = ""
+    effects: tuple[tuple[str, float], ...] = ()
+    workload: str | None = None
+
+    def effect(self, name: str, default: float = 1.0) -> float:
+        return dict(self.effects).get(name, default)
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    name: str
+    source: str
+    start_time: datetime
+    seed: int
+    deployments: tuple[DeploymentConfig, ...]
+    workloads: tuple[WorkloadConfig, ...]
+    events: tuple[EventConfig, ...] = field(default=())
+
+    def deployment(self, name: str) -> DeploymentConfig:
+        return next(d for d in self.deployments if d.name == name)
+
+
+class _Reader:
+    """Typed access to a YAML mapping that reports the dotted path of any bad value."""
+
+    def __init__(self, source: str, data: Any, path: str) -> None:
+        self.source, self.path = source, path
+        if not isinstance(data, dict):
+            self.fail("", f"expected a mapping, got {type(data).__name__}")
+        self.data = data
+
+    def key(self, k: str) -> str:
+        return f"{self.path}.{k}" if self.path else k
+
+    def fail(self, k: str, problem: str) -> None:
+        raise ConfigError(self.source, self.key(k) if k else self.path, problem)
+
+    def get(self, k: str, typ: type | tuple[type, ...], default: Any = ..., *, minimum: float | None = None,
+            maximum: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
+        if k not in self.data or self.data[k] is None:
+            if default is ...:
+                self.fail(k, "is required")
+            return default
+        v = self.data[k]
+        if typ is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if isinstance(v, bool) and typ is not bool:
+            self.fail(k, f"expected {_tname(typ)}, got a boolean")
+        if not isinstance(v, typ):
+            self.fail(k, f"expected {_tname(typ)}, got {v!r}")
+        if minimum is not None and v < minimum:
+            self.fail(k, f"must be >= {minimum:g}, got {v!r}")
+        if maximum is not None and v > maximum:
+            self.fail(k, f"must be <= {maximum:g}, got {v!r}")
+        if choices is not None and v not in choices:
+            self.fail(k, f"must be one of {', '.join(choices)}; got {v!r}")
+        return v
+
+    def child(self, k: str, default: Any = ...) -> _Reader | None:
+        if k not in self.data or self.data[k] is None:
+            if default is ...:
+                self.fail(k, "is required")
+            return None
+        return _Reader(self.source, self.data[k], self.key(k))
+
+    def items(self, k: str) -> list[_Reader]:
+        v = self.data.get(k) or []
+        if not isinstance(v, list):
+            self.fail(k, f"expected a list, got {type(v).__name__}")
+        return [_Reader(self.source, x, f"{self.key(k)}[{i}]") for i, x in enumerate(v)]
+
+    def unknown(self, allowed: set[str]) -> None:
+        extra = sorted(set(self.data) - allowed)
+        if extra:
+            self.fail(extra[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
+
+
+def _tname(t: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true/false", list: "a list", dict: "a mapping"}
+    if isinstance(t, tuple):
+        return " or ".join(names.get(x, x.__name__) for x in t)
+    return names.get(t, t.__name__)
+
+
+def _engine(r: _Reader | None) -> EngineConfig:
+    if r is None:
+        return EngineConfig()
+    fields = EngineConfig.__dataclass_fields__
+    r.unknown(set(fields))
+    kw: dict[str, Any] = {}
+    for name, f in fields.items():
+        default = f.default
+        if isinstance(default, bool):
+            kw[name] = r.get(name, bool, default)
+        elif isinstance(default, int):
+            kw[name] = r.get(name, int, default, minimum=1)
+        elif isinstance(default, float):
+            kw[name] = r.get(name, float, default, minimum=0.0)
+        else:
+            kw[name] = r.get(name, str, default, choices=tuple(DTYPE_BYTES))
+    e = EngineConfig(**kw)
+    if not 0 < e.gpu_memory_utilization <= 1:
+        r.fail("gpu_memory_utilization", f"must be in (0, 1], got {e.gpu_memory_utilization}")
+    for k in ("compute_efficiency", "memory_efficiency", "prefix_cache_fraction"):
+        if not 0 < getattr(e, k) <= 1:
+            r.fail(k, f"must be in (0, 1], got {getattr(e, k)}")
+    if e.max_num_batched_tokens < e.max_num_seqs:
+        r.fail("max_num_batched_tokens", "must be at least max_num_seqs (every running sequence decodes a token)")
+    return e
+
+
+def _deployment(r: _Reader) -> DeploymentConfig:
+    r.unknown({"name", "model", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms", "send_latency_ms"})
+    name = r.get("name", str)
+    model = lookup_model(r.get("model", str), r.source, r.key("model"))
+    gpu = lookup_gpu(r.get("gpu", str), r.source, r.key("gpu"))
+    tp = r.get("tp", int, 1, minimum=1)
+    if tp & (tp - 1):
+        r.fail("tp", f"must be a power of two, got {tp}")
+    eng_r = r.child("engine", None)
+    engine = _engine(eng_r)
+    ek = eng_r.key if eng_r else (lambda k: r.key(f"engine.{k}"))
+    if engine.weight_dtype not in model.weight_dtypes:
+        raise ConfigError(r.source, ek("weight_dtype"), f"{model.name} is not offered in {engine.weight_dtype}")
+    if engine.kv_dtype not in model.kv_dtypes:
+        raise ConfigError(r.source, ek("kv_dtype"), f"{model.name} KV cache cannot be {engine.kv_dtype}")
+    budget = memory_budget(
+        model, gpu, tp=tp, weight_dtype=engine.weight_dtype, kv_dtype=engine.kv_dtype,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        activation_reserve_bytes=engine.activation_reserve_gib * GIB, block_size=engine.block_size,
+    )
+    if budget.kv <= 0:
+        raise ConfigError(
+            r.source, r.key("model"),
+            f"{model.name} ({engine.weight_dtype}) does not fit {tp}x {gpu.name}: {budget.describe()}; "
+            "the weights and reserve exceed usable memory",
+        )
+    if budget.num_blocks * engine.block_size < engine.max_model_len:
+        raise ConfigError(
+            r.source, ek("max_model_len"),
+            f"KV cache holds {budget.num_blocks * engine.block_size} tokens, less than max_model_len "
+            f"{engine.max_model_len} ({budget.describe()})",
+        )
+    return DeploymentConfig(
+        name=name, model=model.name, gpu=gpu.name, tp=tp,
+        replicas=r.get("replicas", int, 1, minimum=0),
+        router=r.get("router", str, "least-outstanding", choices=ROUTERS),
+        engine=engine,
+        gateway_latency_ms=r.get("gateway_latency_ms", float, 2.0, minimum=0.0),
+        send_latency_ms=r.get("send_latency_ms", float, 1.0, minimum=0.0),
+        budget=budget,
+    )
+
+
+def _tokens(r: _Reader, k: str) -> QuantileDistribution | None:
+    c = r.child(k, None)
+    if c is None:
+        return None
+    try:
+        return QuantileDistribution.from_quantiles({kk: c.get(kk, (int, float), minimum=1) for kk in c.data})
+    except ValueError as e:
+        c.fail("", str(e))
+    raise AssertionError("unreachable")
+
+
+def _arrival(r: _Reader) -> ArrivalSpec:
+    r.unknown({"process", "rate", "cv", "steps", "bursts", "diurnal", "batches"})
+    process = r.get("process", str, choices=PROCESSES)
+    rate = r.get("rate", float, 0.0, minimum=0.0)
+    cv = r.get("cv", float, 1.0, minimum=0.05)
+    if process == "poisson":
+        cv = 1.0
+    steps = tuple(Step(s.get("at", float, minimum=0.0), s.get("rate", float, minimum=0.0)) for s in r.items("steps"))
+    bursts = tuple(
+        Burst(b.get("at", float, minimum=0.0), b.get("factor", float, minimum=0.0), b.get("duration", float, minimum=0.0))
+        for b in r.items("bursts")
+    )
+    batches = tuple(
+        Batch(b.get("at", float, minimum=0.0), b.get("count", int, minimum=1), b.get("spread_s", float, 0.0, minimum=0.0))
+        for b in r.items("batches")
+    )
+    d = r.child("diurnal", None)
+    diurnal = None
+    if d is not None:
+        diurnal = Diurnal(
+            d.get("amplitude", float, minimum=0.0, maximum=1.0),
+            d.get("period_s", float, 86400.0, minimum=1.0),
+            d.get("peak_at_s", float, 14 * 3600.0),
+        )
+    need = {"step": steps, "burst": bursts, "diurnal": diurnal, "batch": batches}
+    if process in need and not need[process]:
+        key = {"step": "steps", "burst": "bursts", "diurnal": "diurnal", "batch": "batches"}[process]
+        r.fail(key, f"process {process} needs {key}")
+    if process not in ("batch", "step") and rate <= 0:
+        r.fail("rate", f"process {process} needs a rate > 0")
+    return ArrivalSpec(process, rate, cv, steps, bursts, diurnal, batches)
+
+
+def _workload(r: _Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadConfig:
+    r.unknown({"name", "scene", "route", "tier", "deployment", "tenants", "input_tokens", "output_tokens",
+               "max_tokens", "arrival", "trace", "shared_prefix_tokens", "operation"})
+    name = r.get("name", str)
+    scene = r.get("scene", str, choices=SCENES)
+    dep = r.get("deployment", str)
+    if dep not in deployments:
+        r.fail("deployment", f"no deployment named {dep!r}; have {', '.join(deployments)}")
+    t = r.child("tenants")
+    tenants = tuple((str(k), float(t.get(k, float, minimum=0.0))) for k in t.data)
+    if not tenants or sum(s for _, s in tenants) <= 0:
+        t.fail("", "needs at least one tenant with a share > 0")
+    trace = None
+    tr = r.child("trace", None)
+    if tr is not None:
+        tr.unknown({"path", "format", "time_scale", "loop"})
+        path = Path(tr.get("path", str))
+        if not path.is_absolute():
+            path = (Path(r.source).parent / path).resolve()
+        if not path.is_file():
+            tr.fail("path", f"trace file {path} not found")
+        trace = TraceSpec(str(path), tr.get("format", str, choices=("azure", "mooncake")),
+                          tr.get("time_scale", float, 1.0, minimum=1e-6), tr.get("loop", bool, True))
+    arrival = _arrival(r.child("arrival")) if trace is None else None
+    inp, out = _tokens(r, "input_tokens"), _tokens(r, "output_tokens")
+    if trace is None and (inp is None or out is None):
+        r.fail("input_tokens" if inp is None else "output_tokens", "is required unless the workload replays a trace")
+    max_tokens = r.get("max_tokens", int, 4096, minimum=1)
+    return WorkloadConfig(
+        name=name, scene=scene, route=r.get("route", str, scene), tier=r.get("tier", str, choices=TIERS),
+        deployment=dep, tenants=tenants, input_tokens=inp, output_tokens=out, max_tokens=max_tokens,
+        arrival=arrival, trace=trace, shared_prefix_tokens=r.get("shared_prefix_tokens", int, 0, minimum=0),
+        operation=r.get("operation", str, "chat", choices=("chat", "text_completion")),
+    )
+
+
+def _event(r: _Reader, deployments: dict[str, DeploymentConfig], workloads: set[str]) -> EventConfig:
+    r.unknown({"at", "kind", "deployment", "replica", "cold_start_s", "release_kind", "from", "to", "note",
+               "effects", "workload"})
+    kind = r.get("kind", str, choices=EVENT_KINDS)
+    dep = r.get("deployment", str)
+    if dep != "*" and dep not in deployments:
+        r.fail("deployment", f"no deployment named {dep!r}")
+    if dep == "*" and kind != "release":
+        r.fail("deployment", "'*' is only allowed for releases")
+    replica = r.get("replica", int, None, minimum=0)
+    if kind == "replica_lost" and replica is None:
+        r.fail("replica", "replica_lost needs the replica index")
+    if replica is not None and dep != "*" and replica >= deployments[dep].replicas + 64:
+        r.fail("replica", f"deployment {dep} has no replica {replica}")
+    effects: tuple[tuple[str, float], ...] = ()
+    e = r.child("effects", None)
+    if e is not None:
+        e.unknown(set(EFFECTS))
+        effects = tuple((k, e.get(k, float, minimum=0.01)) for k in e.data)
+    wl = r.get("workload", str, None)
+    if wl is not None and wl not in workloads:
+        r.fail("workload", f"no workload named {wl!r}")
+    return EventConfig(
+        at=r.get("at", float, minimum=0.0), kind=kind, deployment=dep, replica=replica,
+        cold_start_s=r.get("cold_start_s", float, 0.0, minimum=0.0),
+        release_kind=r.get("release_kind", str, "config" if kind == "release" else "", choices=RELEASE_KINDS + ("",)),
+        from_version=str(r.get("from", (str, int, float), "")), to_version=str(r.get("to", (str, int, float), "")),
+        note=r.get("note", str, ""), effects=effects, workload=wl,
+    )
+
+
+def parse_fleet(data: Any, source: str) -> FleetConfig:
+    root = _Reader(source, data, "")
+    root.unknown({"name", "start_time", "seed", "deployments", "workloads", "events"})
+    start_raw = root.get("start_time", (str, datetime), "2026-01-05T00:00:00Z")
+    try:
+        start = start_raw if isinstance(start_raw, datetime) else datetime.fromisoformat(start_raw.replace("Z", "+00:00"))
+    except ValueError:
+        root.fail("start_time", f"not an RFC 3339 time: {start_raw!r}")
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    deps: dict[str, DeploymentConfig] = {}
+    for d in root.items("deployments"):
+        dep = _deployment(d)
+        if dep.name in deps:
+            d.fail("name", f"duplicate deployment {dep.name!r}")
+        deps[dep.name] = dep
+    if not deps:
+        root.fail("deployments", "at least one deployment is required")
+    wls: dict[str, WorkloadConfig] = {}
+    for w in root.items("workloads"):
+        wl = _workload(w, deps)
+        if wl.name in wls:
+            w.fail("name", f"duplicate workload {wl.name!r}")
+        wls[wl.name] = wl
+    if not wls:
+        root.fail("workloads", "at least one workload is required")
+    events = tuple(sorted((_event(e, deps, set(wls)) for e in root.items("events")), key=lambda e: e.at))
+    return FleetConfig(
+        name=root.get("name", str, Path(source).stem), source=source, start_time=start,
+        seed=root.get("seed", int, 0), deployments=tuple(deps.values()), workloads=tuple(wls.values()), events=events,
+    )
+
+
+def load_fleet(path: str | Path) -> FleetConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(str(p), "", f"cannot read: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        raise ConfigError(str(p), where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    return parse_fleet(data, str(p))

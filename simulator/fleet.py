@@ -1,0 +1,200 @@
+"""The simulated fleet: deployments of replicas, routers, scheduled events, one virtual clock.
+
+``Fleet.run(until)`` advances a discrete-event loop over three sources in time order: replica
+segment ends (a step or a run of decode steps), request arrivals, and scheduled fleet events
+(replica lost or added, releases). It can be called repeatedly, which is how the live fleet drives
+the same model in real time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from simulator.catalog import gpus, models
+from simulator.config import DeploymentConfig, EventConfig, FleetConfig
+from simulator.replica import IDLE, Replica
+from simulator.request import Request
+from simulator.roofline import Roofline
+from simulator.router import Router
+from simulator.workload import Arrivals
+
+__all__ = ["Deployment", "Fleet", "ReleaseRecord"]
+
+
+@dataclass
+class ReleaseRecord:
+    time: float
+    deployment: str
+    kind: str
+    from_version: str
+    to_version: str
+    note: str
+
+
+@dataclass
+class Deployment:
+    index: int
+    cfg: DeploymentConfig
+    roofline: Roofline
+    num_blocks: int
+    router: Router
+    replicas: list[Replica] = field(default_factory=list)
+    step_scale: float = 1.0
+    prefill_scale: float = 1.0
+    decode_scale: float = 1.0
+
+
+class Fleet:
+    def __init__(self, cfg: FleetConfig, arrivals: Arrivals | None = None,
+                 observer_factory: Callable[[Deployment, int], object] | None = None) -> None:
+        self.cfg = cfg
+        self.done: list[Request] = []
+        self.observer_factory = observer_factory
+        self.deployments: list[Deployment] = []
+        self.by_name: dict[str, Deployment] = {}
+        for i, d in enumerate(cfg.deployments):
+            e = d.engine
+            rf = Roofline.build(models()[d.model], gpus()[d.gpu], tp=d.tp, weight_dtype=e.weight_dtype,
+                                kv_dtype=e.kv_dtype, compute_efficiency=e.compute_efficiency,
+                                memory_efficiency=e.memory_efficiency, step_overhead_ms=e.step_overhead_ms,
+                                tp_overhead_ms_per_layer=e.tp_overhead_ms_per_layer)
+            dep = Deployment(i, d, rf, d.budget.num_blocks, Router(d.router))
+            self.deployments.append(dep)
+            self.by_name[d.name] = dep
+            for _ in range(d.replicas):
+                self._add_replica(dep, 0.0)
+        self.heap: list = []
+        self._uid = 0
+        self.now = 0.0
+        self.arrivals = arrivals
+        self.next_arrival = 0
+        self.events: list[EventConfig] = list(cfg.events)
+        self.next_event = 0
+        self.releases: list[ReleaseRecord] = []
+        self.next_rid = 0
+        self.workload_deployment = [self.by_name[w.deployment].index for w in cfg.workloads]
+
+    # ------------------------------------------------------------------ structure
+
+    def _add_replica(self, dep: Deployment, available_from: float) -> Replica:
+        idx = len(dep.replicas)
+        obs = self.observer_factory(dep, idx) if self.observer_factory else None
+        rep = Replica(idx, dep.cfg.engine, dep.roofline, dep.num_blocks, self.done.append, obs)
+        rep.available_from = available_from
+        rep.step_scale, rep.prefill_scale, rep.decode_scale = dep.step_scale, dep.prefill_scale, dep.decode_scale
+        rep.deployment = dep.index
+        dep.replicas.append(rep)
+        return rep
+
+    def _push(self, rep: Replica) -> None:
+        if rep.seg_kind != IDLE:
+            self._uid += 1
+            heapq.heappush(self.heap, (rep.seg_end, self._uid, rep.version, rep))
+
+    # ------------------------------------------------------------------ input
+
+    def submit(self, req: Request, t: float) -> None:
+        """Route ``req`` (already stamped with its deployment) at time ``t`` and hand it to a replica."""
+        dep = self.deployments[req.deployment]
+        rep = dep.router.pick(dep.replicas, req, t)
+        if rep is None:
+            req.finish_reason, req.reject_reason, req.completed = "rejected", "overloaded", t
+            req.state = 4
+            self.done.append(req)
+            return
+        if rep.submit(req, t):
+            self._push(rep)
+
+    def _arrival_request(self, i: int) -> Request:
+        a = self.arrivals
+        w = int(a.workload[i])
+        wl = self.cfg.workloads[w]
+        self.next_rid += 1
+        return Request(
+            self.next_rid, w, int(a.tenant[i]), wl.tier, float(a.arrival[i]), float(a.queue_start[i]),
+            int(a.prompt[i]), int(a.output[i]), bool(a.natural_stop[i]), self.workload_deployment[w],
+            a.prefix[i], int(a.prefix_block_tokens[i]), float(a.send_s[i]),
+        )
+
+    def _apply(self, ev: EventConfig) -> None:
+        t = ev.at
+        deps = self.deployments if ev.deployment == "*" else [self.by_name[ev.deployment]]
+        if ev.kind == "replica_lost":
+            dep = deps[0]
+            if ev.replica < len(dep.replicas) and dep.replicas[ev.replica].alive:
+                dep.replicas[ev.replica].fail_all(t)
+        elif ev.kind == "replica_added":
+            self._add_replica(deps[0], t + ev.cold_start_s)
+        elif ev.kind == "release":
+            for dep in deps:
+                dep.step_scale *= ev.effect("step_time_scale")
+                dep.prefill_scale *= ev.effect("prefill_time_scale")
+                dep.decode_scale *= ev.effect("decode_time_scale")
+                for rep in dep.replicas:
+                    rep.step_scale, rep.prefill_scale, rep.decode_scale = dep.step_scale, dep.prefill_scale, dep.decode_scale
+            self.releases.append(ReleaseRecord(t, ev.deployment, ev.release_kind, ev.from_version, ev.to_version, ev.note))
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, until: float, progress: Callable[[float], None] | None = None) -> None:
+        """Process everything that happens at or before ``until`` (virtual seconds)."""
+        heap = self.heap
+        a = self.arrivals
+        qs = a.queue_start if a is not None else ()
+        n_arr = len(qs)
+        events = self.events
+        inf = math.inf
+        ticks = 0
+        while True:
+            t_rep = heap[0][0] if heap else inf
+            i = self.next_arrival
+            t_arr = qs[i] if i < n_arr else inf
+            t_ev = events[self.next_event].at if self.next_event < len(events) else inf
+            if min(t_rep, t_arr, t_ev) > until:
+                break
+            if t_rep <= t_arr and t_rep <= t_ev:
+                _, _, version, rep = heapq.heappop(heap)
+                if version != rep.version or not rep.alive:
+                    continue
+                self.now = t_rep
+                rep.complete_segment()
+                self._push(rep)
+            elif t_ev <= t_arr:
+                self.now = t_ev
+                self._apply(events[self.next_event])
+                self.next_event += 1
+            else:
+                self.now = t_arr = float(t_arr)
+                self.next_arrival = i + 1
+                self.submit(self._arrival_request(i), t_arr)
+            ticks += 1
+            if progress is not None and ticks % 4096 == 0:
+                progress(self.now)
+        self.now = max(self.now, until) if until != inf else self.now
+
+    def in_flight(self) -> int:
+        return sum(r.outstanding for d in self.deployments for r in d.replicas if r.alive)
+
+    def drain(self, limit: float, progress: Callable[[float], None] | None = None) -> None:
+        """After the last arrival, run until every request has finished or ``limit`` is reached,
+        then abort what is left (finish_reason ``abort``)."""
+        step = 60.0
+        t = self.now
+        while self.in_flight() and t < limit:
+            t = min(limit, t + step)
+            self.run(t, progress)
+        for dep in self.deployments:
+            for rep in dep.replicas:
+                if rep.alive and rep.outstanding:
+                    left = list(rep.running.values()) + [e[3] for e in rep.waiting if e[3].state == 1]
+                    for req in left:
+                        if req.state == 3:
+                            req.generated = min(req.output_target, req.generated + rep.counter - req.dec_start)
+                        req.finish_reason, req.completed, req.state = "abort", limit, 4
+                        self.done.append(req)
+                    rep.running.clear()
+                    rep.waiting.clear()
+                    rep.n_waiting = 0

@@ -1,0 +1,102 @@
+"""Finished requests as columns: the simulator's ground truth, written to ``requests.parquet``.
+
+Timestamps become integer nanoseconds since the Unix epoch through one function, so the Parquet
+columns and the OTLP span timestamps are bit-for-bit the same instants.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from simulator.config import FleetConfig
+from simulator.request import Request
+
+__all__ = ["OUTCOMES", "TIMESTAMPS", "RequestTable", "to_ns"]
+
+TIMESTAMPS = ("arrival", "queue_start", "scheduled", "first_token", "last_token", "completed")
+OUTCOMES = {"stop": "ok", "length": "ok", "rejected": "rejected", "timeout": "timeout", "error": "error",
+            "abort": "cancelled"}
+
+
+def to_ns(base_ns: int, seconds: np.ndarray) -> np.ndarray:
+    """Virtual seconds -> Unix nanoseconds (int64); NaN stays a masked value (-1)."""
+    s = np.asarray(seconds, dtype=float)
+    out = np.full(s.shape, -1, dtype=np.int64)
+    ok = ~np.isnan(s)
+    out[ok] = base_ns + np.rint(s[ok] * 1e9).astype(np.int64)
+    return out
+
+
+class RequestTable:
+    """Column arrays of every request of a run, sorted by arrival."""
+
+    def __init__(self, fleet_cfg: FleetConfig, done: Sequence[Request], seed: int) -> None:
+        reqs = sorted(done, key=lambda r: (r.arrival, r.rid))
+        self.n = len(reqs)
+        self.base_ns = int(fleet_cfg.start_time.timestamp()) * 1_000_000_000
+        salt = hashlib.blake2b(f"{fleet_cfg.name}/{seed}".encode(), digest_size=8).hexdigest()
+        wls = fleet_cfg.workloads
+        deps = fleet_cfg.deployments
+        col = {
+            "rid": np.fromiter((r.rid for r in reqs), dtype=np.int64, count=self.n),
+            "workload": np.fromiter((r.workload for r in reqs), dtype=np.int64, count=self.n),
+            "tenant_idx": np.fromiter((r.tenant for r in reqs), dtype=np.int64, count=self.n),
+            "deployment_idx": np.fromiter((r.deployment for r in reqs), dtype=np.int64, count=self.n),
+        }
+        self.request_id = [f"{salt}{rid:016x}" for rid in col["rid"].tolist()]
+        self.trace_id = self.request_id  # one trace per request; 32 hex digits
+        self.tenant = [wls[w].tenants[t][0] for w, t in zip(col["workload"].tolist(), col["tenant_idx"].tolist(), strict=True)]
+        self.tier = [r.tier for r in reqs]
+        self.scene = [wls[w].scene for w in col["workload"].tolist()]
+        self.route = [wls[w].route for w in col["workload"].tolist()]
+        self.operation = [wls[w].operation for w in col["workload"].tolist()]
+        self.workload = [wls[w].name for w in col["workload"].tolist()]
+        self.deployment = [deps[d].name for d in col["deployment_idx"].tolist()]
+        self.model = [deps[d].model for d in col["deployment_idx"].tolist()]
+        self.replica = [f"{deps[r.deployment].name}-{r.replica}" if r.replica >= 0 else "" for r in reqs]
+        self.ts = {k: to_ns(self.base_ns, np.fromiter((getattr(r, k) for r in reqs), dtype=float, count=self.n))
+                   for k in TIMESTAMPS}
+        self.input_tokens = np.fromiter((r.prompt_tokens for r in reqs), dtype=np.int64, count=self.n)
+        self.output_tokens = np.fromiter((r.generated for r in reqs), dtype=np.int64, count=self.n)
+        self.cached_tokens = np.fromiter((r.cached_tokens for r in reqs), dtype=np.int64, count=self.n)
+        self.preemptions = np.fromiter((r.preemptions for r in reqs), dtype=np.int64, count=self.n)
+        self.finish_reason = [r.finish_reason for r in reqs]
+        self.reject_reason = [r.reject_reason or None for r in reqs]
+        self.outcome = [OUTCOMES[f] for f in self.finish_reason]
+
+    def arrow(self) -> pa.Table:
+        ts_type = pa.timestamp("ns", tz="UTC")
+        cols = {
+            "request_id": pa.array(self.request_id, pa.string()),
+            "trace_id": pa.array(self.trace_id, pa.string()),
+            "tenant": pa.array(self.tenant, pa.string()),
+            "tier": pa.array(self.tier, pa.string()),
+            "scene": pa.array(self.scene, pa.string()),
+            "route": pa.array(self.route, pa.string()),
+            "workload": pa.array(self.workload, pa.string()),
+            "model": pa.array(self.model, pa.string()),
+            "deployment": pa.array(self.deployment, pa.string()),
+            "replica": pa.array(self.replica, pa.string()),
+        }
+        for k in TIMESTAMPS:
+            v = self.ts[k]
+            cols[k] = pa.array(v, pa.int64(), mask=v < 0).cast(ts_type)
+        cols.update({
+            "input_tokens": pa.array(self.input_tokens),
+            "output_tokens": pa.array(self.output_tokens),
+            "cached_tokens": pa.array(self.cached_tokens),
+            "preemptions": pa.array(self.preemptions),
+            "finish_reason": pa.array(self.finish_reason, pa.string()),
+            "reject_reason": pa.array(self.reject_reason, pa.string()),
+            "outcome": pa.array(self.outcome, pa.string()),
+        })
+        return pa.table(cols)
+
+    def write_parquet(self, path: Path) -> None:
+        pq.write_table(self.arrow(), path, compression="zstd")

@@ -1,0 +1,438 @@
+"""One vLLM-style engine replica in virtual time: continuous batching over paged KV blocks.
+
+Each engine step the scheduler (as in vLLM V1) first gives every decoding sequence one token and
+the partial prefills their next chunk, preempting the most recently scheduled sequence (recompute)
+when a KV block cannot be allocated; then, if nothing was preempted, it admits waiting requests in
+tier-then-arrival order while the token budget, ``max_num_seqs`` and free blocks allow.
+
+Speed without approximation: while no prefill is in flight and nobody can be admitted, successive
+steps differ only by one token of context per sequence. Their times are linear in the step index
+(see ``Roofline.decode_coeffs``), so a whole run of such steps up to the next finish, the next block
+shortage, or the next arrival is computed in closed form instead of step by step. Per-sequence
+state is kept relative to a shared decode-step counter, so a step costs O(1), not O(batch).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from simulator.config import EngineConfig
+from simulator.request import Request
+from simulator.roofline import Roofline
+
+__all__ = ["Replica"]
+
+WAITING, PREFILLING, DECODING, DONE = 1, 2, 3, 4
+IDLE, SINGLE, RUN = 0, 1, 2
+
+
+class Replica:
+    """State and scheduler of one replica. The fleet calls ``submit`` and, at ``seg_end``, ``complete_segment``."""
+
+    def __init__(self, index: int, engine: EngineConfig, roofline: Roofline, num_blocks: int,
+                 on_done: Callable[[Request], None], observer=None) -> None:
+        self.index = index
+        self.eng = engine
+        self.rf = roofline
+        self.bs = engine.block_size
+        self.total_blocks = num_blocks
+        self.used_blocks = 0
+        self.on_done = on_done
+        self.obs = observer
+        self.alive = True
+        self.available_from = 0.0
+        # queues
+        self.waiting: list = []  # heap of (tier_rank, arrival, seq, req)
+        self.n_waiting = 0
+        self.fresh: deque[Request] = deque()  # never-scheduled waiting requests, for queue timeouts
+        self.running: dict[int, Request] = {}  # schedule order; last = first to preempt
+        self.prefilling: list[Request] = []
+        self._seq = 0
+        # decode state relative to a shared step counter
+        self.counter = 0
+        self.n_dec = 0
+        self.dec_base = 0  # sum over decoding seqs of (kv_len - dec_start)
+        self.res = [0] * self.bs  # decoding seqs by the counter residue at which they need a new block
+        self.fin_heap: list = []  # (finish counter, token, req)
+        self._token = 0
+        # prefix cache: LRU of block hashes, capacity in tokens
+        self.cache: OrderedDict | None = OrderedDict() if engine.prefix_cache else None
+        self.cache_tokens = 0
+        self.cache_capacity = engine.prefix_cache_fraction * num_blocks * self.bs
+        # performance multipliers from releases
+        self.step_scale = 1.0
+        self.prefill_scale = 1.0
+        self.decode_scale = 1.0
+        # current segment
+        self.seg_kind = IDLE
+        self.seg_start = 0.0
+        self.seg_end = math.inf
+        self.seg_n = 0
+        self.seg_coeffs = (0.0, 0.0, 0.0, 0.0)
+        self.seg_chunks: list[tuple[Request, int]] = []
+        self.seg_dec = 0
+        self.version = 0
+        # counters (also read by live metrics)
+        self.preemptions_total = 0
+        self.steps_total = 0
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def outstanding(self) -> int:
+        return self.n_waiting + len(self.running)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.used_blocks / self.total_blocks if self.total_blocks else 0.0
+
+    def decoded_at(self, req: Request, t: float) -> int:
+        """Tokens ``req`` has produced by time ``t`` (for streaming in real time)."""
+        if req.state != DECODING:
+            return req.generated
+        steps = self.counter - req.dec_start
+        if self.seg_kind == RUN and t > self.seg_start:
+            done = self.rf.decode_steps_before(self.seg_coeffs, self.seg_n, t - self.seg_start,
+                                               self.step_scale * self.decode_scale) - 1
+            steps += max(0, done)
+        return min(req.generated + steps, req.output_target)
+
+    # ------------------------------------------------------------------ input
+
+    def reject(self, req: Request, t: float, reason: str, finish: str = "rejected") -> None:
+        req.finish_reason = finish
+        req.reject_reason = reason
+        req.completed = t
+        req.state = DONE
+        self.on_done(req)
+
+    def submit(self, req: Request, t: float) -> bool:
+        """Admit ``req`` at time ``t``; returns True when the current segment changed (re-schedule it)."""
+        eng = self.eng
+        req.replica = self.index
+        if req.prompt_tokens >= eng.max_model_len:
+            self.reject(req, t, "context_too_long")
+            return False
+        if -(-req.prompt_tokens // self.bs) > self.total_blocks:
+            self.reject(req, t, "kv_capacity")
+            return False
+        if self.n_waiting >= eng.max_waiting_requests:
+            self.reject(req, t, "queue_full")
+            return False
+        if req.prompt_tokens + req.output_target > eng.max_model_len:
+            req.output_target = eng.max_model_len - req.prompt_tokens
+            req.natural_stop = False
+        self._enqueue(req)
+        self.fresh.append(req)
+        if self.seg_kind == IDLE or t <= self.seg_start:
+            self._plan(t)
+            return True
+        if self.seg_kind == RUN and t < self.seg_end:
+            k = self.rf.decode_steps_before(self.seg_coeffs, self.seg_n, t - self.seg_start,
+                                            self.step_scale * self.decode_scale)
+            if k < self.seg_n:
+                self.seg_n = k
+                self.seg_end = self.seg_start + self.rf.decode_run_time(self.seg_coeffs, k, self.step_scale * self.decode_scale)
+                self.version += 1
+                return True
+        return False
+
+    def _enqueue(self, req: Request) -> None:
+        req.state = WAITING
+        self._seq += 1
+        heapq.heappush(self.waiting, (req.tier_rank, req.arrival, self._seq, req))
+        self.n_waiting += 1
+
+    def fail_all(self, t: float) -> None:
+        """The replica is lost at ``t``: everything on it ends with an error."""
+        self.alive = False
+        victims = list(self.running.values()) + [e[3] for e in self.waiting if e[3].state == WAITING]
+        self.running.clear()
+        self.prefilling.clear()
+        self.waiting.clear()
+        self.fresh.clear()
+        self.fin_heap.clear()
+        self.n_waiting = self.n_dec = self.dec_base = self.used_blocks = 0
+        self.res = [0] * self.bs
+        self.seg_kind, self.seg_end = IDLE, math.inf
+        self.version += 1
+        for req in victims:
+            if req.state == DECODING:
+                req.generated = min(req.output_target, req.generated + self.counter - req.dec_start)
+            req.finish_reason = "error"
+            req.completed = t
+            req.state = DONE
+            self.on_done(req)
+
+    # ------------------------------------------------------------------ segments
+
+    def complete_segment(self) -> None:
+        """Apply the effects of the segment ending at ``seg_end`` and plan the next one."""
+        end = self.seg_end
+        if self.seg_kind == RUN:
+            self._advance_decode(self.seg_n, end)
+        elif self.seg_kind == SINGLE:
+            if self.seg_dec:
+                self._advance_decode(1, end)
+            else:
+                self.steps_total += 1
+            obs = self.obs
+            for req, chunk in self.seg_chunks:
+                if req.state != PREFILLING:
+                    continue
+                req.computed += chunk
+                if obs is not None:
+                    obs.on_prompt_tokens(self, chunk)
+                if req.computed >= req.prefill_target:
+                    self._prefill_done(req, end)
+        self._plan(end)
+
+    def _advance_decode(self, n: int, end: float) -> None:
+        c0 = self.counter
+        self.used_blocks += self._blocks_needed(c0, n)
+        self.counter = c = c0 + n
+        self.steps_total += n
+        if self.obs is not None:
+            self.obs.on_decode(self, n, self.n_dec)
+        heap = self.fin_heap
+        while heap and heap[0][0] <= c:
+            _, token, req = heapq.heappop(heap)
+            if req.dec_token != token or req.state != DECODING:
+                continue
+            self._leave_decode(req)
+            req.generated = req.output_target
+            self._finish(req, end)
+
+    def _blocks_needed(self, c0: int, n: int) -> int:
+        if n <= 0 or not self.n_dec:
+            return 0
+        bs, res = self.bs, self.res
+        full, rem = divmod(n, bs)
+        total = full * self.n_dec
+        for k in range(1, rem + 1):
+            total += res[(c0 + k) % bs]
+        return total
+
+    def _max_steps_for_blocks(self, c0: int, free: int) -> int:
+        n_dec = self.n_dec
+        if not n_dec:
+            return 1 << 60
+        bs, res = self.bs, self.res
+        full = free // n_dec
+        left = free - full * n_dec
+        r = 0
+        for k in range(1, bs):
+            need = res[(c0 + k) % bs]
+            if need > left:
+                break
+            left -= need
+            r = k
+        return full * bs + r
+
+    def _prefill_done(self, req: Request, t: float) -> None:
+        self.prefilling.remove(req)
+        req.generated += 1
+        if req.first_token != req.first_token:  # NaN: first attempt
+            req.first_token = t
+            if self.obs is not None:
+                self.obs.on_first_token(self, req, t)
+        if req.on_event is not None:
+            req.on_event(req, "first_token", t)
+        req.kv_len = req.prefill_target
+        if req.generated >= req.output_target:
+            req.blocks = -(-req.kv_len // self.bs)
+            self._finish(req, t)
+            return
+        req.state = DECODING
+        req.dec_start = c = self.counter
+        self._token += 1
+        req.dec_token = self._token
+        req.res_idx = (c + 1 - req.kv_len) % self.bs
+        self.res[req.res_idx] += 1
+        self.n_dec += 1
+        self.dec_base += req.kv_len - c
+        heapq.heappush(self.fin_heap, (c + req.output_target - req.generated, self._token, req))
+
+    def _leave_decode(self, req: Request) -> None:
+        steps = self.counter - req.dec_start
+        req.blocks = -(-(req.kv_len + steps) // self.bs)
+        self.n_dec -= 1
+        self.dec_base -= req.kv_len - req.dec_start
+        self.res[req.res_idx] -= 1
+        req.dec_token = 0
+
+    def _finish(self, req: Request, t: float) -> None:
+        self.used_blocks -= req.blocks
+        req.blocks = 0
+        self.running.pop(req.rid, None)
+        req.state = DONE
+        req.last_token = t
+        req.completed = t + req.send_s
+        req.finish_reason = "stop" if req.natural_stop else "length"
+        if self.cache is not None and req.prefix:
+            self._cache_insert(req)
+        if self.obs is not None:
+            self.obs.on_finish(self, req, t)
+        self.on_done(req)
+
+    def _preempt(self, req: Request) -> None:
+        if req.state == DECODING:
+            req.generated += self.counter - req.dec_start
+            self._leave_decode(req)
+        else:
+            self.prefilling.remove(req)
+        self.used_blocks -= req.blocks
+        req.blocks = 0
+        del self.running[req.rid]
+        req.preemptions += 1
+        self.preemptions_total += 1
+        req.prefill_target = req.prompt_tokens + req.generated
+        req.computed = 0
+        req.cache_checked = False
+        if self.obs is not None:
+            self.obs.on_preempt(self, req)
+        self._enqueue(req)
+
+    # ------------------------------------------------------------------ prefix cache
+
+    def _cache_hit_tokens(self, req: Request) -> int:
+        cache = self.cache
+        if cache is None or not req.prefix:
+            return 0
+        matched = 0
+        for h in req.prefix:
+            if h not in cache:
+                break
+            cache.move_to_end(h)
+            matched += 1
+        return min(matched * req.prefix_block_tokens, req.prefill_target - 1)
+
+    def _cache_insert(self, req: Request) -> None:
+        cache, bt = self.cache, req.prefix_block_tokens
+        for h in req.prefix:
+            if h in cache:
+                cache.move_to_end(h)
+            else:
+                cache[h] = bt
+                self.cache_tokens += bt
+        while self.cache_tokens > self.cache_capacity and cache:
+            _, size = cache.popitem(last=False)
+            self.cache_tokens -= size
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _expire(self, now: float) -> None:
+        limit = self.eng.max_queue_time_s
+        fresh = self.fresh
+        while fresh:
+            req = fresh[0]
+            if req.state != WAITING or req.scheduled == req.scheduled:
+                fresh.popleft()
+                continue
+            deadline = req.queue_start + limit
+            if deadline > now:
+                break
+            fresh.popleft()
+            self.n_waiting -= 1
+            self.reject(req, deadline, "queue_timeout", finish="timeout")
+
+    def _plan(self, now: float) -> None:
+        """Decide the step (or run of decode steps) starting at ``now``."""
+        self.version += 1
+        self.seg_start = now
+        if self.fresh:
+            self._expire(now)
+        eng, bs, running = self.eng, self.bs, self.running
+        preempted = False
+        # 1. every decoding sequence needs its next block; preempt the newest until it fits
+        if self.n_dec:
+            while self.n_dec and self.res[(self.counter + 1) % bs] > self.total_blocks - self.used_blocks:
+                self._preempt(next(reversed(running.values())))
+                preempted = True
+        n_dec = self.n_dec
+        budget = eng.max_num_batched_tokens - n_dec
+        chunk_limit = eng.prefill_chunk_tokens
+        chunks: list[tuple[Request, int]] = []
+        # 2. partial prefills already running
+        for req in list(self.prefilling):
+            if budget <= 0:
+                break
+            if req.state != PREFILLING:
+                continue
+            chunk = min(req.prefill_target - req.computed, budget, chunk_limit)
+            need = -(-(req.computed + chunk) // bs) - req.blocks
+            while need > self.total_blocks - self.used_blocks and req.state == PREFILLING:
+                victim = next(reversed(running.values()))
+                if victim is not req:
+                    budget += sum(c for v, c in chunks if v is victim)
+                    chunks = [(v, c) for v, c in chunks if v is not victim]
+                self._preempt(victim)
+                preempted = True
+            if req.state != PREFILLING:
+                continue
+            self.used_blocks += need
+            req.blocks += need
+            chunks.append((req, chunk))
+            budget -= chunk
+        # 3. admit waiting requests, unless this step preempted someone
+        if not preempted:
+            waiting = self.waiting
+            while self.n_waiting and budget > 0 and len(running) < eng.max_num_seqs:
+                req = waiting[0][3]
+                if req.state != WAITING:
+                    heapq.heappop(waiting)
+                    continue
+                cached = self._cache_hit_tokens(req) if not req.cache_checked else req.computed
+                chunk = min(req.prefill_target - cached, budget, chunk_limit)
+                need = -(-(cached + chunk) // bs)
+                if need > self.total_blocks - self.used_blocks:
+                    break
+                heapq.heappop(waiting)
+                self.n_waiting -= 1
+                if not req.cache_checked:
+                    req.cache_checked = True
+                    req.computed = cached
+                    if req.scheduled != req.scheduled:
+                        req.cached_tokens = cached
+                        if self.obs is not None:
+                            self.obs.on_prefix_cache(self, req.prompt_tokens, cached)
+                self.used_blocks += need
+                req.blocks = need
+                req.state = PREFILLING
+                if req.scheduled != req.scheduled:
+                    req.scheduled = now
+                    if self.obs is not None:
+                        self.obs.on_scheduled(self, req, now)
+                running[req.rid] = req
+                self.prefilling.append(req)
+                chunks.append((req, chunk))
+                budget -= chunk
+        # 4. the step itself
+        if chunks:
+            rf = self.rf
+            s_dec = self.dec_base + n_dec * (self.counter + 1)
+            p_tokens = sum(c for _, c in chunks)
+            pairs = s_dec + sum(c * r.computed + c * (c + 1) / 2 for r, c in chunks)
+            kv = s_dec + sum(r.computed + c for r, c in chunks)
+            scale = self.step_scale * (n_dec * self.decode_scale + p_tokens * self.prefill_scale) / (n_dec + p_tokens)
+            self.seg_kind = SINGLE
+            self.seg_chunks = chunks
+            self.seg_dec = n_dec
+            self.seg_end = now + rf.step_time(n_dec + p_tokens, pairs, kv) * scale
+        elif n_dec:
+            c0 = self.counter
+            heap = self.fin_heap
+            while heap and (heap[0][2].dec_token != heap[0][1] or heap[0][2].state != DECODING):
+                heapq.heappop(heap)
+            n_fin = self.fin_heap[0][0] - c0 if self.fin_heap else 1 << 60
+            n = max(1, min(n_fin, self._max_steps_for_blocks(c0, self.total_blocks - self.used_blocks)))
+            self.seg_kind = RUN
+            self.seg_n = n
+            self.seg_coeffs = self.rf.decode_coeffs(n_dec, self.dec_base + n_dec * (c0 + 1))
+            self.seg_end = now + self.rf.decode_run_time(self.seg_coeffs, n, self.step_scale * self.decode_scale)
+        else:
+            self.seg_kind = IDLE
+            self.seg_end = math.inf
