@@ -51,12 +51,18 @@ class RequestTable:
         }
         self.request_id = [f"{salt}{rid:016x}" for rid in col["rid"].tolist()]
         self.trace_id = self.request_id  # one trace per request; 32 hex digits
-        self.tenant = [wls[w].tenants[t][0] for w, t in zip(col["workload"].tolist(), col["tenant_idx"].tolist(), strict=True)]
+        meta = [r.meta for r in reqs]
+        w_idx = col["workload"].tolist()
+
+        def pick(field: str, default: list) -> list:
+            return [m[field] if m is not None and field in m else d for m, d in zip(meta, default, strict=True)]
+
+        self.tenant = pick("tenant", [wls[w].tenants[t][0] for w, t in zip(w_idx, col["tenant_idx"].tolist(), strict=True)])
         self.tier = [r.tier for r in reqs]
-        self.scene = [wls[w].scene for w in col["workload"].tolist()]
-        self.route = [wls[w].route for w in col["workload"].tolist()]
-        self.operation = [wls[w].operation for w in col["workload"].tolist()]
-        self.workload = [wls[w].name for w in col["workload"].tolist()]
+        self.scene = pick("scene", [wls[w].scene for w in w_idx])
+        self.route = pick("route", [wls[w].route for w in w_idx])
+        self.operation = pick("operation", [wls[w].operation for w in w_idx])
+        self.workload = pick("workload", [wls[w].name for w in w_idx])
         self.deployment = [deps[d].name for d in col["deployment_idx"].tolist()]
         self.model = [deps[d].model for d in col["deployment_idx"].tolist()]
         self.replica = [f"{deps[r.deployment].name}-{r.replica}" if r.replica >= 0 else "" for r in reqs]

@@ -78,6 +78,7 @@ class Replica:
         # counters (also read by live metrics)
         self.preemptions_total = 0
         self.steps_total = 0
+        self.aborts: list[Request] = []
 
     # ------------------------------------------------------------------ queries
 
@@ -99,6 +100,15 @@ class Replica:
                                                self.step_scale * self.decode_scale) - 1
             steps += max(0, done)
         return min(req.generated + steps, req.output_target)
+
+    def segment_steps(self, n: int) -> list[tuple[float, int]]:
+        """(duration, tokens) of the first ``n`` steps of the current segment (for live metrics)."""
+        if self.seg_kind == SINGLE:
+            return [(self.seg_end - self.seg_start, self.seg_dec + sum(c for _, c in self.seg_chunks))]
+        a1, b1, a2, b2 = self.seg_coeffs
+        scale = self.step_scale * self.decode_scale
+        o = self.rf.overhead_s
+        return [((max(a1 + b1 * k, a2 + b2 * k) + o) * scale, self.n_dec) for k in range(n)]
 
     # ------------------------------------------------------------------ input
 
@@ -127,6 +137,17 @@ class Replica:
             req.natural_stop = False
         self._enqueue(req)
         self.fresh.append(req)
+        return self._interrupt(t)
+
+    def abort(self, req: Request, t: float) -> bool:
+        """The client went away: drop ``req`` at the next step boundary (as vLLM does)."""
+        if req.state == DONE:
+            return False
+        self.aborts.append(req)
+        return self._interrupt(t)
+
+    def _interrupt(self, t: float) -> bool:
+        """Something arrived at ``t``: end the current run of decode steps at the first boundary after ``t``."""
         if self.seg_kind == IDLE or t <= self.seg_start:
             self._plan(t)
             return True
@@ -139,6 +160,27 @@ class Replica:
                 self.version += 1
                 return True
         return False
+
+    def _drop(self, req: Request, t: float) -> None:
+        if req.state == DONE:
+            return
+        if req.state == WAITING:
+            self.n_waiting -= 1
+        else:
+            if req.state == DECODING:
+                req.generated += self.counter - req.dec_start
+                self._leave_decode(req)
+            else:
+                self.prefilling.remove(req)
+            self.used_blocks -= req.blocks
+            req.blocks = 0
+            del self.running[req.rid]
+        req.state = DONE
+        req.finish_reason = "abort"
+        req.completed = t
+        if self.obs is not None:
+            self.obs.on_abort(self, req)
+        self.on_done(req)
 
     def _enqueue(self, req: Request) -> None:
         req.state = WAITING
@@ -343,6 +385,10 @@ class Replica:
         """Decide the step (or run of decode steps) starting at ``now``."""
         self.version += 1
         self.seg_start = now
+        if self.aborts:
+            for req in self.aborts:
+                self._drop(req, now)
+            self.aborts.clear()
         if self.fresh:
             self._expire(now)
         eng, bs, running = self.eng, self.bs, self.running

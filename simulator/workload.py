@@ -15,7 +15,7 @@ from simulator.arrivals import arrival_times
 from simulator.config import EventConfig, FleetConfig, WorkloadConfig
 from simulator.traces import Trace, load_trace
 
-__all__ = ["Arrivals", "generate"]
+__all__ = ["Arrivals", "generate", "scaled"]
 
 
 @dataclass
@@ -35,6 +35,29 @@ class Arrivals:
 
     def __len__(self) -> int:
         return len(self.arrival)
+
+    def select(self, rows: np.ndarray) -> Arrivals:
+        """The given rows (indices or a boolean mask), in that order."""
+        idx = np.nonzero(rows)[0] if rows.dtype == bool else rows
+        return Arrivals(**{k: getattr(self, k)[idx] for k in _ARRAYS}, prefix=[self.prefix[i] for i in idx])
+
+    def shifted(self, dt: float) -> Arrivals:
+        out = self.select(np.arange(len(self)))
+        out.arrival = out.arrival + dt
+        out.queue_start = out.queue_start + dt
+        return out
+
+    @staticmethod
+    def concat(parts: list[Arrivals]) -> Arrivals:
+        """All rows of ``parts``, sorted by ``queue_start``."""
+        cols = {k: np.concatenate([getattr(p, k) for p in parts]) for k in _ARRAYS}
+        prefix = [x for p in parts for x in p.prefix]
+        order = np.argsort(cols["queue_start"], kind="stable")
+        return Arrivals(**{k: v[order] for k, v in cols.items()}, prefix=[prefix[i] for i in order])
+
+
+_ARRAYS = ("arrival", "queue_start", "workload", "tenant", "prompt", "output", "natural_stop", "send_s",
+           "prefix_block_tokens")
 
 
 def _release_scale(events: tuple[EventConfig, ...], wl: WorkloadConfig, times: np.ndarray, effect: str) -> np.ndarray:
@@ -116,9 +139,18 @@ def generate(fleet: FleetConfig, duration: float, seed: int) -> Arrivals:
         ))
     if not parts:
         empty = np.empty(0)
-        return Arrivals(empty, empty, empty.astype(int), empty.astype(int), empty.astype(int), empty.astype(int),
-                        empty.astype(bool), empty, [], empty.astype(int))
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k != "prefix"}
-    prefix = [x for p in parts for x in p["prefix"]]
-    order = np.argsort(cols["queue_start"], kind="stable")
-    return Arrivals(**{k: v[order] for k, v in cols.items()}, prefix=[prefix[i] for i in order])
+        ints = empty.astype(np.int64)
+        return Arrivals(empty, empty, ints, ints, ints, ints, empty.astype(bool), empty, [], ints)
+    arrays = [Arrivals(**{k: p[k] for k in _ARRAYS}, prefix=p["prefix"]) for p in parts]
+    return Arrivals.concat(arrays)
+
+
+def scaled(fleet: FleetConfig, duration: float, seed: int, factor: float) -> Arrivals:
+    """The fleet's workloads at ``factor`` times their rates: whole copies with other seeds, then thinning."""
+    copies = max(1, int(np.ceil(factor)))
+    parts = [generate(fleet, duration, seed + 7919 * k) for k in range(copies)]
+    merged = Arrivals.concat(parts) if copies > 1 else parts[0]
+    if factor >= copies:
+        return merged
+    keep = np.random.default_rng(seed).random(len(merged)) < factor / copies
+    return merged.select(keep)

@@ -1,0 +1,5 @@
+import sys
+
+from goodput.cli import main
+
+sys.exit(main())

@@ -1,0 +1,44 @@
+"""The ``goodput`` command: one entry point whose subcommands come from each package's ``cli`` module.
+
+Bad input anywhere surfaces as ``ConfigError``; it is printed as one line and the exit code is 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from goodput import __version__, demo
+from simulator import cli as simulator_cli
+from simulator.errors import ConfigError
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="goodput",
+        description="Observability, alerting and capacity planning for LLM inference fleets.",
+    )
+    parser.add_argument("--version", action="version", version=f"goodput {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    simulator_cli.register(sub)
+    demo.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"goodput: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""``goodput simulate`` and ``goodput fleet serve``: thin faces over the simulator library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from goodput.progress import progress_bar
+from simulator.config import load_fleet
+from simulator.errors import ConfigError
+
+__all__ = ["register"]
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate", help="run a fleet in virtual time and write its requests, spans and releases",
+        description="Simulate FLEET.yaml in virtual time. Writes DIR/requests.parquet (one row per request), "
+                    "DIR/spans.otlp.jsonl (OTLP JSON, one trace per request) and DIR/releases.yaml.",
+    )
+    p.add_argument("fleet", metavar="FLEET.yaml", help="fleet file (see examples/fleet.yaml)")
+    p.add_argument("--duration", type=_positive, required=True, metavar="SECONDS", help="arrival window, seconds")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: the fleet file's seed)")
+    p.add_argument("--drain", type=float, default=600.0, metavar="SECONDS",
+                   help="after the window, let in-flight requests finish for at most this long (default 600)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="summary format")
+    p.set_defaults(func=_simulate)
+
+    fleet = sub.add_parser("fleet", help="the live simulated fleet", description="The live simulated fleet.")
+    fsub = fleet.add_subparsers(dest="fleet_command", metavar="COMMAND")
+    fsub.required = True
+    s = fsub.add_parser(
+        "serve", help="serve the fleet in real time (OpenAI API + vLLM /metrics per replica)",
+        description="Run FLEET.yaml in real time: every replica is an HTTP server on HOST, from --base-port up, "
+                    "serving the OpenAI completions and chat API (streaming and not), /v1/models, /health and "
+                    "/metrics in vLLM V1's exposition. Stops cleanly on Ctrl-C or SIGTERM.",
+    )
+    s.add_argument("fleet", metavar="FLEET.yaml")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    s.add_argument("--base-port", type=int, default=8100, help="first replica port (default 8100)")
+    s.add_argument("--speed", type=_positive, default=1.0, help="virtual seconds per wall second (default 1)")
+    s.add_argument("--targets", type=Path, default=Path("targets.yaml"), metavar="FILE",
+                   help="write the engine exporter's targets file here (default targets.yaml)")
+    s.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                   help="POST request spans to this OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces)")
+    s.add_argument("--spans-file", type=Path, default=None, metavar="FILE", help="append request spans here (OTLP JSON lines)")
+    s.add_argument("--traffic", type=_nonneg, default=1.0, metavar="FACTOR",
+                   help="replay the fleet's own workloads at this rate factor (0 = only external requests; default 1)")
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this many wall seconds")
+    s.set_defaults(func=_serve)
+
+
+def _nonneg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return v
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from simulator.run import simulate, write_outputs
+
+    cfg = load_fleet(args.fleet)
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(str(args.out), "--out", "exists and is not a directory")
+    with progress_bar("simulating", args.duration, unit="virtual s") as update:
+        result = simulate(cfg, args.duration, args.seed, drain_s=args.drain, progress=update)
+    paths = write_outputs(result, args.out)
+    t = result.table
+    outcomes: dict[str, int] = {}
+    for o in t.outcome:
+        outcomes[o] = outcomes.get(o, 0) + 1
+    summary = {
+        "fleet": cfg.name,
+        "requests": t.n,
+        "outcomes": outcomes,
+        "virtual_seconds": round(result.fleet.now, 3),
+        "wall_seconds": round(result.wall_s, 3),
+        "speedup": round(result.speedup, 1),
+        "files": {k: str(v) for k, v in paths.items()},
+    }
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{t.n:,} requests in {result.fleet.now:,.0f} virtual s ({result.wall_s:.1f} s wall, {result.speedup:,.0f}x)")
+        print("outcomes: " + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())))
+        for k, v in paths.items():
+            print(f"  {k:9s} {v}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from simulator.live import serve
+
+    cfg = load_fleet(args.fleet)
+    return serve(cfg, host=args.host, base_port=args.base_port, speed=args.speed, targets=args.targets,
+                 otlp_endpoint=args.otlp_endpoint, spans_file=args.spans_file, traffic=args.traffic,
+                 seed=args.seed, duration=args.duration)

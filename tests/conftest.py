@@ -1,0 +1,69 @@
+"""Shared fixtures: paths to the shared data, free loopback ports, small fleets built from dicts."""
+
+from __future__ import annotations
+
+import copy
+import socket
+from pathlib import Path
+
+import pytest
+
+from simulator.config import FleetConfig, parse_fleet
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+TRACES = SHARED / "data" / "traces"
+
+
+def free_port_block(n: int) -> int:
+    """A base port such that base .. base+n-1 are all free on 127.0.0.1 right now."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65000:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port block")
+
+
+BASE_DEPLOYMENT = {
+    "name": "chat", "model": "Llama-3.1-8B", "gpu": "H100-80GB-SXM", "tp": 1, "replicas": 2,
+    "router": "least-outstanding", "engine": {"max_num_seqs": 64, "max_num_batched_tokens": 4096,
+                                              "prefill_chunk_tokens": 2048, "max_queue_time_s": 600},
+}
+BASE_WORKLOAD = {
+    "name": "chat", "scene": "chat", "tier": "P0", "deployment": "chat", "tenants": {"acme": 0.7, "globex": 0.3},
+    "input_tokens": {"p50": 500, "p95": 2000, "p99": 3000, "max": 4000},
+    "output_tokens": {"p50": 100, "p95": 400, "p99": 600, "max": 800}, "max_tokens": 1024,
+    "arrival": {"process": "poisson", "rate": 5.0},
+}
+
+
+def make_fleet(deployments: list[dict] | None = None, workloads: list[dict] | None = None,
+               events: list[dict] | None = None, **extra) -> FleetConfig:
+    data = {
+        "name": "test-fleet", "start_time": "2026-11-23T09:00:00Z", "seed": 3,
+        "deployments": deployments or [copy.deepcopy(BASE_DEPLOYMENT)],
+        "workloads": workloads or [copy.deepcopy(BASE_WORKLOAD)],
+        "events": events or [],
+        **extra,
+    }
+    return parse_fleet(data, "test-fleet.yaml")
+
+
+@pytest.fixture
+def fleet_factory():
+    return make_fleet

@@ -1,0 +1,97 @@
+"""Replica-level behaviour: prefill time at low load, KV accounting, preemption, prefix cache."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from simulator.fleet import Fleet
+from simulator.replica import Replica
+from simulator.run import simulate
+from simulator.workload import generate
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, make_fleet
+
+FIXED_1000 = {"min": 1000, "p50": 1000, "p95": 1000, "p99": 1000, "max": 1000}
+FIXED_100 = {"min": 100, "p50": 100, "p95": 100, "p99": 100, "max": 100}
+
+
+def _one_replica(engine=None, rate=1.0, **wl):
+    d = copy.deepcopy(BASE_DEPLOYMENT)
+    d["replicas"] = 1
+    d["engine"].update(engine or {})
+    w = copy.deepcopy(BASE_WORKLOAD)
+    w["arrival"]["rate"] = rate
+    w.update(wl)
+    return make_fleet(deployments=[d], workloads=[w])
+
+
+def test_ttft_at_low_load_is_the_prefill_step():
+    cfg = _one_replica(rate=0.05, input_tokens=FIXED_1000, output_tokens=FIXED_100)
+    res = simulate(cfg, 4000.0)
+    rf = res.fleet.deployments[0].roofline
+    prefill = rf.step_time(1000, 1000 * 1001 / 2, 1000)
+    done = [r for r in res.fleet.done if r.finish_reason == "stop"]
+    ttft_engine = np.array([r.first_token - r.queue_start for r in done])
+    waits = np.array([r.scheduled - r.queue_start for r in done])
+    alone = ttft_engine[waits == 0]
+    assert len(alone) > 0.8 * len(done)
+    assert np.median(alone) == pytest.approx(prefill, rel=1e-9)
+    # client-side TTFT adds only the gateway hop
+    gw = np.array([r.queue_start - r.arrival for r in done])
+    assert np.all(gw > 0) and np.median(gw) == pytest.approx(0.002, rel=0.1)
+
+
+class CheckedReplica(Replica):
+    max_used = 0
+
+    def complete_segment(self):
+        super().complete_segment()
+        assert 0 <= self.used_blocks <= self.total_blocks
+        live = sum(-(-(r.kv_len + self.counter - r.dec_start) // self.bs) if r.state == 3 else r.blocks
+                   for r in self.running.values())
+        assert live == self.used_blocks  # the O(1) bookkeeping equals the per-sequence truth
+        CheckedReplica.max_used = max(CheckedReplica.max_used, self.used_blocks)
+
+
+def _run_checked(cfg, duration, monkeypatch):
+    monkeypatch.setattr("simulator.fleet.Replica", CheckedReplica)
+    CheckedReplica.max_used = 0
+    fleet = Fleet(cfg, generate(cfg, duration, cfg.seed))
+    fleet.run(duration)
+    fleet.drain(duration + 3600)
+    return fleet
+
+
+def test_kv_never_exceeds_capacity_and_preemption_recomputes(monkeypatch):
+    # small KV: 0.3 of the GPU leaves ~3.8 GiB for KV (~1,900 blocks); long outputs force preemptions
+    cfg = _one_replica({"gpu_memory_utilization": 0.3, "max_num_seqs": 128, "max_model_len": 8192}, rate=6.0,
+                       output_tokens={"p50": 600, "p95": 1500, "p99": 2000, "max": 3000}, max_tokens=4096)
+    fleet = _run_checked(cfg, 300.0, monkeypatch)
+    rep = fleet.deployments[0].replicas[0]
+    assert CheckedReplica.max_used == rep.total_blocks  # it did fill up
+    assert rep.preemptions_total > 0
+    preempted = [r for r in fleet.done if r.preemptions > 0]
+    assert preempted and sum(r.preemptions for r in fleet.done) == rep.preemptions_total
+    assert all(r.finish_reason in ("stop", "length") for r in preempted)
+    assert all(r.generated == r.output_target for r in preempted)
+
+
+def test_prefix_cache_hits_shared_system_prompt():
+    cfg = _one_replica({"prefix_cache": True}, rate=2.0, shared_prefix_tokens=512)
+    res = simulate(cfg, 300.0)
+    done = sorted(res.fleet.done, key=lambda r: r.arrival)[5:]
+    long = [r.cached_tokens for r in done if r.prompt_tokens > 512]
+    assert np.mean(np.array(long) == 512) > 0.95
+    # a prompt no longer than the prefix still computes its last token
+    assert all(r.cached_tokens <= r.prompt_tokens - 1 for r in done)
+    cfg_off = _one_replica({"prefix_cache": False}, rate=2.0, shared_prefix_tokens=512)
+    assert all(r.cached_tokens == 0 for r in simulate(cfg_off, 300.0).fleet.done)
+
+
+def test_context_longer_than_max_model_len_is_rejected():
+    cfg = _one_replica({"max_model_len": 2048}, rate=2.0)
+    res = simulate(cfg, 300.0)
+    long = [r for r in res.fleet.done if r.prompt_tokens >= 2048]
+    assert long and all(r.finish_reason == "rejected" and r.reject_reason == "context_too_long" for r in long)
+    capped = [r for r in res.fleet.done if r.prompt_tokens < 2048 and r.finish_reason == "length"]
+    assert all(r.prompt_tokens + r.generated == 2048 for r in capped if r.max_tokens > 2048 - r.prompt_tokens)
