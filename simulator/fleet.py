@@ -49,8 +49,10 @@ class Deployment:
 
 class Fleet:
     def __init__(self, cfg: FleetConfig, arrivals: Arrivals | None = None,
-                 observer_factory: Callable[[Deployment, int], object] | None = None) -> None:
+                 observer_factory: Callable[[Deployment, int], object] | None = None,
+                 max_run_steps: int = 1 << 60) -> None:
         self.cfg = cfg
+        self.max_run_steps = max_run_steps
         self.done: list[Request] = []
         self.observer_factory = observer_factory
         self.deployments: list[Deployment] = []
@@ -82,7 +84,7 @@ class Fleet:
     def _add_replica(self, dep: Deployment, available_from: float) -> Replica:
         idx = len(dep.replicas)
         obs = self.observer_factory(dep, idx) if self.observer_factory else None
-        rep = Replica(idx, dep.cfg.engine, dep.roofline, dep.num_blocks, self.done.append, obs)
+        rep = Replica(idx, dep.cfg.engine, dep.roofline, dep.num_blocks, self.done.append, obs, self.max_run_steps)
         rep.available_from = available_from
         rep.step_scale, rep.prefill_scale, rep.decode_scale = dep.step_scale, dep.prefill_scale, dep.decode_scale
         rep.deployment = dep.index
@@ -134,7 +136,8 @@ class Fleet:
                 dep.prefill_scale *= ev.effect("prefill_time_scale")
                 dep.decode_scale *= ev.effect("decode_time_scale")
                 for rep in dep.replicas:
-                    rep.step_scale, rep.prefill_scale, rep.decode_scale = dep.step_scale, dep.prefill_scale, dep.decode_scale
+                    if rep.alive and rep.set_scales(t, dep.step_scale, dep.prefill_scale, dep.decode_scale):
+                        self._push(rep)
             self.releases.append(ReleaseRecord(t, ev.deployment, ev.release_kind, ev.from_version, ev.to_version, ev.note))
 
     # ------------------------------------------------------------------ loop

@@ -33,8 +33,10 @@ class Replica:
     """State and scheduler of one replica. The fleet calls ``submit`` and, at ``seg_end``, ``complete_segment``."""
 
     def __init__(self, index: int, engine: EngineConfig, roofline: Roofline, num_blocks: int,
-                 on_done: Callable[[Request], None], observer=None) -> None:
+                 on_done: Callable[[Request], None], observer=None, max_run_steps: int = 1 << 60) -> None:
+        """``max_run_steps=1`` turns the closed-form decode runs off (one step per event): the baseline."""
         self.index = index
+        self.max_run_steps = max_run_steps
         self.eng = engine
         self.rf = roofline
         self.bs = engine.block_size
@@ -72,6 +74,7 @@ class Replica:
         self.seg_end = math.inf
         self.seg_n = 0
         self.seg_coeffs = (0.0, 0.0, 0.0, 0.0)
+        self.seg_scale = 1.0
         self.seg_chunks: list[tuple[Request, int]] = []
         self.seg_dec = 0
         self.version = 0
@@ -96,8 +99,7 @@ class Replica:
             return req.generated
         steps = self.counter - req.dec_start
         if self.seg_kind == RUN and t > self.seg_start:
-            done = self.rf.decode_steps_before(self.seg_coeffs, self.seg_n, t - self.seg_start,
-                                               self.step_scale * self.decode_scale) - 1
+            done = self.rf.decode_steps_before(self.seg_coeffs, self.seg_n, t - self.seg_start, self.seg_scale) - 1
             steps += max(0, done)
         return min(req.generated + steps, req.output_target)
 
@@ -106,7 +108,7 @@ class Replica:
         if self.seg_kind == SINGLE:
             return [(self.seg_end - self.seg_start, self.seg_dec + sum(c for _, c in self.seg_chunks))]
         a1, b1, a2, b2 = self.seg_coeffs
-        scale = self.step_scale * self.decode_scale
+        scale = self.seg_scale
         o = self.rf.overhead_s
         return [((max(a1 + b1 * k, a2 + b2 * k) + o) * scale, self.n_dec) for k in range(n)]
 
@@ -152,14 +154,26 @@ class Replica:
             self._plan(t)
             return True
         if self.seg_kind == RUN and t < self.seg_end:
-            k = self.rf.decode_steps_before(self.seg_coeffs, self.seg_n, t - self.seg_start,
-                                            self.step_scale * self.decode_scale)
+            k = self.rf.decode_steps_before(self.seg_coeffs, self.seg_n, t - self.seg_start, self.seg_scale)
             if k < self.seg_n:
                 self.seg_n = k
-                self.seg_end = self.seg_start + self.rf.decode_run_time(self.seg_coeffs, k, self.step_scale * self.decode_scale)
+                self.seg_end = self.seg_start + self.rf.decode_run_time(self.seg_coeffs, k, self.seg_scale)
                 self.version += 1
                 return True
         return False
+
+    def set_scales(self, t: float, step: float, prefill: float, decode: float) -> bool:
+        """A release changes step times from ``t`` on: steps already running keep theirs."""
+        changed = self._interrupt(t) if self.seg_kind == RUN else False
+        self.step_scale, self.prefill_scale, self.decode_scale = step, prefill, decode
+        return changed
+
+    def _next_deadline(self) -> float:
+        limit = self.eng.max_queue_time_s
+        for req in self.fresh:
+            if req.state == WAITING and req.scheduled != req.scheduled:
+                return req.queue_start + limit
+        return math.inf
 
     def _drop(self, req: Request, t: float) -> None:
         if req.state == DONE:
@@ -473,12 +487,20 @@ class Replica:
             heap = self.fin_heap
             while heap and (heap[0][2].dec_token != heap[0][1] or heap[0][2].state != DECODING):
                 heapq.heappop(heap)
-            n_fin = self.fin_heap[0][0] - c0 if self.fin_heap else 1 << 60
-            n = max(1, min(n_fin, self._max_steps_for_blocks(c0, self.total_blocks - self.used_blocks)))
+            n_fin = heap[0][0] - c0 if heap else 1 << 60
+            n = max(1, min(n_fin, self.max_run_steps, self._max_steps_for_blocks(c0, self.total_blocks - self.used_blocks)))
+            if preempted and self.n_waiting:
+                n = 1  # admission was skipped because of the preemption; the next step may admit
             self.seg_kind = RUN
-            self.seg_n = n
+            self.seg_scale = scale = self.step_scale * self.decode_scale
             self.seg_coeffs = self.rf.decode_coeffs(n_dec, self.dec_base + n_dec * (c0 + 1))
-            self.seg_end = now + self.rf.decode_run_time(self.seg_coeffs, n, self.step_scale * self.decode_scale)
+            if n > 1 and self.n_waiting and self.fresh:
+                # a queue timeout can change the head of the queue: stop at the first step boundary after it
+                deadline = self._next_deadline()
+                if deadline < math.inf:
+                    n = min(n, self.rf.decode_steps_before(self.seg_coeffs, n, deadline - now, scale))
+            self.seg_n = n
+            self.seg_end = now + self.rf.decode_run_time(self.seg_coeffs, n, scale)
         else:
             self.seg_kind = IDLE
             self.seg_end = math.inf

@@ -31,11 +31,11 @@ class SimulationResult:
 
 
 def simulate(cfg: FleetConfig, duration: float, seed: int | None = None, drain_s: float = 600.0,
-             progress: Callable[[float], None] | None = None) -> SimulationResult:
+             progress: Callable[[float], None] | None = None, max_run_steps: int = 1 << 60) -> SimulationResult:
     """Generate arrivals for ``duration`` seconds, run the fleet, let in-flight work drain (at most ``drain_s``)."""
     seed = cfg.seed if seed is None else seed
     arrivals = generate(cfg, duration, seed)
-    fleet = Fleet(cfg, arrivals)
+    fleet = Fleet(cfg, arrivals, max_run_steps=max_run_steps)
     t0 = time.perf_counter()
     fleet.run(duration, progress)
     fleet.drain(duration + drain_s, progress)

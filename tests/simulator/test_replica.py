@@ -95,3 +95,30 @@ def test_context_longer_than_max_model_len_is_rejected():
     assert long and all(r.finish_reason == "rejected" and r.reject_reason == "context_too_long" for r in long)
     capped = [r for r in res.fleet.done if r.prompt_tokens < 2048 and r.finish_reason == "length"]
     assert all(r.prompt_tokens + r.generated == 2048 for r in capped if r.max_tokens > 2048 - r.prompt_tokens)
+
+
+def test_closed_form_decode_runs_equal_step_by_step_simulation():
+    """The speed-up must not approximate: jumping over decode steps gives the same timeline as stepping."""
+    cfg = make_fleet(
+        deployments=[dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=2,
+                          engine={"max_num_seqs": 48, "gpu_memory_utilization": 0.3, "max_model_len": 8192,
+                                  "prefix_cache": True, "max_queue_time_s": 8})],
+        workloads=[dict(copy.deepcopy(BASE_WORKLOAD), shared_prefix_tokens=256, max_tokens=4096,
+                        output_tokens={"p50": 600, "p95": 1500, "p99": 2000, "max": 3000},
+                        arrival={"process": "gamma", "rate": 12.0, "cv": 2.0})],
+        events=[{"at": 100, "kind": "release", "deployment": "chat", "effects": {"decode_time_scale": 1.3}}],
+    )
+    fast = simulate(cfg, 200.0)
+    slow = simulate(cfg, 200.0, max_run_steps=1)
+    # the comparison covers preemption, queue timeouts and a release in the middle of decode runs
+    assert sum(r.preemptions for r in fast.fleet.done) > 0
+    assert any(r.finish_reason == "timeout" for r in fast.fleet.done)
+    a = {r.rid: r for r in fast.fleet.done}
+    b = {r.rid: r for r in slow.fleet.done}
+    assert a.keys() == b.keys()
+    for rid, r in a.items():
+        s = b[rid]
+        assert (r.finish_reason, r.replica, r.generated, r.preemptions, r.cached_tokens) == (
+            s.finish_reason, s.replica, s.generated, s.preemptions, s.cached_tokens)
+        for k in ("scheduled", "first_token", "last_token", "completed"):
+            assert getattr(r, k) == pytest.approx(getattr(s, k), abs=1e-6, nan_ok=True), (rid, k)
