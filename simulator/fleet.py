@@ -78,6 +78,7 @@ class Fleet:
         self.releases: list[ReleaseRecord] = []
         self.next_rid = 0
         self.workload_deployment = [self.by_name[w.deployment].index for w in cfg.workloads]
+        self.workload_tier = [w.tier for w in cfg.workloads]
 
     # ------------------------------------------------------------------ structure
 
@@ -89,6 +90,7 @@ class Fleet:
         rep.step_scale, rep.prefill_scale, rep.decode_scale = dep.step_scale, dep.prefill_scale, dep.decode_scale
         rep.deployment = dep.index
         dep.replicas.append(rep)
+        dep.router.invalidate()
         return rep
 
     def _push(self, rep: Replica) -> None:
@@ -110,16 +112,22 @@ class Fleet:
         if rep.submit(req, t):
             self._push(rep)
 
-    def _arrival_request(self, i: int) -> Request:
+    def _columns(self) -> tuple:
+        """The arrival arrays as Python lists (indexing a list is far cheaper than a numpy scalar)."""
         a = self.arrivals
-        w = int(a.workload[i])
-        wl = self.cfg.workloads[w]
+        if getattr(self, "_cols_for", None) is not a:
+            self._cols_for = a
+            self._cols = (a.workload.tolist(), a.tenant.tolist(), a.arrival.tolist(), a.queue_start.tolist(),
+                          a.prompt.tolist(), a.output.tolist(), a.natural_stop.tolist(), a.prefix,
+                          a.prefix_block_tokens.tolist(), a.send_s.tolist())
+        return self._cols
+
+    def _arrival_request(self, i: int) -> Request:
+        wl, tenant, arrival, qs, prompt, output, natural, prefix, pbt, send = self._columns()
+        w = wl[i]
         self.next_rid += 1
-        return Request(
-            self.next_rid, w, int(a.tenant[i]), wl.tier, float(a.arrival[i]), float(a.queue_start[i]),
-            int(a.prompt[i]), int(a.output[i]), bool(a.natural_stop[i]), self.workload_deployment[w],
-            a.prefix[i], int(a.prefix_block_tokens[i]), float(a.send_s[i]),
-        )
+        return Request(self.next_rid, w, tenant[i], self.workload_tier[w], arrival[i], qs[i], prompt[i], output[i],
+                       natural[i], self.workload_deployment[w], prefix[i], pbt[i], send[i])
 
     def _apply(self, ev: EventConfig) -> None:
         t = ev.at
@@ -128,6 +136,7 @@ class Fleet:
             dep = deps[0]
             if ev.replica < len(dep.replicas) and dep.replicas[ev.replica].alive:
                 dep.replicas[ev.replica].fail_all(t)
+                dep.router.invalidate()
         elif ev.kind == "replica_added":
             self._add_replica(deps[0], t + ev.cold_start_s)
         elif ev.kind == "release":
@@ -145,34 +154,38 @@ class Fleet:
     def run(self, until: float, progress: Callable[[float], None] | None = None) -> None:
         """Process everything that happens at or before ``until`` (virtual seconds)."""
         heap = self.heap
-        a = self.arrivals
-        qs = a.queue_start if a is not None else ()
+        qs = self._columns()[3] if self.arrivals is not None else []
         n_arr = len(qs)
         events = self.events
         inf = math.inf
+        heappop, push, submit, make = heapq.heappop, self._push, self.submit, self._arrival_request
         ticks = 0
         while True:
             t_rep = heap[0][0] if heap else inf
             i = self.next_arrival
             t_arr = qs[i] if i < n_arr else inf
             t_ev = events[self.next_event].at if self.next_event < len(events) else inf
-            if min(t_rep, t_arr, t_ev) > until:
-                break
             if t_rep <= t_arr and t_rep <= t_ev:
-                _, _, version, rep = heapq.heappop(heap)
+                if t_rep > until or t_rep == inf:
+                    break
+                _, _, version, rep = heappop(heap)
                 if version != rep.version or not rep.alive:
                     continue
                 self.now = t_rep
                 rep.complete_segment()
-                self._push(rep)
+                push(rep)
             elif t_ev <= t_arr:
+                if t_ev > until:
+                    break
                 self.now = t_ev
                 self._apply(events[self.next_event])
                 self.next_event += 1
             else:
-                self.now = t_arr = float(t_arr)
+                if t_arr > until:
+                    break
+                self.now = t_arr
                 self.next_arrival = i + 1
-                self.submit(self._arrival_request(i), t_arr)
+                submit(make(i), t_arr)
             ticks += 1
             if progress is not None and ticks % 4096 == 0:
                 progress(self.now)

@@ -1,6 +1,12 @@
-"""Router policies: which replica of a deployment gets the next request."""
+"""Router policies: which replica of a deployment gets the next request.
+
+The router runs once per request, so it avoids per-call allocations: the list of ready replicas is
+cached until a replica is added, lost or finishes its cold start.
+"""
 
 from __future__ import annotations
+
+import math
 
 from simulator.replica import Replica
 from simulator.request import Request
@@ -14,23 +20,45 @@ class Router:
     def __init__(self, policy: str) -> None:
         self.policy = policy
         self.next = 0
+        self._ready: list[Replica] = []
+        self._valid_until = -math.inf  # the cache is valid for t < this (next cold start ends)
+        self._n_seen = -1
+
+    def invalidate(self) -> None:
+        self._valid_until = -math.inf
+
+    def _ready_at(self, replicas: list[Replica], t: float) -> list[Replica]:
+        if t >= self._valid_until or len(replicas) != self._n_seen:
+            self._ready = [r for r in replicas if r.alive and r.available_from <= t]
+            pending = [r.available_from for r in replicas if r.alive and r.available_from > t]
+            self._valid_until = min(pending, default=math.inf)
+            self._n_seen = len(replicas)
+        return self._ready
 
     def pick(self, replicas: list[Replica], req: Request, t: float) -> Replica | None:
-        ready = [r for r in replicas if r.alive and r.available_from <= t]
-        if not ready:
+        ready = self._ready_at(replicas, t)
+        n = len(ready)
+        if not n:
             return None
-        start = self.next % len(ready)
+        start = self.next % n
         self.next += 1
-        order = ready[start:] + ready[:start]  # rotate so ties spread evenly
         if self.policy == "round-robin":
-            return order[0]
+            return ready[start]
+        best, best_score = None, math.inf
         if self.policy == "least-outstanding":
-            return min(order, key=lambda r: r.outstanding)
+            for i in range(start, start + n):  # rotated so ties spread evenly
+                r = ready[i % n]
+                s = r.n_waiting + len(r.running)
+                if s < best_score:
+                    best, best_score = r, s
+            return best
         # kv-aware: most free KV, penalise queued work, prefer a replica that caches the prompt's prefix
         head = req.prefix[0] if req.prefix else None
-
-        def score(r: Replica) -> float:
-            hit = 0.25 if head is not None and r.cache is not None and head in r.cache else 0.0
-            return r.kv_usage + r.n_waiting / 16.0 - hit
-
-        return min(order, key=score)
+        for i in range(start, start + n):
+            r = ready[i % n]
+            s = r.used_blocks / r.total_blocks + r.n_waiting / 16.0
+            if head is not None and r.cache is not None and head in r.cache:
+                s -= 0.25
+            if s < best_score:
+                best, best_score = r, s
+        return best

@@ -1,0 +1,1 @@
+"""Performance measurements, each side by side with a baseline in the same run (`make bench`)."""
