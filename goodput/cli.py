@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from goodput import __version__, demo
+from exporters import cli as exporters_cli
 from simulator import cli as simulator_cli
 from simulator.errors import ConfigError
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     simulator_cli.register(sub)
+    exporters_cli.register(sub)
     demo.register(sub)
     return parser
 

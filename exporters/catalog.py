@@ -1,0 +1,138 @@
+"""The metric catalog: every metric goodput's exporters publish, declared once.
+
+Names are DESIGN.md's metric contract verbatim. Collectors render from these specs, the rules and
+dashboards are checked against ``names()``, and tests compare exporter output with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CATALOG",
+    "ENGINE",
+    "GATEWAY",
+    "GATEWAY_BUCKETS",
+    "GPU",
+    "SELF",
+    "MetricSpec",
+    "by_name",
+    "names",
+]
+
+ENGINE_LABELS = ("model", "deployment", "replica")
+GATEWAY_COUNTER_LABELS = ("model", "deployment", "tenant", "tier", "route")
+GATEWAY_HIST_LABELS = ("deployment", "tier", "route")
+GPU_LABELS = ("gpu", "uuid")
+
+# Request-latency buckets (seconds) for the request exporter. They include the usual SLO thresholds
+# (TTFT 0.2 / 0.3 / 0.5 / 1 / 2 s, TPOT 25 / 50 / 100 ms) so burn-rate rules can select le exactly.
+GATEWAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5,
+                   3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric family. ``name`` is the family name (counters include ``_total``, as exposed)."""
+
+    name: str
+    type: str  # gauge | counter | histogram
+    unit: str
+    help: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] | None = None
+
+
+def _m(name: str, type_: str, unit: str, help_: str, labels: tuple[str, ...], buckets=None) -> MetricSpec:
+    return MetricSpec(name, type_, unit, help_, labels, buckets)
+
+
+E = ENGINE_LABELS
+ENGINE = (
+    _m("llm_engine_up", "gauge", "", "1 when the last scrape of this replica's engine succeeded.", E),
+    _m("llm_engine_scrape_duration_seconds", "gauge", "seconds", "Duration of the last scrape of this engine.", E),
+    _m("llm_requests_running", "gauge", "", "Sequences in the running batch.", E),
+    _m("llm_requests_waiting", "gauge", "", "Requests queued in the engine.", E),
+    _m("llm_kv_cache_usage_ratio", "gauge", "ratio", "Fraction of KV-cache blocks in use (0-1).", E),
+    _m("llm_kv_cache_capacity_blocks", "gauge", "", "KV-cache blocks the engine has.", E + ("block_size",)),
+    _m("llm_preemptions_total", "counter", "", "Sequences preempted because a KV block could not be allocated.", E),
+    _m("llm_prompt_tokens_total", "counter", "", "Prompt tokens prefilled.", E),
+    _m("llm_generation_tokens_total", "counter", "", "Tokens generated.", E),
+    _m("llm_prefix_cache_queried_tokens_total", "counter", "", "Prompt tokens looked up in the prefix cache.", E),
+    _m("llm_prefix_cache_hit_tokens_total", "counter", "", "Prompt tokens found in the prefix cache.", E),
+    _m("llm_requests_finished_total", "counter", "", "Finished requests by finish reason.", E + ("finished_reason",)),
+    _m("llm_time_to_first_token_seconds", "histogram", "seconds", "Engine-side time to first token.", E),
+    _m("llm_inter_token_latency_seconds", "histogram", "seconds", "Gap between consecutive output tokens.", E),
+    _m("llm_e2e_request_latency_seconds", "histogram", "seconds", "Engine-side request latency.", E),
+    _m("llm_queue_time_seconds", "histogram", "seconds", "Time requests waited in the engine queue.", E),
+    _m("llm_prefill_time_seconds", "histogram", "seconds", "Time from scheduling to first token.", E),
+    _m("llm_decode_time_seconds", "histogram", "seconds", "Time from first to last token.", E),
+    _m("llm_deployment_replicas", "gauge", "", "Replicas per deployment, desired and available.", ("deployment", "state")),
+    _m("llm_capacity_replica_goodput_tokens_per_second", "gauge", "", "Per-replica SLO goodput from the capacity plan.",
+       ("deployment",)),
+)
+
+C, H = GATEWAY_COUNTER_LABELS, GATEWAY_HIST_LABELS
+GATEWAY = (
+    _m("llm_gateway_requests_total", "counter", "", "Requests by outcome.", C + ("outcome",)),
+    _m("llm_gateway_rejections_total", "counter", "", "Rejected requests by reason.", C + ("reason",)),
+    _m("llm_gateway_input_tokens_total", "counter", "", "Input tokens per tenant.", C),
+    _m("llm_gateway_output_tokens_total", "counter", "", "Output tokens per tenant.", C),
+    _m("llm_gateway_queue_wait_seconds", "histogram", "seconds", "Time from admission to engine scheduling.", H,
+       GATEWAY_BUCKETS),
+    _m("llm_gateway_time_to_first_token_seconds", "histogram", "seconds", "Client-edge time to first token.", H,
+       GATEWAY_BUCKETS),
+    _m("llm_gateway_time_per_output_token_seconds", "histogram", "seconds",
+       "(E2E - TTFT) / (output tokens - 1), per request.", H, GATEWAY_BUCKETS),
+    _m("llm_gateway_e2e_latency_seconds", "histogram", "seconds", "Client-edge request latency.", H, GATEWAY_BUCKETS),
+)
+
+G = GPU_LABELS
+GPU = (
+    _m("llm_gpu_up", "gauge", "", "0 when the GPU is lost or cannot be read.", G),
+    _m("llm_gpu_info", "gauge", "", "GPU identity; always 1.", G + ("gpu_model", "driver_version", "hostname")),
+    _m("llm_gpu_deployment_info", "gauge", "", "Joins GPUs to deployments; always 1.", G + ("deployment", "replica")),
+    _m("llm_gpu_utilization_ratio", "gauge", "ratio", "GPU busy fraction (0-1).", G),
+    _m("llm_gpu_memory_used_bytes", "gauge", "bytes", "Framebuffer memory used.", G),
+    _m("llm_gpu_memory_total_bytes", "gauge", "bytes", "Framebuffer memory total.", G),
+    _m("llm_gpu_memory_reserved_bytes", "gauge", "bytes", "Framebuffer memory reserved by the driver.", G),
+    _m("llm_gpu_power_watts", "gauge", "watts", "Power draw.", G),
+    _m("llm_gpu_temperature_celsius", "gauge", "celsius", "GPU temperature.", G),
+    _m("llm_gpu_sm_clock_hertz", "gauge", "hertz", "SM clock.", G),
+    _m("llm_gpu_ecc_errors_total", "counter", "", "ECC errors since the driver loaded (volatile).", G + ("kind",)),
+    _m("llm_gpu_xid_errors_total", "counter", "", "XID critical error events seen by the exporter.", G + ("xid",)),
+    _m("llm_gpu_process_memory_bytes", "gauge", "bytes", "GPU memory of a process, attributed to a deployment.",
+       G + ("pid", "deployment")),
+)
+
+SELF = (
+    _m("llm_exporter_collection_duration_seconds", "gauge", "seconds", "Duration of the last collection.", ("exporter",)),
+    _m("llm_exporter_errors_total", "counter", "", "Collection errors by kind.", ("exporter", "kind")),
+    _m("llm_exporter_last_success_timestamp_seconds", "gauge", "seconds", "Unix time of the last successful collection.",
+       ("exporter",)),
+    _m("llm_exporter_tenants_folded", "gauge", "", "Distinct tenants folded into tenant=\"other\" by the cardinality guard.",
+       ("exporter",)),
+    _m("llm_exporter_spans_received_total", "counter", "", "Spans accepted by the OTLP receiver.", ("exporter",)),
+    _m("llm_exporter_spans_duplicate_total", "counter", "", "Spans dropped as duplicates (trace id, span id).",
+       ("exporter",)),
+    _m("llm_exporter_otlp_rejected_total", "counter", "", "OTLP payloads refused, by reason.", ("exporter", "reason")),
+    _m("llm_exporter_store_buffered_spans", "gauge", "", "Spans accepted but not yet in a Parquet file.", ("exporter",)),
+    _m("llm_exporter_store_flushed_spans_total", "counter", "", "Spans written to the Parquet trace store.", ("exporter",)),
+)
+
+CATALOG: tuple[MetricSpec, ...] = ENGINE + GATEWAY + GPU + SELF
+_BY_NAME = {m.name: m for m in CATALOG}
+
+
+def by_name(name: str) -> MetricSpec:
+    return _BY_NAME[name]
+
+
+def names() -> set[str]:
+    """Every family name, plus the sample names Prometheus stores (``_bucket``, ``_sum``, ``_count``)."""
+    out = set()
+    for m in CATALOG:
+        out.add(m.name)
+        if m.type == "histogram":
+            out.update({m.name + "_bucket", m.name + "_sum", m.name + "_count"})
+    return out

@@ -1,0 +1,119 @@
+"""``goodput exporter gpu|engine|requests``: thin faces over the exporters."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from simulator.errors import ConfigError
+
+__all__ = ["register"]
+
+
+def _common(p: argparse.ArgumentParser, port: int) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=port, help=f"metrics port (default {port})")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    exp = sub.add_parser("exporter", help="the GPU, engine and request exporters",
+                         description="Prometheus exporters publishing goodput's canonical llm_* metric catalog.")
+    esub = exp.add_subparsers(dest="exporter", metavar="EXPORTER")
+    esub.required = True
+
+    gpu = esub.add_parser("gpu", help="GPU metrics from NVML (nvidia-ml-py)",
+                          description="Sample every GPU through NVML on a timer and serve the last snapshot.")
+    _common(gpu, 9400)
+    gpu.add_argument("--fake", type=Path, metavar="FILE", help="use a fake NVML described in FILE (YAML)")
+    gpu.add_argument("--mapping", type=Path, metavar="FILE",
+                     help="rules attributing GPU processes to deployments (YAML; see docs/exporters.md)")
+    gpu.add_argument("--interval", type=float, default=5.0, help="sampling interval, seconds (default 5)")
+    gpu.set_defaults(func=_gpu)
+
+    eng = esub.add_parser("engine", help="normalize engine /metrics (vLLM, SGLang, TGI, Triton)",
+                          description="Scrape every target's /metrics and publish the canonical llm_* families. "
+                                      "`goodput exporter engine normalize DUMP` normalizes one saved dump instead.")
+    _common(eng, 9401)
+    eng.add_argument("--targets", type=Path, metavar="FILE", help="targets file (written by `goodput fleet serve`)")
+    eng.add_argument("--plan", type=Path, metavar="FILE", help="capacity plan (per-replica SLO goodput)")
+    eng.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds (default 5)")
+    eng.add_argument("--timeout", type=float, default=3.0, help="per-target timeout, seconds (default 3)")
+    eng.add_argument("--max-bytes", type=int, default=8 * 1024 * 1024, help="per-target response limit (default 8 MiB)")
+    eng.set_defaults(func=_engine)
+    nsub = eng.add_subparsers(dest="engine_command", metavar="COMMAND")
+    nsub.required = False
+    norm = nsub.add_parser("normalize", help="normalize one saved /metrics dump to stdout",
+                           description="Print the canonical llm_* exposition of one saved engine dump.")
+    norm.add_argument("dump", type=Path, metavar="DUMP")
+    norm.add_argument("--engine", default="auto", choices=("auto", "vllm", "sglang", "tgi", "triton"))
+    norm.add_argument("--deployment", default="")
+    norm.add_argument("--replica", default="")
+    norm.add_argument("--model", default=None, help="model label (default: what the dump says)")
+    norm.set_defaults(func=_normalize)
+
+    req = esub.add_parser("requests", help="per-tenant metrics and a trace store from OTLP request spans",
+                          description="Receive OTLP/HTTP request spans (POST /v1/traces, protobuf or JSON), publish "
+                                      "llm_gateway_* metrics and append the spans to a Parquet trace store.")
+    _common(req, 9402)
+    req.add_argument("--otlp-port", type=int, default=4318, help="OTLP/HTTP port (default 4318)")
+    req.add_argument("--store", type=Path, required=True, metavar="DIR", help="trace store directory")
+    req.add_argument("--max-tenants", type=int, default=50, help="tenant label values kept (default 50)")
+    req.add_argument("--max-buffered-spans", type=int, default=200_000,
+                     help="spans held before flushing; beyond it the receiver answers 503 (default 200000)")
+    req.add_argument("--flush-interval", type=float, default=2.0, help="seconds between Parquet flushes (default 2)")
+    req.set_defaults(func=_requests)
+
+
+def _engine(args: argparse.Namespace) -> int:
+    from exporters.config import load_plan, load_targets
+    from exporters.engine import EngineExporter
+    from exporters.exposition import CONTENT_TYPE
+    from exporters.http import Server, serve_until_signal
+
+    if args.targets is None:
+        raise ConfigError("goodput exporter engine", "--targets", "is required (or use `normalize DUMP`)")
+    targets = load_targets(args.targets)
+    plan = load_plan(args.plan) if args.plan else None
+    exp = EngineExporter(targets, plan, timeout_s=args.timeout, max_bytes=args.max_bytes, interval_s=args.interval)
+    srv = Server(args.host, args.port, {
+        ("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, exp.render().encode(), {}),
+        ("GET", "/healthz"): lambda h, b: (200, "text/plain", b"ok\n", {}),
+    }).start()
+    exp.start()
+    print(f"engine exporter: {len(targets.targets)} targets, metrics at {srv.url}/metrics", flush=True)
+    serve_until_signal(lambda: (exp.stop(), srv.stop()))
+    return 0
+
+
+def _normalize(args: argparse.Namespace) -> int:
+    from exporters.catalog import ENGINE
+    from exporters.exposition import labels, render
+    from exporters.normalize import UnknownDialect, normalize
+
+    try:
+        text = args.dump.read_text(errors="replace")
+    except OSError as e:
+        raise ConfigError(str(args.dump), "", f"cannot read: {e.strerror or e}") from None
+    try:
+        n = normalize(text, args.engine)
+    except UnknownDialect as e:
+        raise ConfigError(str(args.dump), "--engine", str(e)) from None
+    prefix = labels(("model", "deployment", "replica"), (args.model or n.model or "", args.deployment, args.replica))
+    lines = n.lines(prefix)
+    sys.stdout.write(render((spec, lines.get(spec.name, ())) for spec in ENGINE))
+    for kind, count in sorted(n.errors.items()):
+        print(f"goodput: warning: {args.dump}: {count} {kind} problem(s) skipped", file=sys.stderr)
+    return 0
+
+
+def _gpu(args: argparse.Namespace) -> int:
+    from exporters.gpu import run_gpu_exporter
+
+    return run_gpu_exporter(args)
+
+
+def _requests(args: argparse.Namespace) -> int:
+    from exporters.requests import run_request_exporter
+
+    return run_request_exporter(args)

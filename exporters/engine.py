@@ -1,0 +1,177 @@
+"""Engine exporter: scrape every replica's engine ``/metrics``, publish one canonical catalog.
+
+Scrapes run in the background on an interval, concurrently, each with a timeout and a size limit;
+normalization happens then, so serving ``/metrics`` is only joining pre-rendered lines. A target
+that is down, slow, broken or unknown is reported with ``llm_engine_up 0`` and loses only its own
+series; the others keep being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import httpx
+
+from exporters.catalog import ENGINE, SELF, by_name
+from exporters.config import Plan, Target, Targets
+from exporters.exposition import fmt_float, labels, render
+from exporters.normalize import UnknownDialect, normalize
+
+__all__ = ["EngineExporter", "TargetState"]
+
+EXPORTER = "engine"
+
+
+@dataclass
+class TargetState:
+    target: Target
+    up: bool = False
+    duration_s: float = 0.0
+    error: str = ""
+    dialect: str = ""
+    lines: dict[str, list[str]] = field(default_factory=dict)
+    samples_in: int = 0
+    model: str = ""  # the target's model, else what the engine reports
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class EngineExporter:
+    """One collector over all targets. ``scrape_once`` does a round; ``render`` builds the exposition."""
+
+    def __init__(self, targets: Targets, plan: Plan | None = None, *, timeout_s: float = 3.0,
+                 max_bytes: int = 8 * 1024 * 1024, interval_s: float = 5.0, clock=time.time) -> None:
+        self.targets = targets
+        self.plan = plan
+        self.timeout_s, self.max_bytes, self.interval_s = timeout_s, max_bytes, interval_s
+        self.clock = clock
+        self.states = [TargetState(t) for t in targets.targets]
+        self.lock = threading.Lock()
+        self.errors: dict[str, int] = defaultdict(int)
+        self.last_duration = 0.0
+        self.last_success = 0.0
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ scraping
+
+    async def _fetch(self, client: httpx.AsyncClient, url: str) -> str:
+        async with client.stream("GET", url, headers={"Accept": "text/plain"}) as r:
+            if r.status_code != 200:
+                raise httpx.HTTPStatusError(f"HTTP {r.status_code}", request=r.request, response=r)
+            chunks, size = [], 0
+            async for chunk in r.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise _TooLarge(f"body over {self.max_bytes} bytes")
+                chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+
+    async def _scrape(self, client: httpx.AsyncClient, st: TargetState) -> None:
+        t0 = time.perf_counter()
+        try:
+            text = await asyncio.wait_for(self._fetch(client, st.target.url), self.timeout_s)
+            norm = normalize(text, st.target.engine)
+        except (TimeoutError, httpx.TimeoutException):
+            self._down(st, "timeout", t0)
+        except _TooLarge:
+            self._down(st, "too_large", t0)
+        except httpx.HTTPStatusError as e:
+            self._down(st, f"http_{e.response.status_code}", t0)
+        except httpx.HTTPError:
+            self._down(st, "connect", t0)
+        except UnicodeDecodeError:
+            self._down(st, "parse", t0)
+        except UnknownDialect:
+            self._down(st, "unknown_dialect", t0)
+        else:
+            target = st.target
+            model = target.model or norm.model or ""
+            prefix = labels(("model", "deployment", "replica"), (model, target.deployment, target.replica))
+            lines = norm.lines(prefix)
+            with self.lock:
+                st.up, st.error, st.dialect, st.lines = True, "", norm.dialect, lines
+                st.samples_in = norm.samples_in
+                st.duration_s = time.perf_counter() - t0
+                st.model = model
+            for kind, n in norm.errors.items():
+                self.errors[kind] += n
+
+    def _down(self, st: TargetState, kind: str, t0: float) -> None:
+        with self.lock:
+            st.up, st.error, st.lines = False, kind, {}
+            st.duration_s = time.perf_counter() - t0
+        self.errors[kind] += 1
+
+    async def _round(self) -> None:
+        t0 = time.perf_counter()
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as client:
+            await asyncio.gather(*(self._scrape(client, st) for st in self.states))
+        self.last_duration = time.perf_counter() - t0
+        self.last_success = self.clock()
+        self.rounds += 1
+
+    def scrape_once(self) -> None:
+        asyncio.run(self._round())
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                t0 = time.monotonic()
+                self.scrape_once()
+                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+        self._thread = threading.Thread(target=loop, name="engine-scraper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + self.timeout_s + 1)
+
+    # ------------------------------------------------------------------ exposition
+
+    def render(self) -> str:
+        with self.lock:
+            states = list(self.states)
+            per_family: dict[str, list[str]] = defaultdict(list)
+            for st in states:
+                model = st.model or st.target.model or ""
+                prefix = labels(("model", "deployment", "replica"), (model, st.target.deployment, st.target.replica))
+                per_family["llm_engine_up"].append(f"llm_engine_up{{{prefix}}} {1.0 if st.up else 0.0}")
+                per_family["llm_engine_scrape_duration_seconds"].append(
+                    f"llm_engine_scrape_duration_seconds{{{prefix}}} {fmt_float(st.duration_s)}")
+                for fam, lines in st.lines.items():
+                    per_family[fam].extend(lines)
+        available: dict[str, int] = defaultdict(int)
+        for st in states:
+            available[st.target.deployment] += 1 if st.up else 0
+        desired = dict(self.targets.desired)
+        if self.plan is not None:
+            desired.update(self.plan.desired)
+        for dep in sorted(set(available) | set(desired)):
+            for state, n in (("desired", desired.get(dep)), ("available", available.get(dep, 0))):
+                if n is not None:
+                    per_family["llm_deployment_replicas"].append(
+                        f'llm_deployment_replicas{{{labels(("deployment", "state"), (dep, state))}}} {float(n)}')
+        if self.plan is not None:
+            for dep, g in sorted(self.plan.goodput.items()):
+                per_family["llm_capacity_replica_goodput_tokens_per_second"].append(
+                    f'llm_capacity_replica_goodput_tokens_per_second{{deployment="{dep}"}} {fmt_float(g)}')
+        ex = f'exporter="{EXPORTER}"'
+        per_family["llm_exporter_collection_duration_seconds"].append(
+            f"llm_exporter_collection_duration_seconds{{{ex}}} {fmt_float(self.last_duration)}")
+        per_family["llm_exporter_last_success_timestamp_seconds"].append(
+            f"llm_exporter_last_success_timestamp_seconds{{{ex}}} {fmt_float(self.last_success)}")
+        for kind, n in sorted(self.errors.items()):
+            per_family["llm_exporter_errors_total"].append(f'llm_exporter_errors_total{{{ex},kind="{kind}"}} {float(n)}')
+        specs = [*ENGINE, *(by_name(m.name) for m in SELF)]
+        return render((spec, per_family.get(spec.name, ())) for spec in specs)
