@@ -24,7 +24,8 @@ def load_yaml(path: str | Path) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise ConfigError(str(p), f"line {mark.line + 1}" if mark else "", f"not valid YAML: {getattr(e, 'problem', e)}") from None
+        where = f"line {mark.line + 1}" if mark else ""
+        raise ConfigError(str(p), where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from exporters.catalog import ENGINE, SELF, by_name
+from exporters.catalog import ENGINE
 from exporters.config import Plan, Target, Targets
-from exporters.exposition import fmt_float, labels, render
+from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
 from exporters.normalize import UnknownDialect, normalize
 
 __all__ = ["EngineExporter", "TargetState"]
@@ -166,12 +166,5 @@ class EngineExporter:
             for dep, g in sorted(self.plan.goodput.items()):
                 per_family["llm_capacity_replica_goodput_tokens_per_second"].append(
                     f'llm_capacity_replica_goodput_tokens_per_second{{deployment="{dep}"}} {fmt_float(g)}')
-        ex = f'exporter="{EXPORTER}"'
-        per_family["llm_exporter_collection_duration_seconds"].append(
-            f"llm_exporter_collection_duration_seconds{{{ex}}} {fmt_float(self.last_duration)}")
-        per_family["llm_exporter_last_success_timestamp_seconds"].append(
-            f"llm_exporter_last_success_timestamp_seconds{{{ex}}} {fmt_float(self.last_success)}")
-        for kind, n in sorted(self.errors.items()):
-            per_family["llm_exporter_errors_total"].append(f'llm_exporter_errors_total{{{ex},kind="{kind}"}} {float(n)}')
-        specs = [*ENGINE, *(by_name(m.name) for m in SELF)]
-        return render((spec, per_family.get(spec.name, ())) for spec in specs)
+        per_family.update(self_metrics(EXPORTER, self.last_duration, self.last_success, self.errors))
+        return render((spec, per_family.get(spec.name, ())) for spec in (*ENGINE, *SELF_COLLECTION))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from exporters.catalog import MetricSpec
+from exporters.catalog import MetricSpec, by_name
 
-__all__ = ["CONTENT_TYPE", "escape", "fmt_float", "header", "labels", "render"]
+__all__ = ["CONTENT_TYPE", "SELF_COLLECTION", "escape", "fmt_float", "header", "labels", "render", "self_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -50,3 +50,20 @@ def render(families: Iterable[tuple[MetricSpec, Sequence[str]]]) -> str:
             out.append("\n".join(lines))
             out.append("\n")
     return "".join(out)
+
+
+SELF_COLLECTION = tuple(by_name(n) for n in ("llm_exporter_collection_duration_seconds", "llm_exporter_errors_total",
+                                             "llm_exporter_last_success_timestamp_seconds"))
+
+
+def self_metrics(exporter: str, duration_s: float, last_success: float, errors: dict[str, int]) -> dict[str, list[str]]:
+    """The lines every exporter reports about its own collection (duration, errors by kind, last success)."""
+    ex = f'exporter="{escape(exporter)}"'
+    return {
+        "llm_exporter_collection_duration_seconds": [
+            f"llm_exporter_collection_duration_seconds{{{ex}}} {fmt_float(duration_s)}"],
+        "llm_exporter_last_success_timestamp_seconds": [
+            f"llm_exporter_last_success_timestamp_seconds{{{ex}}} {fmt_float(last_success)}"],
+        "llm_exporter_errors_total": [f'llm_exporter_errors_total{{{ex},kind="{escape(k)}"}} {float(n)}'
+                                      for k, n in sorted(errors.items())],
+    }

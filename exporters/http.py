@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from simulator.errors import ConfigError
+
 __all__ = ["Response", "Route", "Server", "serve_until_signal"]
 
 Response = tuple[int, str, bytes, dict[str, str]]
@@ -80,7 +82,10 @@ class Server(ThreadingHTTPServer):
                  max_body_bytes: int = 16 * 1024 * 1024) -> None:
         self.routes = routes
         self.max_body_bytes = max_body_bytes
-        super().__init__((host, port), _Handler)
+        try:
+            super().__init__((host, port), _Handler)
+        except OSError as e:
+            raise ConfigError(f"{host}:{port}", "", f"cannot listen: {e.strerror or e}") from None
         self.thread: threading.Thread | None = None
 
     @property

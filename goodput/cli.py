@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from goodput import __version__, demo
 from exporters import cli as exporters_cli
+from goodput import __version__, demo
 from simulator import cli as simulator_cli
 from simulator.errors import ConfigError
 

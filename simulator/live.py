@@ -65,6 +65,8 @@ class LiveFleet:
         self.stop_event = threading.Event()
         self.started = time.time()
         self.t0 = time.monotonic()
+        if sink is not None:
+            sink.base_ns = int(self.started * 1e9)  # span timestamps are wall-clock instants
         self.servers: list[ReplicaServer] = []
         self._metrics: dict[tuple[int, int], VllmMetrics] = {}
         self.fleet = Fleet(cfg, None, observer_factory=self._observer)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from simulator.errors import ConfigError
 from simulator.request import TIER_RANK
 
 if TYPE_CHECKING:
@@ -218,7 +219,10 @@ def _usage(prompt: int, completion: int) -> dict:
 
 
 def make_server(host: str, port: int, live: LiveFleet, replica: ReplicaServer) -> ReplicaHTTPServer:
-    srv = ReplicaHTTPServer((host, port), Handler)
+    try:
+        srv = ReplicaHTTPServer((host, port), Handler)
+    except OSError as e:
+        raise ConfigError(f"{host}:{port}", "", f"cannot listen for replica {replica.name}: {e.strerror or e}") from None
     srv.live = live
     srv.replica = replica
     return srv

@@ -36,11 +36,14 @@ def to_ns(base_ns: int, seconds: np.ndarray) -> np.ndarray:
 class RequestTable:
     """Column arrays of every request of a run, sorted by arrival."""
 
-    def __init__(self, fleet_cfg: FleetConfig, done: Sequence[Request], seed: int) -> None:
+    def __init__(self, fleet_cfg: FleetConfig, done: Sequence[Request], seed: int, base_ns: int | None = None,
+                 run_id: str = "") -> None:
+        """``base_ns``: the Unix time of virtual second 0 (default: the fleet file's ``start_time``);
+        ``run_id`` makes ids unique across runs that share a seed (the live fleet passes its start time)."""
         reqs = sorted(done, key=lambda r: (r.arrival, r.rid))
         self.n = len(reqs)
-        self.base_ns = int(fleet_cfg.start_time.timestamp()) * 1_000_000_000
-        salt = hashlib.blake2b(f"{fleet_cfg.name}/{seed}".encode(), digest_size=8).hexdigest()
+        self.base_ns = base_ns if base_ns is not None else int(fleet_cfg.start_time.timestamp()) * 1_000_000_000
+        salt = hashlib.blake2b(f"{fleet_cfg.name}/{seed}/{run_id}".encode(), digest_size=8).hexdigest()
         wls = fleet_cfg.workloads
         deps = fleet_cfg.deployments
         col = {

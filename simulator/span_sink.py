@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 class SpanSink:
     def __init__(self, cfg: FleetConfig, seed: int, endpoint: str | None, path: Path | None,
-                 max_buffered_docs: int = 1000, interval_s: float = 1.0) -> None:
+                 max_buffered_docs: int = 1000, interval_s: float = 1.0, base_ns: int | None = None) -> None:
         self.cfg, self.seed = cfg, seed
+        self.base_ns = base_ns if base_ns is not None else time.time_ns()  # virtual second 0 = now
         self.endpoint, self.path = endpoint, path
         self.pending: list[Request] = []
         self.docs: deque[str] = deque()
@@ -58,7 +59,7 @@ class SpanSink:
             batch, self.pending = self.pending, []
         if not batch:
             return
-        table = RequestTable(self.cfg, batch, self.seed)
+        table = RequestTable(self.cfg, batch, self.seed, base_ns=self.base_ns, run_id=str(self.base_ns))
         docs = list(span_documents(table, service="goodput-fleet"))
         if self.path is not None:
             with open(self.path, "a") as f:

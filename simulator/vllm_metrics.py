@@ -8,12 +8,13 @@ inter-token-latency observation per running sequence and a run of steps is appli
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from goodput.histogram import Histogram
 
 __all__ = ["FINISHED_REASONS", "TTFT_BUCKETS", "VllmMetrics"]
 
@@ -40,34 +41,11 @@ def _one_two_five(limit: int) -> tuple[float, ...]:
         exp += 1
 
 
-class _Hist:
-    __slots__ = ("bounds", "counts", "sum", "created")
-
-    def __init__(self, bounds: tuple[float, ...], created: float) -> None:
-        self.bounds = bounds
-        self.counts = [0.0] * (len(bounds) + 1)
-        self.sum = 0.0
-        self.created = created
-
-    def observe(self, value: float, weight: float = 1.0) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += weight
-        self.sum += value * weight
-
-    def family(self, name: str, help_text: str, labels: list[str], values: list[str]) -> Metric:
-        fam = HistogramMetricFamily(name, help_text, labels=labels)
-        cum, buckets = 0.0, []
-        for b, c in zip(self.bounds, self.counts, strict=False):
-            cum += c
-            buckets.append((_le(b), cum))
-        cum += self.counts[-1]
-        buckets.append(("+Inf", cum))
-        fam.add_metric(values, buckets, self.sum)
-        fam.add_sample(name + "_created", dict(zip(labels, values, strict=True)), self.created)
-        return fam
-
-
-def _le(b: float) -> str:
-    return repr(float(b))
+def _family(h: Histogram, name: str, help_text: str, labels: list[str], values: list[str]) -> Metric:
+    fam = HistogramMetricFamily(name, help_text, labels=labels)
+    fam.add_metric(values, h.cumulative(), h.sum)
+    fam.add_sample(name + "_created", dict(zip(labels, values, strict=True)), h.created)
+    return fam
 
 
 class VllmMetrics:
@@ -82,19 +60,19 @@ class VllmMetrics:
         self.created = now
         tok = _one_two_five(max_model_len)
         self.h = {
-            "ttft": _Hist(TTFT_BUCKETS, now),
-            "itl": _Hist(ITL_BUCKETS, now),
-            "tpot": _Hist(ITL_BUCKETS, now),
-            "e2e": _Hist(REQUEST_LATENCY_BUCKETS, now),
-            "queue": _Hist(REQUEST_LATENCY_BUCKETS, now),
-            "inference": _Hist(REQUEST_LATENCY_BUCKETS, now),
-            "prefill": _Hist(REQUEST_LATENCY_BUCKETS, now),
-            "decode": _Hist(REQUEST_LATENCY_BUCKETS, now),
-            "iteration_tokens": _Hist(ITERATION_TOKEN_BUCKETS, now),
-            "prompt_tokens": _Hist(tok, now),
-            "generation_tokens": _Hist(tok, now),
-            "max_tokens": _Hist(tok, now),
-            "n": _Hist(N_BUCKETS, now),
+            "ttft": Histogram(TTFT_BUCKETS, now),
+            "itl": Histogram(ITL_BUCKETS, now),
+            "tpot": Histogram(ITL_BUCKETS, now),
+            "e2e": Histogram(REQUEST_LATENCY_BUCKETS, now),
+            "queue": Histogram(REQUEST_LATENCY_BUCKETS, now),
+            "inference": Histogram(REQUEST_LATENCY_BUCKETS, now),
+            "prefill": Histogram(REQUEST_LATENCY_BUCKETS, now),
+            "decode": Histogram(REQUEST_LATENCY_BUCKETS, now),
+            "iteration_tokens": Histogram(ITERATION_TOKEN_BUCKETS, now),
+            "prompt_tokens": Histogram(tok, now),
+            "generation_tokens": Histogram(tok, now),
+            "max_tokens": Histogram(tok, now),
+            "n": Histogram(N_BUCKETS, now),
         }
         self.c = {"prompt": 0.0, "generation": 0.0, "preemptions": 0.0, "cache_queries": 0.0, "cache_hits": 0.0}
         self.finished = dict.fromkeys(FINISHED_REASONS, 0.0)
@@ -203,7 +181,7 @@ class VllmMetrics:
             ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", "decode"),
         )
         for name, help_text, key in hists:
-            yield self.h[key].family(name, help_text, labels, values)
+            yield _family(self.h[key], name, help_text, labels, values)
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry(auto_describe=False)

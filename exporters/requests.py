@@ -1,0 +1,250 @@
+"""Request exporter: OTLP request spans in, per-tenant ``llm_gateway_*`` metrics and a Parquet trace store out.
+
+What engines cannot know — tenant, tier, route, outcome, rejection reason — comes from the gateway's
+request spans (DESIGN.md span model, or vLLM's single ``llm_request`` span). Counters carry
+model/deployment/tenant/tier/route; histograms only deployment/tier/route. A cardinality guard keeps
+the top ``max_tenants`` tenants by traffic and folds the rest into ``tenant="other"``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from collections import OrderedDict, defaultdict
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, by_name
+from exporters.exposition import CONTENT_TYPE, fmt_float, labels, render
+from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
+from exporters.trace_store import StoreFull, TraceStore
+from goodput.histogram import Histogram
+
+__all__ = ["OTLP_MAX_BODY_BYTES", "RequestMetrics", "TraceReceiver", "run_request_exporter"]
+
+EXPORTER = "requests"
+OTLP_MAX_BODY_BYTES = 32 * 1024 * 1024
+ROOTS = ("llm.request", "llm_request")
+HIST = {"queue": "llm_gateway_queue_wait_seconds", "ttft": "llm_gateway_time_to_first_token_seconds",
+        "tpot": "llm_gateway_time_per_output_token_seconds", "e2e": "llm_gateway_e2e_latency_seconds"}
+
+
+def _num(a: dict[str, Any], *keys: str) -> float | None:
+    for k in keys:
+        v = a.get(k)
+        if v is not None:
+            try:
+                return float(v)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+class RequestMetrics:
+    """Aggregates root spans into counters and histograms; renders with the tenant cardinality guard."""
+
+    def __init__(self, max_tenants: int = 50, buckets: tuple[float, ...] = GATEWAY_BUCKETS,
+                 dedupe_window: int = 500_000) -> None:
+        self.max_tenants = max_tenants
+        self.buckets = buckets
+        self.requests: dict[tuple, float] = defaultdict(float)  # (model, dep, tenant, tier, route, outcome)
+        self.rejections: dict[tuple, float] = defaultdict(float)  # (..., reason)
+        self.tokens_in: dict[tuple, float] = defaultdict(float)
+        self.tokens_out: dict[tuple, float] = defaultdict(float)
+        self.traffic: dict[str, float] = defaultdict(float)
+        self.hists: dict[tuple[str, str, str], dict[str, Histogram]] = {}
+        self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.dedupe_window = dedupe_window
+        self.received = 0
+        self.duplicates = 0
+        self.rejected_payloads: dict[str, int] = defaultdict(int)
+        self.lock = threading.Lock()
+
+    def fresh(self, spans: list[Span]) -> list[Span]:
+        """The spans not seen before (by trace id and span id), without recording them yet."""
+        seen = self.seen
+        out, batch = [], set()
+        for s in spans:
+            key = (s.trace_id, s.span_id)
+            if key in seen or key in batch:
+                continue
+            batch.add(key)
+            out.append(s)
+        return out
+
+    def ingest(self, spans: list[Span]) -> None:
+        """Record ``spans`` (already de-duplicated and stored) and count their requests."""
+        with self.lock:
+            seen = self.seen
+            for s in spans:
+                seen[(s.trace_id, s.span_id)] = None
+            while len(seen) > self.dedupe_window:
+                seen.popitem(last=False)
+            self.received += len(spans)
+            children: dict[str, dict[str, Span]] = defaultdict(dict)
+            for s in spans:
+                if s.parent_span_id:
+                    children[s.trace_id][s.name] = s
+            for s in spans:
+                if s.name in ROOTS and not s.parent_span_id:
+                    self._count(s, children.get(s.trace_id, {}))
+
+    def _count(self, root: Span, kids: dict[str, Span]) -> None:
+        a = root.attributes
+        model = str(a.get("gen_ai.request.model") or a.get("gen_ai.response.model") or "")
+        dep = str(a.get("llm.deployment") or root.resource.get("llm.deployment") or root.service_name or "")
+        tenant = str(a.get("llm.tenant") or "unknown")
+        tier = str(a.get("llm.tier") or "unknown")
+        route = str(a.get("llm.route") or a.get("llm.scene") or "unknown")
+        outcome = str(a.get("llm.outcome") or ("error" if root.status_code == 2 else "ok"))
+        key = (model, dep, tenant, tier, route)
+        self.traffic[tenant] += 1
+        self.requests[key + (outcome,)] += 1
+        if outcome in ("rejected", "timeout"):
+            reason = str(a.get("llm.reject_reason") or ("queue_timeout" if outcome == "timeout" else "overloaded"))
+            self.rejections[key + (reason,)] += 1
+        tin = _num(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens") or 0.0
+        tout = _num(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens") or 0.0
+        self.tokens_in[key] += tin
+        self.tokens_out[key] += tout
+        h = self.hists.get((dep, tier, route))
+        if h is None:
+            h = self.hists[(dep, tier, route)] = {k: Histogram(self.buckets) for k in HIST}
+        if root.name == "llm_request":  # vLLM: latencies are attributes, in seconds
+            queue, ttft, e2e = (_num(a, "gen_ai.latency.time_in_queue"), _num(a, "gen_ai.latency.time_to_first_token"),
+                                _num(a, "gen_ai.latency.e2e"))
+        else:
+            q, p = kids.get("llm.queue"), kids.get("llm.prefill")
+            queue = (q.end_ns - q.start_ns) / 1e9 if q is not None and p is not None else None
+            ttft = (p.end_ns - root.start_ns) / 1e9 if p is not None and "llm.decode" in kids else None
+            e2e = (root.end_ns - root.start_ns) / 1e9
+        if queue is not None:
+            h["queue"].observe(queue)
+        if outcome != "ok":
+            return
+        if ttft is not None:
+            h["ttft"].observe(ttft)
+        if e2e is not None:
+            h["e2e"].observe(e2e)
+            if ttft is not None and tout > 1:
+                h["tpot"].observe((e2e - ttft) / (tout - 1))
+
+    # ------------------------------------------------------------------ exposition
+
+    def _top_tenants(self) -> set[str]:
+        ranked = sorted(self.traffic.items(), key=lambda kv: (-kv[1], kv[0]))
+        return {t for t, _ in ranked[: self.max_tenants]}
+
+    def render(self, store: TraceStore | None = None) -> str:
+        with self.lock:
+            keep = self._top_tenants()
+            folded = len(self.traffic) - len(keep)
+            fam: dict[str, list[str]] = defaultdict(list)
+            names = ("model", "deployment", "tenant", "tier", "route")
+
+            def fold(series: dict[tuple, float], extra: str | None) -> dict[tuple, float]:
+                out: dict[tuple, float] = defaultdict(float)
+                for k, v in series.items():
+                    out[k[:2] + ((k[2] if k[2] in keep else "other"),) + k[3:]] += v
+                return out
+
+            for name, series, extra in (("llm_gateway_requests_total", self.requests, "outcome"),
+                                        ("llm_gateway_rejections_total", self.rejections, "reason"),
+                                        ("llm_gateway_input_tokens_total", self.tokens_in, None),
+                                        ("llm_gateway_output_tokens_total", self.tokens_out, None)):
+                cols = names + ((extra,) if extra else ())
+                for k, v in sorted(fold(series, extra).items()):
+                    fam[name].append(f"{name}{{{labels(cols, k)}}} {fmt_float(v)}")
+            for (dep, tier, route), hs in sorted(self.hists.items()):
+                lab = labels(("deployment", "tier", "route"), (dep, tier, route))
+                for key, name in HIST.items():
+                    fam[name].extend(hs[key].lines(name, lab))
+            ex = f'exporter="{EXPORTER}"'
+            fam["llm_exporter_tenants_folded"].append(f"llm_exporter_tenants_folded{{{ex}}} {float(folded)}")
+            fam["llm_exporter_spans_received_total"].append(f"llm_exporter_spans_received_total{{{ex}}} {float(self.received)}")
+            fam["llm_exporter_spans_duplicate_total"].append(
+                f"llm_exporter_spans_duplicate_total{{{ex}}} {float(self.duplicates)}")
+            for reason, n in sorted(self.rejected_payloads.items()):
+                fam["llm_exporter_otlp_rejected_total"].append(
+                    f'llm_exporter_otlp_rejected_total{{{ex},reason="{reason}"}} {float(n)}')
+        if store is not None:
+            fam["llm_exporter_store_buffered_spans"].append(
+                f"llm_exporter_store_buffered_spans{{{ex}}} {float(store.buffered)}")
+            fam["llm_exporter_store_flushed_spans_total"].append(
+                f"llm_exporter_store_flushed_spans_total{{{ex}}} {float(store.flushed_total)}")
+        specs = [*GATEWAY, *(by_name(n) for n in (
+            "llm_exporter_tenants_folded", "llm_exporter_spans_received_total", "llm_exporter_spans_duplicate_total",
+            "llm_exporter_otlp_rejected_total", "llm_exporter_store_buffered_spans",
+            "llm_exporter_store_flushed_spans_total"))]
+        return render((s, fam.get(s.name, ())) for s in specs)
+
+
+class TraceReceiver:
+    """``POST /v1/traces``: decode, de-duplicate, log durably, then answer; 400 on bad input, 503 when full."""
+
+    def __init__(self, metrics: RequestMetrics, store: TraceStore) -> None:
+        self.metrics, self.store = metrics, store
+        self.lock = threading.Lock()
+
+    def handle(self, content_type: str, encoding: str, body: bytes) -> tuple[int, str, bytes, dict[str, str]]:
+        proto = "protobuf" in content_type
+        try:
+            if encoding == "gzip":
+                body = gzip.decompress(body)
+                if len(body) > OTLP_MAX_BODY_BYTES:
+                    raise OtlpError(f"decompressed body over {OTLP_MAX_BODY_BYTES} bytes")
+            elif encoding not in ("", "identity"):
+                raise OtlpError(f"unsupported Content-Encoding {encoding!r}")
+            if not proto and "json" not in content_type and not body.lstrip().startswith(b"{"):
+                proto = True
+            spans = decode_protobuf(body) if proto else decode_json(body)
+        except (OtlpError, OSError, EOFError) as e:
+            self.metrics.rejected_payloads["malformed"] += 1
+            return 400, "application/json", json.dumps({"error": f"bad OTLP payload: {e}"}).encode(), {}
+        with self.lock:  # one payload at a time between the de-dup check and the log write
+            new = self.metrics.fresh(spans)
+            try:
+                self.store.accept(new, body, "P" if proto else "J")
+            except StoreFull as e:
+                self.metrics.rejected_payloads["buffer_full"] += 1
+                return 503, "text/plain", f"{e}\n".encode(), {"Retry-After": f"{int(e.retry_after)}"}
+            self.metrics.duplicates += len(spans) - len(new)
+            self.metrics.ingest(new)
+        if proto:
+            return 200, "application/x-protobuf", ExportTraceServiceResponse().SerializeToString(), {}
+        return 200, "application/json", b"{}", {}
+
+
+def run_request_exporter(args) -> int:
+    from exporters.http import Server, serve_until_signal
+
+    metrics = RequestMetrics(max_tenants=args.max_tenants)
+    store = TraceStore(args.store, max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
+    store.start()
+    recv = TraceReceiver(metrics, store)
+
+    def traces(h, body: bytes):
+        return recv.handle(h.headers.get("Content-Type", ""), (h.headers.get("Content-Encoding") or "").lower(), body)
+
+    health = ("GET", "/healthz"), (lambda h, b: (200, "text/plain", b"ok\n", {}))
+    otlp = Server(args.host, args.otlp_port, {("POST", "/v1/traces"): traces, health[0]: health[1]},
+                  max_body_bytes=OTLP_MAX_BODY_BYTES).start()
+    srv = Server(args.host, args.port, {
+        ("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, metrics.render(store).encode(), {}),
+        health[0]: health[1],
+    }).start()
+    if store.recovered:
+        print(f"request exporter: replayed {store.recovered} spans from the write-ahead log", flush=True)
+    print(f"request exporter: OTLP at {otlp.url}/v1/traces, metrics at {srv.url}/metrics, store {args.store}",
+          flush=True)
+
+    def stop() -> None:
+        otlp.stop()
+        store.close()
+        srv.stop()
+        print(f"request exporter stopped; {store.flushed_total} spans in the store", flush=True)
+
+    serve_until_signal(stop)
+    return 0

@@ -1,0 +1,173 @@
+"""Engine dumps normalize to the canonical catalog: specific values from each real sample."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.catalog import ENGINE
+from exporters.exposition import labels, render
+from exporters.normalize import UnknownDialect, normalize
+from tests.conftest import REPO, SHARED
+
+SAMPLES = SHARED / "data" / "engine_samples"
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def values(text: str, engine: str = "auto") -> tuple[dict[tuple[str, str], float], object]:
+    n = normalize(text, engine)
+    flat = {k: v for fam in n.families.values() for k, v in fam.items()}
+    return flat, n
+
+
+def test_sglang_docs_sample():
+    v, n = values((SAMPLES / "sglang_docs_production_metrics.txt").read_text())
+    assert n.dialect == "sglang" and n.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert v[("llm_requests_running", "")] == 162
+    assert v[("llm_requests_waiting", "")] == 2826
+    assert v[("llm_kv_cache_usage_ratio", "")] == 0.28
+    assert v[("llm_prompt_tokens_total", "")] == 8_128_902
+    assert v[("llm_generation_tokens_total", "")] == 7_557_572
+    assert v[("llm_time_to_first_token_seconds_count", "")] == 11008
+    assert v[("llm_time_to_first_token_seconds_bucket", 'le="2.5"')] == 140
+    # the old name time_per_output_token_seconds becomes inter-token latency
+    assert v[("llm_inter_token_latency_seconds_count", "")] == 7_400_757
+    assert v[("llm_e2e_request_latency_seconds_sum", "")] == pytest.approx(3_116_093.850019932)
+    assert not any(k[0].startswith("llm_func") for k in v)  # sglang:func_latency_seconds is not ours
+
+
+def test_triton_trtllm_sample():
+    v, n = values((SAMPLES / "triton_trtllm_backend_readme_metrics.txt").read_text())
+    assert n.dialect == "triton" and n.model == "tensorrt_llm"
+    assert v[("llm_requests_waiting", "")] == 1
+    assert v[("llm_requests_running", "")] == 1  # request_type="scheduled"
+    assert v[("llm_kv_cache_usage_ratio", "")] == 0.4875
+    assert v[("llm_kv_cache_capacity_blocks", 'block_size="64"')] == 6239
+    assert v[("llm_requests_finished_total", 'finished_reason="stop"')] == 0
+
+
+def test_triton_core_sample():
+    v, _ = values((SAMPLES / "triton_core_summary_docs.txt").read_text())
+    assert v == {("llm_requests_finished_total", 'finished_reason="stop"'): 161}
+
+
+def test_vllm_v0_sample_old_names_and_cache_config():
+    v, n = values((SAMPLES / "vllm_v0_aibrix_runtime_doc.txt").read_text())
+    assert n.dialect == "vllm" and n.model == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    assert v[("llm_kv_cache_capacity_blocks", 'block_size="16"')] == 81767
+    assert v[("llm_kv_cache_usage_ratio", "")] == 0.0  # from gpu_cache_usage_perc
+    assert v[("llm_prompt_tokens_total", "")] == 148
+    assert v[("llm_generation_tokens_total", "")] == 955
+    assert v[("llm_requests_finished_total", 'finished_reason="stop"')] == 4
+
+
+def test_vllm_v1_simulated_dump_drops_created_and_keeps_buckets():
+    text = (FIXTURES / "vllm_v1_simulated.txt").read_text()
+    v, n = values(text)
+    assert n.model == "Llama-3.1-8B"
+    assert v[("llm_requests_running", "")] == 6
+    assert v[("llm_prompt_tokens_total", "")] == 27746
+    assert v[("llm_requests_finished_total", 'finished_reason="stop"')] == 26
+    assert v[("llm_time_to_first_token_seconds_count", "")] == 32
+    assert ("llm_time_to_first_token_seconds_bucket", 'le="0.001"') in v
+    assert not any("created" in k[0] for k in v)
+
+
+def test_tgi_synthetic():
+    v, n = values((FIXTURES / "tgi_synthetic.txt").read_text())
+    assert n.dialect == "tgi" and n.model is None
+    assert v[("llm_requests_waiting", "")] == 7 and v[("llm_requests_running", "")] == 24
+    assert v[("llm_prompt_tokens_total", "")] == 640000 and v[("llm_generation_tokens_total", "")] == 180000
+    assert v[("llm_requests_finished_total", 'finished_reason="error"')] == 35  # overloaded + validation
+    assert v[("llm_queue_time_seconds_bucket", 'le="0.00015"')] == 10
+
+
+def test_new_names_win_over_deprecated_ones():
+    text = """# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="m"} 0.5
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="m"} 0.7
+"""
+    v, _ = values(text)
+    assert v == {("llm_kv_cache_usage_ratio", ""): 0.7}
+
+
+def test_counters_with_and_without_total():
+    v1, _ = values('vllm:num_preemptions_total{model_name="m"} 3\n')
+    v2, _ = values('vllm:num_preemptions{model_name="m"} 3\n')
+    assert v1 == v2 == {("llm_preemptions_total", ""): 3}
+
+
+def test_sglang_tp_ranks_are_deduplicated_and_vllm_engines_summed():
+    sg = "\n".join(f'sglang:num_running_reqs{{model_name="m",tp_rank="{r}",pp_rank="0"}} 10' for r in range(4))
+    assert values(sg)[0] == {("llm_requests_running", ""): 10}
+    vl = 'vllm:num_requests_running{engine="0",model_name="m"} 3\nvllm:num_requests_running{engine="1",model_name="m"} 4\n'
+    vl += 'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.2\nvllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.6\n'
+    v, _ = values(vl)
+    assert v[("llm_requests_running", "")] == 7 and v[("llm_kv_cache_usage_ratio", "")] == 0.6
+
+
+def test_triton_milliseconds_become_seconds():
+    text = """nv_inference_first_response_histogram_ms_bucket{model="m",version="1",le="100"} 3
+nv_inference_first_response_histogram_ms_bucket{model="m",version="1",le="500"} 8
+nv_inference_first_response_histogram_ms_bucket{model="m",version="1",le="+Inf"} 9
+nv_inference_first_response_histogram_ms_sum{model="m",version="1"} 2500
+nv_inference_first_response_histogram_ms_count{model="m",version="1"} 9
+"""
+    v, _ = values(text)
+    assert v[("llm_time_to_first_token_seconds_bucket", 'le="0.1"')] == 3
+    assert v[("llm_time_to_first_token_seconds_bucket", 'le="0.5"')] == 8
+    assert v[("llm_time_to_first_token_seconds_sum", "")] == 2.5
+
+
+def test_unknown_dialect_and_truncated_histograms():
+    with pytest.raises(UnknownDialect):
+        normalize("node_load1 0.5\n# garbage\n\x00\x01")
+    with pytest.raises(UnknownDialect):
+        normalize("vllm:num_requests_running 1\n", "tgi")
+    text = 'vllm:num_requests_running{model_name="m"} 1\nvllm:e2e_request_latency_seconds_bucket{le="1.0",model_name="m"} 2\n'
+    v, n = values(text)
+    assert ("llm_e2e_request_latency_seconds_bucket", 'le="1.0"') not in v
+    assert n.errors["truncated_histogram"] == 1
+
+
+def _golden(path):
+    n = normalize(path.read_text())
+    lines = n.lines(labels(("model", "deployment", "replica"), (n.model or "tgi-model", "d", "d-0")))
+    return render((s, lines.get(s.name, ())) for s in ENGINE)
+
+
+ALL = [*sorted(SAMPLES.glob("*.txt")), FIXTURES / "vllm_v1_simulated.txt", FIXTURES / "tgi_synthetic.txt"]
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_output_parses_and_matches_golden(path):
+    out = _golden(path)
+    fams = list(text_string_to_metric_families(out))
+    assert fams and all(f.name.startswith("llm_") for f in fams)
+    golden = FIXTURES / "golden" / (path.stem + ".prom")
+    assert out == golden.read_text(), f"regenerate with: python -m tests.exporters.test_normalize > {golden}"
+    if shutil.which("promtool"):
+        r = subprocess.run(["promtool", "check", "metrics"], input=out, capture_output=True, text=True)
+        assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+
+
+def test_cli_normalize(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "goodput", "exporter", "engine", "normalize",
+                        str(SAMPLES / "sglang_docs_production_metrics.txt"), "--deployment", "chat", "--replica", "chat-0"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0
+    assert 'llm_requests_waiting{model="meta-llama/Llama-3.1-8B-Instruct",deployment="chat",replica="chat-0"} 2826.0' in r.stdout
+    bad = tmp_path / "bad.txt"
+    bad.write_text("<html>not metrics</html>")
+    r = subprocess.run([sys.executable, "-m", "goodput", "exporter", "engine", "normalize", str(bad)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "bad.txt" in r.stderr
+
+
+if __name__ == "__main__":  # regenerate the golden files
+    (FIXTURES / "golden").mkdir(exist_ok=True)
+    for p in ALL:
+        (FIXTURES / "golden" / (p.stem + ".prom")).write_text(_golden(p))
