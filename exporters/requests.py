@@ -56,6 +56,9 @@ class RequestMetrics:
         self.traffic: dict[str, float] = defaultdict(float)
         self.hists: dict[tuple[str, str, str], dict[str, Histogram]] = {}
         self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # segment spans usually end (and are exported) before their root: hold them until it arrives
+        self.children: OrderedDict[str, dict[str, Span]] = OrderedDict()
+        self.max_pending_traces = 100_000
         self.dedupe_window = dedupe_window
         self.received = 0
         self.duplicates = 0
@@ -83,13 +86,18 @@ class RequestMetrics:
             while len(seen) > self.dedupe_window:
                 seen.popitem(last=False)
             self.received += len(spans)
-            children: dict[str, dict[str, Span]] = defaultdict(dict)
+            children = self.children
             for s in spans:
                 if s.parent_span_id:
-                    children[s.trace_id][s.name] = s
+                    kids = children.get(s.trace_id)
+                    if kids is None:
+                        kids = children[s.trace_id] = {}
+                    kids[s.name] = s
             for s in spans:
                 if s.name in ROOTS and not s.parent_span_id:
-                    self._count(s, children.get(s.trace_id, {}))
+                    self._count(s, children.pop(s.trace_id, {}))
+            while len(children) > self.max_pending_traces:
+                children.popitem(last=False)  # children whose root never came
 
     def _count(self, root: Span, kids: dict[str, Span]) -> None:
         a = root.attributes

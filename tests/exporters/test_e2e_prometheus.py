@@ -1,0 +1,106 @@
+"""End to end: the live simulated fleet -> engine and request exporters -> a real Prometheus on loopback."""
+
+import copy
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from exporters.config import load_targets
+from exporters.engine import EngineExporter
+from exporters.exposition import CONTENT_TYPE
+from exporters.http import Server
+from exporters.requests import RequestMetrics, TraceReceiver
+from exporters.trace_store import TraceStore
+from simulator.live import LiveFleet
+from simulator.span_sink import SpanSink
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
+
+pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+
+
+def _query(base, q):
+    r = httpx.get(f"{base}/api/v1/query", params={"query": q}, timeout=5)
+    r.raise_for_status()
+    return r.json()["data"]["result"]
+
+
+def _wait(base, q, ok, timeout=40.0):
+    deadline = time.monotonic() + timeout
+    res = []
+    while time.monotonic() < deadline:
+        try:
+            res = _query(base, q)
+        except httpx.HTTPError:  # Prometheus still starting
+            res = []
+        if ok(res):
+            return res
+        time.sleep(0.5)
+    raise AssertionError(f"{q} never satisfied the check; last result {res}")
+
+
+def test_fleet_to_exporters_to_prometheus(tmp_path):
+    dep = copy.deepcopy(BASE_DEPLOYMENT)
+    rag = dict(copy.deepcopy(BASE_DEPLOYMENT), name="rag", replicas=1, router="kv-aware")
+    chat = copy.deepcopy(BASE_WORKLOAD)
+    chat["arrival"]["rate"] = 6.0
+    wrag = dict(copy.deepcopy(BASE_WORKLOAD), name="rag", scene="rag", tier="P1", deployment="rag",
+                tenants={"hooli": 1.0}, arrival={"process": "poisson", "rate": 2.0})
+    cfg = make_fleet(deployments=[dep, rag], workloads=[chat, wrag])
+
+    metrics = RequestMetrics()
+    store = TraceStore(tmp_path / "store", flush_interval_s=1.0).start()
+    recv = TraceReceiver(metrics, store)
+    otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): lambda h, b: recv.handle(
+        h.headers.get("Content-Type", ""), "", b)}).start()
+    req_srv = Server("127.0.0.1", 0, {("GET", "/metrics"): lambda h, b: (
+        200, CONTENT_TYPE, metrics.render(store).encode(), {})}).start()
+    sink = SpanSink(cfg, 1, f"{otlp.url}/v1/traces", None, interval_s=0.5)
+    live = LiveFleet(cfg, base_port=free_port_block(3), targets=tmp_path / "targets.yaml", sink=sink)
+    live.start()
+    engine = EngineExporter(load_targets(tmp_path / "targets.yaml"), interval_s=1.0)
+    engine.start()
+    eng_srv = Server("127.0.0.1", 0, {("GET", "/metrics"): lambda h, b: (
+        200, CONTENT_TYPE, engine.render().encode(), {})}).start()
+
+    prom_port = free_port_block(1)
+    (tmp_path / "prometheus.yml").write_text(f"""
+global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+scrape_configs:
+  - job_name: engine
+    static_configs: [{{targets: ['{eng_srv.url.removeprefix("http://")}']}}]
+  - job_name: requests
+    static_configs: [{{targets: ['{req_srv.url.removeprefix("http://")}']}}]
+""")
+    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{prom_port}"
+    try:
+        up = _wait(base, "sum by (deployment) (llm_engine_up)", lambda r: len(r) == 2 and all(x["value"][1] != "0" for x in r))
+        assert {x["metric"]["deployment"]: float(x["value"][1]) for x in up} == {"chat": 2.0, "rag": 1.0}
+        avail = _wait(base, 'llm_deployment_replicas{state="available"}', lambda r: len(r) == 2)
+        assert {x["metric"]["deployment"]: float(x["value"][1]) for x in avail} == {"chat": 2.0, "rag": 1.0}
+        per_replica = _wait(base, "llm_generation_tokens_total", lambda r: len(r) == 3)
+        assert {x["metric"]["replica"] for x in per_replica} == {"chat-0", "chat-1", "rag-0"}
+        assert all(x["metric"]["model"] == "Llama-3.1-8B" for x in per_replica)
+        tenants = _wait(base, "sum by (tenant, deployment) (llm_gateway_requests_total)",
+                        lambda r: {x["metric"]["tenant"] for x in r} >= {"acme", "globex", "hooli"})
+        by = {(x["metric"]["tenant"], x["metric"]["deployment"]) for x in tenants}
+        assert ("hooli", "rag") in by and ("acme", "chat") in by and ("hooli", "chat") not in by
+        p90 = _wait(base, "histogram_quantile(0.9, sum by (le, deployment) "
+                          "(rate(llm_gateway_time_to_first_token_seconds_bucket[20s])))",
+                    lambda r: any(x["value"][1] not in ("NaN", "+Inf") for x in r))
+        assert all(0 < float(x["value"][1]) < 5 for x in p90 if x["value"][1] != "NaN")
+        kv = _wait(base, "max by (deployment) (llm_kv_cache_usage_ratio)", lambda r: len(r) == 2)
+        assert all(0 <= float(x["value"][1]) <= 1 for x in kv)
+    finally:
+        prom.terminate()
+        prom.wait(timeout=20)
+        engine.stop()
+        live.close()
+        for s in (eng_srv, req_srv, otlp):
+            s.stop()
+        store.close()
