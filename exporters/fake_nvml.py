@@ -20,8 +20,8 @@ Described in YAML::
       - {at: 30, gpu: 1, kind: lost}                        # NVMLError_GpuIsLost from then on
       - {at: 10, gpu: 0, kind: xid, xid: 79}                # one XID critical error event
 
-A ``driver`` callable (gpu index -> dict of the same keys) overrides values live, which is how the
-simulated fleet makes GPU memory and utilisation follow its load.
+A ``driver`` callable (gpu index -> dict of the same keys, plus ``lost: true``) overrides values live,
+which is how the simulated fleet makes GPU memory and utilisation follow its load.
 """
 
 from __future__ import annotations
@@ -99,6 +99,8 @@ class FakeNvml:
     def _gpu(self, h: _Handle) -> dict[str, Any]:
         if not self.initialized:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        if self.driver is not None and (self.driver(h.index) or {}).get("lost"):
+            raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         for f in self.faults:
             if f["kind"] == "lost" and f["gpu"] == h.index and f["at"] <= self._now():
                 raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)

@@ -159,7 +159,8 @@ def test_cli_normalize(tmp_path):
                         str(SAMPLES / "sglang_docs_production_metrics.txt"), "--deployment", "chat", "--replica", "chat-0"],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0
-    assert 'llm_requests_waiting{model="meta-llama/Llama-3.1-8B-Instruct",deployment="chat",replica="chat-0"} 2826.0' in r.stdout
+    want = 'llm_requests_waiting{model="meta-llama/Llama-3.1-8B-Instruct",deployment="chat",replica="chat-0"} 2826.0'
+    assert want in r.stdout
     bad = tmp_path / "bad.txt"
     bad.write_text("<html>not metrics</html>")
     r = subprocess.run([sys.executable, "-m", "goodput", "exporter", "engine", "normalize", str(bad)],

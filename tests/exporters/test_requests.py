@@ -19,7 +19,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.exposition import CONTENT_TYPE
 from exporters.http import Server
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
@@ -105,7 +104,8 @@ def test_official_otel_sdk_exporter_protobuf(tmp_path):
             "gen_ai.usage.output_tokens": 11})
         ctx = __import__("opentelemetry.trace", fromlist=["set_span_in_context"]).set_span_in_context(root)
         bounds = [t0, t0 + 2_000_000, t0 + 50_000_000, t0 + 300_000_000, t0 + 800_000_000, t0 + 801_000_000]
-        for name, a, b in zip(["llm.gateway", "llm.queue", "llm.prefill", "llm.decode", "llm.send"], bounds, bounds[1:]):
+        names = ["llm.gateway", "llm.queue", "llm.prefill", "llm.decode", "llm.send"]
+        for name, a, b in zip(names, bounds, bounds[1:], strict=False):
             tr.start_span(name, context=ctx, start_time=a).end(end_time=b)
         root.end(end_time=bounds[-1])
         tp.shutdown()

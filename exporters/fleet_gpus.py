@@ -1,0 +1,51 @@
+"""Fake GPUs for the live simulated fleet: one per replica and TP rank, their load following the engine's.
+
+Utilisation follows the running batch, memory the weights plus the KV blocks in use, and a lost
+replica's GPUs report ``NVMLError_GpuIsLost`` — so the GPU exporter and the GPU alerts have something
+true to say in the demo.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporters.fake_nvml import FakeNvml
+from exporters.gpu import DeploymentMapping
+from simulator.catalog import gpus
+from simulator.live import LiveFleet
+
+__all__ = ["NVML_NAMES", "fleet_gpus"]
+
+NVML_NAMES = {"H100-80GB-SXM": "NVIDIA H100 80GB HBM3", "A100-80GB": "NVIDIA A100-SXM4-80GB",
+              "H200-141GB": "NVIDIA H200", "L40S-48GB": "NVIDIA L40S"}
+
+
+def fleet_gpus(live: LiveFleet) -> tuple[FakeNvml, DeploymentMapping]:
+    slots = []  # (deployment, replica index, tp rank)
+    spec_gpus = []
+    for dep in live.fleet.deployments:
+        gpu = gpus()[dep.cfg.gpu]
+        for r in range(dep.cfg.replicas):
+            for rank in range(dep.cfg.tp):
+                slots.append((dep, r, rank))
+                spec_gpus.append({"name": NVML_NAMES.get(gpu.name, gpu.name), "memory_total_bytes": gpu.memory_bytes,
+                                  "uuid": f"GPU-5e1a{len(slots):04x}-0000-4000-8000-{len(slots):012x}"})
+
+    def driver(i: int) -> dict[str, Any]:
+        dep, r, _rank = slots[i]
+        if r >= len(dep.replicas):
+            return {}
+        rep = dep.replicas[r]
+        if not rep.alive:
+            return {"lost": True}
+        running = len(rep.running)
+        util = 0.0 if not running else min(0.99, 0.55 + 0.45 * min(1.0, running / 48))
+        b = dep.cfg.budget
+        used = b.weights + b.reserve + b.kv * rep.kv_usage
+        return {"utilization": util, "memory_used_bytes": int(used), "power_watts": 90 + 600 * util,
+                "temperature_celsius": int(35 + 40 * util),
+                "processes": [{"pid": 20000 + i, "used_memory_bytes": int(used)}]}
+
+    static = {i: (dep.cfg.name, f"{dep.cfg.name}-{r}") for i, (dep, r, _) in enumerate(slots)}
+    spec = {"driver_version": "550.54.15", "hostname": "goodput-demo", "gpus": spec_gpus}
+    return FakeNvml(spec, driver=lambda i: driver(i)), DeploymentMapping(static=static)
