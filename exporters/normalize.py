@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cache
 
+from exporters.catalog import ENGINE
 from exporters.dialects import DIALECTS, PREFIXES, Rule
 from exporters.exposition import escape, fmt_float
 
@@ -44,22 +45,54 @@ class Normalized:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One rule applied to one sample name, with everything the hot loop needs precomputed."""
+
+    slot: int  # index of (target family, priority) in the dialect's slot list
+    sample: str  # canonical sample name written
+    part: int
+    special: int  # 0 plain, 1 info_capacity, 2 tokens_capacity, 3 trt_capacity
+    scale: float
+    where: str | None
+    extra: str  # fixed extra labels ('finished_reason="stop"', 'block_size="1"') or ""
+    pass_reason: bool
+    agg_max: bool
+    rule: Rule
+
+
+_SPECIAL = {"info_capacity": 1, "tokens_capacity": 2, "trt_capacity": 3}
+
+
 @cache
-def _table(dialect: str) -> dict[str, tuple[tuple[Rule, int], ...]]:
-    table: dict[str, list[tuple[Rule, int]]] = defaultdict(list)
+def _table(dialect: str) -> tuple[dict[str, tuple[_Op, ...]], tuple[tuple[str, int], ...]]:
+    """Sample name -> operations, and the (target family, priority) slots they write to."""
+    slots: list[tuple[str, int]] = []
+    table: dict[str, list[_Op]] = defaultdict(list)
     for rule in DIALECTS[dialect]:
-        s = rule.source
+        key = (rule.target, rule.priority)
+        if key not in slots:
+            slots.append(key)
+        slot = slots.index(key)
+        extra = 'block_size="1"' if rule.kind == "tokens_capacity" else (
+            f'finished_reason="{rule.reason}"' if rule.reason else "")
+
+        def op(part: int, sample: str, rule=rule, slot=slot, extra=extra) -> _Op:
+            return _Op(slot, sample, part, _SPECIAL.get(rule.kind, 0), rule.scale, rule.where, extra,
+                       rule.pass_reason, rule.agg == "max", rule)
+
+        s, t = rule.source, rule.target
         if rule.kind == "counter":
-            table[s + "_total"].append((rule, VALUE))
-            table[s].append((rule, VALUE))
+            table[s + "_total"].append(op(VALUE, t))
+            table[s].append(op(VALUE, t))
         elif rule.kind == "histogram":
             for part in (BUCKET, SUM, COUNT):
-                table[s + _SUFFIX[part]].append((rule, part))
+                table[s + _SUFFIX[part]].append(op(part, t + _SUFFIX[part]))
         elif rule.kind == "sum_as_counter":
-            table[s + "_sum"].append((rule, VALUE))
+            table[s + "_sum"].append(op(VALUE, t))
         else:
-            table[s].append((rule, VALUE))
-    return {k: tuple(v) for k, v in table.items()}
+            table[s].append(op(VALUE, t))
+    return {k: tuple(v) for k, v in table.items()}, tuple(slots)
 
 
 def _label(labels: str, name: str) -> str | None:
@@ -81,12 +114,16 @@ def _label(labels: str, name: str) -> str | None:
 
 
 def detect_dialect(text: str) -> str:
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        for prefix, dialect in PREFIXES:
-            if line.startswith(prefix):
-                return dialect
+    """The engine of the first sample line that names one (lines are scanned lazily, not split)."""
+    pos, n = 0, len(text)
+    while pos < n:
+        end = text.find("\n", pos)
+        end = n if end < 0 else end
+        if end > pos and text[pos] != "#":
+            for prefix, dialect in PREFIXES:
+                if text.startswith(prefix, pos):
+                    return dialect
+        pos = end + 1
     raise UnknownDialect("no vLLM, SGLang, TGI or Triton/TensorRT-LLM metric in the text")
 
 
@@ -96,13 +133,14 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
         dialect = detect_dialect(text)
     elif dialect not in DIALECTS:
         raise UnknownDialect(f"unknown engine {dialect!r}; use auto, {', '.join(DIALECTS)}")
-    table = _table(dialect)
-    acc: dict[tuple[str, int], dict[tuple[str, str], float]] = defaultdict(dict)
+    table, slots = _table(dialect)
+    acc: list[dict[tuple[str, str], float]] = [{} for _ in slots]
     errors: dict[str, int] = defaultdict(int)
     trt: dict[str, float] = {}
     model = None
     samples = 0
     label = _label
+    les = _LE_CACHE
     ranked = dialect == "sglang"  # SGLang exports one series per TP / PP rank
     for line in text.split("\n"):
         if not line or line[0] == "#":
@@ -110,18 +148,16 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
         samples += 1
         brace = line.find("{")
         if brace >= 0:
-            name = line[:brace]
-            entries = table.get(name)
-            if entries is None:
+            ops = table.get(line[:brace])
+            if ops is None:
                 continue
             close = line.rfind("}")
             labels = line[brace + 1:close]
             rest = line[close + 1:]
         else:
             sp = line.find(" ")
-            name = line[:sp]
-            entries = table.get(name)
-            if entries is None:
+            ops = table.get(line[:sp])
+            if ops is None:
                 continue
             labels = ""
             rest = line[sp:]
@@ -139,67 +175,73 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
                 continue
             if model is None:
                 model = label(labels, "model_name") or label(labels, "model")
-        for rule, part in entries:
-            if rule.where is not None and not _has(labels, rule.where):
+        for op in ops:
+            if op.where is not None and not _has(labels, op.where):
                 continue
-            kind = rule.kind
-            target = rule.target
-            extra = ""
-            if kind == "info_capacity":
-                blocks, size = label(labels, rule.blocks_label), label(labels, rule.size_label)
-                try:
-                    value = float(blocks)
-                except (TypeError, ValueError):
-                    errors["parse"] += 1
-                    continue
-                extra = f'block_size="{escape(size or "")}"'
-            elif kind == "tokens_capacity":
-                extra = 'block_size="1"'
-            elif kind == "trt_capacity":
-                trt[label(labels, "kv_cache_block_type") or ""] = value
-                continue
-            elif rule.pass_reason or rule.reason:
-                reason = rule.reason or label(labels, "finished_reason") or "unknown"
-                extra = f'finished_reason="{escape(reason)}"'
+            extra = op.extra
+            v = value
+            part = op.part
             if part == BUCKET:
-                le = label(labels, "le")
-                if le is None:
+                i = labels.find('le="')
+                while i > 0 and labels[i - 1] != ",":
+                    i = labels.find('le="', i + 1)
+                if i < 0:
                     errors["parse"] += 1
                     continue
-                le = le if le == "+Inf" else fmt_float(float(le) * rule.scale)
-                extra = f'le="{le}"'
-                sample = target + "_bucket"
-            elif part == SUM:
-                value *= rule.scale
-                sample = target + "_sum"
-            elif part == COUNT:
-                sample = target + "_count"
+                raw = labels[i + 4:labels.find('"', i + 4)]
+                extra = les.get((raw, op.scale))
+                if extra is None:
+                    try:
+                        le = "+Inf" if raw == "+Inf" else fmt_float(float(raw) * op.scale)
+                        extra = les[(raw, op.scale)] = f'le="{le}"'
+                    except ValueError:
+                        errors["parse"] += 1
+                        continue
+            elif op.special:
+                if op.special == 1:
+                    try:
+                        v = float(label(labels, op.rule.blocks_label))
+                    except (TypeError, ValueError):
+                        errors["parse"] += 1
+                        continue
+                    extra = f'block_size="{escape(label(labels, op.rule.size_label) or "")}"'
+                elif op.special == 3:
+                    trt[label(labels, "kv_cache_block_type") or ""] = value
+                    continue
             else:
-                value *= rule.scale
-                sample = target
-            bucket = acc[(target, rule.priority)]
-            key = (sample, extra)
-            if key in bucket:
-                bucket[key] = max(bucket[key], value) if rule.agg == "max" else bucket[key] + value
+                if part != COUNT:
+                    v = value * op.scale
+                if op.pass_reason:
+                    extra = f'finished_reason="{escape(label(labels, "finished_reason") or "unknown")}"'
+            bucket = acc[op.slot]
+            key = (op.sample, extra)
+            old = bucket.get(key)
+            if old is None:
+                bucket[key] = v
             else:
-                bucket[key] = value
+                bucket[key] = max(old, v) if op.agg_max else old + v
     if "max" in trt:
         size = trt.get("tokens_per")
-        acc[("llm_kv_cache_capacity_blocks", 0)][("llm_kv_cache_capacity_blocks",
-                                                  f'block_size="{int(size) if size else ""}"')] = trt["max"]
+        slot = slots.index(("llm_kv_cache_capacity_blocks", 0))
+        acc[slot][("llm_kv_cache_capacity_blocks", f'block_size="{int(size) if size else ""}"')] = trt["max"]
     families: dict[str, dict[tuple[str, str], float]] = {}
     best: dict[str, int] = {}
-    for (target, prio), samples_ in acc.items():
-        if target not in best or prio > best[target]:
+    for (target, prio), samples_ in zip(slots, acc, strict=True):
+        if samples_ and (target not in best or prio > best[target]):
             best[target] = prio
             families[target] = samples_
-    for fam in [f for f, s in families.items() if any(n.endswith("_bucket") for n, _ in s)]:
-        if not _complete_histogram(families[fam]):
-            del families[fam]
+    for fam in [f for f in families if f in _HISTOGRAMS]:
+        got = families[fam]
+        if (fam + "_bucket", 'le="+Inf"') not in got or (fam + "_count", "") not in got or (fam + "_sum", "") not in got:
+            del families[fam]  # a truncated histogram would break histogram_quantile; drop it whole
             errors["truncated_histogram"] += 1
     if not families:
         raise UnknownDialect(f"no metric of the {dialect} engine in the text")
     return Normalized(dialect, model, families, samples, dict(errors))
+
+
+_LE_CACHE: dict[tuple[str, float], str] = {}
+_HISTOGRAMS = frozenset(m.name for m in ENGINE if m.type == "histogram")
 
 
 def _has(labels: str, pair: str) -> bool:
@@ -209,9 +251,3 @@ def _has(labels: str, pair: str) -> bool:
             return True
         i = labels.find(pair, i + 1)
     return False
-
-
-def _complete_histogram(samples: dict[tuple[str, str], float]) -> bool:
-    names = {n for n, _ in samples}
-    has_inf = any(e == 'le="+Inf"' for n, e in samples if n.endswith("_bucket"))
-    return has_inf and any(n.endswith("_count") for n in names) and any(n.endswith("_sum") for n in names)

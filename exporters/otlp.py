@@ -99,22 +99,15 @@ def _attrs_json(items: Any, where: str) -> dict[str, Any]:
         raise OtlpError(f"{where}: attributes must be a list")
     out = {}
     for kv in items:
-        if not isinstance(kv, dict) or "key" not in kv:
-            raise OtlpError(f"{where}: attribute without a key")
-        out[kv["key"]] = _any_json(kv.get("value", {}), f"{where}.{kv['key']}")
+        try:
+            key, v = kv["key"], kv["value"]
+        except (KeyError, TypeError):
+            raise OtlpError(f"{where}: attribute without a key or value") from None
+        if "stringValue" in v:  # the common case, without a call
+            out[key] = v["stringValue"]
+        else:
+            out[key] = _any_json(v, f"{where}.{key}")
     return out
-
-
-def _hex(v: Any, size: int, where: str, allow_empty: bool = False) -> str:
-    if v in (None, "") and allow_empty:
-        return ""
-    if not isinstance(v, str) or len(v) != size * 2:
-        raise OtlpError(f"{where}: expected {size * 2} hex digits, got {v!r}")
-    try:
-        int(v, 16)
-    except ValueError:
-        raise OtlpError(f"{where}: not hex: {v!r}") from None
-    return v.lower()
 
 
 def _int(v: Any, where: str) -> int:
@@ -127,13 +120,24 @@ def _int(v: Any, where: str) -> int:
 def span_from_dict(s: dict[str, Any], service: str, res: dict[str, Any], where: str) -> Span:
     if not isinstance(s, dict):
         raise OtlpError(f"{where}: span must be an object")
+    try:
+        trace_id, span_id, parent = s["traceId"], s["spanId"], s.get("parentSpanId") or ""
+        if len(trace_id) != 32 or len(span_id) != 16 or len(parent) not in (0, 16):
+            raise ValueError
+        int(trace_id, 16), int(span_id, 16), int(parent or "0", 16)
+    except (KeyError, TypeError, ValueError):
+        raise OtlpError(f"{where}: traceId must be 32 and spanId / parentSpanId 16 hex digits, got "
+                        f"{s.get('traceId')!r} / {s.get('spanId')!r} / {s.get('parentSpanId')!r}") from None
+    try:
+        start, end, kind = int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]), int(s.get("kind", 0))
+    except (KeyError, TypeError, ValueError):
+        raise OtlpError(f"{where}: startTimeUnixNano, endTimeUnixNano and kind must be integers") from None
     status = s.get("status") or {}
+    attrs = s.get("attributes")
     return Span(
-        _hex(s.get("traceId"), 16, f"{where}.traceId"), _hex(s.get("spanId"), 8, f"{where}.spanId"),
-        _hex(s.get("parentSpanId"), 8, f"{where}.parentSpanId", allow_empty=True), str(s.get("name", "")),
-        _int(s.get("kind", 0), f"{where}.kind"), _int(s.get("startTimeUnixNano"), f"{where}.startTimeUnixNano"),
-        _int(s.get("endTimeUnixNano"), f"{where}.endTimeUnixNano"), _int(status.get("code", 0), f"{where}.status.code"),
-        str(status.get("message", "")), service, _attrs_json(s.get("attributes") or [], f"{where}.attributes"), res,
+        trace_id.lower(), span_id.lower(), parent.lower(), str(s.get("name", "")), kind, start, end,
+        _int(status.get("code", 0), f"{where}.status.code"), str(status.get("message", "")), service,
+        _attrs_json(attrs, f"{where}.attributes") if attrs else {}, res,
     )
 
 

@@ -46,10 +46,23 @@ class StoreFull(Exception):
         self.retry_after = retry_after
 
 
+_HOUR_NS = 3_600_000_000_000
+
+
 def _text(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
+    return v if v.__class__ is str else ("true" if v else "false") if v.__class__ is bool else str(v)
+
+
+def _map_array(dicts: list[dict]) -> pa.MapArray:
+    """A map<string, string> column built from flat key and value lists (far cheaper than lists of pairs)."""
+    offsets, keys, values, n = [0], [], [], 0
+    for d in dicts:
+        keys.extend(d)
+        values.extend(map(_text, d.values()))
+        n += len(d)
+        offsets.append(n)
+    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
+                                   pa.array(values, pa.string()))
 
 
 class TraceStore:
@@ -138,21 +151,25 @@ class TraceStore:
             return len(batch)
 
     def _write(self, spans: list[Span]) -> None:
-        parts: dict[tuple[str, str], list[Span]] = {}
+        parts: dict[int, list[Span]] = {}
         for s in spans:
-            ts = datetime.fromtimestamp(s.start_ns / 1e9, UTC)
-            parts.setdefault((ts.strftime("%Y-%m-%d"), ts.strftime("%H")), []).append(s)
-        for (date, hour), rows in parts.items():
+            hour = s.start_ns // _HOUR_NS
+            rows = parts.get(hour)
+            if rows is None:
+                rows = parts[hour] = []
+            rows.append(s)
+        for hour, rows in parts.items():
             table = pa.table({
                 "trace_id": [s.trace_id for s in rows], "span_id": [s.span_id for s in rows],
                 "parent_span_id": [s.parent_span_id for s in rows], "name": [s.name for s in rows],
                 "kind": [s.kind for s in rows], "start_time_unix_nano": [s.start_ns for s in rows],
                 "end_time_unix_nano": [s.end_ns for s in rows], "status_code": [s.status_code for s in rows],
                 "status_message": [s.status_message for s in rows], "service_name": [s.service_name for s in rows],
-                "attributes": [[(k, _text(v)) for k, v in s.attributes.items()] for s in rows],
-                "resource": [[(k, _text(v)) for k, v in s.resource.items()] for s in rows],
+                "attributes": _map_array([s.attributes for s in rows]),
+                "resource": _map_array([s.resource for s in rows]),
             }, schema=SCHEMA)
-            d = self.root / f"date={date}" / f"hour={hour}"
+            ts = datetime.fromtimestamp(hour * 3600, UTC)
+            d = self.root / f"date={ts:%Y-%m-%d}" / f"hour={ts:%H}"
             d.mkdir(parents=True, exist_ok=True)
             self._seq += 1
             final = d / f"part-{int(time.time() * 1000)}-{os.getpid()}-{self._seq:06d}.parquet"

@@ -1,0 +1,221 @@
+"""Exporter benchmarks, each beside its baseline in the same run.
+
+1. Engine normalization throughput over the /metrics dumps of a 200-replica simulated vLLM fleet,
+   against parsing with ``prometheus_client.parser`` and re-exposing with prometheus_client.
+2. One scrape of the engine exporter's /metrics (real HTTP) while it serves those 200 replicas.
+3. OTLP receiver: sustained spans per second into the Parquet store, receiver pinned to one core,
+   client on the other, and a check that every acknowledged span is in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import duckdb
+import httpx
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.config import Target, Targets
+from exporters.engine import EngineExporter
+from exporters.exposition import CONTENT_TYPE
+from exporters.http import Server
+from exporters.normalize import normalize
+from simulator.config import parse_fleet
+from simulator.fleet import Fleet
+from simulator.records import RequestTable
+from simulator.spans import span_documents
+from simulator.vllm_metrics import VllmMetrics
+from simulator.workload import generate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fleet_dumps(replicas: int = 200, seconds: float = 120.0) -> list[str]:
+    """/metrics text of every replica of a simulated 8B fleet after ``seconds`` of Poisson chat load."""
+    cfg = parse_fleet({
+        "name": "bench-200", "seed": 2,
+        "deployments": [{"name": "chat", "model": "Llama-3.1-8B", "gpu": "H100-80GB-SXM", "replicas": replicas,
+                         "engine": {"prefix_cache": True}}],
+        "workloads": [{"name": "chat", "scene": "chat", "tier": "P0", "deployment": "chat", "tenants": {"t": 1},
+                       "input_tokens": {"p50": 800, "p95": 3000, "p99": 4000, "max": 8000},
+                       "output_tokens": {"p50": 150, "p95": 500, "p99": 700, "max": 1000},
+                       "arrival": {"process": "poisson", "rate": 3.0 * replicas}}],
+    }, "bench")
+    observers: dict[int, VllmMetrics] = {}
+
+    def factory(dep, idx):
+        m = VllmMetrics(dep.cfg.model, dep.cfg.engine, dep.num_blocks, dep.cfg.engine.max_model_len)
+        observers[idx] = m
+        return m
+
+    fleet = Fleet(cfg, generate(cfg, seconds, 2), observer_factory=factory)
+    fleet.run(seconds)
+    dumps = []
+    for rep in fleet.deployments[0].replicas:
+        m = observers[rep.index]
+        m.replica = rep
+        dumps.append(generate_latest(m.registry()).decode())
+    return dumps
+
+
+class _Families:
+    def __init__(self, fams):
+        self.fams = fams
+
+    def collect(self):
+        return self.fams
+
+
+def baseline(dumps: list[str]) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    samples = 0
+    for text in dumps:
+        fams = list(text_string_to_metric_families(text))
+        samples += sum(len(f.samples) for f in fams)
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(_Families(fams))
+        generate_latest(reg)
+    return samples, time.perf_counter() - t0
+
+
+def ours(dumps: list[str], rounds: int = 5) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    samples = 0
+    for _ in range(rounds):
+        for i, text in enumerate(dumps):
+            n = normalize(text)
+            n.lines(f'model="Llama-3.1-8B",deployment="chat",replica="chat-{i}"')
+            samples += n.samples_in
+    return samples, time.perf_counter() - t0
+
+
+def scrape_200(dumps: list[str], scrapes: int = 20) -> dict:
+    bodies = [d.encode() for d in dumps]
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = bodies[int(self.path.strip("/").split("/")[0])]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    engines = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    engines.daemon_threads = True
+    threading.Thread(target=engines.serve_forever, daemon=True).start()
+    port = engines.server_address[1]
+    targets = Targets(tuple(Target("chat", f"chat-{i}", f"http://127.0.0.1:{port}/{i}/metrics", "vllm", "Llama-3.1-8B")
+                            for i in range(len(dumps))), {"chat": len(dumps)})
+    exp = EngineExporter(targets, timeout_s=10)
+    t0 = time.perf_counter()
+    exp.scrape_once()
+    round_s = time.perf_counter() - t0
+    srv = Server("127.0.0.1", 0, {("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, exp.render().encode(), {})})
+    srv.start()
+    times, size, series = [], 0, 0
+    with httpx.Client() as client:
+        for _ in range(scrapes):
+            t = time.perf_counter()
+            r = client.get(f"{srv.url}/metrics")
+            times.append(time.perf_counter() - t)
+            size, series = len(r.content), sum(1 for ln in r.text.splitlines() if ln and ln[0] != "#")
+    srv.stop()
+    engines.shutdown()
+    up = sum(1 for s in exp.states if s.up)
+    return {"targets_up": up, "series": series, "bytes": size, "scrape_ms_median": round(statistics.median(times) * 1e3, 1),
+            "scrape_ms_max": round(max(times) * 1e3, 1), "background_round_s": round(round_s, 2)}
+
+
+def otlp_throughput(requests: int = 20_000) -> dict:
+    from simulator.run import simulate
+
+    cfg = parse_fleet({
+        "name": "bench-otlp", "seed": 3,
+        "deployments": [{"name": "chat", "model": "Llama-3.1-8B", "gpu": "H100-80GB-SXM", "replicas": 8}],
+        "workloads": [{"name": "chat", "scene": "chat", "tier": "P0", "deployment": "chat",
+                       "tenants": {f"tenant-{i}": 1 for i in range(20)},
+                       "input_tokens": {"p50": 800, "p95": 3000, "p99": 4000, "max": 8000},
+                       "output_tokens": {"p50": 150, "p95": 500, "p99": 700, "max": 1000},
+                       "arrival": {"process": "poisson", "rate": 40.0}}],
+    }, "bench")
+    res = simulate(cfg, requests / 40.0)
+    table: RequestTable = res.table
+    docs = list(span_documents(table))
+    spans_sent = sum(doc.count('"spanId"') for doc in docs)
+    store = Path(tempfile.mkdtemp(prefix="goodput-bench-store-"))
+    port, otlp = 19472, 14372
+    cmd = ["taskset", "-c", "0", sys.executable, "-m", "goodput", "exporter", "requests", "--store", str(store),
+           "--port", str(port), "--otlp-port", str(otlp), "--flush-interval", "2"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {1} if os.cpu_count() and os.cpu_count() > 1 else {0})
+    url = f"http://127.0.0.1:{otlp}/v1/traces"
+    with httpx.Client(timeout=30) as client:
+        for _ in range(100):
+            try:
+                client.get(f"http://127.0.0.1:{otlp}/healthz")
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        retries = 0
+        t0 = time.perf_counter()
+        for doc in docs:
+            while True:
+                r = client.post(url, content=doc, headers={"Content-Type": "application/json"})
+                if r.status_code == 200:
+                    break
+                retries += 1
+                time.sleep(float(r.headers.get("Retry-After", "1")))
+        accepted_s = time.perf_counter() - t0
+    proc.terminate()
+    proc.communicate(timeout=120)
+    total_s = time.perf_counter() - t0
+    stored = duckdb.sql(f"SELECT count(*) FROM (SELECT DISTINCT trace_id, span_id FROM "
+                        f"read_parquet('{store}/**/*.parquet', hive_partitioning=true))").fetchall()[0][0]
+    return {"spans_sent": spans_sent, "spans_in_store": stored, "retries_after_503": retries,
+            "accept_s": round(accepted_s, 2), "spans_per_s_acknowledged": round(spans_sent / accepted_s),
+            "spans_per_s_including_final_flush": round(spans_sent / total_s)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv if argv is not None else [])
+    dumps = fleet_dumps()
+    n_base, t_base = baseline(dumps)
+    n_ours, t_ours = ours(dumps)
+    out = {
+        "normalization": {
+            "dumps": len(dumps), "samples_per_dump": n_base // len(dumps),
+            "baseline_prometheus_client_samples_per_s": round(n_base / t_base),
+            "goodput_normalize_samples_per_s": round(n_ours / t_ours),
+            "speedup_x": round((n_ours / t_ours) / (n_base / t_base), 1),
+        },
+        "engine_exporter_scrape_200_replicas": scrape_200(dumps),
+        "otlp_receiver_one_core": otlp_throughput(),
+    }
+    print("exporter benchmarks")
+    print(json.dumps(out, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
