@@ -24,6 +24,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
     server_version = "goodput-exporter/0.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stall
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - signature of the base class
         pass

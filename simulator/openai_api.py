@@ -73,6 +73,7 @@ class Handler(BaseHTTPRequestHandler):
     server: ReplicaHTTPServer
     protocol_version = "HTTP/1.1"
     server_version = "goodput-sim/0.1"
+    disable_nagle_algorithm = True  # every SSE chunk goes out when written
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
         pass
