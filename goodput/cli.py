@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from exporters import cli as exporters_cli
-from goodput import __version__, demo
+from goodput import __version__, demo, rules_cli
 from simulator import cli as simulator_cli
 from simulator.errors import ConfigError
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     simulator_cli.register(sub)
     exporters_cli.register(sub)
+    rules_cli.register(sub)
     demo.register(sub)
     return parser
 

@@ -1,0 +1,397 @@
+"""Prometheus rules and the Alertmanager configuration, generated from one config file (rules/slos.yaml).
+
+Like the kubernetes-mixin, expressions only interpolate configuration, every alert has one shape
+(``severity``, a static ``summary``, a templated ``description``, a ``runbook_url`` built from one
+pattern, a ``dashboard`` link), and recording rules are named ``level:metric:operation``. The generated
+files are committed; a test regenerates them and fails when they are stale.
+
+``scale`` shrinks every range and ``for`` duration (a test-only variant for live tests with 1 s scrapes);
+the committed files use production durations.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporters.catalog import GATEWAY_BUCKETS
+from exporters.config import load_yaml
+from simulator.errors import ConfigError
+
+__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "load_spec", "write"]
+
+TIERS = ("P0", "P1", "P2")
+ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
+          "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow", "LLMEngineDown", "LLMExporterDown", "LLMGPULost",
+          "LLMGPUXidErrors", "Watchdog")
+# alerts about a deployment's queue and latency, silenced while its engine or GPU is down
+SYMPTOMS = ("LLMQueueWaitRisingReplicasShort", "LLMTTFTSLOBreachWithRejects", "LLMKVCacheAllocationFailures",
+            "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow")
+RULE_FILES = ("llm.rules.yaml", "slo.rules.yaml", "gpu.rules.yaml", "alerts.rules.yaml")
+# SRE workbook multi-window, multi-burn-rate table (30-day budget)
+BURN_WINDOWS = (
+    ("LLMSLOBurnRateFast", "page", "1h", "5m", 14.4, "2m"),
+    ("LLMSLOBurnRateFast", "page", "6h", "30m", 6.0, "15m"),
+    ("LLMSLOBurnRateSlow", "ticket", "1d", "2h", 3.0, "1h"),
+    ("LLMSLOBurnRateSlow", "ticket", "3d", "6h", 1.0, "3h"),
+)
+SLIS = {"ttft": "llm_gateway_time_to_first_token_seconds", "tpot": "llm_gateway_time_per_output_token_seconds"}
+
+
+@dataclass(frozen=True)
+class Slo:
+    tier: str
+    route: str
+    ttft_seconds: float
+    tpot_seconds: float
+    objective: float
+
+
+@dataclass(frozen=True)
+class Spec:
+    slos: tuple[Slo, ...]
+    thresholds: dict[str, Any]
+    alertmanager: dict[str, Any]
+    links: dict[str, str]
+
+
+def _bucket(v: float, src: str, key: str) -> float:
+    if not any(math.isclose(v, b) for b in GATEWAY_BUCKETS):
+        raise ConfigError(src, key, f"{v:g} s is not a bucket boundary of the request exporter "
+                                    f"({', '.join(f'{b:g}' for b in GATEWAY_BUCKETS)})")
+    return float(v)
+
+
+def load_spec(path: str | Path) -> Spec:
+    src = str(path)
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(src, "", "expected a mapping with slos, thresholds, alertmanager, links")
+    slos = []
+    seen = set()
+    for i, s in enumerate(data.get("slos") or []):
+        key = f"slos[{i}]"
+        if not isinstance(s, dict):
+            raise ConfigError(src, key, "expected a mapping")
+        if s.get("tier") not in TIERS:
+            raise ConfigError(src, f"{key}.tier", f"must be one of {', '.join(TIERS)}")
+        if not isinstance(s.get("route"), str) or not re.fullmatch(r"[a-z0-9_-]+", s["route"]):
+            raise ConfigError(src, f"{key}.route", "expected a route name ([a-z0-9_-]+)")
+        obj = s.get("objective")
+        if not isinstance(obj, (int, float)) or not 0 < obj < 1:
+            raise ConfigError(src, f"{key}.objective", "expected a number between 0 and 1 (exclusive)")
+        if (s["tier"], s["route"]) in seen:
+            raise ConfigError(src, key, f"duplicate SLO for tier {s['tier']} route {s['route']}")
+        seen.add((s["tier"], s["route"]))
+        slos.append(Slo(s["tier"], s["route"], _bucket(s.get("ttft_seconds", -1), src, f"{key}.ttft_seconds"),
+                        _bucket(s.get("tpot_seconds", -1), src, f"{key}.tpot_seconds"), float(obj)))
+    if not slos:
+        raise ConfigError(src, "slos", "at least one SLO is required")
+    th = data.get("thresholds") or {}
+    for k in ("queue_wait_p95_seconds", "rejection_ratio_min", "preemptions_per_second", "capacity_redundancy",
+              "autoscale_kv_target_ratio", "autoscale_queue_target_seconds", "critical_xids", "exporter_jobs"):
+        if k not in th:
+            raise ConfigError(src, f"thresholds.{k}", "is required")
+    missing = set(TIERS) - set(th["queue_wait_p95_seconds"] or {})
+    if missing:
+        raise ConfigError(src, "thresholds.queue_wait_p95_seconds", f"missing tiers {sorted(missing)}")
+    am = data.get("alertmanager") or {}
+    for r in ("pager", "ticket", "log"):
+        url = (am.get("receivers") or {}).get(r)
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(src, f"alertmanager.receivers.{r}", "expected an http(s) webhook URL")
+    links = data.get("links") or {}
+    return Spec(tuple(slos), th, am, {"runbook_base": links.get("runbook_base", "docs/runbooks/"),
+                                      "dashboard_base": links.get("dashboard_base", "")})
+
+
+# ---------------------------------------------------------------------- helpers
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _seconds(d: str) -> int:
+    return int(d[:-1]) * _UNITS[d[-1]]
+
+
+def _dur(d: str, scale: float) -> str:
+    """A duration, scaled for the test variant (never under 1 s)."""
+    if scale == 1.0:
+        return d
+    return f"{max(1, round(_seconds(d) * scale))}s"
+
+
+class _Builder:
+    def __init__(self, spec: Spec, scale: float) -> None:
+        self.spec, self.scale = spec, scale
+
+    def d(self, text: str) -> str:
+        """Scale every ``[5m]``-style range in an expression."""
+        return re.sub(r"\[(\d+[smhd])\]", lambda m: f"[{_dur(m.group(1), self.scale)}]", text)
+
+    def alert(self, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
+              labels: dict[str, str] | None = None, per_deployment: bool = True) -> dict:
+        base = self.spec.links
+        rule = {"alert": name, "expr": self.d(expr), "for": _dur(for_, self.scale),
+                "labels": {"severity": severity, **(labels or {})},
+                "annotations": {"summary": summary, "description": description,
+                                "runbook_url": f"{base['runbook_base']}{name}.md"}}
+        if base["dashboard_base"]:
+            rule["annotations"]["dashboard"] = base["dashboard_base"] + (
+                "?var-deployment={{ $labels.deployment }}" if per_deployment else "")
+        return rule
+
+    def record(self, name: str, expr: str, labels: dict[str, str] | None = None) -> dict:
+        rule = {"record": name, "expr": self.d(expr)}
+        if labels:
+            rule["labels"] = labels
+        return rule
+
+
+QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+LATENCY = ("llm_gateway_queue_wait_seconds", "llm_gateway_time_to_first_token_seconds",
+           "llm_gateway_time_per_output_token_seconds", "llm_gateway_e2e_latency_seconds")
+
+
+def _llm_rules(b: _Builder) -> dict:
+    th = b.spec.thresholds
+    rec = []
+    for metric in LATENCY:
+        for short, q in QUANTILES:
+            rec.append(b.record(f"deployment_tier:{metric}:{short}_5m",
+                                f"histogram_quantile({q}, sum by (le, deployment, tier) (rate({metric}_bucket[5m])))"))
+    rec.append(b.record("deployment_tier_route:llm_gateway_time_to_first_token_seconds:p99_5m",
+                        "histogram_quantile(0.99, sum by (le, deployment, tier, route) "
+                        "(rate(llm_gateway_time_to_first_token_seconds_bucket[5m])))"))
+    rec += [
+        b.record("deployment_tier:llm_gateway_input_tokens:rate5m",
+                 "sum by (deployment, tier) (rate(llm_gateway_input_tokens_total[5m]))"),
+        b.record("deployment_tier:llm_gateway_output_tokens:rate5m",
+                 "sum by (deployment, tier) (rate(llm_gateway_output_tokens_total[5m]))"),
+        b.record("deployment:llm_gateway_tokens:rate5m",
+                 "sum by (deployment) (deployment_tier:llm_gateway_input_tokens:rate5m)\n"
+                 "+ on (deployment)\nsum by (deployment) (deployment_tier:llm_gateway_output_tokens:rate5m)"),
+        b.record("deployment_tier:llm_gateway_requests:rate5m",
+                 "sum by (deployment, tier) (rate(llm_gateway_requests_total[5m]))"),
+        b.record("deployment_tier_reason:llm_gateway_rejections:ratio_rate5m",
+                 "sum by (deployment, tier, reason) (rate(llm_gateway_rejections_total[5m]))\n"
+                 "/ on (deployment, tier) group_left\ndeployment_tier:llm_gateway_requests:rate5m"),
+        b.record("deployment_tier:llm_gateway_rejections:ratio_rate5m",
+                 "sum by (deployment, tier) (rate(llm_gateway_rejections_total[5m]))\n"
+                 "/ on (deployment, tier)\ndeployment_tier:llm_gateway_requests:rate5m"),
+        b.record("deployment_tier:llm_gateway_timeouts:ratio_rate5m",
+                 'sum by (deployment, tier) (rate(llm_gateway_requests_total{outcome="timeout"}[5m]))\n'
+                 "/ on (deployment, tier)\ndeployment_tier:llm_gateway_requests:rate5m"),
+        b.record("deployment:llm_kv_cache_usage_ratio:max", "max by (deployment) (llm_kv_cache_usage_ratio)"),
+        b.record("deployment:llm_kv_cache_usage_ratio:avg", "avg by (deployment) (llm_kv_cache_usage_ratio)"),
+        b.record("deployment:llm_preemptions:rate5m", "sum by (deployment) (rate(llm_preemptions_total[5m]))"),
+        b.record("deployment:llm_gateway_kv_capacity_rejections:rate5m",
+                 'sum by (deployment) (rate(llm_gateway_rejections_total{reason="kv_capacity"}[5m]))'),
+        b.record("deployment:llm_replicas_available:max",
+                 'max by (deployment) (llm_deployment_replicas{state="available"})'),
+        b.record("deployment:llm_replicas_required:ceil",
+                 f"ceil(\n  deployment:llm_gateway_tokens:rate5m\n  / on (deployment)\n"
+                 f"  max by (deployment) (llm_capacity_replica_goodput_tokens_per_second)\n"
+                 f"  * {th['capacity_redundancy']}\n)"),
+        b.record("deployment_signal:llm_autoscale_desired_replicas:ceil", "deployment:llm_replicas_required:ceil",
+                 {"signal": "demand"}),
+        b.record("deployment_signal:llm_autoscale_desired_replicas:ceil",
+                 f"ceil(deployment:llm_replicas_available:max * on (deployment) deployment:llm_kv_cache_usage_ratio:avg"
+                 f" / {th['autoscale_kv_target_ratio']})", {"signal": "kv"}),
+        b.record("deployment_signal:llm_autoscale_desired_replicas:ceil",
+                 "ceil(\n  deployment:llm_replicas_available:max\n  * on (deployment)\n  clamp_min(max by (deployment) "
+                 f"(deployment_tier:llm_gateway_queue_wait_seconds:p95_5m) / {th['autoscale_queue_target_seconds']}, 1)\n)",
+                 {"signal": "queue"}),
+        b.record("deployment:llm_autoscale_desired_replicas:max",
+                 "clamp_min(max by (deployment) (deployment_signal:llm_autoscale_desired_replicas:ceil), 1)"),
+    ]
+    return {"groups": [{"name": "llm.recording", "rules": rec}]}
+
+
+def _slo_rules(b: _Builder) -> dict:
+    spec = b.spec
+    config, sli, alerts = [], [], []
+    for tier, secs in sorted(spec.thresholds["queue_wait_p95_seconds"].items()):
+        config.append(b.record("tier:llm_queue_wait_threshold_seconds:config", f"vector({float(secs)})", {"tier": tier}))
+    windows = sorted({w for _, _, long, short, _, _ in BURN_WINDOWS for w in (long, short)}, key=_seconds)
+    for slo in spec.slos:
+        lab = {"tier": slo.tier, "route": slo.route}
+        sel = f'tier="{slo.tier}",route="{slo.route}"'
+        config.append(b.record("tier_route:llm_slo_ttft_threshold_seconds:config", f"vector({slo.ttft_seconds})", lab))
+        config.append(b.record("tier_route:llm_slo_tpot_threshold_seconds:config", f"vector({slo.tpot_seconds})", lab))
+        config.append(b.record("tier_route:llm_slo_objective:config", f"vector({slo.objective})", lab))
+        for name, metric in SLIS.items():
+            le = repr(slo.ttft_seconds if name == "ttft" else slo.tpot_seconds)
+            for w in windows:
+                sli.append(b.record(
+                    f"deployment_tier_route:llm_slo_{name}_errors:ratio_rate{w}",
+                    f"1 - (\n  sum by (deployment, tier, route) (rate({metric}_bucket{{{sel},le=\"{le}\"}}[{w}]))\n"
+                    f"  /\n  sum by (deployment, tier, route) (rate({metric}_count{{{sel}}}[{w}]))\n)", lab))
+            sli.append(b.record(
+                f"deployment_tier_route:llm_slo_{name}:attainment_5m",
+                f"1 - deployment_tier_route:llm_slo_{name}_errors:ratio_rate5m{{{sel}}}", lab))
+    for name in SLIS:
+        for alert, severity, long, short, factor, for_ in BURN_WINDOWS:
+            expr = []
+            for slo in spec.slos:
+                budget = round(factor * (1 - slo.objective), 6)
+                sel = f'tier="{slo.tier}",route="{slo.route}"'
+                expr.append(f"(\n  deployment_tier_route:llm_slo_{name}_errors:ratio_rate{long}{{{sel}}} > {budget}\n"
+                            f"  and\n  deployment_tier_route:llm_slo_{name}_errors:ratio_rate{short}{{{sel}}} > {budget}\n)")
+            alerts.append(b.alert(
+                alert, "\nor\n".join(expr), for_, severity,
+                f"{name.upper()} SLO error budget is burning {factor:g}x too fast.",
+                f"{{{{ $labels.deployment }}}} tier {{{{ $labels.tier }}}} route {{{{ $labels.route }}}}: "
+                f"{{{{ $value | humanizePercentage }}}} of requests missed the {name.upper()} threshold over the last "
+                f"{_dur(long, b.scale)}, {factor:g}x the rate the objective allows (also over {_dur(short, b.scale)}).",
+                {"sli": name, "long_window": _dur(long, b.scale), "short_window": _dur(short, b.scale)}))
+    return {"groups": [{"name": "llm.slo.config", "rules": config}, {"name": "llm.slo.sli", "rules": sli},
+                       {"name": "llm.slo.burnrate", "rules": alerts}]}
+
+
+GPU_KEY = "gpu, uuid, instance"
+
+
+def _gpu_rules(b: _Builder) -> dict:
+    th = b.spec.thresholds
+    uuid = 'label_replace({m}, "uuid", "$1", "UUID", "(.+)")'
+    rec = [
+        b.record("gpu:llm_gpu_utilization:ratio",
+                 f"max by ({GPU_KEY}) (llm_gpu_utilization_ratio)\nor\n"
+                 f"max by ({GPU_KEY}) ({uuid.format(m='DCGM_FI_DEV_GPU_UTIL')}) / 100"),
+        b.record("gpu:llm_gpu_memory_used:bytes",
+                 f"max by ({GPU_KEY}) (llm_gpu_memory_used_bytes)\nor\n"
+                 f"max by ({GPU_KEY}) ({uuid.format(m='DCGM_FI_DEV_FB_USED')}) * 1048576"),
+        b.record("gpu:llm_gpu_lost:bool",
+                 f"max by ({GPU_KEY}) (llm_gpu_up == bool 0)\nor\n"
+                 f"max by ({GPU_KEY}) ({uuid.format(m='DCGM_FI_DEV_XID_ERRORS')} == bool 79)"),
+        b.record("gpu_xid:llm_gpu_xid_errors:increase5m",
+                 f"sum by ({GPU_KEY}, xid) (llm_gpu_xid_errors_total - (llm_gpu_xid_errors_total offset 5m or "
+                 f"llm_gpu_xid_errors_total * 0))\nor\nsum by ({GPU_KEY}, xid) (label_replace("
+                 f"{uuid.format(m='changes(DCGM_FI_DEV_XID_ERRORS[5m]) and DCGM_FI_DEV_XID_ERRORS > 0')}, "
+                 f'"xid", "$1", "err_code", "(.+)"))'),
+    ]
+    owner = (f"* on ({GPU_KEY}) group_left (deployment, replica)\n"
+             f"max by ({GPU_KEY}, deployment, replica) (llm_gpu_deployment_info)")
+    critical = "|".join(str(x) for x in th["critical_xids"])
+    lost = "gpu:llm_gpu_lost:bool == 1"
+    alerts = [
+        b.alert("LLMGPULost", f"({lost})\n{owner}\nor\n(({lost}) unless on ({GPU_KEY}) llm_gpu_deployment_info)",
+                "1m", "page", "A GPU is lost (fallen off the bus or unreadable).",
+                "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.instance }} cannot be read"
+                "{{ with $labels.deployment }}; deployment {{ . }} replica {{ $labels.replica }} runs on it{{ end }}."),
+        b.alert("LLMGPUXidErrors", f'(gpu_xid:llm_gpu_xid_errors:increase5m{{xid=~"{critical}"}} > 0)\n{owner}\nor\n'
+                f'(gpu_xid:llm_gpu_xid_errors:increase5m{{xid=~"{critical}"}} > 0 unless on ({GPU_KEY}) '
+                "llm_gpu_deployment_info)", "0m", "page", "A GPU reported a critical XID error.",
+                "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) reported XID {{ $labels.xid }} {{ $value }} time(s) in "
+                "5 minutes{{ with $labels.deployment }}; deployment {{ . }}{{ end }}."),
+        b.alert("LLMGPUXidErrors", f'(gpu_xid:llm_gpu_xid_errors:increase5m{{xid!~"{critical}"}} > 0)\n{owner}\nor\n'
+                f'(gpu_xid:llm_gpu_xid_errors:increase5m{{xid!~"{critical}"}} > 0 unless on ({GPU_KEY}) '
+                "llm_gpu_deployment_info)", "0m", "ticket", "A GPU reported an XID error.",
+                "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) reported XID {{ $labels.xid }} {{ $value }} time(s) in "
+                "5 minutes{{ with $labels.deployment }}; deployment {{ . }}{{ end }}."),
+    ]
+    return {"groups": [{"name": "llm.gpu.recording", "rules": rec}, {"name": "llm.gpu.alerts", "rules": alerts}]}
+
+
+def _alert_rules(b: _Builder) -> dict:
+    th = b.spec.thresholds
+    alerts = [
+        b.alert(
+            "LLMQueueWaitRisingReplicasShort",
+            "(\n  deployment_tier:llm_gateway_queue_wait_seconds:p95_5m\n    > on (tier) group_left\n"
+            "  tier:llm_queue_wait_threshold_seconds:config\n  and\n"
+            "  deriv(deployment_tier:llm_gateway_queue_wait_seconds:p95_5m[10m]) > 0\n)\nand on (deployment)\n(\n"
+            "  deployment:llm_replicas_available:max\n    < on (deployment)\n  deployment:llm_replicas_required:ceil\n)",
+            "5m", "page", "P95 queue wait is above its threshold and rising while replicas are short.",
+            "{{ $labels.deployment }} tier {{ $labels.tier }}: P95 queue wait {{ $value | humanizeDuration }} is above "
+            "the tier's threshold and still rising, with fewer available replicas than the demand requires."),
+        b.alert(
+            "LLMKVCacheAllocationFailures",
+            f"deployment:llm_preemptions:rate5m > {th['preemptions_per_second']}\nor\n"
+            "deployment:llm_gateway_kv_capacity_rejections:rate5m > 0",
+            "10m", "page", "KV-cache blocks cannot be allocated: sequences are preempted or rejected.",
+            "{{ $labels.deployment }}: {{ $value | humanize }}/s preemptions or KV-capacity rejections, sustained "
+            "for 10 minutes."),
+        b.alert(
+            "LLMTTFTSLOBreachWithRejects",
+            "(\n  deployment_tier_route:llm_gateway_time_to_first_token_seconds:p99_5m\n    > on (tier, route) group_left\n"
+            "  tier_route:llm_slo_ttft_threshold_seconds:config\n)\nand on (deployment, tier)\n(\n"
+            "  deriv(deployment_tier:llm_gateway_rejections:ratio_rate5m[10m]) > 0\n  and\n"
+            f"  deployment_tier:llm_gateway_rejections:ratio_rate5m > {th['rejection_ratio_min']}\n)",
+            "5m", "page", "P99 TTFT is over the SLO while the rejection rate grows.",
+            "{{ $labels.deployment }} tier {{ $labels.tier }} route {{ $labels.route }}: P99 TTFT "
+            "{{ $value | humanizeDuration }} is over the SLO threshold and rejections are rising."),
+        b.alert("LLMEngineDown", "llm_engine_up == 0", "2m", "page", "An inference engine does not answer its scrape.",
+                "Replica {{ $labels.replica }} of {{ $labels.deployment }} ({{ $labels.model }}) has not answered "
+                "the engine exporter for 2 minutes."),
+        b.alert("LLMExporterDown", f'up{{job=~"{th["exporter_jobs"]}"}} == 0', "5m", "ticket",
+                "A goodput exporter is down: its part of the fleet is invisible.",
+                "Prometheus cannot scrape {{ $labels.job }} at {{ $labels.instance }}.", per_deployment=False),
+        b.alert("Watchdog", "vector(1)", "0m", "info", "Always firing: proves the alerting pipeline works.",
+                "This alert fires all the time. If it stops arriving, Prometheus or Alertmanager is broken.",
+                per_deployment=False),
+    ]
+    return {"groups": [{"name": "llm.alerts", "rules": alerts}]}
+
+
+def _alertmanager(spec: Spec) -> dict:
+    am = spec.alertmanager
+    hook = lambda name: {"name": name, "webhook_configs": [  # noqa: E731
+        {"url": am["receivers"][name], "send_resolved": True, "max_alerts": 0}]}
+    return {
+        "global": {"resolve_timeout": "5m"},
+        "route": {
+            "receiver": "log", "group_by": ["alertname", "deployment"],
+            "group_wait": am.get("group_wait", "30s"), "group_interval": am.get("group_interval", "5m"),
+            "repeat_interval": am.get("repeat_interval", "4h"),
+            "routes": [
+                {"matchers": ['severity="page"', 'tier="P2"'], "receiver": "ticket"},  # offline work does not wake anyone
+                {"matchers": ['severity="page"'], "receiver": "pager"},
+                {"matchers": ['severity="ticket"'], "receiver": "ticket"},
+                {"matchers": ['severity="info"'], "receiver": "log"},
+            ],
+        },
+        "inhibit_rules": [{
+            "source_matchers": ['alertname=~"LLMEngineDown|LLMGPULost"'],
+            "target_matchers": [f'alertname=~"{"|".join(SYMPTOMS)}"'],
+            "equal": ["deployment"],
+        }],
+        "receivers": [hook("pager"), hook("ticket"), hook("log")],
+    }
+
+
+HEADER = "# Generated by `goodput rules generate` from rules/slos.yaml. Do not edit: edit the spec and regenerate.\n"
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper, data: str):
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def build(spec: Spec, scale: float = 1.0) -> dict[str, str]:
+    """File name -> YAML text of every generated file."""
+    b = _Builder(spec, scale)
+    docs = {"llm.rules.yaml": _llm_rules(b), "slo.rules.yaml": _slo_rules(b), "gpu.rules.yaml": _gpu_rules(b),
+            "alerts.rules.yaml": _alert_rules(b), "alertmanager.yaml": _alertmanager(spec)}
+    return {name: HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120) for name, doc in docs.items()}
+
+
+def write(spec: Spec, out: Path, scale: float = 1.0) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in build(spec, scale).items():
+        (out / name).write_text(text)
+        paths.append(out / name)
+    return paths

@@ -1,0 +1,43 @@
+"""``goodput rules generate``: rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rules", help="Prometheus rules and Alertmanager routes",
+                       description="Prometheus rules and the Alertmanager configuration, generated from one spec.")
+    rsub = p.add_subparsers(dest="rules_command", metavar="COMMAND")
+    rsub.required = True
+    g = rsub.add_parser("generate", help="write the rule files and alertmanager.yaml from the SLO spec",
+                        description="Generate rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml. "
+                                    "--check exits 1 (listing the files) when the committed files are stale.")
+    g.add_argument("--spec", type=Path, default=Path("rules/slos.yaml"), help="spec file (default rules/slos.yaml)")
+    g.add_argument("--out", type=Path, default=None, help="output directory (default: the spec's directory)")
+    g.add_argument("--check", action="store_true", help="only compare; exit 1 when a file differs")
+    g.add_argument("--scale-durations", type=float, default=1.0, metavar="FACTOR",
+                   help="multiply every range and `for` (test-only variants; keep 1 for real files)")
+    g.set_defaults(func=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from goodput.rulegen import build, load_spec, write
+
+    spec = load_spec(args.spec)
+    out = args.out or args.spec.parent
+    if args.check:
+        stale = [name for name, text in build(spec, args.scale_durations).items()
+                 if not (out / name).exists() or (out / name).read_text() != text]
+        for name in stale:
+            print(f"stale: {out / name}", file=sys.stderr)
+        if stale:
+            print("run `goodput rules generate` and commit the result", file=sys.stderr)
+        return 1 if stale else 0
+    for path in write(spec, out, args.scale_durations):
+        print(f"wrote {path}")
+    return 0
