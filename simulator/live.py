@@ -48,6 +48,7 @@ class ReplicaServer:
     name: str
     server: ReplicaHTTPServer | None = None
     thread: threading.Thread | None = None
+    started: bool = False  # once served, a replica stays in the targets file (a dead one shows as down)
     registry: object = field(default=None)
 
 
@@ -104,7 +105,8 @@ class LiveFleet:
                 changed = True
         for rs in self.servers:
             up = rs.replica.alive and rs.replica.available_from <= self.fleet.now
-            if up and rs.server is None:
+            if up and rs.server is None and not rs.started:
+                rs.started = True
                 rs.server = make_server(self.host, rs.port, self, rs)
                 rs.thread = threading.Thread(target=rs.server.serve_forever, name=rs.name, daemon=True)
                 rs.thread.start()
@@ -123,7 +125,7 @@ class LiveFleet:
             "targets": [
                 {"deployment": rs.deployment.cfg.name, "replica": rs.name, "model": rs.model, "engine": "vllm",
                  "url": f"http://{self.host}:{rs.port}/metrics"}
-                for rs in self.servers if rs.server is not None
+                for rs in self.servers if rs.started
             ],
             "deployments": {d.cfg.name: {"desired_replicas": d.cfg.replicas} for d in self.fleet.deployments},
         }
@@ -163,6 +165,17 @@ class LiveFleet:
                 self.advance()
                 self._sync_servers()
             self.stop_event.wait(0.002)
+
+    def kill_replica(self, deployment: str, index: int) -> None:
+        """The replica's engine dies now: its requests fail, its server stops (the targets file keeps it)."""
+        with self.lock:
+            now = self.advance()
+            dep = self.fleet.by_name[deployment]
+            rep = dep.replicas[index]
+            if rep.alive:
+                rep.fail_all(now)
+                dep.router.invalidate()
+            self._sync_servers()
 
     # ------------------------------------------------------------------ requests from HTTP
 

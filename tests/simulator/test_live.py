@@ -136,7 +136,7 @@ def test_promtool_reports_only_what_real_vllm_triggers(live):
             'vllm:iteration_tokens_total non-counter metrics should not have "_total" suffix'), ln
 
 
-def test_lost_replica_stops_serving_and_leaves_the_targets_file(live):
+def test_lost_replica_stops_serving_but_stays_a_target(live):
     lf, base, tmp = live
     deadline = time.monotonic() + 20
     while lf.virtual_now() < 7.0 and time.monotonic() < deadline:
@@ -145,8 +145,9 @@ def test_lost_replica_stops_serving_and_leaves_the_targets_file(live):
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{base + 1}/health", timeout=2)
     targets = yaml.safe_load((tmp / "targets.yaml").read_text())
-    assert [t["replica"] for t in targets["targets"]] == ["chat-0"]
-    assert targets["targets"][0]["url"] == f"http://127.0.0.1:{base}/metrics"
+    # the dead replica stays listed, so the engine exporter reports it down instead of forgetting it
+    assert [t["replica"] for t in targets["targets"]] == ["chat-0", "chat-1"]
+    assert targets["targets"][1]["url"] == f"http://127.0.0.1:{base + 1}/metrics"
     assert targets["deployments"]["chat"]["desired_replicas"] == 2
     assert httpx.get(f"http://127.0.0.1:{base}/health").status_code == 200
 

@@ -1,0 +1,59 @@
+"""A local Alertmanager webhook receiver: keeps what arrives per receiver path and logs pages.
+
+The demo points Alertmanager's pager, ticket and log receivers here (rules/alertmanager.yaml defaults to
+http://127.0.0.1:9095/{pager,ticket,log}); tests read ``received`` to see which alert reached which receiver.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+
+from exporters.http import Server
+
+__all__ = ["WebhookReceiver"]
+
+
+class WebhookReceiver:
+    def __init__(self, host: str = "127.0.0.1", port: int = 9095, paths: tuple[str, ...] = ("pager", "ticket", "log"),
+                 on_alert: Callable[[str, dict], None] | None = None) -> None:
+        self.received: dict[str, list[dict]] = defaultdict(list)  # receiver -> alerts (Alertmanager v4 payload items)
+        self.lock = threading.Lock()
+        self.on_alert = on_alert
+        routes = {("POST", f"/{p}"): self._route(p) for p in paths}
+        routes[("GET", "/healthz")] = lambda h, b: (200, "text/plain", b"ok\n", {})
+        self.server = Server(host, port, routes)
+
+    def _route(self, receiver: str):
+        def handle(h, body: bytes):
+            try:
+                doc = json.loads(body)
+                alerts = doc["alerts"]
+            except (ValueError, KeyError, TypeError):
+                return 400, "text/plain", b"expected an Alertmanager webhook payload\n", {}
+            with self.lock:
+                self.received[receiver].extend(alerts)
+            if self.on_alert is not None:
+                for a in alerts:
+                    self.on_alert(receiver, a)
+            return 200, "text/plain", b"ok\n", {}
+
+        return handle
+
+    def alerts(self, receiver: str, alertname: str | None = None, status: str = "firing") -> list[dict]:
+        with self.lock:
+            return [a for a in self.received[receiver]
+                    if a.get("status") == status and (alertname is None or a["labels"].get("alertname") == alertname)]
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> WebhookReceiver:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
