@@ -23,7 +23,7 @@ deps-debian:
 		apt-get update -qq && $(APT) install prometheus prometheus-alertmanager >/dev/null; \
 	fi
 
-demo: $(STAMP)
+demo: $(STAMP) deps-debian
 	$(BIN)/goodput demo
 
 test: $(STAMP) deps-debian

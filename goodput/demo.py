@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from exporters.config import load_targets
+from exporters.config import load_plan, load_targets
 from exporters.engine import EngineExporter
 from exporters.exposition import CONTENT_TYPE
 from exporters.fleet_gpus import fleet_gpus
@@ -20,6 +20,9 @@ from exporters.gpu import GpuCollector, Sampler
 from exporters.http import Server
 from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
+from goodput.rulegen import build, load_spec
+from goodput.stack import Process, alertmanager_available, prometheus_available, start_alertmanager, start_prometheus
+from goodput.webhook import WebhookReceiver
 from simulator.config import load_fleet
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
@@ -43,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine-port", type=int, default=9401)
     p.add_argument("--requests-port", type=int, default=9402)
     p.add_argument("--otlp-port", type=int, default=4318)
+    p.add_argument("--prometheus-port", type=int, default=9090)
+    p.add_argument("--alertmanager-port", type=int, default=9093)
+    p.add_argument("--webhook-port", type=int, default=9095, help="local receiver that logs pages (default 9095)")
+    p.add_argument("--plan", type=Path, default=Path("examples/plan.yaml"), help="capacity plan for the engine exporter")
+    p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus and Alertmanager")
     p.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this long")
     p.set_defaults(func=_demo)
@@ -81,15 +89,22 @@ class Demo:
         self.eng_srv = Server(host, args.engine_port, _routes(lambda: self.engine.render() if self.engine else ""))
         self.sampler: Sampler | None = None
         self._watch = threading.Event()
+        self.plan = load_plan(args.plan) if args.plan and args.plan.exists() else None
+        self.alerts_log = out / "alerts.log"
+        self.hook = WebhookReceiver(host, args.webhook_port, on_alert=self._log_alert)
+        self.processes: list[Process] = []
 
     def start(self) -> Demo:
         self.store.start()
         for s in (self.otlp, self.req_srv, self.gpu_srv, self.eng_srv):
             s.start()
         self.live.start()
-        self.engine = EngineExporter(load_targets(self.targets_path), interval_s=2.0)
+        self.engine = EngineExporter(load_targets(self.targets_path), self.plan, interval_s=2.0)
         self.engine.start()
         self.gpu.init()
+        self.hook.start()
+        if not self.args.no_prometheus and prometheus_available() and alertmanager_available():
+            self._start_prometheus()
         self.sampler = Sampler(self.gpu, 2.0).start()
         threading.Thread(target=self._follow_targets, daemon=True).start()
         return self
@@ -102,16 +117,48 @@ class Demo:
             if now != seen:
                 seen = now
                 old = self.engine
-                self.engine = EngineExporter(load_targets(self.targets_path), interval_s=2.0)
+                self.engine = EngineExporter(load_targets(self.targets_path), self.plan, interval_s=2.0)
                 self.engine.start()
                 old.stop()
 
+    def _start_prometheus(self) -> None:
+        """Prometheus with the committed rules; Alertmanager with routes whose webhooks reach the demo's receiver."""
+        a, out = self.args, self.args.out
+        spec = load_spec(Path("rules/slos.yaml"))
+        spec.alertmanager["receivers"] = {r: f"{self.hook.url}/{r}" for r in ("pager", "ticket", "log")}
+        (out / "alertmanager.yaml").write_text(build(spec)["alertmanager.yaml"])
+        am = start_alertmanager(out / "alertmanager", a.alertmanager_port, out / "alertmanager.yaml", a.host)
+        self.processes.append(am)
+        hp = lambda s: s.url.removeprefix("http://")  # noqa: E731
+        prom = start_prometheus(out / "prometheus", a.prometheus_port, {
+            "llm-gpu": [hp(self.gpu_srv)], "llm-engine": [hp(self.eng_srv)], "llm-requests": [hp(self.req_srv)]},
+            Path("rules"), hp(am), interval="5s", host=a.host)
+        self.processes.append(prom)
+        am.ready("/-/ready")
+        prom.ready("/-/ready")
+
+    def _log_alert(self, receiver: str, alert: dict) -> None:
+        labels = alert.get("labels", {})
+        line = (f"{alert.get('startsAt', '')} {receiver:6s} {alert.get('status', ''):8s} {labels.get('alertname', '')} "
+                + " ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname",)))
+        with self.alerts_log.open("a") as f:
+            f.write(line + "\n")
+        if receiver == "pager" and alert.get("status") == "firing":
+            print(f"PAGE: {line}", flush=True)
+
     def urls(self) -> dict[str, str]:
-        return {"gpu exporter": f"{self.gpu_srv.url}/metrics", "engine exporter": f"{self.eng_srv.url}/metrics",
+        urls = {"gpu exporter": f"{self.gpu_srv.url}/metrics", "engine exporter": f"{self.eng_srv.url}/metrics",
                 "request exporter": f"{self.req_srv.url}/metrics", "OTLP/HTTP traces": f"{self.otlp.url}/v1/traces"}
+        for p in self.processes:
+            urls[p.name] = p.url
+        urls["webhook receiver"] = f"{self.hook.url}/{{pager,ticket,log}}  (log: {self.alerts_log})"
+        return urls
 
     def stop(self) -> None:
         self._watch.set()
+        for proc in self.processes:
+            proc.stop()
+        self.hook.stop()
         if self.sampler:
             self.sampler.stop()
         if self.engine:
@@ -131,6 +178,9 @@ def _demo(args: argparse.Namespace) -> int:
             print(f"  {rs.name:24s} {rs.model:14s} http://{args.host}:{rs.port}/v1   /metrics")
         for name, url in demo.urls().items():
             print(f"  {name:24s} {url}")
+        if not demo.processes:
+            print("  (Prometheus and Alertmanager not started: install Debian's prometheus and "
+                  "prometheus-alertmanager, or drop --no-prometheus)")
         print(f"  targets file             {demo.targets_path}")
         print(f"  trace store              {args.out / 'traces'}")
         print("Ctrl-C to stop.", flush=True)

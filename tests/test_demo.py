@@ -1,5 +1,6 @@
 """`make demo` runs `goodput demo`: the fleet and the three exporters, reachable, stopping cleanly."""
 
+import shutil
 import subprocess
 import sys
 import time
@@ -10,12 +11,15 @@ from tests.conftest import REPO, free_port_block
 
 
 def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
-    base = free_port_block(12)
-    ports = {"gpu": base + 8, "engine": base + 9, "requests": base + 10, "otlp": base + 11}
+    base = free_port_block(15)
+    ports = {"gpu": base + 8, "engine": base + 9, "requests": base + 10, "otlp": base + 11, "prometheus": base + 12,
+             "alertmanager": base + 13, "webhook": base + 14}
     p = subprocess.Popen([sys.executable, "-m", "goodput", "demo", "--out", str(tmp_path), "--base-port", str(base),
                           "--gpu-port", str(ports["gpu"]), "--engine-port", str(ports["engine"]),
                           "--requests-port", str(ports["requests"]), "--otlp-port", str(ports["otlp"]),
-                          "--duration", "12"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--prometheus-port", str(ports["prometheus"]), "--alertmanager-port", str(ports["alertmanager"]),
+                          "--webhook-port", str(ports["webhook"]), "--duration", "20"],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
         seen = {}
@@ -33,6 +37,17 @@ def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
         assert 'deployment="chat-8b-h100"' in seen["engine"]
         r = httpx.post(f"http://127.0.0.1:{base}/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 3})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+        if shutil.which("prometheus") and shutil.which("prometheus-alertmanager"):
+            prom = f"http://127.0.0.1:{ports['prometheus']}"
+            deadline = time.monotonic() + 20
+            up = []
+            while time.monotonic() < deadline and len(up) < 3:
+                time.sleep(1)
+                up = httpx.get(f"{prom}/api/v1/query", params={"query": 'up{job=~"llm-.*"} == 1'}).json()["data"]["result"]
+            assert {u["metric"]["job"] for u in up} == {"llm-gpu", "llm-engine", "llm-requests"}
+            rules = httpx.get(f"{prom}/api/v1/rules").json()["data"]["groups"]
+            assert any(r.get("name") == "LLMQueueWaitRisingReplicasShort" for g in rules for r in g["rules"])
+            assert httpx.get(f"http://127.0.0.1:{ports['alertmanager']}/-/ready").status_code == 200
     finally:
         out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
