@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from exporters.otlp import Span, decode_json, decode_protobuf
 
-__all__ = ["SCHEMA", "StoreFull", "TraceStore"]
+__all__ = ["SCHEMA", "StoreFull", "TraceStore", "spans_to_arrow"]
 
 SCHEMA = pa.schema([
     ("trace_id", pa.string()), ("span_id", pa.string()), ("parent_span_id", pa.string()), ("name", pa.string()),
@@ -47,6 +47,19 @@ class StoreFull(Exception):
 
 
 _HOUR_NS = 3_600_000_000_000
+
+
+def spans_to_arrow(rows: list[Span]) -> pa.Table:
+    """Spans as a table in the store's schema (also what the analyzer stages)."""
+    return pa.table({
+        "trace_id": [s.trace_id for s in rows], "span_id": [s.span_id for s in rows],
+        "parent_span_id": [s.parent_span_id for s in rows], "name": [s.name for s in rows],
+        "kind": [s.kind for s in rows], "start_time_unix_nano": [s.start_ns for s in rows],
+        "end_time_unix_nano": [s.end_ns for s in rows], "status_code": [s.status_code for s in rows],
+        "status_message": [s.status_message for s in rows], "service_name": [s.service_name for s in rows],
+        "attributes": _map_array([s.attributes for s in rows]),
+        "resource": _map_array([s.resource for s in rows]),
+    }, schema=SCHEMA)
 
 
 def _text(v) -> str:
@@ -159,15 +172,7 @@ class TraceStore:
                 rows = parts[hour] = []
             rows.append(s)
         for hour, rows in parts.items():
-            table = pa.table({
-                "trace_id": [s.trace_id for s in rows], "span_id": [s.span_id for s in rows],
-                "parent_span_id": [s.parent_span_id for s in rows], "name": [s.name for s in rows],
-                "kind": [s.kind for s in rows], "start_time_unix_nano": [s.start_ns for s in rows],
-                "end_time_unix_nano": [s.end_ns for s in rows], "status_code": [s.status_code for s in rows],
-                "status_message": [s.status_message for s in rows], "service_name": [s.service_name for s in rows],
-                "attributes": _map_array([s.attributes for s in rows]),
-                "resource": _map_array([s.resource for s in rows]),
-            }, schema=SCHEMA)
+            table = spans_to_arrow(rows)
             ts = datetime.fromtimestamp(hour * 3600, UTC)
             d = self.root / f"date={ts:%Y-%m-%d}" / f"hour={ts:%H}"
             d.mkdir(parents=True, exist_ok=True)

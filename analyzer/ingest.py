@@ -1,0 +1,189 @@
+"""``goodput analyze ingest``: traces and request records from every format goodput meets, into DuckDB.
+
+Formats: OTLP JSON (one export document per file, or the Collector file exporter's one document per
+line), OTLP protobuf (one ExportTraceServiceRequest, or the Collector's 4-byte length-prefixed
+stream), the request exporter's Parquet trace store (a directory or files), and the simulator's
+``requests.parquet``. Parquet is read by DuckDB itself (streamed, out of core); JSON and protobuf are
+decoded in batches, so memory stays bounded whatever the file size. Everything that cannot be used
+lands in ``quarantine`` with a reason; ingesting the same data twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+from analyzer.store import sql
+from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
+from exporters.trace_store import spans_to_arrow
+from simulator.errors import ConfigError
+
+__all__ = ["IngestSummary", "ingest"]
+
+BATCH_SPANS = 50_000
+WHOLE_FILE_LIMIT = 512 * 1024 * 1024
+
+
+@dataclass
+class IngestSummary:
+    files: int = 0
+    spans: int = 0
+    requests: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"files": self.files, "spans": self.spans, "requests_added": self.requests,
+                "duplicates_skipped": self.duplicates, "quarantined": self.quarantined,
+                "quarantine_reasons": self.reasons, "seconds": round(self.seconds, 3)}
+
+
+def _kind(path: Path) -> str:
+    if path.is_dir():
+        files = sorted(path.rglob("*.parquet"))
+        if not files:
+            raise ConfigError(str(path), "", "directory holds no Parquet files")
+        return _parquet_kind(files[0])
+    if path.suffix == ".parquet":
+        return _parquet_kind(path)
+    with path.open("rb") as f:
+        head = f.read(64).lstrip()
+    return "json" if head.startswith(b"{") else "protobuf"
+
+
+def _parquet_kind(path: Path) -> str:
+    try:
+        names = set(pq.read_schema(path).names)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise ConfigError(str(path), "", f"not a readable Parquet file: {e}") from None
+    if {"trace_id", "span_id", "parent_span_id", "attributes"} <= names:
+        return "spans-parquet"
+    if {"trace_id", "arrival", "queue_start", "completed", "deployment"} <= names:
+        return "simulator-parquet"
+    raise ConfigError(str(path), "", "Parquet file is neither a goodput trace store nor a simulator requests.parquet")
+
+
+def _json_docs(path: Path, quarantine: Callable[[str, str], None]) -> Iterator[list[Span]]:
+    """Spans per document: a file of one (possibly pretty-printed) document, or one per line."""
+    with path.open("rb") as f:
+        first = f.readline()
+        try:
+            json.loads(first)
+            per_line = True
+        except ValueError:
+            per_line = False
+    if not per_line:
+        if path.stat().st_size > WHOLE_FILE_LIMIT:
+            quarantine(f"{path}", f"not one JSON document per line and larger than {WHOLE_FILE_LIMIT} bytes")
+            return
+        try:
+            yield decode_json(path.read_bytes())
+        except OtlpError as e:
+            quarantine(f"{path}", str(e))
+        return
+    with path.open("rb") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield decode_json(line)
+            except OtlpError as e:
+                quarantine(f"{path}:{lineno}", str(e))
+
+
+def _proto_docs(path: Path, quarantine: Callable[[str, str], None]) -> Iterator[list[Span]]:
+    data = path.read_bytes()
+    pos, chunks = 0, []
+    while pos + 4 <= len(data):  # the Collector's proto file format: [4-byte big-endian length][message]
+        (size,) = struct.unpack_from(">I", data, pos)
+        if pos + 4 + size > len(data):
+            break
+        chunks.append(data[pos + 4: pos + 4 + size])
+        pos += 4 + size
+    if pos != len(data) or not chunks:
+        chunks = [data]  # a single bare ExportTraceServiceRequest
+    for i, chunk in enumerate(chunks):
+        try:
+            yield decode_protobuf(chunk)
+        except OtlpError as e:
+            quarantine(f"{path}#{i}", str(e))
+
+
+def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
+           progress: Callable[[int, int], None] | None = None) -> IngestSummary:
+    t0 = time.perf_counter()
+    out = IngestSummary()
+    before_q = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
+    before_r = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
+    con.execute(sql("stage_spans"))
+    staged_roots = 0
+    sim_rows = 0
+    for i, path in enumerate(paths):
+        if not path.exists():
+            raise ConfigError(str(path), "", "no such file or directory")
+        kind = _kind(path)
+        src = str(path)
+        out.files += 1
+
+        def quarantine(where: str, reason: str, src: str = src) -> None:
+            con.execute("INSERT INTO quarantine (source, trace_id, span_id, reason, detail) VALUES (?, NULL, NULL, ?, ?)",
+                        [src, "malformed OTLP payload", f"{where}: {reason}"[:2000]])
+
+        if kind == "spans-parquet":
+            glob = str(path / "**" / "*.parquet") if path.is_dir() else str(path)
+            con.execute(
+                "INSERT INTO staged SELECT trace_id, span_id, parent_span_id, name, kind, start_time_unix_nano, "
+                "end_time_unix_nano, status_code, status_message, service_name, attributes, resource, ? "
+                "FROM read_parquet(?, hive_partitioning = true, union_by_name = true)", [src, glob])
+        elif kind == "simulator-parquet":
+            con.execute("CREATE OR REPLACE TEMP TABLE sim AS SELECT *, ? AS source FROM read_parquet(?)", [src, src])
+            sim_rows += con.execute("SELECT count(*) FROM sim").fetchall()[0][0]
+            con.execute(sql("normalize_simulator"))
+        else:
+            docs = _json_docs(path, quarantine) if kind == "json" else _proto_docs(path, quarantine)
+            batch: list[Span] = []
+            for spans in docs:
+                batch.extend(spans)
+                if len(batch) >= BATCH_SPANS:
+                    _stage(con, batch, src)
+                    batch = []
+            if batch:
+                _stage(con, batch, src)
+        if progress is not None:
+            progress(i + 1, len(paths))
+    out.spans = con.execute("SELECT count(*) FROM staged").fetchall()[0][0]
+    if out.spans:
+        staged_roots = con.execute("SELECT count(DISTINCT trace_id) FROM staged WHERE coalesce(parent_span_id, '') = '' "
+                                   "AND name IN ('llm.request', 'llm_request')").fetchall()[0][0]
+        con.execute(sql("normalize_spans"))
+    after_r = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
+    out.requests = after_r - before_r
+    rows = con.execute("SELECT reason, count(*) FROM quarantine WHERE rowid >= ? GROUP BY reason ORDER BY 2 DESC",
+                       [before_q]).fetchall()
+    out.reasons = {r: n for r, n in rows}
+    out.quarantined = sum(out.reasons.values())
+    bad_roots = sum(n for r, n in rows if r.startswith("root span") or r.startswith("spans of this trace"))
+    bad_sim = sum(n for r, n in rows if r.startswith("request has no"))
+    out.duplicates = max(0, staged_roots + sim_rows - out.requests - bad_roots - bad_sim)
+    con.execute("INSERT INTO ingest_log VALUES (?, now(), ?, ?, ?, ?)",
+                [", ".join(str(p) for p in paths)[:4000], out.spans + sim_rows, out.requests, out.duplicates,
+                 out.quarantined])
+    con.execute("DROP TABLE IF EXISTS staged")
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _stage(con: duckdb.DuckDBPyConnection, spans: list[Span], source: str) -> None:
+    batch = spans_to_arrow(spans)
+    con.register("_batch", batch)
+    con.execute("INSERT INTO staged SELECT *, ? FROM _batch", [source])
+    con.unregister("_batch")

@@ -1,0 +1,50 @@
+-- The simulator's requests.parquet (view `sim`) -> requests and segments. Its timestamps are the ground
+-- truth; segments follow the same rules as its OTLP spans (simulator/spans.py).
+CREATE OR REPLACE TEMP TABLE simq AS
+SELECT *, epoch_ns(arrival) AS a, epoch_ns(queue_start) AS q, epoch_ns(scheduled) AS sc,
+       epoch_ns(first_token) AS ft, epoch_ns(last_token) AS lt, epoch_ns(completed) AS c
+FROM sim;
+
+INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
+SELECT source, trace_id, NULL, 'request has no arrival or completion time, or completes before it arrives', finish_reason
+FROM simq WHERE a IS NULL OR c IS NULL OR c < a;
+
+CREATE OR REPLACE TEMP TABLE sim_fresh AS
+SELECT *,
+    CASE WHEN q IS NOT NULL AND q <= c THEN q ELSE c END AS gw_end,
+    (sc IS NOT NULL OR finish_reason IN ('timeout', 'error', 'abort')) AND q IS NOT NULL AND q <= c AS enqueued
+FROM simq
+WHERE a IS NOT NULL AND c IS NOT NULL AND c >= a AND trace_id NOT IN (SELECT trace_id FROM requests);
+
+CREATE OR REPLACE TEMP TABLE sim_new AS
+WITH seg AS (
+    SELECT *,
+        (gw_end - a) / 1e9 AS gateway_s,
+        CASE WHEN enqueued THEN (coalesce(sc, c) - q) / 1e9 END AS queue_s,
+        CASE WHEN sc IS NOT NULL THEN (coalesce(ft, c) - sc) / 1e9 END AS prefill_s,
+        CASE WHEN ft IS NOT NULL THEN (coalesce(lt, c) - ft) / 1e9 END AS decode_s,
+        CASE WHEN lt IS NOT NULL THEN (c - lt) / 1e9 END AS send_s,
+        (c - a) / 1e9 AS e2e_s,
+        CASE WHEN ft IS NOT NULL THEN (ft - a) / 1e9 END AS ttft_s
+    FROM sim_fresh
+)
+SELECT trace_id, request_id, arrival AS ts, a AS start_ns, c AS end_ns, model, deployment, nullif(replica, '') AS replica,
+       tenant, tier, route, scene, input_tokens, output_tokens, cached_tokens, preemptions, outcome, finish_reason,
+       reject_reason, gateway_s, queue_s, prefill_s, decode_s, send_s,
+       e2e_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0) + coalesce(decode_s, 0)
+                + coalesce(send_s, 0)) AS other_s,
+       e2e_s, ttft_s,
+       ttft_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0)) AS ttft_other_s,
+       CASE WHEN output_tokens > 1 AND ttft_s IS NOT NULL THEN (e2e_s - ttft_s) / (output_tokens - 1) END AS tpot_s,
+       source
+FROM seg ORDER BY a;
+
+INSERT INTO requests SELECT * FROM sim_new;
+
+INSERT INTO segments
+SELECT trace_id, 'gateway', a, (gw_end - a) / 1e9 FROM sim_fresh
+UNION ALL SELECT trace_id, 'queue', q, (coalesce(sc, c) - q) / 1e9 FROM sim_fresh WHERE enqueued
+UNION ALL SELECT trace_id, 'prefill', sc, (coalesce(ft, c) - sc) / 1e9 FROM sim_fresh WHERE sc IS NOT NULL
+UNION ALL SELECT trace_id, 'decode', ft, (coalesce(lt, c) - ft) / 1e9 FROM sim_fresh WHERE ft IS NOT NULL
+UNION ALL SELECT trace_id, 'send', lt, (c - lt) / 1e9 FROM sim_fresh WHERE lt IS NOT NULL
+UNION ALL SELECT trace_id, 'other', NULL, other_s FROM sim_new;

@@ -1,0 +1,127 @@
+-- Staged spans -> requests and segments. Roots are `llm.request` (goodput's span model) and vLLM's
+-- `llm_request`; children are the back-to-back segment spans. Idempotent: a trace already in
+-- `requests` is skipped. Traces that cannot be used go to quarantine with the reason.
+CREATE OR REPLACE TEMP TABLE s AS
+SELECT DISTINCT ON (trace_id, span_id) * FROM staged;
+
+CREATE OR REPLACE TEMP TABLE roots AS
+SELECT * FROM s
+WHERE coalesce(parent_span_id, '') = '' AND name IN ('llm.request', 'llm_request');
+
+CREATE OR REPLACE TEMP TABLE kids AS
+SELECT trace_id,
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.gateway') AS gateway_start,
+    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.gateway') AS gateway_end,
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.queue')   AS queue_start,
+    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.queue')   AS queue_end,
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.prefill') AS prefill_start,
+    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.prefill') AS prefill_end,
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.decode')  AS decode_start,
+    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.decode')  AS decode_end,
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.send')    AS send_start,
+    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.send')    AS send_end
+FROM s
+WHERE coalesce(parent_span_id, '') <> '' AND name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send')
+GROUP BY trace_id;
+
+-- what cannot be used, and why
+INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
+SELECT any_value(source), trace_id, NULL, 'partial trace: segment spans without an llm.request root',
+       count(*)::VARCHAR || ' span(s)'
+FROM s
+WHERE coalesce(parent_span_id, '') <> '' AND name LIKE 'llm.%'
+  AND trace_id NOT IN (SELECT trace_id FROM roots)
+GROUP BY trace_id;
+
+INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
+SELECT source, trace_id, span_id, 'not an LLM request span (expected llm.request, its segments, or llm_request)', name
+FROM s
+WHERE name NOT IN ('llm.request', 'llm_request', 'llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send');
+
+INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
+SELECT source, trace_id, span_id,
+       CASE WHEN end_time_unix_nano < start_time_unix_nano THEN 'root span ends before it starts'
+            WHEN start_time_unix_nano <= 0 THEN 'root span has no start time'
+            ELSE 'root span has no deployment (llm.deployment or the service name)' END,
+       name
+FROM roots
+WHERE end_time_unix_nano < start_time_unix_nano OR start_time_unix_nano <= 0
+   OR coalesce(attributes['llm.deployment'], resource['llm.deployment'], nullif(service_name, '')) IS NULL;
+
+INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
+SELECT any_value(source), trace_id, NULL, 'spans of this trace disagree about its root', count(*)::VARCHAR || ' roots'
+FROM roots GROUP BY trace_id HAVING count(*) > 1;
+
+CREATE OR REPLACE TEMP TABLE fresh AS
+SELECT r.*, k.* EXCLUDE (trace_id)
+FROM roots r LEFT JOIN kids k USING (trace_id)
+WHERE r.end_time_unix_nano >= r.start_time_unix_nano AND r.start_time_unix_nano > 0
+  AND coalesce(r.attributes['llm.deployment'], r.resource['llm.deployment'], nullif(r.service_name, '')) IS NOT NULL
+  AND r.trace_id NOT IN (SELECT trace_id FROM roots GROUP BY trace_id HAVING count(*) > 1)
+  AND r.trace_id NOT IN (SELECT trace_id FROM requests);
+
+CREATE OR REPLACE TEMP TABLE new_requests AS
+WITH base AS (
+    SELECT *,
+        (end_time_unix_nano - start_time_unix_nano) / 1e9 AS span_s,
+        name = 'llm_request' AS vllm
+    FROM fresh
+), seg AS (
+    SELECT *,
+        CASE WHEN vllm THEN NULL ELSE (gateway_end - gateway_start) / 1e9 END AS gateway_s,
+        CASE WHEN vllm THEN TRY_CAST(attributes['gen_ai.latency.time_in_queue'] AS DOUBLE)
+             ELSE (queue_end - queue_start) / 1e9 END AS queue_s,
+        CASE WHEN vllm THEN TRY_CAST(attributes['gen_ai.latency.time_in_model_prefill'] AS DOUBLE)
+             ELSE (prefill_end - prefill_start) / 1e9 END AS prefill_s,
+        CASE WHEN vllm THEN TRY_CAST(attributes['gen_ai.latency.time_in_model_decode'] AS DOUBLE)
+             ELSE (decode_end - decode_start) / 1e9 END AS decode_s,
+        CASE WHEN vllm THEN NULL ELSE (send_end - send_start) / 1e9 END AS send_s,
+        CASE WHEN vllm THEN coalesce(TRY_CAST(attributes['gen_ai.latency.e2e'] AS DOUBLE), span_s) ELSE span_s END AS e2e_s,
+        CASE WHEN vllm THEN TRY_CAST(attributes['gen_ai.latency.time_to_first_token'] AS DOUBLE)
+             WHEN decode_start IS NOT NULL THEN (prefill_end - start_time_unix_nano) / 1e9 END AS ttft_s,
+        TRY_CAST(coalesce(attributes['gen_ai.usage.output_tokens'], attributes['gen_ai.usage.completion_tokens']) AS BIGINT)
+            AS output_tokens
+    FROM base
+)
+SELECT
+    trace_id,
+    coalesce(attributes['llm.request_id'], attributes['gen_ai.request.id'], trace_id) AS request_id,
+    make_timestamptz(start_time_unix_nano // 1000) AS ts,
+    start_time_unix_nano AS start_ns, end_time_unix_nano AS end_ns,
+    coalesce(attributes['gen_ai.request.model'], attributes['gen_ai.response.model']) AS model,
+    coalesce(attributes['llm.deployment'], resource['llm.deployment'], service_name) AS deployment,
+    attributes['llm.replica'] AS replica,
+    coalesce(attributes['llm.tenant'], 'unknown') AS tenant,
+    coalesce(attributes['llm.tier'], 'unknown') AS tier,
+    coalesce(attributes['llm.route'], attributes['llm.scene'], 'unknown') AS route,
+    attributes['llm.scene'] AS scene,
+    TRY_CAST(coalesce(attributes['gen_ai.usage.input_tokens'], attributes['gen_ai.usage.prompt_tokens']) AS BIGINT) AS input_tokens,
+    output_tokens,
+    TRY_CAST(attributes['llm.cached_tokens'] AS BIGINT) AS cached_tokens,
+    TRY_CAST(attributes['llm.preemptions'] AS BIGINT) AS preemptions,
+    coalesce(attributes['llm.outcome'], CASE WHEN status_code = 2 THEN 'error' ELSE 'ok' END) AS outcome,
+    attributes['llm.finish_reason'] AS finish_reason,
+    attributes['llm.reject_reason'] AS reject_reason,
+    gateway_s, queue_s, prefill_s, decode_s, send_s,
+    e2e_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0) + coalesce(decode_s, 0)
+             + coalesce(send_s, 0)) AS other_s,
+    e2e_s, ttft_s,
+    ttft_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0)) AS ttft_other_s,
+    CASE WHEN output_tokens > 1 AND ttft_s IS NOT NULL THEN (e2e_s - ttft_s) / (output_tokens - 1) END AS tpot_s,
+    source
+FROM seg
+ORDER BY start_time_unix_nano;
+
+INSERT INTO requests SELECT * FROM new_requests;
+
+INSERT INTO segments
+SELECT trace_id, 'gateway', gateway_start, (gateway_end - gateway_start) / 1e9 FROM fresh WHERE gateway_start IS NOT NULL
+UNION ALL SELECT trace_id, 'queue', queue_start, (queue_end - queue_start) / 1e9 FROM fresh WHERE queue_start IS NOT NULL
+UNION ALL SELECT trace_id, 'prefill', prefill_start, (prefill_end - prefill_start) / 1e9 FROM fresh WHERE prefill_start IS NOT NULL
+UNION ALL SELECT trace_id, 'decode', decode_start, (decode_end - decode_start) / 1e9 FROM fresh WHERE decode_start IS NOT NULL
+UNION ALL SELECT trace_id, 'send', send_start, (send_end - send_start) / 1e9 FROM fresh WHERE send_start IS NOT NULL
+UNION ALL SELECT trace_id, segment, NULL, duration_s FROM (
+    SELECT n.trace_id, unnest(['queue', 'prefill', 'decode']) AS segment, unnest([n.queue_s, n.prefill_s, n.decode_s]) AS duration_s
+    FROM new_requests n JOIN fresh f USING (trace_id) WHERE f.name = 'llm_request'
+) WHERE duration_s IS NOT NULL
+UNION ALL SELECT trace_id, 'other', NULL, other_s FROM new_requests;

@@ -1,0 +1,38 @@
+"""The analyzer's DuckDB database: opening it, its schema, and the SQL files that act on it."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+from simulator.errors import ConfigError
+
+__all__ = ["connect", "sql"]
+
+
+@cache
+def sql(name: str) -> str:
+    """The text of ``analyzer/sql/<name>.sql``."""
+    return resources.files("analyzer").joinpath("sql", f"{name}.sql").read_text()
+
+
+def connect(path: str | Path, read_only: bool = False, threads: int | None = None,
+            memory_limit: str = "4GB") -> duckdb.DuckDBPyConnection:
+    """Open (creating when writable) an analyzer database with its schema."""
+    p = Path(path)
+    if read_only and not p.exists():
+        raise ConfigError(str(p), "--db", "no such database; run `goodput analyze ingest ... --db` first")
+    try:
+        con = duckdb.connect(str(p), read_only=read_only)
+    except duckdb.Error as e:
+        raise ConfigError(str(p), "--db", f"cannot open: {str(e).splitlines()[0]}") from None
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    con.execute("SET enable_progress_bar = false")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    if not read_only:
+        con.execute(sql("schema"))
+    return con
