@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from analyzer import cli as analyzer_cli
 from exporters import cli as exporters_cli
 from goodput import __version__, demo, rules_cli
 from simulator import cli as simulator_cli
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulator_cli.register(sub)
     exporters_cli.register(sub)
     rules_cli.register(sub)
+    analyzer_cli.register(sub)
     demo.register(sub)
     return parser
 

@@ -1,0 +1,182 @@
+"""``goodput analyze regressions``: change points in bucketed p95 latency, attributed to releases or not.
+
+For each deployment and tier, every latency series (E2E, TTFT, TPOT and each segment) is bucketed
+(p95 per bucket) and searched for change points (analyzer/changepoint.py). Each change point gets its
+evidence — which segment moved, which tenants and routes, whether the workload shifted (request
+lengths, arrival rate) or the per-token cost changed — and the latest release before it (a DuckDB ASOF
+JOIN). The evidence decides the verdict: a workload shift is reported as such and blamed on a release
+only when that release changes request lengths (a prompt template, a routing or config change); a
+change of per-token cost is blamed on the release before it; what neither explains says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from analyzer.changepoint import detect
+from analyzer.releases import Release
+from analyzer.store import sql
+
+__all__ = ["METRICS", "Regression", "find_regressions"]
+
+METRICS = ("e2e_s", "ttft_s", "tpot_s", "gateway_s", "queue_s", "prefill_s", "decode_s", "send_s")
+SEGMENTS_OF = {"e2e_s": ("gateway", "queue", "prefill", "decode", "send"), "ttft_s": ("gateway", "queue", "prefill"),
+               "tpot_s": ("decode",)}
+LENGTH_KINDS = ("prompt_template", "routing", "config", "model")  # releases that can change what requests look like
+LENGTH_SHIFT, RATE_SHIFT, COST_CHANGE = 0.2, 0.5, 0.1
+MIN_REQUESTS = 5
+
+
+@dataclass
+class Regression:
+    deployment: str
+    tier: str
+    metric: str
+    time: datetime
+    change: float  # after / before - 1 of the p95
+    before_p95_s: float
+    after_p95_s: float
+    segment: str
+    cause: str
+    release: str | None = None
+    release_time: datetime | None = None
+    blamed: bool = False
+    evidence: dict = field(default_factory=dict)
+
+    def record(self) -> dict:
+        d = asdict(self)
+        d["time"] = self.time.isoformat()
+        d["release_time"] = self.release_time.isoformat() if self.release_time else None
+        return d
+
+
+def _ratio(before: float, after: float) -> float:
+    if before is None or after is None or not np.isfinite(before) or not np.isfinite(after) or before <= 0:
+        return float("nan")
+    return after / before - 1.0
+
+
+def _median(frame: pd.DataFrame, col: str) -> float:
+    v = frame[col].dropna()
+    return float(v.median()) if len(v) else float("nan")
+
+
+def find_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str = "5 minutes",
+                     window: timedelta = timedelta(minutes=30), since: datetime | None = None,
+                     until: datetime | None = None, deployment: str | None = None, t_min: float = 4.0,
+                     min_change: float = 0.1) -> list[Regression]:
+    series = con.execute(sql("bucket_series"), {"bucket": bucket, "since": since, "until": until,
+                                                "deployment": deployment}).fetchdf()
+    width = pd.to_timedelta(con.execute("SELECT CAST(? AS INTERVAL)", [bucket]).fetchall()[0][0])
+    found: list[tuple[Regression, pd.DataFrame, pd.DataFrame]] = []
+    for (dep, tier), g in series.groupby(["deployment", "tier"], sort=True):
+        g = g[g["ok"] >= MIN_REQUESTS].reset_index(drop=True)
+        for metric in METRICS:
+            s = g[["bucket", metric]].dropna()
+            s = s[s[metric] > 0]
+            if len(s) < 8:
+                continue
+            idx = s.index.to_numpy()
+            cps = detect(s[metric].to_numpy(), t_min=t_min, min_change=min_change)
+            edges = [0] + [c.index for c in cps] + [len(s)]
+            for j, cp in enumerate(cps):
+                lo, hi = edges[j], edges[j + 2]
+                before = g.loc[idx[max(lo, cp.index - 12):cp.index]]
+                after = g.loc[idx[cp.index:min(hi, cp.index + 12)]]
+                at = s["bucket"].iloc[cp.index].to_pydatetime()
+                reg = Regression(str(dep), str(tier), metric, at, cp.change, cp.before, cp.after, "", "")
+                found.append((reg, before, after))
+    if not found:
+        return []
+    _attribute(con, found, releases, width, window)
+    for reg, before, after in found:
+        _evidence(con, reg, before, after, width)
+    out = [r for r, _, _ in found]
+    return sorted(out, key=lambda r: -abs(math.log1p(r.change)) if r.change > -1 else 0)
+
+
+def _attribute(con, found, releases: list[Release], width, window: timedelta) -> None:
+    cps = pd.DataFrame({"id": range(len(found)), "deployment": [r.deployment for r, _, _ in found],
+                        "ts": [r.time for r, _, _ in found], "bucket_end": [r.time + width for r, _, _ in found]})
+    rel = pd.DataFrame({"time": [r.time for r in releases], "deployment": [r.deployment for r in releases],
+                        "kind": [r.kind for r in releases], "from_version": [r.from_version for r in releases],
+                        "to_version": [r.to_version for r in releases], "note": [r.note for r in releases]},
+                       columns=["time", "deployment", "kind", "from_version", "to_version", "note"])
+    if rel.empty:
+        return
+    cur = con.cursor()
+    cur.register("change_points", cps)
+    cur.register("releases", rel.astype({"time": "datetime64[ns, UTC]"}))
+    rows = cur.execute(sql("attribute_releases"), {"window": window}).fetchall()
+    for cid, rtime, kind, frm, to, _note in rows:
+        if rtime is not None:
+            reg = found[cid][0]
+            reg.release_time = rtime
+            reg.release = f"{kind} {frm} -> {to}".strip()
+            reg.evidence["release_kind"] = kind
+    cur.close()
+
+
+def _evidence(con, reg: Regression, before: pd.DataFrame, after: pd.DataFrame, width) -> None:
+    ev = reg.evidence
+    # which segment moved (the metric itself for a segment series)
+    if reg.metric in SEGMENTS_OF:
+        deltas = {seg: _median(after, f"mean_{seg}_s") - _median(before, f"mean_{seg}_s") for seg in SEGMENTS_OF[reg.metric]}
+        deltas = {k: v for k, v in deltas.items() if np.isfinite(v)}
+        sign = 1 if reg.change > 0 else -1
+        reg.segment = max(deltas, key=lambda k: sign * deltas[k]) if deltas else ""
+        ev["segment_delta_s"] = {k: round(v, 6) for k, v in deltas.items()}
+    else:
+        reg.segment = reg.metric.removesuffix("_s")
+    per_token = {"prefill": "prefill_s_per_token", "decode": "decode_s_per_token"}
+    rate = _ratio(_median(before, "arrivals"), _median(after, "arrivals"))
+    inp = _ratio(_median(before, "input_tokens"), _median(after, "input_tokens"))
+    outp = _ratio(_median(before, "output_tokens"), _median(after, "output_tokens"))
+    cost_col = per_token.get(reg.segment)
+    cost = _ratio(_median(before, cost_col), _median(after, cost_col)) if cost_col else float("nan")
+    ev.update({"arrival_rate_change": _round(rate), "input_tokens_change": _round(inp), "output_tokens_change": _round(outp),
+               "per_token_cost_change": _round(cost)})
+    # which tenants and routes moved
+    start = before["bucket"].min().to_pydatetime()
+    end = after["bucket"].max().to_pydatetime() + width
+    rows = con.execute(sql("tenant_route_shift").replace("{metric}", reg.metric),
+                       {"deployment": reg.deployment, "tier": reg.tier, "at": reg.time, "start": start,
+                        "end": end, "bucket": width.to_pytimedelta()}).fetchall()
+    moved = {"tenant": [], "route": []}
+    for dim, value, b, a, _n in rows:
+        ch = _ratio(b, a)
+        if np.isfinite(ch) and (ch >= min(0.5 * reg.change, 0.05) if reg.change > 0 else ch <= max(0.5 * reg.change, -0.05)):
+            moved[dim].append((value, round(ch, 3)))
+    ev["tenants"] = [v for v, _ in sorted(moved["tenant"], key=lambda x: -abs(x[1]))]
+    ev["routes"] = [v for v, _ in sorted(moved["route"], key=lambda x: -abs(x[1]))]
+    # the verdict
+    kind = ev.get("release_kind")
+    length_shift = max(abs(x) for x in (inp, outp) if np.isfinite(x)) >= LENGTH_SHIFT if any(
+        np.isfinite(x) for x in (inp, outp)) else False
+    if length_shift:
+        what = "input" if np.isfinite(inp) and abs(inp) >= LENGTH_SHIFT else "output"
+        if reg.release and kind in LENGTH_KINDS:
+            reg.cause = f"workload shift: {what} length changed after a {kind} release"
+            reg.blamed = True
+        else:
+            reg.cause = f"workload shift: {what} length changed (no release changes request lengths here)"
+    elif np.isfinite(rate) and abs(rate) >= RATE_SHIFT:
+        reg.cause = "workload shift: arrival rate changed"
+    elif np.isfinite(cost) and abs(cost) >= COST_CHANGE:
+        reg.cause = f"per-token {reg.segment} cost changed"
+        reg.blamed = reg.release is not None
+    else:
+        reg.cause = "unexplained: neither the workload nor the per-token cost moved"
+    if not reg.blamed:
+        ev["nearest_release"] = reg.release
+        reg.release, reg.release_time = None, None
+
+
+def _round(x: float) -> float | None:
+    return round(float(x), 4) if np.isfinite(x) else None

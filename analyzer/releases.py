@@ -1,0 +1,76 @@
+"""The releases file of DESIGN.md (YAML or CSV): time (RFC 3339), deployment (or *), kind, from, to, note."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from simulator.config import RELEASE_KINDS
+from simulator.errors import ConfigError
+
+__all__ = ["Release", "load_releases"]
+
+
+@dataclass(frozen=True)
+class Release:
+    time: datetime
+    deployment: str
+    kind: str
+    from_version: str
+    to_version: str
+    note: str
+
+    def label(self) -> str:
+        return f"{self.kind} {self.from_version} -> {self.to_version}".strip()
+
+
+def _parse(rows: list, src: str) -> list[Release]:
+    out = []
+    for i, r in enumerate(rows):
+        key = f"[{i}]"
+        if not isinstance(r, dict):
+            raise ConfigError(src, key, "expected a mapping with time, deployment, kind, from, to, note")
+        t = r.get("time")
+        if isinstance(t, datetime):
+            ts = t
+        else:
+            try:
+                ts = datetime.fromisoformat(str(t).replace("Z", "+00:00"))
+            except ValueError:
+                raise ConfigError(src, f"{key}.time", f"not an RFC 3339 time: {t!r}") from None
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=UTC)
+        if not r.get("deployment"):
+            raise ConfigError(src, f"{key}.deployment", "is required (a deployment name or *)")
+        if r.get("kind") not in RELEASE_KINDS:
+            raise ConfigError(src, f"{key}.kind", f"must be one of {', '.join(RELEASE_KINDS)}; got {r.get('kind')!r}")
+        out.append(Release(ts, str(r["deployment"]), r["kind"], str(r.get("from", "") or ""), str(r.get("to", "") or ""),
+                           str(r.get("note", "") or "")))
+    return sorted(out, key=lambda r: r.time)
+
+
+def load_releases(path: str | Path) -> list[Release]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(str(p), "", f"cannot read: {e.strerror or e}") from None
+    if p.suffix.lower() == ".csv":
+        rows = list(csv.DictReader(text.splitlines()))
+        missing = {"time", "deployment", "kind"} - set(rows[0] if rows else {})
+        if rows and missing:
+            raise ConfigError(str(p), "header", f"missing columns {sorted(missing)}")
+        return _parse(rows, str(p))
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(str(p), "", f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    if isinstance(data, dict):
+        data = data.get("releases")
+    if not isinstance(data, list):
+        raise ConfigError(str(p), "", "expected a list of releases (or a mapping with a 'releases' list)")
+    return _parse(data, str(p))

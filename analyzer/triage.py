@@ -1,0 +1,120 @@
+"""``goodput analyze triage``: the seed's troubleshooting order, walked for one deployment, ending in a verdict.
+
+1. split E2E into gateway, queue, prefill, decode, send; 2. did request lengths or arrivals change;
+3. KV cache, preemptions, KV rejections; 4. routing balance and prefix-cache hits; 5. releases.
+The recent period (the last quarter of the window) is compared with what came before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import duckdb
+
+from analyzer.decompose import decompose
+from analyzer.regressions import find_regressions
+from analyzer.releases import Release
+from analyzer.store import sql
+from simulator.errors import ConfigError
+
+__all__ = ["Triage", "triage"]
+
+
+@dataclass
+class Triage:
+    deployment: str
+    steps: list[tuple[str, str]] = field(default_factory=list)  # (step, finding)
+    verdict: str = ""
+    facts: dict = field(default_factory=dict)
+
+    def record(self) -> dict:
+        return {"deployment": self.deployment, "verdict": self.verdict,
+                "steps": [{"step": s, "finding": f} for s, f in self.steps], "facts": self.facts}
+
+
+def _chg(before, after) -> float | None:
+    if before in (None, 0) or after is None:
+        return None
+    return after / before - 1.0
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.0f}%"
+
+
+def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
+           until: datetime | None = None, releases: list[Release] | None = None) -> Triage:
+    span = con.execute("SELECT min(ts), max(ts) FROM requests WHERE deployment = ? AND (? IS NULL OR ts >= ?) "
+                       "AND (? IS NULL OR ts < ?)", [deployment, since, since, until, until]).fetchall()[0]
+    if span[0] is None:
+        raise ConfigError("--deployment", deployment, "no requests of this deployment in the window")
+    split = span[0] + (span[1] - span[0]) * 3 / 4
+    rel = con.execute(sql("triage"), {"deployment": deployment, "since": since, "until": until, "split": split})
+    cols = [d[0] for d in rel.description]
+    periods = {row[0]: dict(zip(cols, row, strict=True)) for row in rel.fetchall()}
+    now, before = periods.get("recent", {}), periods.get("before", {})
+    t = Triage(deployment, facts={"recent_from": split.isoformat(), "recent": now, "before": before})
+    causes: list[tuple[int, str]] = []  # (priority, cause); lower is more likely
+
+    # 1. where the time goes
+    d = decompose(con, ["deployment"], since=split, until=until, deployment=deployment).records()
+    if d:
+        rec = d[0]
+        means = {s: rec[f"{s}_s"] or 0.0 for s in ("gateway", "queue", "prefill", "decode", "send", "other")}
+        e2e, ttft = rec["e2e_p95_s"] or 0.0, rec["ttft_p95_s"] or 0.0
+        t.steps.append(("1. latency split", f"recent p95 E2E {e2e:.3f} s, TTFT {ttft:.3f} s; "
+                        f"the p95 E2E tail is mostly {rec['e2e_p95_top_segment']}, the TTFT tail mostly "
+                        f"{rec['ttft_p95_top_segment']}; mean s: " + ", ".join(f"{k} {v:.3f}" for k, v in means.items())))
+        t.facts["decomposition"] = rec
+    # 2. workload
+    rate_b = (before.get("requests") or 0) / max(before.get("seconds") or 1, 1)
+    rate_n = (now.get("requests") or 0) / max(now.get("seconds") or 1, 1)
+    rate, inp, outp = _chg(rate_b, rate_n), _chg(before.get("input_tokens"), now.get("input_tokens")), _chg(
+        before.get("output_tokens"), now.get("output_tokens"))
+    t.steps.append(("2. workload", f"arrival rate {_pct(rate)} ({rate_b:.2f} -> {rate_n:.2f} req/s), input tokens "
+                    f"{_pct(inp)}, output tokens {_pct(outp)}, peak-minute / mean {now.get('burstiness') or 0:.1f}"))
+    if inp is not None and abs(inp) >= 0.2:
+        causes.append((2, f"request lengths changed: input tokens {_pct(inp)}"))
+    if rate is not None and rate >= 0.5 or (now.get("burstiness") or 0) >= 3:
+        causes.append((2, f"more or burstier traffic: arrival rate {_pct(rate)}, peak-minute / mean "
+                          f"{now.get('burstiness') or 0:.1f}"))
+    # 3. KV
+    pre = (now.get("preemptions") or 0) / max(now.get("requests") or 1, 1)
+    t.steps.append(("3. KV cache", f"{pre:.3f} preemptions per request, {now.get('kv_rejections') or 0} KV-capacity "
+                    f"rejections, {now.get('rejected') or 0} rejected and {now.get('timeouts') or 0} timed out of "
+                    f"{now.get('requests') or 0}"))
+    if pre >= 0.05 or (now.get("kv_rejections") or 0) > 0:
+        causes.append((1, f"KV cache exhausted: {pre:.3f} preemptions per request, {now.get('kv_rejections') or 0} "
+                          "KV-capacity rejections"))
+    # 4. routing and cache
+    reps = con.execute(sql("replicas"), {"deployment": deployment, "split": split, "until": until}).fetchall()
+    waits = [q for _, _, q in reps if q is not None]
+    imbalance = (max(waits) / max(min(waits), 1e-3)) if len(waits) > 1 else 1.0
+    hit = _chg(before.get("cache_hit_ratio"), now.get("cache_hit_ratio"))
+    t.steps.append(("4. routing and cache", f"{len(reps)} replicas, p95 queue wait max/min {imbalance:.1f}x; prefix-cache "
+                    f"hit ratio {now.get('cache_hit_ratio') or 0:.2f} ({_pct(hit)})"))
+    if imbalance >= 3 and max(waits) > 0.1:
+        causes.append((3, f"routing imbalance: one replica's p95 queue wait is {imbalance:.1f}x another's"))
+    if hit is not None and hit <= -0.3:
+        causes.append((3, f"prefix-cache hit ratio fell {_pct(hit)}"))
+    # 5. releases
+    regs = [r for r in find_regressions(con, releases or [], deployment=deployment, since=since, until=until)
+            if r.change > 0]
+    blamed = [r for r in regs if r.blamed]
+    if blamed:
+        top = blamed[0]
+        t.steps.append(("5. releases", f"{top.release} at {top.release_time:%Y-%m-%d %H:%M} preceded a {_pct(top.change)} "
+                        f"step in p95 {top.metric.removesuffix('_s')} ({top.segment}): {top.cause}"))
+        causes.append((0, f"release {top.release} ({top.cause}; p95 {top.metric.removesuffix('_s')} {_pct(top.change)})"))
+    elif regs:
+        top = regs[0]
+        t.steps.append(("5. releases", f"no release explains the {_pct(top.change)} step in p95 "
+                        f"{top.metric.removesuffix('_s')} at {top.time:%H:%M}: {top.cause}"))
+    else:
+        t.steps.append(("5. releases", "no significant step in latency in the window"))
+    t.facts["regressions"] = [r.record() for r in regs[:10]]
+    if not causes and d and d[0]["e2e_p95_top_segment"] == "queue":
+        causes.append((4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
+    t.verdict = min(causes)[1] if causes else "nothing stands out: latency, workload, KV, routing and releases are steady"
+    return t
