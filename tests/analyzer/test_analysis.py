@@ -1,0 +1,119 @@
+"""Decomposition, change points, regressions and triage against the simulator's injected ground truth."""
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from analyzer.changepoint import detect
+from analyzer.decompose import decompose
+from analyzer.regressions import find_regressions
+from analyzer.releases import load_releases
+from analyzer.store import connect
+from analyzer.triage import triage
+from simulator.errors import ConfigError
+from tests.conftest import REPO
+
+
+def at(hh, mm):
+    return datetime(2026, 11, 23, hh, mm, tzinfo=UTC)
+
+
+def test_change_points_on_hand_made_series():
+    rng = np.random.default_rng(0)
+    step = np.concatenate([np.full(100, 1.0), np.full(100, 1.25)]) * np.exp(rng.normal(0, 0.03, 200))
+    (cp,) = detect(step)
+    assert abs(cp.index - 100) <= 1 and cp.change == pytest.approx(0.25, abs=0.03)
+    assert detect(np.exp(rng.normal(0, 0.05, 300))) == []
+    spike = np.concatenate([np.full(40, 1.0), np.full(5, 4.0), np.full(40, 1.0)]) * np.exp(rng.normal(0, 0.03, 85))
+    assert [c.index for c in detect(spike)] == [40, 45]
+    assert detect(np.array([1.0, 2.0, 3.0])) == []
+
+
+def test_decomposition_percentiles_match_numpy(regression_run):
+    con = connect(regression_run / "db.duckdb", read_only=True)
+    d = decompose(con, ["deployment", "tier"], percentiles=[0.5, 0.99]).records()
+    rag = next(r for r in d if r["deployment"] == "rag")
+    e2e = np.array([x for (x,) in con.execute("SELECT e2e_s FROM requests WHERE deployment = 'rag' AND outcome = 'ok'")
+                    .fetchall()])
+    assert rag["e2e_p50_s"] == pytest.approx(np.percentile(e2e, 50), rel=1e-9)
+    assert rag["e2e_p99_s"] == pytest.approx(np.percentile(e2e, 99), rel=1e-9)
+    assert rag["requests"] == len(e2e)
+    # the segments add up: mean E2E = sum of mean segments (other is zero for simulator data)
+    seg = sum(rag[f"{s}_s"] for s in ("gateway", "queue", "prefill", "decode", "send", "other"))
+    assert seg == pytest.approx(e2e.mean(), rel=1e-9)
+    chat = next(r for r in d if r["deployment"] == "chat")
+    assert chat["e2e_p99_top_segment"] == "queue"  # the burst's queue dominates chat's tail
+    assert rag["ttft_p99_top_segment"] == "prefill"
+    burst = decompose(con, ["deployment"], since=at(9, 32), until=at(9, 40)).records()
+    assert next(r for r in burst if r["deployment"] == "chat")["e2e_p95_top_segment"] == "queue"
+    with pytest.raises(ConfigError, match="unknown dimension"):
+        decompose(con, ["deployment; DROP TABLE requests"])
+
+
+def test_injected_regressions_are_found_and_attributed(regression_run):
+    con = connect(regression_run / "db.duckdb", read_only=True)
+    regs = find_regressions(con, load_releases(regression_run / "releases.yaml"))
+    blamed = [r for r in regs if r.blamed]
+    rag = [r for r in blamed if r.deployment == "rag" and r.metric in ("ttft_s", "prefill_s")]
+    assert rag and all(r.release == "prompt_template rag-v1 -> rag-v2" and r.segment == "prefill" for r in rag)
+    assert all(abs((r.time - at(9, 0)).total_seconds()) <= 600 for r in rag)
+    assert all("input length" in r.cause and r.evidence["input_tokens_change"] > 0.8 for r in rag)
+    chat = [r for r in blamed if r.deployment == "chat" and r.metric in ("decode_s", "tpot_s")]
+    assert chat and all(r.release == "framework vllm-0.10.1 -> vllm-0.10.2" and r.segment == "decode" for r in chat)
+    assert all(0.1 < r.evidence["per_token_cost_change"] < 0.3 for r in chat)  # decode slowed by 20%
+    assert set(chat[0].evidence["tenants"]) == {"acme", "globex"} and chat[0].evidence["routes"] == ["chat"]
+    # the burst: found, called a workload shift, and blamed on nothing
+    burst = [r for r in regs if r.deployment == "chat" and at(9, 25) <= r.time <= at(9, 45) and r.metric == "queue_s"]
+    assert burst and all(r.cause == "workload shift: arrival rate changed" and not r.blamed and r.release is None
+                         for r in burst)
+    assert not any(r.blamed and r.deployment == "chat" and r.time < at(9, 55) for r in regs)
+
+
+def test_without_releases_nothing_is_blamed(regression_run):
+    con = connect(regression_run / "db.duckdb", read_only=True)
+    regs = find_regressions(con, [])
+    assert regs and not any(r.blamed for r in regs)
+
+
+def test_triage_names_the_release(regression_run):
+    con = connect(regression_run / "db.duckdb", read_only=True)
+    t = triage(con, "rag", releases=load_releases(regression_run / "releases.yaml"))
+    assert [s for s, _ in t.steps] == ["1. latency split", "2. workload", "3. KV cache", "4. routing and cache",
+                                       "5. releases"]
+    assert "prompt_template rag-v1 -> rag-v2" in t.verdict
+    with pytest.raises(ConfigError, match="no requests"):
+        triage(con, "nope")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "goodput", "analyze", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_cli_reports_in_every_format(regression_run):
+    db = str(regression_run / "db.duckdb")
+    r = _cli("decompose", "--db", db, "--by", "deployment,tenant", "--format", "json")
+    rows = json.loads(r.stdout)
+    assert r.returncode == 0 and {(x["deployment"], x["tenant"]) for x in rows} >= {("chat", "acme"), ("rag", "hooli")}
+    r = _cli("regressions", "--db", db, "--releases", str(regression_run / "releases.yaml"), "--format", "csv")
+    assert r.returncode == 0 and r.stdout.startswith("time,deployment,tier,metric,change")
+    r = _cli("triage", "--db", db, "--deployment", "chat", "--releases", str(regression_run / "releases.yaml"))
+    assert r.returncode == 0 and "most likely:" in r.stdout and "framework" in r.stdout
+    r = _cli("decompose", "--db", db, "--by", "colour")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    r = _cli("triage", "--db", str(regression_run / "missing.duckdb"), "--deployment", "chat")
+    assert r.returncode == 2 and "missing.duckdb" in r.stderr
+
+
+def test_releases_files(tmp_path):
+    y = tmp_path / "r.yaml"
+    y.write_text("- {time: '2026-11-23T09:00:00Z', deployment: '*', kind: config, from: a, to: b, note: n}\n")
+    c = tmp_path / "r.csv"
+    c.write_text("time,deployment,kind,from,to,note\n2026-11-23T09:00:00Z,chat,framework,0.1,0.2,\n")
+    assert load_releases(y)[0].deployment == "*" and load_releases(c)[0].kind == "framework"
+    c.write_text("time,deployment,kind\n2026-11-23T09:00:00Z,chat,hotfix\n")
+    with pytest.raises(ConfigError, match=r"\[0\].kind"):
+        load_releases(c)
