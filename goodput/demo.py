@@ -81,7 +81,7 @@ class Demo:
         self.sink = SpanSink(cfg, cfg.seed, f"http://{host}:{args.otlp_port}/v1/traces", None, interval_s=1.0)
         self.targets_path = out / "targets.yaml"
         self.live = LiveFleet(cfg, host=host, base_port=args.base_port, speed=args.speed, targets=self.targets_path,
-                              sink=self.sink)
+                              sink=self.sink, releases=out / "releases.yaml")
         nvml, mapping = fleet_gpus(self.live)
         self.gpu = GpuCollector(nvml, mapping, hostname="goodput-demo")
         self.gpu_srv = Server(host, args.gpu_port, _routes(self.gpu.render))
@@ -183,6 +183,12 @@ def _demo(args: argparse.Namespace) -> int:
                   "prometheus-alertmanager, or drop --no-prometheus)")
         print(f"  targets file             {demo.targets_path}")
         print(f"  trace store              {args.out / 'traces'}")
+        db, traces, rel = args.out / "analyzer.duckdb", args.out / "traces", args.out / "releases.yaml"
+        print("Analyze the stored traces (works while the demo runs; re-run ingest to add new ones):")
+        print(f"  .venv/bin/goodput analyze ingest {traces} --db {db}")
+        print(f"  .venv/bin/goodput analyze decompose --db {db} --by deployment,tier")
+        print(f"  .venv/bin/goodput analyze regressions --db {db} --releases {rel}")
+        print(f"  .venv/bin/goodput analyze triage --db {db} --deployment chat-8b-h100 --releases {rel}")
         print("Ctrl-C to stop.", flush=True)
         from exporters.http import serve_until_signal
 

@@ -23,6 +23,7 @@ from simulator.config import FleetConfig
 from simulator.distributions import QuantileDistribution
 from simulator.fleet import Deployment, Fleet
 from simulator.openai_api import ReplicaHTTPServer, make_server
+from simulator.releases import write_releases
 from simulator.replica import Replica
 from simulator.request import Request
 from simulator.span_sink import SpanSink
@@ -55,12 +56,14 @@ class ReplicaServer:
 class LiveFleet:
     def __init__(self, cfg: FleetConfig, *, host: str = "127.0.0.1", base_port: int = 8100, speed: float = 1.0,
                  traffic: float = 1.0, seed: int | None = None, targets: Path | None = None,
-                 sink: SpanSink | None = None) -> None:
+                 sink: SpanSink | None = None, releases: Path | None = None) -> None:
         self.cfg = cfg
         self.host, self.base_port, self.speed = host, base_port, speed
         self.traffic = traffic
         self.seed = cfg.seed if seed is None else seed
         self.targets_path = targets
+        self.releases_path = releases
+        self._releases_written = -1
         self.sink = sink
         self.lock = threading.RLock()
         self.stop_event = threading.Event()
@@ -159,11 +162,21 @@ class LiveFleet:
                 self.sink.add(done)
         return now
 
+    def _write_releases(self) -> None:
+        """Releases of the fleet file that have happened, in DESIGN.md's format, for `goodput analyze regressions`."""
+        if self.releases_path is None or len(self.fleet.releases) == self._releases_written:
+            return
+        self._releases_written = len(self.fleet.releases)
+        tmp = self.releases_path.with_suffix(".tmp")
+        write_releases(self.fleet.releases, datetime.fromtimestamp(self.started, UTC), tmp)
+        os.replace(tmp, self.releases_path)
+
     def _engine_loop(self) -> None:
         while not self.stop_event.is_set():
             with self.lock:
                 self.advance()
                 self._sync_servers()
+                self._write_releases()
             self.stop_event.wait(0.002)
 
     def kill_replica(self, deployment: str, index: int) -> None:

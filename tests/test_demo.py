@@ -1,5 +1,6 @@
 """`make demo` runs `goodput demo`: the fleet and the three exporters, reachable, stopping cleanly."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -48,10 +49,21 @@ def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
             rules = httpx.get(f"{prom}/api/v1/rules").json()["data"]["groups"]
             assert any(r.get("name") == "LLMQueueWaitRisingReplicasShort" for g in rules for r in g["rules"])
             assert httpx.get(f"http://127.0.0.1:{ports['alertmanager']}/-/ready").status_code == 200
+        # the printed analyzer commands work on the traces the running demo has stored
+        db = tmp_path / "analyzer.duckdb"
+        for cmd in (["ingest", str(tmp_path / "traces"), "--db", str(db)],
+                    ["decompose", "--db", str(db), "--by", "deployment,tier", "--format", "json"],
+                    ["regressions", "--db", str(db), "--releases", str(tmp_path / "releases.yaml"), "--format", "json"]):
+            r = subprocess.run([sys.executable, "-m", "goodput", "analyze", *cmd], cwd=REPO, capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+        assert any(row["deployment"] == "chat-8b-h100" for row in json.loads(
+            subprocess.run([sys.executable, "-m", "goodput", "analyze", "decompose", "--db", str(db), "--format", "json"],
+                           cwd=REPO, capture_output=True, text=True).stdout))
     finally:
         out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
-    for name in ("gpu exporter", "engine exporter", "request exporter", "OTLP/HTTP traces", "chat-8b-h100-0"):
+    for name in ("gpu exporter", "engine exporter", "request exporter", "OTLP/HTTP traces", "chat-8b-h100-0",
+                 "goodput analyze ingest", "goodput analyze triage"):
         assert name in out
     assert "goodput demo stopped." in out
     assert list((tmp_path / "traces").glob("date=*/hour=*/*.parquet"))
