@@ -1,11 +1,24 @@
 -- Staged spans -> requests and segments. Roots are `llm.request` (goodput's span model) and vLLM's
 -- `llm_request`; children are the back-to-back segment spans. Idempotent: a trace already in
 -- `requests` is skipped. Traces that cannot be used go to quarantine with the reason.
-CREATE OR REPLACE TEMP TABLE s AS
-SELECT DISTINCT ON (trace_id, span_id) * FROM staged;
-
+-- duplicate spans (same trace and span id) count once: roots are de-duplicated, children only feed min/max
 CREATE OR REPLACE TEMP TABLE roots AS
-SELECT * FROM s
+SELECT DISTINCT ON (trace_id, span_id)
+    trace_id, span_id, name, start_time_unix_nano, end_time_unix_nano, status_code, source,
+    coalesce(attributes['llm.deployment'], resource['llm.deployment'], nullif(service_name, '')) AS deployment,
+    attributes['llm.request_id'] AS a_request_id, attributes['gen_ai.request.id'] AS a_gen_ai_request_id,
+    coalesce(attributes['gen_ai.request.model'], attributes['gen_ai.response.model']) AS model,
+    attributes['llm.replica'] AS replica, attributes['llm.tenant'] AS tenant, attributes['llm.tier'] AS tier,
+    coalesce(attributes['llm.route'], attributes['llm.scene']) AS route, attributes['llm.scene'] AS scene,
+    coalesce(attributes['gen_ai.usage.input_tokens'], attributes['gen_ai.usage.prompt_tokens']) AS a_input,
+    coalesce(attributes['gen_ai.usage.output_tokens'], attributes['gen_ai.usage.completion_tokens']) AS a_output,
+    attributes['llm.cached_tokens'] AS a_cached, attributes['llm.preemptions'] AS a_preemptions,
+    attributes['llm.outcome'] AS a_outcome, attributes['llm.finish_reason'] AS finish_reason,
+    attributes['llm.reject_reason'] AS reject_reason,
+    attributes['gen_ai.latency.time_in_queue'] AS l_queue, attributes['gen_ai.latency.time_in_model_prefill'] AS l_prefill,
+    attributes['gen_ai.latency.time_in_model_decode'] AS l_decode, attributes['gen_ai.latency.e2e'] AS l_e2e,
+    attributes['gen_ai.latency.time_to_first_token'] AS l_ttft
+FROM staged
 WHERE coalesce(parent_span_id, '') = '' AND name IN ('llm.request', 'llm_request');
 
 CREATE OR REPLACE TEMP TABLE kids AS
@@ -20,22 +33,22 @@ SELECT trace_id,
     max(end_time_unix_nano)   FILTER (WHERE name = 'llm.decode')  AS decode_end,
     min(start_time_unix_nano) FILTER (WHERE name = 'llm.send')    AS send_start,
     max(end_time_unix_nano)   FILTER (WHERE name = 'llm.send')    AS send_end
-FROM s
+FROM staged
 WHERE coalesce(parent_span_id, '') <> '' AND name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send')
 GROUP BY trace_id;
 
 -- what cannot be used, and why
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
 SELECT any_value(source), trace_id, NULL, 'partial trace: segment spans without an llm.request root',
-       count(*)::VARCHAR || ' span(s)'
-FROM s
+       count(DISTINCT span_id)::VARCHAR || ' span(s)'
+FROM staged
 WHERE coalesce(parent_span_id, '') <> '' AND name LIKE 'llm.%'
   AND trace_id NOT IN (SELECT trace_id FROM roots)
 GROUP BY trace_id;
 
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
-SELECT source, trace_id, span_id, 'not an LLM request span (expected llm.request, its segments, or llm_request)', name
-FROM s
+SELECT DISTINCT source, trace_id, span_id, 'not an LLM request span (expected llm.request, its segments, or llm_request)', name
+FROM staged
 WHERE name NOT IN ('llm.request', 'llm_request', 'llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send');
 
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
@@ -45,8 +58,7 @@ SELECT source, trace_id, span_id,
             ELSE 'root span has no deployment (llm.deployment or the service name)' END,
        name
 FROM roots
-WHERE end_time_unix_nano < start_time_unix_nano OR start_time_unix_nano <= 0
-   OR coalesce(attributes['llm.deployment'], resource['llm.deployment'], nullif(service_name, '')) IS NULL;
+WHERE end_time_unix_nano < start_time_unix_nano OR start_time_unix_nano <= 0 OR deployment IS NULL;
 
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
 SELECT any_value(source), trace_id, NULL, 'spans of this trace disagree about its root', count(*)::VARCHAR || ' roots'
@@ -55,8 +67,7 @@ FROM roots GROUP BY trace_id HAVING count(*) > 1;
 CREATE OR REPLACE TEMP TABLE fresh AS
 SELECT r.*, k.* EXCLUDE (trace_id)
 FROM roots r LEFT JOIN kids k USING (trace_id)
-WHERE r.end_time_unix_nano >= r.start_time_unix_nano AND r.start_time_unix_nano > 0
-  AND coalesce(r.attributes['llm.deployment'], r.resource['llm.deployment'], nullif(r.service_name, '')) IS NOT NULL
+WHERE r.end_time_unix_nano >= r.start_time_unix_nano AND r.start_time_unix_nano > 0 AND r.deployment IS NOT NULL
   AND r.trace_id NOT IN (SELECT trace_id FROM roots GROUP BY trace_id HAVING count(*) > 1)
   AND r.trace_id NOT IN (SELECT trace_id FROM requests);
 
@@ -69,39 +80,29 @@ WITH base AS (
 ), seg AS (
     SELECT *,
         CASE WHEN vllm THEN NULL ELSE (gateway_end - gateway_start) / 1e9 END AS gateway_s,
-        CASE WHEN vllm THEN TRY_CAST(attributes['gen_ai.latency.time_in_queue'] AS DOUBLE)
-             ELSE (queue_end - queue_start) / 1e9 END AS queue_s,
-        CASE WHEN vllm THEN TRY_CAST(attributes['gen_ai.latency.time_in_model_prefill'] AS DOUBLE)
-             ELSE (prefill_end - prefill_start) / 1e9 END AS prefill_s,
-        CASE WHEN vllm THEN TRY_CAST(attributes['gen_ai.latency.time_in_model_decode'] AS DOUBLE)
-             ELSE (decode_end - decode_start) / 1e9 END AS decode_s,
+        CASE WHEN vllm THEN TRY_CAST(l_queue AS DOUBLE) ELSE (queue_end - queue_start) / 1e9 END AS queue_s,
+        CASE WHEN vllm THEN TRY_CAST(l_prefill AS DOUBLE) ELSE (prefill_end - prefill_start) / 1e9 END AS prefill_s,
+        CASE WHEN vllm THEN TRY_CAST(l_decode AS DOUBLE) ELSE (decode_end - decode_start) / 1e9 END AS decode_s,
         CASE WHEN vllm THEN NULL ELSE (send_end - send_start) / 1e9 END AS send_s,
-        CASE WHEN vllm THEN coalesce(TRY_CAST(attributes['gen_ai.latency.e2e'] AS DOUBLE), span_s) ELSE span_s END AS e2e_s,
-        CASE WHEN vllm THEN TRY_CAST(attributes['gen_ai.latency.time_to_first_token'] AS DOUBLE)
+        CASE WHEN vllm THEN coalesce(TRY_CAST(l_e2e AS DOUBLE), span_s) ELSE span_s END AS e2e_s,
+        CASE WHEN vllm THEN TRY_CAST(l_ttft AS DOUBLE)
              WHEN decode_start IS NOT NULL THEN (prefill_end - start_time_unix_nano) / 1e9 END AS ttft_s,
-        TRY_CAST(coalesce(attributes['gen_ai.usage.output_tokens'], attributes['gen_ai.usage.completion_tokens']) AS BIGINT)
-            AS output_tokens
+        TRY_CAST(a_output AS BIGINT) AS output_tokens
     FROM base
 )
 SELECT
     trace_id,
-    coalesce(attributes['llm.request_id'], attributes['gen_ai.request.id'], trace_id) AS request_id,
+    coalesce(a_request_id, a_gen_ai_request_id, trace_id) AS request_id,
     make_timestamptz(start_time_unix_nano // 1000) AS ts,
     start_time_unix_nano AS start_ns, end_time_unix_nano AS end_ns,
-    coalesce(attributes['gen_ai.request.model'], attributes['gen_ai.response.model']) AS model,
-    coalesce(attributes['llm.deployment'], resource['llm.deployment'], service_name) AS deployment,
-    attributes['llm.replica'] AS replica,
-    coalesce(attributes['llm.tenant'], 'unknown') AS tenant,
-    coalesce(attributes['llm.tier'], 'unknown') AS tier,
-    coalesce(attributes['llm.route'], attributes['llm.scene'], 'unknown') AS route,
-    attributes['llm.scene'] AS scene,
-    TRY_CAST(coalesce(attributes['gen_ai.usage.input_tokens'], attributes['gen_ai.usage.prompt_tokens']) AS BIGINT) AS input_tokens,
+    model, deployment, replica, coalesce(tenant, 'unknown') AS tenant, coalesce(tier, 'unknown') AS tier,
+    coalesce(route, 'unknown') AS route, scene,
+    TRY_CAST(a_input AS BIGINT) AS input_tokens,
     output_tokens,
-    TRY_CAST(attributes['llm.cached_tokens'] AS BIGINT) AS cached_tokens,
-    TRY_CAST(attributes['llm.preemptions'] AS BIGINT) AS preemptions,
-    coalesce(attributes['llm.outcome'], CASE WHEN status_code = 2 THEN 'error' ELSE 'ok' END) AS outcome,
-    attributes['llm.finish_reason'] AS finish_reason,
-    attributes['llm.reject_reason'] AS reject_reason,
+    TRY_CAST(a_cached AS BIGINT) AS cached_tokens,
+    TRY_CAST(a_preemptions AS BIGINT) AS preemptions,
+    coalesce(a_outcome, CASE WHEN status_code = 2 THEN 'error' ELSE 'ok' END) AS outcome,
+    finish_reason, reject_reason,
     gateway_s, queue_s, prefill_s, decode_s, send_s,
     e2e_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0) + coalesce(decode_s, 0)
              + coalesce(send_s, 0)) AS other_s,
