@@ -140,10 +140,7 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
 
         if kind == "spans-parquet":
             glob = str(path / "**" / "*.parquet") if path.is_dir() else str(path)
-            con.execute(
-                "INSERT INTO staged SELECT trace_id, span_id, parent_span_id, name, kind, start_time_unix_nano, "
-                "end_time_unix_nano, status_code, status_message, service_name, attributes, resource, ? "
-                "FROM read_parquet(?, hive_partitioning = true, union_by_name = true)", [src, glob])
+            _stage_src(con, con.read_parquet(glob, hive_partitioning=True, union_by_name=True), src)
         elif kind == "simulator-parquet":
             con.execute("CREATE OR REPLACE TEMP TABLE sim AS SELECT *, ? AS source FROM read_parquet(?)", [src, src])
             sim_rows += con.execute("SELECT count(*) FROM sim").fetchall()[0][0]
@@ -160,10 +157,10 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
                 _stage(con, batch, src)
         if progress is not None:
             progress(i + 1, len(paths))
-    out.spans = con.execute("SELECT count(*) FROM staged").fetchall()[0][0]
+    out.spans = con.execute("SELECT (SELECT count(*) FROM staged_roots) + (SELECT count(*) FROM staged_kids) "
+                            "+ (SELECT count(*) FROM staged_other)").fetchall()[0][0]
     if out.spans:
-        staged_roots = con.execute("SELECT count(DISTINCT trace_id) FROM staged WHERE coalesce(parent_span_id, '') = '' "
-                                   "AND name IN ('llm.request', 'llm_request')").fetchall()[0][0]
+        staged_roots = con.execute("SELECT count(DISTINCT trace_id) FROM staged_roots").fetchall()[0][0]
         con.execute(sql("normalize_spans"))
     after_r = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
     out.requests = after_r - before_r
@@ -177,13 +174,25 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
     con.execute("INSERT INTO ingest_log VALUES (?, now(), ?, ?, ?, ?)",
                 [", ".join(str(p) for p in paths)[:4000], out.spans + sim_rows, out.requests, out.duplicates,
                  out.quarantined])
-    con.execute("DROP TABLE IF EXISTS staged")
+    for table in ("staged_roots", "staged_kids", "staged_other"):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
     out.seconds = time.perf_counter() - t0
     return out
 
 
+def _stage_src(con: duckdb.DuckDBPyConnection, rel, source: str) -> None:
+    """Split a relation in the trace store's schema into the staging tables (analyzer/sql/stage_from_src.sql)."""
+    con.register("src", rel)
+    for stmt in _statements(sql("stage_from_src")):
+        con.execute(stmt, {"source": source})
+    con.unregister("src")
+
+
+def _statements(text: str) -> list[str]:
+    """The statements of a SQL file (parameters need one execute per statement)."""
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    return [s for s in body.split(";") if s.strip()]
+
+
 def _stage(con: duckdb.DuckDBPyConnection, spans: list[Span], source: str) -> None:
-    batch = spans_to_arrow(spans)
-    con.register("_batch", batch)
-    con.execute("INSERT INTO staged SELECT *, ? FROM _batch", [source])
-    con.unregister("_batch")
+    _stage_src(con, spans_to_arrow(spans), source)

@@ -311,10 +311,10 @@ class Sampler:
 
 
 def run_gpu_exporter(args) -> int:
-    from exporters.config import load_yaml
     from exporters.exposition import CONTENT_TYPE
     from exporters.fake_nvml import FakeNvml, load_fake
     from exporters.http import Server, serve_until_signal
+    from simulator.yamlfile import load_yaml
 
     nvml: Any = pynvml
     if args.fake:

@@ -12,12 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
 from simulator.catalog import DTYPE_BYTES, GIB, MemoryBudget, lookup_gpu, lookup_model, memory_budget
 from simulator.distributions import QuantileDistribution
 from simulator.errors import ConfigError
+from simulator.yamlfile import load_yaml
 
 __all__ = [
     "DeploymentConfig",
@@ -412,15 +411,4 @@ def parse_fleet(data: Any, source: str) -> FleetConfig:
 
 
 def load_fleet(path: str | Path) -> FleetConfig:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(str(p), "", f"cannot read: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else ""
-        raise ConfigError(str(p), where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
-    return parse_fleet(data, str(p))
+    return parse_fleet(load_yaml(path), str(path))

@@ -181,14 +181,7 @@ class Replica:
         if req.state == WAITING:
             self.n_waiting -= 1
         else:
-            if req.state == DECODING:
-                req.generated += self.counter - req.dec_start
-                self._leave_decode(req)
-            else:
-                self.prefilling.remove(req)
-            self.used_blocks -= req.blocks
-            req.blocks = 0
-            del self.running[req.rid]
+            self._unschedule(req)
         req.state = DONE
         req.finish_reason = "abort"
         req.completed = t
@@ -334,7 +327,8 @@ class Replica:
             self.obs.on_finish(self, req, t)
         self.on_done(req)
 
-    def _preempt(self, req: Request) -> None:
+    def _unschedule(self, req: Request) -> None:
+        """Take a running request out of the batch (keeping the tokens it produced) and free its blocks."""
         if req.state == DECODING:
             req.generated += self.counter - req.dec_start
             self._leave_decode(req)
@@ -343,6 +337,9 @@ class Replica:
         self.used_blocks -= req.blocks
         req.blocks = 0
         del self.running[req.rid]
+
+    def _preempt(self, req: Request) -> None:
+        self._unschedule(req)
         req.preemptions += 1
         self.preemptions_total += 1
         req.prefill_target = req.prompt_tokens + req.generated

@@ -3,23 +3,7 @@
 -- `requests` is skipped. Traces that cannot be used go to quarantine with the reason.
 -- duplicate spans (same trace and span id) count once: roots are de-duplicated, children only feed min/max
 CREATE OR REPLACE TEMP TABLE roots AS
-SELECT DISTINCT ON (trace_id, span_id)
-    trace_id, span_id, name, start_time_unix_nano, end_time_unix_nano, status_code, source,
-    coalesce(attributes['llm.deployment'], resource['llm.deployment'], nullif(service_name, '')) AS deployment,
-    attributes['llm.request_id'] AS a_request_id, attributes['gen_ai.request.id'] AS a_gen_ai_request_id,
-    coalesce(attributes['gen_ai.request.model'], attributes['gen_ai.response.model']) AS model,
-    attributes['llm.replica'] AS replica, attributes['llm.tenant'] AS tenant, attributes['llm.tier'] AS tier,
-    coalesce(attributes['llm.route'], attributes['llm.scene']) AS route, attributes['llm.scene'] AS scene,
-    coalesce(attributes['gen_ai.usage.input_tokens'], attributes['gen_ai.usage.prompt_tokens']) AS a_input,
-    coalesce(attributes['gen_ai.usage.output_tokens'], attributes['gen_ai.usage.completion_tokens']) AS a_output,
-    attributes['llm.cached_tokens'] AS a_cached, attributes['llm.preemptions'] AS a_preemptions,
-    attributes['llm.outcome'] AS a_outcome, attributes['llm.finish_reason'] AS finish_reason,
-    attributes['llm.reject_reason'] AS reject_reason,
-    attributes['gen_ai.latency.time_in_queue'] AS l_queue, attributes['gen_ai.latency.time_in_model_prefill'] AS l_prefill,
-    attributes['gen_ai.latency.time_in_model_decode'] AS l_decode, attributes['gen_ai.latency.e2e'] AS l_e2e,
-    attributes['gen_ai.latency.time_to_first_token'] AS l_ttft
-FROM staged
-WHERE coalesce(parent_span_id, '') = '' AND name IN ('llm.request', 'llm_request');
+SELECT DISTINCT ON (trace_id, span_id) * FROM staged_roots;
 
 CREATE OR REPLACE TEMP TABLE kids AS
 SELECT trace_id,
@@ -33,23 +17,20 @@ SELECT trace_id,
     max(end_time_unix_nano)   FILTER (WHERE name = 'llm.decode')  AS decode_end,
     min(start_time_unix_nano) FILTER (WHERE name = 'llm.send')    AS send_start,
     max(end_time_unix_nano)   FILTER (WHERE name = 'llm.send')    AS send_end
-FROM staged
-WHERE coalesce(parent_span_id, '') <> '' AND name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send')
+FROM staged_kids
 GROUP BY trace_id;
 
 -- what cannot be used, and why
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
 SELECT any_value(source), trace_id, NULL, 'partial trace: segment spans without an llm.request root',
        count(DISTINCT span_id)::VARCHAR || ' span(s)'
-FROM staged
-WHERE coalesce(parent_span_id, '') <> '' AND name LIKE 'llm.%'
-  AND trace_id NOT IN (SELECT trace_id FROM roots)
+FROM staged_kids
+WHERE trace_id NOT IN (SELECT trace_id FROM roots)
 GROUP BY trace_id;
 
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
 SELECT DISTINCT source, trace_id, span_id, 'not an LLM request span (expected llm.request, its segments, or llm_request)', name
-FROM staged
-WHERE name NOT IN ('llm.request', 'llm_request', 'llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send');
+FROM staged_other;
 
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
 SELECT source, trace_id, span_id,

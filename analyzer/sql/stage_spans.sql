@@ -1,6 +1,15 @@
--- One staging table per ingest run, in the trace store's span schema.
-CREATE OR REPLACE TEMP TABLE staged (
-    trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR, kind TINYINT,
-    start_time_unix_nano BIGINT, end_time_unix_nano BIGINT, status_code TINYINT, status_message VARCHAR,
-    service_name VARCHAR, attributes MAP(VARCHAR, VARCHAR), resource MAP(VARCHAR, VARCHAR), source VARCHAR
+-- Staging for one ingest run. Spans are split on arrival into what normalization needs: roots with their
+-- attributes already extracted, segment children without attributes, and the rest (to quarantine) — so
+-- no copy of every span's attribute map is ever held.
+CREATE OR REPLACE TEMP TABLE staged_roots (
+    trace_id VARCHAR, span_id VARCHAR, name VARCHAR, start_time_unix_nano BIGINT, end_time_unix_nano BIGINT,
+    status_code TINYINT, source VARCHAR, deployment VARCHAR, a_request_id VARCHAR, a_gen_ai_request_id VARCHAR,
+    model VARCHAR, replica VARCHAR, tenant VARCHAR, tier VARCHAR, route VARCHAR, scene VARCHAR, a_input VARCHAR,
+    a_output VARCHAR, a_cached VARCHAR, a_preemptions VARCHAR, a_outcome VARCHAR, finish_reason VARCHAR,
+    reject_reason VARCHAR, l_queue VARCHAR, l_prefill VARCHAR, l_decode VARCHAR, l_e2e VARCHAR, l_ttft VARCHAR
 );
+CREATE OR REPLACE TEMP TABLE staged_kids (
+    trace_id VARCHAR, span_id VARCHAR, name VARCHAR, start_time_unix_nano BIGINT, end_time_unix_nano BIGINT,
+    source VARCHAR
+);
+CREATE OR REPLACE TEMP TABLE staged_other (trace_id VARCHAR, span_id VARCHAR, name VARCHAR, source VARCHAR);
