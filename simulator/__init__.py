@@ -1,0 +1,10 @@
+"""The simulated fleet: workload profiles, the vLLM-style replica model, virtual-time and live runs."""
+
+from simulator.config import FleetConfig, load_fleet, parse_fleet
+from simulator.errors import ConfigError
+from simulator.fleet import Fleet
+from simulator.live import LiveFleet
+from simulator.run import SimulationResult, simulate, write_outputs
+
+__all__ = ["ConfigError", "Fleet", "FleetConfig", "LiveFleet", "SimulationResult", "load_fleet", "parse_fleet", "simulate",
+           "write_outputs"]

@@ -39,7 +39,7 @@ SELECT trace_id, request_id, arrival AS ts, a AS start_ns, c AS end_ns, model, d
        source
 FROM seg ORDER BY a;
 
-INSERT INTO requests SELECT * FROM sim_new;
+INSERT INTO requests SELECT * FROM sim_new ORDER BY start_ns;
 
 INSERT INTO segments
 SELECT trace_id, 'gateway', a, (gw_end - a) / 1e9 FROM sim_fresh

@@ -94,7 +94,7 @@ SELECT
 FROM seg
 ORDER BY start_time_unix_nano;
 
-INSERT INTO requests SELECT * FROM new_requests;
+INSERT INTO requests SELECT * FROM new_requests ORDER BY start_ns;
 
 INSERT INTO segments
 SELECT trace_id, 'gateway', gateway_start, (gateway_end - gateway_start) / 1e9 FROM fresh WHERE gateway_start IS NOT NULL
