@@ -93,8 +93,10 @@ def _ingest(args: argparse.Namespace) -> int:
     from goodput.progress import progress_bar
 
     con = connect(args.db)
-    with progress_bar("ingesting", len(args.paths), unit="files") as update:
-        summary = ingest(con, args.paths, progress=lambda done, _total: update(done))
+    total = sum((sum(f.stat().st_size for f in p.rglob("*.parquet")) if p.is_dir() else p.stat().st_size)
+                for p in args.paths if p.exists())
+    with progress_bar("ingesting", max(total / 2**20, 1e-6), unit="MiB") as update:
+        summary = ingest(con, args.paths, progress=lambda done, _total: update(done / 2**20))
     con.close()
     d = summary.as_dict()
     if args.format == "json":

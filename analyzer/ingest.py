@@ -72,7 +72,12 @@ def _parquet_kind(path: Path) -> str:
     raise ConfigError(str(path), "", "Parquet file is neither a goodput trace store nor a simulator requests.parquet")
 
 
-def _json_docs(path: Path, quarantine: Callable[[str, str], None]) -> Iterator[list[Span]]:
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*.parquet")) if path.is_dir() else path.stat().st_size
+
+
+def _json_docs(path: Path, quarantine: Callable[[str, str], None], read: Callable[[int], None]
+               ) -> Iterator[list[Span]]:
     """Spans per document: a file of one (possibly pretty-printed) document, or one per line."""
     with path.open("rb") as f:
         first = f.readline()
@@ -89,9 +94,11 @@ def _json_docs(path: Path, quarantine: Callable[[str, str], None]) -> Iterator[l
             yield decode_json(path.read_bytes())
         except OtlpError as e:
             quarantine(f"{path}", str(e))
+        read(path.stat().st_size)
         return
     with path.open("rb") as f:
         for lineno, line in enumerate(f, start=1):
+            read(len(line))
             if not line.strip():
                 continue
             try:
@@ -100,36 +107,68 @@ def _json_docs(path: Path, quarantine: Callable[[str, str], None]) -> Iterator[l
                 quarantine(f"{path}:{lineno}", str(e))
 
 
-def _proto_docs(path: Path, quarantine: Callable[[str, str], None]) -> Iterator[list[Span]]:
-    data = path.read_bytes()
-    pos, chunks = 0, []
-    while pos + 4 <= len(data):  # the Collector's proto file format: [4-byte big-endian length][message]
-        (size,) = struct.unpack_from(">I", data, pos)
-        if pos + 4 + size > len(data):
-            break
-        chunks.append(data[pos + 4: pos + 4 + size])
-        pos += 4 + size
-    if pos != len(data) or not chunks:
-        chunks = [data]  # a single bare ExportTraceServiceRequest
-    for i, chunk in enumerate(chunks):
-        try:
-            yield decode_protobuf(chunk)
-        except OtlpError as e:
-            quarantine(f"{path}#{i}", str(e))
+def _proto_docs(path: Path, quarantine: Callable[[str, str], None], read: Callable[[int], None]
+                ) -> Iterator[list[Span]]:
+    """The Collector's proto file format ([4-byte big-endian length][message]...), read record by record,
+    or else one bare ExportTraceServiceRequest."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        i = 0
+        while True:
+            head = f.read(4)
+            if len(head) < 4:
+                break
+            (n,) = struct.unpack(">I", head)
+            body = f.read(n) if n <= size else b""
+            try:
+                if len(body) != n or (i == 0 and f.tell() > size):
+                    raise OtlpError("not length-prefixed")
+                spans = decode_protobuf(body)
+            except OtlpError as e:
+                if i == 0:
+                    break  # not the prefixed format: try the whole file as one message below
+                quarantine(f"{path}#{i}", str(e))
+                read(4 + n)
+                i += 1
+                continue
+            read(4 + n)
+            i += 1
+            yield spans
+        if i > 0:
+            return
+    if size > WHOLE_FILE_LIMIT:
+        quarantine(f"{path}", f"neither length-prefixed OTLP protobuf nor one message under {WHOLE_FILE_LIMIT} bytes")
+        return
+    try:
+        yield decode_protobuf(path.read_bytes())
+    except OtlpError as e:
+        quarantine(f"{path}", str(e))
+    read(size)
 
 
 def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
            progress: Callable[[int, int], None] | None = None) -> IngestSummary:
+    """Load ``paths``; ``progress(bytes read, bytes in all inputs)`` is called as it goes."""
     t0 = time.perf_counter()
+    for path in paths:
+        if not path.exists():
+            raise ConfigError(str(path), "", "no such file or directory")
+    total = sum(_size(p) for p in paths)
+    done = 0
+
+    def read(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, total)
+
     out = IngestSummary()
     before_q = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
     before_r = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
     con.execute(sql("stage_spans"))
     staged_roots = 0
     sim_rows = 0
-    for i, path in enumerate(paths):
-        if not path.exists():
-            raise ConfigError(str(path), "", "no such file or directory")
+    for path in paths:
         kind = _kind(path)
         src = str(path)
         out.files += 1
@@ -146,7 +185,7 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
             sim_rows += con.execute("SELECT count(*) FROM sim").fetchall()[0][0]
             con.execute(sql("normalize_simulator"))
         else:
-            docs = _json_docs(path, quarantine) if kind == "json" else _proto_docs(path, quarantine)
+            docs = (_json_docs if kind == "json" else _proto_docs)(path, quarantine, read)
             batch: list[Span] = []
             for spans in docs:
                 batch.extend(spans)
@@ -155,8 +194,8 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
                     batch = []
             if batch:
                 _stage(con, batch, src)
-        if progress is not None:
-            progress(i + 1, len(paths))
+        if kind.endswith("parquet"):
+            read(_size(path))
     out.spans = con.execute("SELECT (SELECT count(*) FROM staged_roots) + (SELECT count(*) FROM staged_kids) "
                             "+ (SELECT count(*) FROM staged_other)").fetchall()[0][0]
     if out.spans:
