@@ -31,11 +31,10 @@ WITH seg AS (
 SELECT trace_id, request_id, arrival AS ts, a AS start_ns, c AS end_ns, model, deployment, nullif(replica, '') AS replica,
        tenant, tier, route, scene, input_tokens, output_tokens, cached_tokens, preemptions, outcome, finish_reason,
        reject_reason, gateway_s, queue_s, prefill_s, decode_s, send_s,
-       e2e_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0) + coalesce(decode_s, 0)
-                + coalesce(send_s, 0)) AS other_s,
+       other_seconds(e2e_s, gateway_s, queue_s, prefill_s, decode_s, send_s) AS other_s,
        e2e_s, ttft_s,
-       ttft_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0)) AS ttft_other_s,
-       CASE WHEN output_tokens > 1 AND ttft_s IS NOT NULL THEN (e2e_s - ttft_s) / (output_tokens - 1) END AS tpot_s,
+       ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s) AS ttft_other_s,
+       tpot_seconds(e2e_s, ttft_s, output_tokens) AS tpot_s,
        source
 FROM seg ORDER BY a;
 

@@ -85,11 +85,10 @@ SELECT
     coalesce(a_outcome, CASE WHEN status_code = 2 THEN 'error' ELSE 'ok' END) AS outcome,
     finish_reason, reject_reason,
     gateway_s, queue_s, prefill_s, decode_s, send_s,
-    e2e_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0) + coalesce(decode_s, 0)
-             + coalesce(send_s, 0)) AS other_s,
+    other_seconds(e2e_s, gateway_s, queue_s, prefill_s, decode_s, send_s) AS other_s,
     e2e_s, ttft_s,
-    ttft_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0)) AS ttft_other_s,
-    CASE WHEN output_tokens > 1 AND ttft_s IS NOT NULL THEN (e2e_s - ttft_s) / (output_tokens - 1) END AS tpot_s,
+    ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s) AS ttft_other_s,
+    tpot_seconds(e2e_s, ttft_s, output_tokens) AS tpot_s,
     source
 FROM seg
 ORDER BY start_time_unix_nano;

@@ -18,6 +18,14 @@ CREATE TABLE IF NOT EXISTS requests (
     tpot_s DOUBLE,                    -- (E2E - TTFT) / (output tokens - 1)
     source VARCHAR
 );
+-- The decomposition's arithmetic, once for every input format.
+CREATE OR REPLACE MACRO other_seconds(e2e, gateway, queue, prefill, decode, send) AS
+    e2e - (coalesce(gateway, 0) + coalesce(queue, 0) + coalesce(prefill, 0) + coalesce(decode, 0) + coalesce(send, 0));
+CREATE OR REPLACE MACRO ttft_other_seconds(ttft, gateway, queue, prefill) AS
+    ttft - (coalesce(gateway, 0) + coalesce(queue, 0) + coalesce(prefill, 0));
+CREATE OR REPLACE MACRO tpot_seconds(e2e, ttft, output_tokens) AS   -- (E2E - TTFT) / (output tokens - 1)
+    CASE WHEN output_tokens > 1 AND ttft IS NOT NULL THEN (e2e - ttft) / (output_tokens - 1) END;
+
 CREATE TABLE IF NOT EXISTS segments (
     trace_id VARCHAR NOT NULL,
     segment VARCHAR NOT NULL,         -- gateway | queue | prefill | decode | send | other

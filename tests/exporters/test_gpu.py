@@ -135,3 +135,21 @@ def test_missing_nvml_library_is_one_clear_line():
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]
     assert "NVML Shared Library Not Found" in r.stderr and "--fake" in r.stderr
+
+
+def test_mapping_by_environment_and_cgroup(tmp_path):
+    for pid, env, cgroup in ((11, b"HOME=/root\0GOODPUT_DEPLOYMENT=rag-70b\0", b""),
+                             (12, b"HOME=/root\0", b"0::/kubepods/burstable/pod1234-abcd/cri-containerd-99\n")):
+        d = tmp_path / str(pid)
+        d.mkdir()
+        (d / "environ").write_bytes(env)
+        (d / "cgroup").write_bytes(cgroup)
+        (d / "cmdline").write_bytes(b"python3\0serve\0")
+    m = DeploymentMapping.load({"rules": [
+        {"env": "GOODPUT_DEPLOYMENT", "pattern": "(?P<deployment>.+)", "replica": "{pid}"},
+        {"cgroup": r"kubepods/.*/pod(?P<replica>[0-9a-f-]+)/", "deployment": "chat-8b"}]}, "m.yaml", proc_root=tmp_path)
+    assert m.for_process(11) == ("rag-70b", "11")
+    assert m.for_process(12) == ("chat-8b", "1234-abcd")
+    assert m.for_process(13) is None  # no such process: no attribution, no error
+    with pytest.raises(ConfigError, match=r"rules\[0\].cmdline: bad regular expression"):
+        DeploymentMapping.load({"rules": [{"cmdline": "("}]}, "m.yaml")
