@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import signal
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -104,13 +105,15 @@ class Server(ThreadingHTTPServer):
         self.server_close()
 
 
-def serve_until_signal(stop: Callable[[], None]) -> None:
-    """Block until SIGTERM or Ctrl-C, then call ``stop`` (which flushes and closes)."""
+def serve_until_signal(stop: Callable[[], None], duration: float | None = None) -> None:
+    """Block until SIGTERM, Ctrl-C or ``duration`` seconds, then call ``stop`` (which flushes and closes)."""
     done = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    deadline = time.monotonic() + duration if duration else None
     try:
-        while not done.wait(0.5):
-            pass
+        while not done.wait(0.2):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
     except KeyboardInterrupt:
         pass
     finally:

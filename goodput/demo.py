@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 from pathlib import Path
 
 from exporters.config import load_plan, load_targets
@@ -17,7 +16,7 @@ from exporters.engine import EngineExporter
 from exporters.exposition import CONTENT_TYPE
 from exporters.fleet_gpus import fleet_gpus
 from exporters.gpu import GpuCollector, Sampler
-from exporters.http import Server
+from exporters.http import Server, serve_until_signal
 from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.rulegen import build, load_spec
@@ -190,14 +189,7 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"  .venv/bin/goodput analyze regressions --db {db} --releases {rel}")
         print(f"  .venv/bin/goodput analyze triage --db {db} --deployment chat-8b-h100 --releases {rel}")
         print("Ctrl-C to stop.", flush=True)
-        from exporters.http import serve_until_signal
-
-        deadline = time.monotonic() + args.duration if args.duration else None
-        if deadline is None:
-            serve_until_signal(lambda: None)
-        else:
-            while time.monotonic() < deadline:
-                time.sleep(0.2)
+        serve_until_signal(lambda: None, args.duration)
     except KeyboardInterrupt:
         pass
     finally:

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
                           "--gpu-port", str(ports["gpu"]), "--engine-port", str(ports["engine"]),
                           "--requests-port", str(ports["requests"]), "--otlp-port", str(ports["otlp"]),
                           "--prometheus-port", str(ports["prometheus"]), "--alertmanager-port", str(ports["alertmanager"]),
-                          "--webhook-port", str(ports["webhook"]), "--duration", "20"],
+                          "--webhook-port", str(ports["webhook"]), "--duration", "180"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -60,6 +61,7 @@ def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
             subprocess.run([sys.executable, "-m", "goodput", "analyze", "decompose", "--db", str(db), "--format", "json"],
                            cwd=REPO, capture_output=True, text=True).stdout))
     finally:
+        p.send_signal(signal.SIGTERM)  # stops cleanly, like Ctrl-C
         out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     for name in ("gpu exporter", "engine exporter", "request exporter", "OTLP/HTTP traces", "chat-8b-h100-0",
