@@ -25,6 +25,7 @@ import pandas as pd
 
 from analyzer.decompose import decompose
 from analyzer.store import connect
+from benchmarks.report import emit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -135,11 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
         "analyzer_vs_hand_written": round(timings["analyzer"] / timings["hand_written_duckdb"], 2),
         "pandas_vs_analyzer": round(timings["pandas"] / timings["analyzer"], 1),
     }
-    print("analyzer benchmark (2 threads)")
-    print(json.dumps(out, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
-    return out
+    return emit("analyzer benchmark (2 threads)", out, args.json)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -26,6 +25,7 @@ import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.report import emit
 from exporters.config import Target, Targets
 from exporters.engine import EngineExporter
 from exporters.exposition import CONTENT_TYPE
@@ -210,11 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
         "engine_exporter_scrape_200_replicas": scrape_200(dumps),
         "otlp_receiver_one_core": otlp_throughput(),
     }
-    print("exporter benchmarks")
-    print(json.dumps(out, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
-    return out
+    return emit("exporter benchmarks", out, args.json)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,11 @@ show produces the same timeline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
+from benchmarks.report import emit
 from simulator.config import parse_fleet
 from simulator.fleet import Fleet
 from simulator.workload import generate
@@ -83,11 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
                                   "speedup_x": round(base["virtual_s"] / base["wall_s"], 1),
                                   "requests_per_wall_s": round(base["requests"] / base["wall_s"])},
     }
-    print("simulator speed (16 x Llama-3.1-8B / H100, Azure conv trace at 80% of measured capacity, one core)")
-    print(json.dumps(out, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
-    return out
+    title = "simulator speed (16 x Llama-3.1-8B / H100, Azure conv trace at 80% of measured capacity, one core)"
+    return emit(title, out, args.json)
 
 
 if __name__ == "__main__":
