@@ -204,13 +204,5 @@ class Fleet:
             self.run(t, progress)
         for dep in self.deployments:
             for rep in dep.replicas:
-                if rep.alive and rep.outstanding:
-                    left = list(rep.running.values()) + [e[3] for e in rep.waiting if e[3].state == 1]
-                    for req in left:
-                        if req.state == 3:
-                            req.generated = min(req.output_target, req.generated + rep.counter - req.dec_start)
-                        req.finish_reason, req.completed, req.state = "abort", limit, 4
-                        self.done.append(req)
-                    rep.running.clear()
-                    rep.waiting.clear()
-                    rep.n_waiting = 0
+                if rep.alive:
+                    rep.abort_all(limit)

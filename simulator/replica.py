@@ -175,6 +175,15 @@ class Replica:
                 return req.queue_start + limit
         return math.inf
 
+    def abort_all(self, t: float) -> None:
+        """The run ends at ``t``: whatever is still queued or running is aborted then."""
+        for req in [*self.running.values(), *(e[3] for e in self.waiting if e[3].state == WAITING)]:
+            self._drop(req, t)
+        self.waiting.clear()
+        self.fresh.clear()
+        self.seg_kind, self.seg_end = IDLE, math.inf
+        self.version += 1
+
     def _drop(self, req: Request, t: float) -> None:
         if req.state == DONE:
             return
