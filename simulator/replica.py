@@ -423,7 +423,7 @@ class Replica:
         chunk_limit = eng.prefill_chunk_tokens
         chunks: list[tuple[Request, int]] = []
         # 2. partial prefills already running
-        for req in list(self.prefilling):
+        for req in list(self.prefilling) if self.prefilling else ():
             if budget <= 0:
                 break
             if req.state != PREFILLING:
@@ -480,9 +480,11 @@ class Replica:
         if chunks:
             rf = self.rf
             s_dec = self.dec_base + n_dec * (self.counter + 1)
-            p_tokens = sum(c for _, c in chunks)
-            pairs = s_dec + sum(c * r.computed + c * (c + 1) / 2 for r, c in chunks)
-            kv = s_dec + sum(r.computed + c for r, c in chunks)
+            p_tokens, pairs, kv = 0, s_dec, s_dec
+            for r, c in chunks:
+                p_tokens += c
+                pairs += c * r.computed + c * (c + 1) / 2
+                kv += r.computed + c
             scale = self.step_scale * (n_dec * self.decode_scale + p_tokens * self.prefill_scale) / (n_dec + p_tokens)
             self.seg_kind = SINGLE
             self.seg_chunks = chunks
