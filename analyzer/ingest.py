@@ -166,8 +166,8 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
     before_q = con.execute("SELECT count(*) FROM quarantine").fetchall()[0][0]
     before_r = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
     con.execute(sql("stage_spans"))
-    staged_roots = 0
-    sim_rows = 0
+    span_dups = 0
+    sim_rows = sim_added = 0
     for path in paths:
         kind = _kind(path)
         src = str(path)
@@ -183,7 +183,9 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
         elif kind == "simulator-parquet":
             con.execute("CREATE OR REPLACE TEMP TABLE sim AS SELECT *, ? AS source FROM read_parquet(?)", [src, src])
             sim_rows += con.execute("SELECT count(*) FROM sim").fetchall()[0][0]
+            before_sim = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
             con.execute(sql("normalize_simulator"))
+            sim_added += con.execute("SELECT count(*) FROM requests").fetchall()[0][0] - before_sim
         else:
             docs = (_json_docs if kind == "json" else _proto_docs)(path, quarantine, read)
             batch: list[Span] = []
@@ -196,10 +198,18 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
                 _stage(con, batch, src)
         if kind.endswith("parquet"):
             read(_size(path))
-    out.spans = con.execute("SELECT (SELECT count(*) FROM staged_roots) + (SELECT count(*) FROM staged_kids) "
-                            "+ (SELECT count(*) FROM staged_other)").fetchall()[0][0]
+    out.spans = con.execute("SELECT (SELECT count(*) FROM staged_roots) + (SELECT coalesce(sum(spans), 0) FROM "
+                            "staged_kids) + (SELECT count(*) FROM staged_other)").fetchall()[0][0]
     if out.spans:
-        staged_roots = con.execute("SELECT count(DISTINCT trace_id) FROM staged_roots").fetchall()[0][0]
+        rows, traces, pairs, known = con.execute(
+            "SELECT count(*), count(DISTINCT trace_id), count(DISTINCT (trace_id, span_id)), "
+            "count(DISTINCT trace_id) FILTER (WHERE trace_id IN (SELECT trace_id FROM requests)) FROM staged_roots"
+        ).fetchall()[0]
+        span_dups = rows - pairs + known  # repeated root spans in this run, and requests already in the database
+        if rows == traces:  # one root per trace: nothing to de-duplicate
+            con.execute("ALTER TABLE staged_roots RENAME TO roots")
+        else:
+            con.execute("CREATE OR REPLACE TEMP TABLE roots AS SELECT DISTINCT ON (trace_id, span_id) * FROM staged_roots")
         con.execute(sql("normalize_spans"))
     after_r = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
     out.requests = after_r - before_r
@@ -207,13 +217,12 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
                        [before_q]).fetchall()
     out.reasons = {r: n for r, n in rows}
     out.quarantined = sum(out.reasons.values())
-    bad_roots = sum(n for r, n in rows if r.startswith("root span") or r.startswith("spans of this trace"))
     bad_sim = sum(n for r, n in rows if r.startswith("request has no"))
-    out.duplicates = max(0, staged_roots + sim_rows - out.requests - bad_roots - bad_sim)
+    out.duplicates = span_dups + (sim_rows - sim_added - bad_sim)
     con.execute("INSERT INTO ingest_log VALUES (?, now(), ?, ?, ?, ?)",
                 [", ".join(str(p) for p in paths)[:4000], out.spans + sim_rows, out.requests, out.duplicates,
                  out.quarantined])
-    for table in ("staged_roots", "staged_kids", "staged_other"):
+    for table in ("staged_roots", "staged_kids", "staged_other", "roots"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     out.seconds = time.perf_counter() - t0
     return out

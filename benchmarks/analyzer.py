@@ -85,7 +85,10 @@ def _ingest_child(store: str, db: str) -> None:
     t0 = time.perf_counter()
     s = ingest(con, [Path(store)])
     dt = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
+    # VmHWM is this process's own peak; getrusage's ru_maxrss survives exec and can report the parent's
+    status = Path("/proc/self/status").read_text() if Path("/proc/self/status").exists() else ""
+    hwm = next((line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")), None)
+    rss = int(hwm) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
     print(json.dumps({"spans": s.spans, "requests": s.requests, "seconds": dt, "peak_rss_mib": rss}))
 
 
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     gen.execute(GENERATE.format(n=args.requests, out=store))
     gen_s = time.perf_counter() - t0
+    gen.close()
     # ingest in a child process, so its peak RSS is its own
     child = subprocess.run([sys.executable, "-c", f"from benchmarks.analyzer import _ingest_child; "
                             f"_ingest_child({str(store)!r}, {str(db)!r})"], cwd=REPO, capture_output=True, text=True)

@@ -1,29 +1,22 @@
 -- Staged spans -> requests and segments. Roots are `llm.request` (goodput's span model) and vLLM's
 -- `llm_request`; children are the back-to-back segment spans. Idempotent: a trace already in
 -- `requests` is skipped. Traces that cannot be used go to quarantine with the reason.
--- duplicate spans (same trace and span id) count once: roots are de-duplicated, children only feed min/max
-CREATE OR REPLACE TEMP TABLE roots AS
-SELECT DISTINCT ON (trace_id, span_id) * FROM staged_roots;
-
+-- `roots` holds the staged root spans, de-duplicated on (trace id, span id) by the caller when needed;
+-- children were folded per trace while staging (duplicates only feed min / max).
 CREATE OR REPLACE TEMP TABLE kids AS
 SELECT trace_id,
-    min(start_time_unix_nano) FILTER (WHERE name = 'llm.gateway') AS gateway_start,
-    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.gateway') AS gateway_end,
-    min(start_time_unix_nano) FILTER (WHERE name = 'llm.queue')   AS queue_start,
-    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.queue')   AS queue_end,
-    min(start_time_unix_nano) FILTER (WHERE name = 'llm.prefill') AS prefill_start,
-    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.prefill') AS prefill_end,
-    min(start_time_unix_nano) FILTER (WHERE name = 'llm.decode')  AS decode_start,
-    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.decode')  AS decode_end,
-    min(start_time_unix_nano) FILTER (WHERE name = 'llm.send')    AS send_start,
-    max(end_time_unix_nano)   FILTER (WHERE name = 'llm.send')    AS send_end
+    min(gateway_start) AS gateway_start, max(gateway_end) AS gateway_end,
+    min(queue_start) AS queue_start, max(queue_end) AS queue_end,
+    min(prefill_start) AS prefill_start, max(prefill_end) AS prefill_end,
+    min(decode_start) AS decode_start, max(decode_end) AS decode_end,
+    min(send_start) AS send_start, max(send_end) AS send_end
 FROM staged_kids
 GROUP BY trace_id;
 
 -- what cannot be used, and why
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
 SELECT any_value(source), trace_id, NULL, 'partial trace: segment spans without an llm.request root',
-       count(DISTINCT span_id)::VARCHAR || ' span(s)'
+       sum(spans)::VARCHAR || ' span(s)'
 FROM staged_kids
 WHERE trace_id NOT IN (SELECT trace_id FROM roots)
 GROUP BY trace_id;

@@ -18,9 +18,15 @@ FROM src
 WHERE coalesce(parent_span_id, '') = '' AND name IN ('llm.request', 'llm_request');
 
 INSERT INTO staged_kids
-SELECT trace_id, span_id, name, start_time_unix_nano, end_time_unix_nano, $source
+SELECT trace_id, $source, count(DISTINCT span_id),
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.gateway'), max(end_time_unix_nano) FILTER (WHERE name = 'llm.gateway'),
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.queue'),   max(end_time_unix_nano) FILTER (WHERE name = 'llm.queue'),
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.prefill'), max(end_time_unix_nano) FILTER (WHERE name = 'llm.prefill'),
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.decode'),  max(end_time_unix_nano) FILTER (WHERE name = 'llm.decode'),
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.send'),    max(end_time_unix_nano) FILTER (WHERE name = 'llm.send')
 FROM src
-WHERE coalesce(parent_span_id, '') <> '' AND name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send');
+WHERE coalesce(parent_span_id, '') <> '' AND name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send')
+GROUP BY trace_id;
 
 INSERT INTO staged_other
 SELECT trace_id, span_id, name, $source

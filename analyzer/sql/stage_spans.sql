@@ -8,8 +8,9 @@ CREATE OR REPLACE TEMP TABLE staged_roots (
     a_output VARCHAR, a_cached VARCHAR, a_preemptions VARCHAR, a_outcome VARCHAR, finish_reason VARCHAR,
     reject_reason VARCHAR, l_queue VARCHAR, l_prefill VARCHAR, l_decode VARCHAR, l_e2e VARCHAR, l_ttft VARCHAR
 );
-CREATE OR REPLACE TEMP TABLE staged_kids (
-    trace_id VARCHAR, span_id VARCHAR, name VARCHAR, start_time_unix_nano BIGINT, end_time_unix_nano BIGINT,
-    source VARCHAR
+CREATE OR REPLACE TEMP TABLE staged_kids (   -- segment spans, already folded per trace (per source)
+    trace_id VARCHAR, source VARCHAR, spans BIGINT,
+    gateway_start BIGINT, gateway_end BIGINT, queue_start BIGINT, queue_end BIGINT, prefill_start BIGINT,
+    prefill_end BIGINT, decode_start BIGINT, decode_end BIGINT, send_start BIGINT, send_end BIGINT
 );
 CREATE OR REPLACE TEMP TABLE staged_other (trace_id VARCHAR, span_id VARCHAR, name VARCHAR, source VARCHAR);

@@ -175,3 +175,14 @@ def test_vllm_llm_request_span(tmp_path):
     row = con.execute("SELECT deployment, queue_s, prefill_s, decode_s, e2e_s, ttft_s, round(other_s, 9), "
                       "round(tpot_s, 9), input_tokens FROM requests").fetchall()
     assert row == [("vllm-chat", 0.25, 0.2, 1.0, 1.5, 0.5, 0.05, 0.1, 100)]
+
+
+def test_the_same_spans_twice_in_one_ingest_count_once(run, tmp_path):
+    con = connect(tmp_path / "db.duckdb")
+    once = connect(tmp_path / "once.duckdb")
+    s = ingest(con, [run / "spans.otlp.jsonl", run / "spans.otlp.jsonl"])
+    n = ingest(once, [run / "spans.otlp.jsonl"]).requests
+    assert s.requests == n and s.quarantined == 0 and s.duplicates == n
+    q = "SELECT trace_id, e2e_s, ttft_s, queue_s FROM requests ORDER BY 1"
+    assert con.execute(q).fetchall() == once.execute(q).fetchall()
+    assert con.execute("SELECT count(*) FROM segments").fetchall() == once.execute("SELECT count(*) FROM segments").fetchall()
