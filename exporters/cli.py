@@ -68,18 +68,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _engine(args: argparse.Namespace) -> int:
     from exporters.config import load_plan, load_targets
     from exporters.engine import EngineExporter
-    from exporters.exposition import CONTENT_TYPE
-    from exporters.http import Server, serve_until_signal
+    from exporters.http import Server, metrics_routes, serve_until_signal
 
     if args.targets is None:
         raise ConfigError("goodput exporter engine", "--targets", "is required (or use `normalize DUMP`)")
     targets = load_targets(args.targets)
     plan = load_plan(args.plan) if args.plan else None
     exp = EngineExporter(targets, plan, timeout_s=args.timeout, max_bytes=args.max_bytes, interval_s=args.interval)
-    srv = Server(args.host, args.port, {
-        ("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, exp.render().encode(), {}),
-        ("GET", "/healthz"): lambda h, b: (200, "text/plain", b"ok\n", {}),
-    }).start()
+    srv = Server(args.host, args.port, metrics_routes(exp.render)).start()
     exp.start()
     print(f"engine exporter: {len(targets.targets)} targets, metrics at {srv.url}/metrics", flush=True)
     serve_until_signal(lambda: (exp.stop(), srv.stop()))

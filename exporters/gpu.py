@@ -311,9 +311,8 @@ class Sampler:
 
 
 def run_gpu_exporter(args) -> int:
-    from exporters.exposition import CONTENT_TYPE
     from exporters.fake_nvml import FakeNvml, load_fake
-    from exporters.http import Server, serve_until_signal
+    from exporters.http import Server, metrics_routes, serve_until_signal
     from simulator.yamlfile import load_yaml
 
     nvml: Any = pynvml
@@ -327,10 +326,7 @@ def run_gpu_exporter(args) -> int:
         raise ConfigError("NVML", "", f"{e} ({type(e).__name__}); no NVIDIA driver here? "
                                       "run with --fake FILE to use a fake GPU") from None
     sampler = Sampler(collector, args.interval).start()
-    srv = Server(args.host, args.port, {
-        ("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, collector.render().encode(), {}),
-        ("GET", "/healthz"): lambda h, b: (200, "text/plain", b"ok\n", {}),
-    }).start()
+    srv = Server(args.host, args.port, metrics_routes(collector.render)).start()
     print(f"gpu exporter: {'fake NVML ' + str(args.fake) if args.fake else 'NVML'}, metrics at {srv.url}/metrics",
           flush=True)
     serve_until_signal(lambda: (sampler.stop(), srv.stop()))

@@ -13,12 +13,23 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from exporters.exposition import CONTENT_TYPE
 from simulator.errors import ConfigError
 
-__all__ = ["Response", "Route", "Server", "serve_until_signal"]
+__all__ = ["Response", "Route", "Server", "healthz", "metrics_routes", "serve_until_signal"]
 
 Response = tuple[int, str, bytes, dict[str, str]]
 Route = Callable[[BaseHTTPRequestHandler, bytes], Response]
+
+
+def healthz(h: BaseHTTPRequestHandler, body: bytes) -> Response:
+    return 200, "text/plain", b"ok\n", {}
+
+
+def metrics_routes(render: Callable[[], str]) -> dict[tuple[str, str], Route]:
+    """The two routes every exporter serves; ``render`` runs per scrape so each scrape sees fresh values."""
+    return {("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, render().encode(), {}),
+            ("GET", "/healthz"): healthz}
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -17,7 +17,7 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, by_name
-from exporters.exposition import CONTENT_TYPE, fmt_float, labels, render
+from exporters.exposition import fmt_float, labels, render
 from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
 from exporters.trace_store import StoreFull, TraceStore
 from goodput.histogram import Histogram
@@ -224,25 +224,22 @@ class TraceReceiver:
             return 200, "application/x-protobuf", ExportTraceServiceResponse().SerializeToString(), {}
         return 200, "application/json", b"{}", {}
 
+    def route(self, h, body: bytes) -> tuple[int, str, bytes, dict[str, str]]:
+        """``handle`` as an HTTP route: the two headers that decide how the body decodes."""
+        return self.handle(h.headers.get("Content-Type", ""), (h.headers.get("Content-Encoding") or "").lower(), body)
+
 
 def run_request_exporter(args) -> int:
-    from exporters.http import Server, serve_until_signal
+    from exporters.http import Server, healthz, metrics_routes, serve_until_signal
 
     metrics = RequestMetrics(max_tenants=args.max_tenants)
     store = TraceStore(args.store, max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
     store.start()
     recv = TraceReceiver(metrics, store)
 
-    def traces(h, body: bytes):
-        return recv.handle(h.headers.get("Content-Type", ""), (h.headers.get("Content-Encoding") or "").lower(), body)
-
-    health = ("GET", "/healthz"), (lambda h, b: (200, "text/plain", b"ok\n", {}))
-    otlp = Server(args.host, args.otlp_port, {("POST", "/v1/traces"): traces, health[0]: health[1]},
+    otlp = Server(args.host, args.otlp_port, {("POST", "/v1/traces"): recv.route, ("GET", "/healthz"): healthz},
                   max_body_bytes=OTLP_MAX_BODY_BYTES).start()
-    srv = Server(args.host, args.port, {
-        ("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, metrics.render(store).encode(), {}),
-        health[0]: health[1],
-    }).start()
+    srv = Server(args.host, args.port, metrics_routes(lambda: metrics.render(store))).start()
     if store.recovered:
         print(f"request exporter: replayed {store.recovered} spans from the write-ahead log", flush=True)
     print(f"request exporter: OTLP at {otlp.url}/v1/traces, metrics at {srv.url}/metrics, store {args.store}",

@@ -13,10 +13,9 @@ from pathlib import Path
 
 from exporters.config import load_plan, load_targets
 from exporters.engine import EngineExporter
-from exporters.exposition import CONTENT_TYPE
 from exporters.fleet_gpus import fleet_gpus
 from exporters.gpu import GpuCollector, Sampler
-from exporters.http import Server, serve_until_signal
+from exporters.http import Server, healthz, metrics_routes, serve_until_signal
 from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.rulegen import build, load_spec
@@ -55,11 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_demo)
 
 
-def _routes(render) -> dict:
-    return {("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, render().encode(), {}),
-            ("GET", "/healthz"): lambda h, b: (200, "text/plain", b"ok\n", {})}
-
-
 class Demo:
     """Everything ``make demo`` runs, startable and stoppable from tests."""
 
@@ -72,20 +66,18 @@ class Demo:
         self.metrics = RequestMetrics()
         self.store = TraceStore(out / "traces", flush_interval_s=2.0)
         recv = TraceReceiver(self.metrics, self.store)
-        self.otlp = Server(host, args.otlp_port, {
-            ("POST", "/v1/traces"): lambda h, b: recv.handle(h.headers.get("Content-Type", ""),
-                                                             (h.headers.get("Content-Encoding") or "").lower(), b),
-            ("GET", "/healthz"): lambda h, b: (200, "text/plain", b"ok\n", {})}, max_body_bytes=OTLP_MAX_BODY_BYTES)
-        self.req_srv = Server(host, args.requests_port, _routes(lambda: self.metrics.render(self.store)))
+        self.otlp = Server(host, args.otlp_port, {("POST", "/v1/traces"): recv.route, ("GET", "/healthz"): healthz},
+                           max_body_bytes=OTLP_MAX_BODY_BYTES)
+        self.req_srv = Server(host, args.requests_port, metrics_routes(lambda: self.metrics.render(self.store)))
         self.sink = SpanSink(cfg, cfg.seed, f"http://{host}:{args.otlp_port}/v1/traces", None, interval_s=1.0)
         self.targets_path = out / "targets.yaml"
         self.live = LiveFleet(cfg, host=host, base_port=args.base_port, speed=args.speed, targets=self.targets_path,
                               sink=self.sink, releases=out / "releases.yaml")
         nvml, mapping = fleet_gpus(self.live)
         self.gpu = GpuCollector(nvml, mapping, hostname="goodput-demo")
-        self.gpu_srv = Server(host, args.gpu_port, _routes(self.gpu.render))
+        self.gpu_srv = Server(host, args.gpu_port, metrics_routes(self.gpu.render))
         self.engine: EngineExporter | None = None
-        self.eng_srv = Server(host, args.engine_port, _routes(lambda: self.engine.render() if self.engine else ""))
+        self.eng_srv = Server(host, args.engine_port, metrics_routes(lambda: self.engine.render() if self.engine else ""))
         self.sampler: Sampler | None = None
         self._watch = threading.Event()
         self.plan = load_plan(args.plan) if args.plan and args.plan.exists() else None

@@ -11,7 +11,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 
-from exporters.http import Server
+from exporters.http import Server, healthz
 
 __all__ = ["WebhookReceiver"]
 
@@ -23,7 +23,7 @@ class WebhookReceiver:
         self.lock = threading.Lock()
         self.on_alert = on_alert
         routes = {("POST", f"/{p}"): self._route(p) for p in paths}
-        routes[("GET", "/healthz")] = lambda h, b: (200, "text/plain", b"ok\n", {})
+        routes[("GET", "/healthz")] = healthz
         self.server = Server(host, port, routes)
 
     def _route(self, receiver: str):

@@ -10,8 +10,7 @@ import pytest
 
 from exporters.config import load_targets
 from exporters.engine import EngineExporter
-from exporters.exposition import CONTENT_TYPE
-from exporters.http import Server
+from exporters.http import Server, metrics_routes
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from simulator.live import LiveFleet
@@ -53,17 +52,14 @@ def test_fleet_to_exporters_to_prometheus(tmp_path):
     metrics = RequestMetrics()
     store = TraceStore(tmp_path / "store", flush_interval_s=1.0).start()
     recv = TraceReceiver(metrics, store)
-    otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): lambda h, b: recv.handle(
-        h.headers.get("Content-Type", ""), "", b)}).start()
-    req_srv = Server("127.0.0.1", 0, {("GET", "/metrics"): lambda h, b: (
-        200, CONTENT_TYPE, metrics.render(store).encode(), {})}).start()
+    otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): recv.route}).start()
+    req_srv = Server("127.0.0.1", 0, metrics_routes(lambda: metrics.render(store))).start()
     sink = SpanSink(cfg, 1, f"{otlp.url}/v1/traces", None, interval_s=0.5)
     live = LiveFleet(cfg, base_port=free_port_block(3), targets=tmp_path / "targets.yaml", sink=sink)
     live.start()
     engine = EngineExporter(load_targets(tmp_path / "targets.yaml"), interval_s=1.0)
     engine.start()
-    eng_srv = Server("127.0.0.1", 0, {("GET", "/metrics"): lambda h, b: (
-        200, CONTENT_TYPE, engine.render().encode(), {})}).start()
+    eng_srv = Server("127.0.0.1", 0, metrics_routes(engine.render)).start()
 
     prom_port = free_port_block(1)
     (tmp_path / "prometheus.yml").write_text(f"""

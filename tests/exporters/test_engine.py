@@ -12,8 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.config import Plan, Target, Targets, load_plan, load_targets
 from exporters.engine import EngineExporter
-from exporters.exposition import CONTENT_TYPE
-from exporters.http import Server
+from exporters.http import Server, metrics_routes
 from simulator.errors import ConfigError
 from tests.conftest import REPO
 
@@ -102,7 +101,7 @@ def test_faulty_targets_are_down_and_the_others_keep_serving(engines):
 def test_served_over_http_with_background_scrapes(engines):
     targets = Targets((Target("chat", "chat-0", f"{engines}/ok"),), {})
     exp = EngineExporter(targets, interval_s=0.2)
-    srv = Server("127.0.0.1", 0, {("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, exp.render().encode(), {})}).start()
+    srv = Server("127.0.0.1", 0, metrics_routes(exp.render)).start()
     exp.start()
     try:
         deadline = time.monotonic() + 5

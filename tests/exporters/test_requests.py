@@ -33,8 +33,7 @@ class Exporter:
         self.metrics = RequestMetrics(max_tenants=store_kw.pop("max_tenants", 50))
         self.store = TraceStore(root, **store_kw).start()
         recv = TraceReceiver(self.metrics, self.store)
-        self.otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): lambda h, b: recv.handle(
-            h.headers.get("Content-Type", ""), (h.headers.get("Content-Encoding") or "").lower(), b)}).start()
+        self.otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): recv.route}).start()
         self.url = f"{self.otlp.url}/v1/traces"
 
     def families(self):

@@ -13,8 +13,7 @@ import pytest
 
 from exporters.config import Plan, load_targets
 from exporters.engine import EngineExporter
-from exporters.exposition import CONTENT_TYPE
-from exporters.http import Server
+from exporters.http import Server, metrics_routes
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.rulegen import build, load_spec, write
@@ -31,7 +30,7 @@ SCALE = 1 / 30
 
 
 def _metrics_server(render):
-    return Server("127.0.0.1", 0, {("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, render().encode(), {})}).start()
+    return Server("127.0.0.1", 0, metrics_routes(render)).start()
 
 
 def _wait(check, timeout, what):
@@ -64,8 +63,7 @@ def test_overload_pages_and_a_dead_engine_inhibits(tmp_path):
     metrics = RequestMetrics()
     store = TraceStore(tmp_path / "store", flush_interval_s=1.0).start()
     recv = TraceReceiver(metrics, store)
-    otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): lambda h, b: recv.handle(
-        h.headers.get("Content-Type", ""), "", b)}).start()
+    otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): recv.route}).start()
     req_srv = _metrics_server(lambda: metrics.render(store))
     sink = SpanSink(cfg, 1, f"{otlp.url}/v1/traces", None, interval_s=0.5)
     live = LiveFleet(cfg, base_port=free_port_block(3), targets=tmp_path / "targets.yaml", sink=sink)
