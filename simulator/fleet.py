@@ -93,6 +93,13 @@ class Fleet:
         dep.router.invalidate()
         return rep
 
+    def lose_replica(self, dep: Deployment, index: int, t: float) -> None:
+        """Replica ``index`` dies at ``t``: its requests fail and the router stops sending to it."""
+        rep = dep.replicas[index]
+        if rep.alive:
+            rep.fail_all(t)
+            dep.router.invalidate()
+
     def _push(self, rep: Replica) -> None:
         if rep.seg_kind != IDLE:
             self._uid += 1
@@ -133,10 +140,8 @@ class Fleet:
         t = ev.at
         deps = self.deployments if ev.deployment == "*" else [self.by_name[ev.deployment]]
         if ev.kind == "replica_lost":
-            dep = deps[0]
-            if ev.replica < len(dep.replicas) and dep.replicas[ev.replica].alive:
-                dep.replicas[ev.replica].fail_all(t)
-                dep.router.invalidate()
+            if ev.replica < len(deps[0].replicas):  # an event may name a replica the fleet never grew to
+                self.lose_replica(deps[0], ev.replica, t)
         elif ev.kind == "replica_added":
             self._add_replica(deps[0], t + ev.cold_start_s)
         elif ev.kind == "release":

@@ -183,11 +183,7 @@ class LiveFleet:
         """The replica's engine dies now: its requests fail, its server stops (the targets file keeps it)."""
         with self.lock:
             now = self.advance()
-            dep = self.fleet.by_name[deployment]
-            rep = dep.replicas[index]
-            if rep.alive:
-                rep.fail_all(now)
-                dep.router.invalidate()
+            self.fleet.lose_replica(self.fleet.by_name[deployment], index, now)
             self._sync_servers()
 
     # ------------------------------------------------------------------ requests from HTTP
