@@ -88,13 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from analyzer.ingest import ingest
+    from analyzer.ingest import ingest, input_bytes
     from analyzer.store import connect
     from goodput.progress import progress_bar
 
     con = connect(args.db)
-    total = sum((sum(f.stat().st_size for f in p.rglob("*.parquet")) if p.is_dir() else p.stat().st_size)
-                for p in args.paths if p.exists())
+    total = input_bytes(args.paths)
     with progress_bar("ingesting", max(total / 2**20, 1e-6), unit="MiB") as update:
         summary = ingest(con, args.paths, progress=lambda done, _total: update(done / 2**20))
     con.close()

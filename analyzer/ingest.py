@@ -25,7 +25,7 @@ from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
 from exporters.trace_store import spans_to_arrow
 from simulator.errors import ConfigError
 
-__all__ = ["IngestSummary", "ingest"]
+__all__ = ["IngestSummary", "ingest", "input_bytes"]
 
 BATCH_SPANS = 50_000
 WHOLE_FILE_LIMIT = 512 * 1024 * 1024
@@ -74,6 +74,11 @@ def _parquet_kind(path: Path) -> str:
 
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.parquet")) if path.is_dir() else path.stat().st_size
+
+
+def input_bytes(paths: list[Path]) -> int:
+    """The bytes ``ingest`` will read from ``paths``: the scale of its progress (missing paths count 0)."""
+    return sum(_size(p) for p in paths if p.exists())
 
 
 def _json_docs(path: Path, quarantine: Callable[[str, str], None], read: Callable[[int], None]
@@ -153,7 +158,7 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
     for path in paths:
         if not path.exists():
             raise ConfigError(str(path), "", "no such file or directory")
-    total = sum(_size(p) for p in paths)
+    total = input_bytes(paths)
     done = 0
 
     def read(n: int) -> None:
