@@ -4,17 +4,33 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# the simulator modules with a .pxd beside them are compiled with Cython (simulator/compiled.py)
+BUILT  := $(VENV)/.built-stamp
+PXD    := $(wildcard simulator/*.pxd)
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o=Dpkg::Use-Pty=0
 
-.PHONY: demo test bench lint deps-debian clean
+.PHONY: demo test bench build lint deps-debian clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
 		echo "installing python3-venv (Debian package)"; \
 		apt-get update -qq && $(APT) install python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
+	@# a C compiler and Python's headers compile the simulator; without them it runs as pure Python, slower
+	@if ! command -v cc >/dev/null || ! $(BIN)/python -c "import os, sysconfig, sys; \
+		sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then \
+		echo "installing gcc and python3-dev (Debian packages)"; \
+		apt-get update -qq && $(APT) install gcc python3-dev >/dev/null || echo "warning: no C toolchain"; \
+	fi
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(BUILT)
+
+# recompile after a change to a compiled module (an out-of-date build refuses to import)
+$(BUILT): $(STAMP) $(PXD) $(PXD:.pxd=.py)
+	$(BIN)/python setup.py -q build_ext --inplace
+	@touch $(BUILT)
+
+build: $(BUILT)
 
 # promtool / amtool and the real servers, from Debian's packages, when missing.
 deps-debian:
@@ -23,17 +39,17 @@ deps-debian:
 		apt-get update -qq && $(APT) install prometheus prometheus-alertmanager >/dev/null; \
 	fi
 
-demo: $(STAMP) deps-debian
+demo: $(BUILT) deps-debian
 	$(BIN)/goodput demo
 
-test: $(STAMP) deps-debian
+test: $(BUILT) deps-debian
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
+bench: $(BUILT)
 	$(BIN)/python -m benchmarks
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache simulator/*.c simulator/*.so

@@ -1,5 +1,9 @@
 """The simulated fleet: workload profiles, the vLLM-style replica model, virtual-time and live runs."""
 
+from simulator.compiled import check_fresh as _check_fresh
+
+_check_fresh()  # before the first compiled module is imported
+
 from simulator.config import FleetConfig, load_fleet, parse_fleet
 from simulator.errors import ConfigError
 from simulator.fleet import Fleet

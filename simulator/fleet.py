@@ -1,21 +1,21 @@
 """The simulated fleet: deployments of replicas, routers, scheduled events, one virtual clock.
 
 ``Fleet.run(until)`` advances a discrete-event loop over three sources in time order: replica
-segment ends (a step or a run of decode steps), request arrivals, and scheduled fleet events
+segment ends (a step or a run of decode steps, kept in a ``ReplicaQueue``), request arrivals, and scheduled fleet events
 (replica lost or added, releases). It can be called repeatedly, which is how the live fleet drives
 the same model in real time.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from math import inf
 
 from simulator.catalog import gpus, models
 from simulator.config import DeploymentConfig, EventConfig, FleetConfig
-from simulator.replica import IDLE, Replica
+from simulator.replica import Replica
+from simulator.replica_queue import ReplicaQueue
 from simulator.request import Request
 from simulator.roofline import Roofline
 from simulator.router import Router
@@ -48,6 +48,8 @@ class Deployment:
 
 
 class Fleet:
+    replica_class = Replica  # a subclass can check the replica's invariants after every segment
+
     def __init__(self, cfg: FleetConfig, arrivals: Arrivals | None = None,
                  observer_factory: Callable[[Deployment, int], object] | None = None,
                  max_run_steps: int = 1 << 60) -> None:
@@ -68,8 +70,7 @@ class Fleet:
             self.by_name[d.name] = dep
             for _ in range(d.replicas):
                 self._add_replica(dep, 0.0)
-        self.heap: list = []
-        self._uid = 0
+        self.queue = ReplicaQueue()
         self.now = 0.0
         self.arrivals = arrivals
         self.next_arrival = 0
@@ -85,7 +86,7 @@ class Fleet:
     def _add_replica(self, dep: Deployment, available_from: float) -> Replica:
         idx = len(dep.replicas)
         obs = self.observer_factory(dep, idx) if self.observer_factory else None
-        rep = Replica(idx, dep.cfg.engine, dep.roofline, dep.num_blocks, self.done.append, obs, self.max_run_steps)
+        rep = self.replica_class(idx, dep.cfg.engine, dep.roofline, dep.num_blocks, self.done.append, obs, self.max_run_steps)
         rep.available_from = available_from
         rep.step_scale, rep.prefill_scale, rep.decode_scale = dep.step_scale, dep.prefill_scale, dep.decode_scale
         rep.deployment = dep.index
@@ -98,12 +99,12 @@ class Fleet:
         rep = dep.replicas[index]
         if rep.alive:
             rep.fail_all(t)
+            self.queue.update(rep)
             dep.router.invalidate()
 
-    def _push(self, rep: Replica) -> None:
-        if rep.seg_kind != IDLE:
-            self._uid += 1
-            heapq.heappush(self.heap, (rep.seg_end, self._uid, rep.version, rep))
+    def reschedule(self, rep: Replica) -> None:
+        """``rep``'s current segment changed (it was handed a request, aborted one, or sped up)."""
+        self.queue.update(rep)
 
     # ------------------------------------------------------------------ input
 
@@ -117,7 +118,7 @@ class Fleet:
             self.done.append(req)
             return
         if rep.submit(req, t):
-            self._push(rep)
+            self.queue.update(rep)
 
     def _columns(self) -> tuple:
         """The arrival arrays as Python lists (indexing a list is far cheaper than a numpy scalar)."""
@@ -151,34 +152,31 @@ class Fleet:
                 dep.decode_scale *= ev.effect("decode_time_scale")
                 for rep in dep.replicas:
                     if rep.alive and rep.set_scales(t, dep.step_scale, dep.prefill_scale, dep.decode_scale):
-                        self._push(rep)
+                        self.queue.update(rep)
             self.releases.append(ReleaseRecord(t, ev.deployment, ev.release_kind, ev.from_version, ev.to_version, ev.note))
 
     # ------------------------------------------------------------------ loop
 
     def run(self, until: float, progress: Callable[[float], None] | None = None) -> None:
         """Process everything that happens at or before ``until`` (virtual seconds)."""
-        heap = self.heap
+        queue = self.queue
         qs = self._columns()[3] if self.arrivals is not None else []
         n_arr = len(qs)
         events = self.events
-        inf = math.inf
-        heappop, push, submit, make = heapq.heappop, self._push, self.submit, self._arrival_request
+        submit, make = self.submit, self._arrival_request
         ticks = 0
         while True:
-            t_rep = heap[0][0] if heap else inf
+            t_rep = queue.next_time()
             i = self.next_arrival
             t_arr = qs[i] if i < n_arr else inf
             t_ev = events[self.next_event].at if self.next_event < len(events) else inf
             if t_rep <= t_arr and t_rep <= t_ev:
                 if t_rep > until or t_rep == inf:
                     break
-                _, _, version, rep = heappop(heap)
-                if version != rep.version or not rep.alive:
-                    continue
+                rep = queue.first()
                 self.now = t_rep
                 rep.complete_segment()
-                push(rep)
+                queue.update(rep)
             elif t_ev <= t_arr:
                 if t_ev > until:
                     break
@@ -211,3 +209,4 @@ class Fleet:
             for rep in dep.replicas:
                 if rep.alive:
                     rep.abort_all(limit)
+                    self.queue.update(rep)

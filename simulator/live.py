@@ -202,7 +202,7 @@ class LiveFleet:
             req.max_tokens = cap
             if rs.replica.alive:
                 if rs.replica.submit(req, now):
-                    self.fleet._push(rs.replica)
+                    self.fleet.reschedule(rs.replica)
             else:
                 rs.replica.reject(req, now, "overloaded")
             return req
@@ -225,7 +225,7 @@ class LiveFleet:
             dep = self.fleet.deployments[req.deployment]
             rep = dep.replicas[req.replica] if 0 <= req.replica < len(dep.replicas) else None
             if rep is not None and rep.abort(req, now):
-                self.fleet._push(rep)
+                self.fleet.reschedule(rep)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -7,21 +7,21 @@ tier-then-arrival order while the token budget, ``max_num_seqs`` and free blocks
 
 Speed without approximation: while no prefill is in flight and nobody can be admitted, successive
 steps differ only by one token of context per sequence. Their times are linear in the step index
-(see ``Roofline.decode_coeffs``), so a whole run of such steps up to the next finish, the next block
+(see ``roofline.DecodeRun``), so a whole run of such steps up to the next finish, the next block
 shortage, or the next arrival is computed in closed form instead of step by step. Per-sequence
 state is kept relative to a shared decode-step counter, so a step costs O(1), not O(batch).
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from heapq import heappop, heappush
+from math import inf
 
 from simulator.config import EngineConfig
 from simulator.request import Request
-from simulator.roofline import Roofline
+from simulator.roofline import DecodeRun, Roofline
 
 __all__ = ["Replica"]
 
@@ -37,7 +37,13 @@ class Replica:
         """``max_run_steps=1`` turns the closed-form decode runs off (one step per event): the baseline."""
         self.index = index
         self.max_run_steps = max_run_steps
-        self.eng = engine
+        # the engine's limits, copied: the scheduler reads them every step
+        self.max_model_len = engine.max_model_len
+        self.max_waiting_requests = engine.max_waiting_requests
+        self.max_num_seqs = engine.max_num_seqs
+        self.max_num_batched_tokens = engine.max_num_batched_tokens
+        self.prefill_chunk_tokens = engine.prefill_chunk_tokens
+        self.max_queue_time_s = engine.max_queue_time_s
         self.rf = roofline
         self.bs = engine.block_size
         self.total_blocks = num_blocks
@@ -71,13 +77,14 @@ class Replica:
         # current segment
         self.seg_kind = IDLE
         self.seg_start = 0.0
-        self.seg_end = math.inf
+        self.seg_end = inf
         self.seg_n = 0
-        self.seg_coeffs = (0.0, 0.0, 0.0, 0.0)
-        self.seg_scale = 1.0
+        self.seg_run = DecodeRun(0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
         self.seg_chunks: list[tuple[Request, int]] = []
         self.seg_dec = 0
-        self.version = 0
+        # place in the fleet's ReplicaQueue (-1: not queued) and its tie-break order
+        self.queue_pos = -1
+        self.queue_key = 0
         # counters (also read by live metrics)
         self.preemptions_total = 0
         self.steps_total = 0
@@ -99,7 +106,7 @@ class Replica:
             return req.generated
         steps = self.counter - req.dec_start
         if self.seg_kind == RUN and t > self.seg_start:
-            done = self.rf.decode_steps_before(self.seg_coeffs, self.seg_n, t - self.seg_start, self.seg_scale) - 1
+            done = self.seg_run.steps_before(self.seg_n, t - self.seg_start) - 1
             steps += max(0, done)
         return min(req.generated + steps, req.output_target)
 
@@ -107,10 +114,7 @@ class Replica:
         """(duration, tokens) of the first ``n`` steps of the current segment (for live metrics)."""
         if self.seg_kind == SINGLE:
             return [(self.seg_end - self.seg_start, self.seg_dec + sum(c for _, c in self.seg_chunks))]
-        a1, b1, a2, b2 = self.seg_coeffs
-        scale = self.seg_scale
-        o = self.rf.overhead_s
-        return [((max(a1 + b1 * k, a2 + b2 * k) + o) * scale, self.n_dec) for k in range(n)]
+        return [(self.seg_run.step_time(k), self.n_dec) for k in range(n)]
 
     # ------------------------------------------------------------------ input
 
@@ -123,19 +127,18 @@ class Replica:
 
     def submit(self, req: Request, t: float) -> bool:
         """Admit ``req`` at time ``t``; returns True when the current segment changed (re-schedule it)."""
-        eng = self.eng
         req.replica = self.index
-        if req.prompt_tokens >= eng.max_model_len:
+        if req.prompt_tokens >= self.max_model_len:
             self.reject(req, t, "context_too_long")
             return False
         if -(-req.prompt_tokens // self.bs) > self.total_blocks:
             self.reject(req, t, "kv_capacity")
             return False
-        if self.n_waiting >= eng.max_waiting_requests:
+        if self.n_waiting >= self.max_waiting_requests:
             self.reject(req, t, "queue_full")
             return False
-        if req.prompt_tokens + req.output_target > eng.max_model_len:
-            req.output_target = eng.max_model_len - req.prompt_tokens
+        if req.prompt_tokens + req.output_target > self.max_model_len:
+            req.output_target = self.max_model_len - req.prompt_tokens
             req.natural_stop = False
         self._enqueue(req)
         self.fresh.append(req)
@@ -154,11 +157,10 @@ class Replica:
             self._plan(t)
             return True
         if self.seg_kind == RUN and t < self.seg_end:
-            k = self.rf.decode_steps_before(self.seg_coeffs, self.seg_n, t - self.seg_start, self.seg_scale)
+            k = self.seg_run.steps_before(self.seg_n, t - self.seg_start)
             if k < self.seg_n:
                 self.seg_n = k
-                self.seg_end = self.seg_start + self.rf.decode_run_time(self.seg_coeffs, k, self.seg_scale)
-                self.version += 1
+                self.seg_end = self.seg_start + self.seg_run.time(k)
                 return True
         return False
 
@@ -169,11 +171,11 @@ class Replica:
         return changed
 
     def _next_deadline(self) -> float:
-        limit = self.eng.max_queue_time_s
+        limit = self.max_queue_time_s
         for req in self.fresh:
             if req.state == WAITING and req.scheduled != req.scheduled:
                 return req.queue_start + limit
-        return math.inf
+        return inf
 
     def abort_all(self, t: float) -> None:
         """The run ends at ``t``: whatever is still queued or running is aborted then."""
@@ -181,8 +183,7 @@ class Replica:
             self._drop(req, t)
         self.waiting.clear()
         self.fresh.clear()
-        self.seg_kind, self.seg_end = IDLE, math.inf
-        self.version += 1
+        self.seg_kind, self.seg_end = IDLE, inf
 
     def _drop(self, req: Request, t: float) -> None:
         if req.state == DONE:
@@ -201,7 +202,7 @@ class Replica:
     def _enqueue(self, req: Request) -> None:
         req.state = WAITING
         self._seq += 1
-        heapq.heappush(self.waiting, (req.tier_rank, req.arrival, self._seq, req))
+        heappush(self.waiting, (req.tier_rank, req.arrival, self._seq, req))
         self.n_waiting += 1
 
     def fail_all(self, t: float) -> None:
@@ -215,8 +216,7 @@ class Replica:
         self.fin_heap.clear()
         self.n_waiting = self.n_dec = self.dec_base = self.used_blocks = 0
         self.res = [0] * self.bs
-        self.seg_kind, self.seg_end = IDLE, math.inf
-        self.version += 1
+        self.seg_kind, self.seg_end = IDLE, inf
         for req in victims:
             if req.state == DECODING:
                 req.generated = min(req.output_target, req.generated + self.counter - req.dec_start)
@@ -257,7 +257,7 @@ class Replica:
             self.obs.on_decode(self, n, self.n_dec)
         heap = self.fin_heap
         while heap and heap[0][0] <= c:
-            _, token, req = heapq.heappop(heap)
+            _, token, req = heappop(heap)
             if req.dec_token != token or req.state != DECODING:
                 continue
             self._leave_decode(req)
@@ -297,8 +297,6 @@ class Replica:
             req.first_token = t
             if self.obs is not None:
                 self.obs.on_first_token(self, req, t)
-        if req.on_event is not None:
-            req.on_event(req, "first_token", t)
         req.kv_len = req.prefill_target
         if req.generated >= req.output_target:
             req.blocks = -(-req.kv_len // self.bs)
@@ -312,7 +310,7 @@ class Replica:
         self.res[req.res_idx] += 1
         self.n_dec += 1
         self.dec_base += req.kv_len - c
-        heapq.heappush(self.fin_heap, (c + req.output_target - req.generated, self._token, req))
+        heappush(self.fin_heap, (c + req.output_target - req.generated, self._token, req))
 
     def _leave_decode(self, req: Request) -> None:
         steps = self.counter - req.dec_start
@@ -387,7 +385,7 @@ class Replica:
     # ------------------------------------------------------------------ scheduling
 
     def _expire(self, now: float) -> None:
-        limit = self.eng.max_queue_time_s
+        limit = self.max_queue_time_s
         fresh = self.fresh
         while fresh:
             req = fresh[0]
@@ -403,7 +401,6 @@ class Replica:
 
     def _plan(self, now: float) -> None:
         """Decide the step (or run of decode steps) starting at ``now``."""
-        self.version += 1
         self.seg_start = now
         if self.aborts:
             for req in self.aborts:
@@ -411,7 +408,7 @@ class Replica:
             self.aborts.clear()
         if self.fresh:
             self._expire(now)
-        eng, bs, running = self.eng, self.bs, self.running
+        bs, running = self.bs, self.running
         preempted = False
         # 1. every decoding sequence needs its next block; preempt the newest until it fits
         if self.n_dec:
@@ -419,8 +416,8 @@ class Replica:
                 self._preempt(next(reversed(running.values())))
                 preempted = True
         n_dec = self.n_dec
-        budget = eng.max_num_batched_tokens - n_dec
-        chunk_limit = eng.prefill_chunk_tokens
+        budget = self.max_num_batched_tokens - n_dec
+        chunk_limit = self.prefill_chunk_tokens
         chunks: list[tuple[Request, int]] = []
         # 2. partial prefills already running
         for req in list(self.prefilling) if self.prefilling else ():
@@ -446,17 +443,17 @@ class Replica:
         # 3. admit waiting requests, unless this step preempted someone
         if not preempted:
             waiting = self.waiting
-            while self.n_waiting and budget > 0 and len(running) < eng.max_num_seqs:
+            while self.n_waiting and budget > 0 and len(running) < self.max_num_seqs:
                 req = waiting[0][3]
                 if req.state != WAITING:
-                    heapq.heappop(waiting)
+                    heappop(waiting)
                     continue
                 cached = self._cache_hit_tokens(req) if not req.cache_checked else req.computed
                 chunk = min(req.prefill_target - cached, budget, chunk_limit)
                 need = -(-(cached + chunk) // bs)
                 if need > self.total_blocks - self.used_blocks:
                     break
-                heapq.heappop(waiting)
+                heappop(waiting)
                 self.n_waiting -= 1
                 if not req.cache_checked:
                     req.cache_checked = True
@@ -494,21 +491,21 @@ class Replica:
             c0 = self.counter
             heap = self.fin_heap
             while heap and (heap[0][2].dec_token != heap[0][1] or heap[0][2].state != DECODING):
-                heapq.heappop(heap)
+                heappop(heap)
             n_fin = heap[0][0] - c0 if heap else 1 << 60
             n = max(1, min(n_fin, self.max_run_steps, self._max_steps_for_blocks(c0, self.total_blocks - self.used_blocks)))
             if preempted and self.n_waiting:
                 n = 1  # admission was skipped because of the preemption; the next step may admit
             self.seg_kind = RUN
-            self.seg_scale = scale = self.step_scale * self.decode_scale
-            self.seg_coeffs = self.rf.decode_coeffs(n_dec, self.dec_base + n_dec * (c0 + 1))
+            self.seg_run = run = self.rf.decode_run(n_dec, self.dec_base + n_dec * (c0 + 1),
+                                                    self.step_scale * self.decode_scale)
             if n > 1 and self.n_waiting and self.fresh:
                 # a queue timeout can change the head of the queue: stop at the first step boundary after it
                 deadline = self._next_deadline()
-                if deadline < math.inf:
-                    n = min(n, self.rf.decode_steps_before(self.seg_coeffs, n, deadline - now, scale))
+                if deadline < inf:
+                    n = min(n, run.steps_before(n, deadline - now))
             self.seg_n = n
-            self.seg_end = now + self.rf.decode_run_time(self.seg_coeffs, n, scale)
+            self.seg_end = now + run.time(n)
         else:
             self.seg_kind = IDLE
-            self.seg_end = math.inf
+            self.seg_end = inf

@@ -26,7 +26,7 @@ class Request:
         "finish_reason", "reject_reason", "prefix", "prefix_block_tokens",
         # engine bookkeeping for the current attempt
         "prefill_target", "computed", "blocks", "kv_len", "dec_start", "dec_token", "res_idx", "state",
-        "cache_checked", "send_s", "on_event", "max_tokens", "meta",
+        "cache_checked", "send_s", "max_tokens", "meta",
     )
 
     def __init__(self, rid: int, workload: int, tenant: int, tier: str, arrival: float, queue_start: float,
@@ -65,7 +65,6 @@ class Request:
         self.state = 0  # 0 new, 1 waiting, 2 prefilling, 3 decoding, 4 done
         self.cache_checked = False
         self.send_s = send_s
-        self.on_event = None  # live mode: callable(req, kind, time)
         self.max_tokens = output_target
         self.meta: dict | None = None  # live requests: tenant / tier / route / scene given by the client
 

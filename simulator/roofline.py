@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from simulator.catalog import DTYPE_BYTES, GpuSpec, ModelSpec, kv_bytes_per_token
 
-__all__ = ["Roofline"]
+__all__ = ["DecodeRun", "Roofline"]
 
 
 @dataclass(frozen=True)
@@ -51,33 +51,47 @@ class Roofline:
         memory = (self.weight_bytes + self.kv_bytes_per_token * kv_tokens) * self.sec_per_byte
         return max(compute, memory) + self.overhead_s
 
-    # --- decode runs: n sequences, context sum S(c) = s0 + n * k at the k-th step of the run ---
+    def decode_run(self, n: int, s0: float, scale: float = 1.0) -> DecodeRun:
+        """The run of decode-only steps of ``n`` sequences whose context sum is ``s0`` at its first step."""
+        return DecodeRun(  # a1, b1: compute line; a2, b2: memory line (positional: the call is per run)
+            (self.flops_per_token * n + self.attn_flops_per_ctx * s0) * self.sec_per_flop,
+            self.attn_flops_per_ctx * n * self.sec_per_flop,
+            (self.weight_bytes + self.kv_bytes_per_token * s0) * self.sec_per_byte,
+            self.kv_bytes_per_token * n * self.sec_per_byte,
+            self.overhead_s,
+            scale,
+        )
 
-    def decode_coeffs(self, n: int, s0: float) -> tuple[float, float, float, float]:
-        """Step k of a decode-only run costs max(a1 + b1 k, a2 + b2 k) + overhead."""
-        a1 = (self.flops_per_token * n + self.attn_flops_per_ctx * s0) * self.sec_per_flop
-        b1 = self.attn_flops_per_ctx * n * self.sec_per_flop
-        a2 = (self.weight_bytes + self.kv_bytes_per_token * s0) * self.sec_per_byte
-        b2 = self.kv_bytes_per_token * n * self.sec_per_byte
-        return a1, b1, a2, b2
 
-    def decode_run_time(self, coeffs: tuple[float, float, float, float], k: int, scale: float = 1.0) -> float:
-        """Total time of steps 0..k-1 of a decode run, exactly (sum of the piecewise-linear step times)."""
+@dataclass(frozen=True)
+class DecodeRun:
+    """Decode-only steps: the context sum grows by n per step, so step k costs
+    (max(a1 + b1 k, a2 + b2 k) + overhead) x scale, and sums of steps have a closed form."""
+
+    a1: float
+    b1: float
+    a2: float
+    b2: float
+    overhead_s: float
+    scale: float
+
+    def step_time(self, k: int) -> float:
+        return (max(self.a1 + self.b1 * k, self.a2 + self.b2 * k) + self.overhead_s) * self.scale
+
+    def time(self, k: int) -> float:
+        """Total time of steps 0..k-1, exactly (sum of the piecewise-linear step times)."""
         if k <= 0:
             return 0.0
-        a1, b1, a2, b2 = coeffs
-        total = _sum_max_linear(a1, b1, a2, b2, k)
-        return (total + self.overhead_s * k) * scale
+        return (_sum_max_linear(self.a1, self.b1, self.a2, self.b2, k) + self.overhead_s * k) * self.scale
 
-    def decode_steps_before(self, coeffs: tuple[float, float, float, float], limit: int, budget: float,
-                            scale: float = 1.0) -> int:
-        """How many steps (<= limit) of the run *start* strictly before ``budget`` seconds have passed."""
+    def steps_before(self, limit: int, budget: float) -> int:
+        """How many steps (<= limit) *start* strictly before ``budget`` seconds have passed."""
         if budget <= 0:
             return 0
         lo, hi = 1, limit  # step 0 starts at 0 < budget
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.decode_run_time(coeffs, mid - 1, scale) < budget:
+            if self.time(mid - 1) < budget:
                 lo = mid
             else:
                 hi = mid - 1

@@ -6,12 +6,15 @@ cached until a replica is added, lost or finishes its cold start.
 
 from __future__ import annotations
 
-import math
+from math import inf
 
 from simulator.replica import Replica
 from simulator.request import Request
 
 __all__ = ["Router"]
+
+ROUND_ROBIN, LEAST_OUTSTANDING, KV_AWARE = 0, 1, 2
+_POLICIES = {"round-robin": ROUND_ROBIN, "least-outstanding": LEAST_OUTSTANDING, "kv-aware": KV_AWARE}
 
 
 class Router:
@@ -19,19 +22,20 @@ class Router:
 
     def __init__(self, policy: str) -> None:
         self.policy = policy
+        self.kind = _POLICIES[policy]
         self.next = 0
         self._ready: list[Replica] = []
-        self._valid_until = -math.inf  # the cache is valid for t < this (next cold start ends)
+        self._valid_until = -inf  # the cache is valid for t < this (next cold start ends)
         self._n_seen = -1
 
     def invalidate(self) -> None:
-        self._valid_until = -math.inf
+        self._valid_until = -inf
 
     def _ready_at(self, replicas: list[Replica], t: float) -> list[Replica]:
         if t >= self._valid_until or len(replicas) != self._n_seen:
             self._ready = [r for r in replicas if r.alive and r.available_from <= t]
             pending = [r.available_from for r in replicas if r.alive and r.available_from > t]
-            self._valid_until = min(pending, default=math.inf)
+            self._valid_until = min(pending, default=inf)
             self._n_seen = len(replicas)
         return self._ready
 
@@ -42,10 +46,10 @@ class Router:
             return None
         start = self.next % n
         self.next += 1
-        if self.policy == "round-robin":
+        if self.kind == ROUND_ROBIN:
             return ready[start]
-        best, best_score = None, math.inf
-        if self.policy == "least-outstanding":
+        best, best_score = None, inf
+        if self.kind == LEAST_OUTSTANDING:
             for i in range(start, start + n):  # rotated so ties spread evenly
                 r = ready[i % n]
                 s = r.n_waiting + len(r.running)

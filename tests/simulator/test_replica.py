@@ -53,20 +53,23 @@ class CheckedReplica(Replica):
         CheckedReplica.max_used = max(CheckedReplica.max_used, self.used_blocks)
 
 
-def _run_checked(cfg, duration, monkeypatch):
-    monkeypatch.setattr("simulator.fleet.Replica", CheckedReplica)
+class CheckedFleet(Fleet):
+    replica_class = CheckedReplica
+
+
+def _run_checked(cfg, duration):
     CheckedReplica.max_used = 0
-    fleet = Fleet(cfg, generate(cfg, duration, cfg.seed))
+    fleet = CheckedFleet(cfg, generate(cfg, duration, cfg.seed))
     fleet.run(duration)
     fleet.drain(duration + 3600)
     return fleet
 
 
-def test_kv_never_exceeds_capacity_and_preemption_recomputes(monkeypatch):
+def test_kv_never_exceeds_capacity_and_preemption_recomputes():
     # small KV: 0.3 of the GPU leaves ~3.8 GiB for KV (~1,900 blocks); long outputs force preemptions
     cfg = _one_replica({"gpu_memory_utilization": 0.3, "max_num_seqs": 128, "max_model_len": 8192}, rate=6.0,
                        output_tokens={"p50": 600, "p95": 1500, "p99": 2000, "max": 3000}, max_tokens=4096)
-    fleet = _run_checked(cfg, 300.0, monkeypatch)
+    fleet = _run_checked(cfg, 300.0)
     rep = fleet.deployments[0].replicas[0]
     assert CheckedReplica.max_used == rep.total_blocks  # it did fill up
     assert rep.preemptions_total > 0

@@ -1,0 +1,32 @@
+"""Compiles the simulator's hot modules with Cython (``simulator/compiled.py`` lists them and says why).
+
+The build is optional: where no C compiler or Python headers exist, the package installs as pure
+Python and behaves the same, only slower.
+"""
+
+import runpy
+import sys
+from pathlib import Path
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+MODULES = runpy.run_path("simulator/compiled.py")["COMPILED_MODULES"]
+DIRECTIVES = {"language_level": 3, "infer_types": True, "annotation_typing": False}
+
+
+class OptionalBuildExt(build_ext):
+    """All or nothing: the compiled modules share their types, so one missing build would break the others."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler, no Python headers, or a compile error
+            for ext in self.extensions:
+                Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+            print(f"warning: simulator not compiled ({exc}); it runs as pure Python", file=sys.stderr)
+
+
+extensions = [Extension(m, [m.replace(".", "/") + ".py"]) for m in MODULES]
+setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, quiet=True), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,37 @@
+# Static types for simulator/fleet.py when it is compiled (see simulator/compiled.py).
+cimport cython
+
+from simulator.replica cimport Replica
+from simulator.replica_queue cimport ReplicaQueue
+from simulator.request cimport Request
+from simulator.roofline cimport Roofline
+from simulator.router cimport Router
+
+
+cdef class Deployment:  # a dataclass: its __init__ takes the fields in the order declared here, keep it the .py's
+    cdef public long index
+    cdef public object cfg
+    cdef public Roofline roofline
+    cdef public long num_blocks
+    cdef public Router router
+    cdef public list replicas
+    cdef public double step_scale, prefill_scale, decode_scale
+
+
+cdef class Fleet:
+    cdef public object cfg, observer_factory, arrivals, _cols_for
+    cdef public long max_run_steps, next_arrival, next_event, next_rid
+    cdef public ReplicaQueue queue
+    cdef public list done, deployments, events, releases, workload_deployment, workload_tier
+    cdef public dict by_name
+    cdef public double now
+    cdef public tuple _cols
+
+    cpdef reschedule(self, Replica rep)
+    @cython.locals(dep=Deployment, rep=Replica)
+    cpdef submit(self, Request req, double t)
+    cdef tuple _columns(self)
+    cdef Request _arrival_request(self, long i)
+    @cython.locals(rep=Replica, queue=ReplicaQueue, t_rep=double, t_arr=double, t_ev=double, i=long, n_arr=long,
+                   ticks=long, qs=list, events=list)
+    cpdef run(self, double until, object progress=*)

@@ -1,0 +1,13 @@
+# Static types for simulator/request.py when it is compiled (see simulator/compiled.py); the .py stays the source.
+cimport cython
+
+
+@cython.no_gc  # no field can lead back to a request, so no cycle: the collector need not walk millions of them
+cdef class Request:
+    cdef public long rid, workload, tenant, tier_rank, deployment, replica
+    cdef public str tier, finish_reason, reject_reason
+    cdef public double arrival, queue_start, scheduled, first_token, last_token, completed, send_s
+    cdef public long prompt_tokens, output_target, cached_tokens, generated, preemptions, prefix_block_tokens
+    cdef public bint natural_stop, cache_checked
+    cdef public object prefix, meta
+    cdef public long prefill_target, computed, blocks, kv_len, dec_start, dec_token, res_idx, state, max_tokens

@@ -1,0 +1,97 @@
+"""The compiled simulator is the same program as its Python source: the same requests, bit for bit.
+
+The source is copied without its builds and run in a child process, so the comparison is between
+the two ways this checkout can run, on the example fleet (releases, a lost and an added replica,
+three routers' worth of deployments) and on a small pool that preempts, times out and hits the
+prefix cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+import time
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from simulator.compiled import COMPILED_MODULES, build_status
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STRESS_FLEET = {
+    "name": "stress", "seed": 5,
+    "deployments": [dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=2, router="kv-aware",
+                         engine={"max_num_seqs": 48, "gpu_memory_utilization": 0.3, "max_model_len": 8192,
+                                 "prefix_cache": True, "max_queue_time_s": 8})],
+    "workloads": [dict(copy.deepcopy(BASE_WORKLOAD), shared_prefix_tokens=256, max_tokens=4096,
+                       output_tokens={"p50": 600, "p95": 1500, "p99": 2000, "max": 3000},
+                       arrival={"process": "gamma", "rate": 12.0, "cv": 2.0})],
+    "events": [{"at": 100, "kind": "release", "deployment": "chat", "effects": {"decode_time_scale": 1.3}}],
+}
+
+RUN = """
+import sys
+from goodput.cli import main
+import simulator, simulator.compiled
+print(simulator.__file__, sorted(set(simulator.compiled.build_status().values())))
+sys.exit(main(["simulate", sys.argv[1], "--duration", sys.argv[2], "--out", sys.argv[3]]))
+"""
+
+
+def _simulate(fleet: Path, duration: float, out: Path, pythonpath: Path | None = None) -> tuple[pd.DataFrame, str]:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = f"{pythonpath}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    proc = subprocess.run([sys.executable, "-c", RUN, str(fleet), str(duration), str(out)], env=env, cwd=out.parent,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    return pd.read_parquet(out / "requests.parquet"), proc.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("fleet, duration", [("example", 1800), ("stress", 200)])
+def test_compiled_and_pure_python_runs_are_identical(tmp_path, fleet, duration):
+    if set(build_status().values()) != {"compiled"}:
+        pytest.skip(f"the simulator is not compiled in this checkout: {build_status()}")
+    if fleet == "example":
+        path = ROOT / "examples" / "fleet.yaml"
+    else:
+        path = tmp_path / "stress.yaml"
+        path.write_text(yaml.safe_dump(STRESS_FLEET))
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "simulator", source / "simulator",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "*.c", "__pycache__"))
+
+    compiled, where_c = _simulate(path, duration, tmp_path / "compiled")
+    pure, where_p = _simulate(path, duration, tmp_path / "pure", pythonpath=source)
+
+    assert where_c.startswith(str(ROOT)) and where_c.endswith("['compiled']")
+    assert where_p.startswith(str(source)) and where_p.endswith("['python']")
+    assert len(compiled) > 1000
+    if fleet == "stress":  # the paths that matter most are exercised
+        assert compiled["preemptions"].sum() > 0 and (compiled["cached_tokens"] > 0).any()
+        assert (compiled["finish_reason"] == "timeout").any()
+    pd.testing.assert_frame_equal(compiled, pure, check_exact=True)
+
+
+def test_an_edited_module_refuses_its_old_build(tmp_path):
+    """Python prefers a build to its source: a stale one would run yesterday's code without a word."""
+    sim = tmp_path / "checkout" / "simulator"
+    shutil.copytree(ROOT / "simulator", sim, ignore=shutil.ignore_patterns("__pycache__"))
+    module = COMPILED_MODULES[-1].split(".")[-1]
+    if not list(sim.glob(f"{module}.*.so")):  # no compiler here: an empty file stands for the build
+        (sim / f"{module}{EXTENSION_SUFFIXES[0]}").write_bytes(b"")  # never imported: the check comes first
+    later = time.time() + 60
+    os.utime(sim / f"{module}.py", (later, later))
+    proc = subprocess.run([sys.executable, "-c", "import simulator"], env={**os.environ, "PYTHONPATH": str(sim.parent)},
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert f"simulator.{module}: source changed after it was compiled" in proc.stderr
+    assert "make build" in proc.stderr
