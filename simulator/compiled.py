@@ -11,9 +11,10 @@ this file before anything else is installed.
 from __future__ import annotations
 
 import importlib.machinery
+import shutil
 from pathlib import Path
 
-__all__ = ["COMPILED_MODULES", "build_status", "check_fresh"]
+__all__ = ["COMPILED_MODULES", "build_status", "check_fresh", "source_copy"]
 
 COMPILED_MODULES = ("simulator.request", "simulator.roofline", "simulator.replica", "simulator.replica_queue",
                     "simulator.router", "simulator.fleet")
@@ -51,3 +52,11 @@ def check_fresh() -> None:
     if stale:
         raise ImportError(f"{', '.join(stale)}: source changed after it was compiled; "
                           "rebuild with `make build` (or `pip install -e .`), or delete the stale .so")
+
+
+def source_copy(dest: Path) -> Path:
+    """Copy the simulator package without its builds into ``dest``: with ``dest`` first on the path,
+    the same checkout runs as pure Python (to compare or time the two)."""
+    shutil.copytree(_ROOT / "simulator", dest / "simulator",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "*.c", "__pycache__"))
+    return dest

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from simulator.compiled import COMPILED_MODULES, build_status
+from simulator.compiled import COMPILED_MODULES, build_status, source_copy
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,9 +65,7 @@ def test_compiled_and_pure_python_runs_are_identical(tmp_path, fleet, duration):
     else:
         path = tmp_path / "stress.yaml"
         path.write_text(yaml.safe_dump(STRESS_FLEET))
-    source = tmp_path / "source"
-    shutil.copytree(ROOT / "simulator", source / "simulator",
-                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "*.c", "__pycache__"))
+    source = source_copy(tmp_path / "source")
 
     compiled, where_c = _simulate(path, duration, tmp_path / "compiled")
     pure, where_p = _simulate(path, duration, tmp_path / "pure", pythonpath=source)
