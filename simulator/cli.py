@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from goodput.progress import progress_bar
+from simulator.compiled import build_status
 from simulator.config import load_fleet
 from simulator.errors import ConfigError
 
@@ -93,12 +94,14 @@ def _simulate(args: argparse.Namespace) -> int:
         "virtual_seconds": round(result.fleet.now, 3),
         "wall_seconds": round(result.wall_s, 3),
         "speedup": round(result.speedup, 1),
+        "engine": "compiled" if set(build_status().values()) == {"compiled"} else "python",
         "files": {k: str(v) for k, v in paths.items()},
     }
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:
-        print(f"{t.n:,} requests in {result.fleet.now:,.0f} virtual s ({result.wall_s:.1f} s wall, {result.speedup:,.0f}x)")
+        print(f"{t.n:,} requests in {result.fleet.now:,.0f} virtual s ({result.wall_s:.1f} s wall, {result.speedup:,.0f}x)"
+              + ("" if summary["engine"] == "compiled" else " as pure Python (not compiled: docs/simulator.md#speed)"))
         print("outcomes: " + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())))
         for k, v in paths.items():
             print(f"  {k:9s} {v}")

@@ -9,6 +9,7 @@ prefix cache.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import subprocess
@@ -42,18 +43,19 @@ import sys
 from goodput.cli import main
 import simulator, simulator.compiled
 print(simulator.__file__, sorted(set(simulator.compiled.build_status().values())))
-sys.exit(main(["simulate", sys.argv[1], "--duration", sys.argv[2], "--out", sys.argv[3]]))
+sys.exit(main(["simulate", sys.argv[1], "--duration", sys.argv[2], "--out", sys.argv[3], "--format", "json"]))
 """
 
 
-def _simulate(fleet: Path, duration: float, out: Path, pythonpath: Path | None = None) -> tuple[pd.DataFrame, str]:
+def _simulate(fleet: Path, duration: float, out: Path, pythonpath: Path | None = None) -> tuple[pd.DataFrame, str, dict]:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = f"{pythonpath}{os.pathsep}{env.get('PYTHONPATH', '')}"
     proc = subprocess.run([sys.executable, "-c", RUN, str(fleet), str(duration), str(out)], env=env, cwd=out.parent,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
-    return pd.read_parquet(out / "requests.parquet"), proc.stdout.splitlines()[0]
+    where, summary = proc.stdout.split("\n", 1)
+    return pd.read_parquet(out / "requests.parquet"), where, json.loads(summary)
 
 
 @pytest.mark.parametrize("fleet, duration", [("example", 1800), ("stress", 200)])
@@ -67,11 +69,11 @@ def test_compiled_and_pure_python_runs_are_identical(tmp_path, fleet, duration):
         path.write_text(yaml.safe_dump(STRESS_FLEET))
     source = source_copy(tmp_path / "source")
 
-    compiled, where_c = _simulate(path, duration, tmp_path / "compiled")
-    pure, where_p = _simulate(path, duration, tmp_path / "pure", pythonpath=source)
+    compiled, where_c, summary_c = _simulate(path, duration, tmp_path / "compiled")
+    pure, where_p, summary_p = _simulate(path, duration, tmp_path / "pure", pythonpath=source)
 
-    assert where_c.startswith(str(ROOT)) and where_c.endswith("['compiled']")
-    assert where_p.startswith(str(source)) and where_p.endswith("['python']")
+    assert where_c.startswith(str(ROOT)) and where_c.endswith("['compiled']") and summary_c["engine"] == "compiled"
+    assert where_p.startswith(str(source)) and where_p.endswith("['python']") and summary_p["engine"] == "python"
     assert len(compiled) > 1000
     if fleet == "stress":  # the paths that matter most are exercised
         assert compiled["preemptions"].sum() > 0 and (compiled["cached_tokens"] > 0).any()
