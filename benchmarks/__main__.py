@@ -1,12 +1,20 @@
-"""Run every benchmark: ``python -m benchmarks [NAME ...]``."""
+"""Run benchmarks: ``python -m benchmarks [NAME ...]`` (all of them by default).
 
-import sys
+Each takes its own options when run alone: ``python -m benchmarks.NAME --help``.
+"""
+
+import argparse
 
 from benchmarks import analyzer, exporters, sim_speed
 
 BENCHMARKS = {"sim_speed": sim_speed.main, "exporters": exporters.main, "analyzer": analyzer.main}
 
 if __name__ == "__main__":
-    names = sys.argv[1:] or list(BENCHMARKS)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(BENCHMARKS)}")
+    names = parser.parse_args().names or list(BENCHMARKS)
+    if unknown := [n for n in names if n not in BENCHMARKS]:
+        parser.error(f"unknown benchmark {', '.join(unknown)} (choose from {', '.join(BENCHMARKS)})")
     for name in names:
         BENCHMARKS[name]()
