@@ -163,7 +163,6 @@ class Fleet:
         qs = self._columns()[3] if self.arrivals is not None else []
         n_arr = len(qs)
         events = self.events
-        submit, make = self.submit, self._arrival_request
         ticks = 0
         while True:
             t_rep = queue.next_time()
@@ -188,7 +187,7 @@ class Fleet:
                     break
                 self.now = t_arr
                 self.next_arrival = i + 1
-                submit(make(i), t_arr)
+                self.submit(self._arrival_request(i), t_arr)
             ticks += 1
             if progress is not None and ticks % 4096 == 0:
                 progress(self.now)
