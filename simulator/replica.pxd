@@ -5,6 +5,11 @@ from simulator.request cimport Request
 from simulator.roofline cimport DecodeRun, Roofline
 
 
+# request states and segment kinds: C constants in the compiled build (Python names in the source)
+cdef long WAITING, PREFILLING, DECODING, DONE
+cdef long IDLE, SINGLE, RUN
+
+
 cdef class Replica:
     cdef public long index, max_run_steps, bs, total_blocks, used_blocks, n_waiting, _seq, counter, n_dec, dec_base
     cdef public long _token, seg_kind, seg_n, seg_dec, preemptions_total, steps_total, deployment, queue_pos, queue_key
@@ -24,7 +29,7 @@ cdef class Replica:
     cdef bint _interrupt(self, double t)
     @cython.locals(req=Request, chunk=long)
     cpdef complete_segment(self)
-    @cython.locals(req=Request, c0=long, c=long)
+    @cython.locals(req=Request, c0=long, c=long, token=long)
     cdef _advance_decode(self, long n, double end)
     cdef long _blocks_needed(self, long c0, long n)
     cdef long _max_steps_for_blocks(self, long c0, long free)
@@ -39,6 +44,6 @@ cdef class Replica:
     cdef _expire(self, double now)
     @cython.locals(req=Request, r=Request, victim=Request, budget=long, chunk=long, need=long, chunk_limit=long, c=long,
                    n_dec=long, c0=long, n=long, n_fin=long, p_tokens=long, pairs=double, kv=double, s_dec=double,
-                   run=DecodeRun)
+                   run=DecodeRun, head=Request, token=long)
     cdef _plan(self, double now)
     cdef _enqueue(self, Request req)

@@ -490,7 +490,10 @@ class Replica:
         elif n_dec:
             c0 = self.counter
             heap = self.fin_heap
-            while heap and (heap[0][2].dec_token != heap[0][1] or heap[0][2].state != DECODING):
+            while heap:  # drop entries of requests that left decoding (preempted) since they were pushed
+                _, token, head = heap[0]
+                if head.dec_token == token and head.state == DECODING:
+                    break
                 heappop(heap)
             n_fin = heap[0][0] - c0 if heap else 1 << 60
             n = max(1, min(n_fin, self.max_run_steps, self._max_steps_for_blocks(c0, self.total_blocks - self.used_blocks)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import inf
 
-from simulator.replica import IDLE, Replica
+from simulator.replica import Replica
 
 __all__ = ["ReplicaQueue"]
 
@@ -34,7 +34,7 @@ class ReplicaQueue:
 
     def update(self, rep: Replica) -> None:
         """Put ``rep`` where its current segment's end belongs, or take it out when it has none."""
-        if rep.seg_kind == IDLE or not rep.alive:
+        if rep.seg_end == inf or not rep.alive:  # idle
             if rep.queue_pos >= 0:
                 self._remove(rep.queue_pos)
             return
