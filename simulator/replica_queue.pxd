@@ -4,14 +4,15 @@ cimport cython
 from simulator.replica cimport Replica
 
 
+@cython.final
 cdef class ReplicaQueue:
     cdef public list heap
     cdef long _keys
 
     @cython.locals(first=Replica)
-    cpdef double next_time(self)
-    cpdef Replica first(self)
-    cpdef update(self, Replica rep)
+    cdef double next_time(self)
+    cdef Replica first(self)
+    cdef update(self, Replica rep)
     @cython.locals(last=Replica)
     cdef _remove(self, long pos)
     @cython.locals(rep=Replica, other=Replica, parent=long)

@@ -1,8 +1,8 @@
-# Static types for simulator/request.py when it is compiled (see simulator/compiled.py); the .py stays the source.
+# Static types for simulator/request.py when it is compiled (see simulator/compiled.py).
 cimport cython
 
 
-@cython.no_gc  # no field can lead back to a request, so no cycle: the collector need not walk millions of them
+@cython.final
 cdef class Request:
     cdef public long rid, workload, tenant, tier_rank, deployment, replica
     cdef public str tier, finish_reason, reject_reason

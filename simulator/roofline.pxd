@@ -1,5 +1,9 @@
 # Static types for simulator/roofline.py when it is compiled (see simulator/compiled.py).
 # Both classes are dataclasses: their fields must stay in the order of the .py.
+cimport cython
+
+
+@cython.final
 cdef class Roofline:
     cdef public double sec_per_flop, sec_per_byte, flops_per_token, attn_flops_per_ctx, weight_bytes
     cdef public double kv_bytes_per_token, overhead_s
@@ -8,6 +12,7 @@ cdef class Roofline:
     cpdef DecodeRun decode_run(self, double n, double s0, double scale=*)
 
 
+@cython.final
 cdef class DecodeRun:
     cdef public double a1, b1, a2, b2, overhead_s, scale
 

@@ -5,6 +5,7 @@ from simulator.replica cimport Replica
 from simulator.request cimport Request
 
 
+@cython.final
 cdef class Router:
     cdef public str policy
     cdef public long kind, next, _n_seen
