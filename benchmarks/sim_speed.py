@@ -5,8 +5,8 @@ than it can serve) and its completion rate in steady state is its capacity. The 
 compressed to 80% of that rate. The simulator runs on one core, compiled (as installed) and as pure
 Python (the same source copied without its build, in a child process). The baseline is the same
 model stepping every engine iteration as its own event (closed-form decode runs off), which the
-tests show produces the same timeline. Every figure is the best of three runs: this machine's speed
-drifts by up to 2x over minutes.
+tests show produces the same timeline. Each figure is the best of three runs (five for the headline),
+with the median beside it: a shared machine's speed drifts by up to 1.8x from one second to the next.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         "offered_req_s": round(0.8 * cap, 1),
         "trace_time_scale": round(scale, 2),
         "build": sorted(set(build_status().values())),
-        "compiled_closed_form": best_of(scale, args.duration),
+        "compiled_closed_form": best_of(scale, args.duration, repeats=5),
         "compiled_closed_form_short_window": best_of(scale, short),
         "compiled_step_by_step_short_window": best_of(scale, short, one_step),
         "python_closed_form_short_window": pure_python(scale, short),
