@@ -15,10 +15,8 @@ cdef class ReplicaQueue:
     cdef update(self, Replica rep)
     @cython.locals(last=Replica)
     cdef _remove(self, long pos)
-    @cython.locals(rep=Replica, other=Replica, parent=long)
-    cdef _sift_up(self, long pos)
-    @cython.locals(rep=Replica, other=Replica, child=long, n=long)
-    cdef _sift_down(self, long pos)
-
+    cdef inline _place(self, long pos, Replica rep)
+    @cython.locals(rep=Replica, parent=long, child=long, n=long)
+    cdef _sift(self, long pos)
 
 cdef bint _before(Replica a, Replica b)

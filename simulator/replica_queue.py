@@ -41,53 +41,44 @@ class ReplicaQueue:
         if rep.queue_pos < 0:
             self._keys += 1
             rep.queue_key = self._keys
-            rep.queue_pos = len(self.heap)
             self.heap.append(rep)
-        self._sift_up(rep.queue_pos)
-        self._sift_down(rep.queue_pos)
+            rep.queue_pos = len(self.heap) - 1
+        self._sift(rep.queue_pos)
 
     def _remove(self, pos: int) -> None:
         heap = self.heap
         heap[pos].queue_pos = -1
         last = heap.pop()
         if pos < len(heap):
-            heap[pos] = last
-            last.queue_pos = pos
-            self._sift_up(pos)
-            self._sift_down(last.queue_pos)
+            self._place(pos, last)
+            self._sift(pos)
 
-    def _sift_up(self, pos: int) -> None:
+    def _place(self, pos: int, rep: Replica) -> None:
+        self.heap[pos] = rep
+        rep.queue_pos = pos
+
+    def _sift(self, pos: int) -> None:
+        """Move the replica at ``pos`` up, or else down, to where its segment end belongs."""
         heap = self.heap
         rep = heap[pos]
         while pos > 0:
             parent = (pos - 1) >> 1
-            other = heap[parent]
-            if not _before(rep, other):
+            if not _before(rep, heap[parent]):
                 break
-            heap[pos] = other
-            other.queue_pos = pos
+            self._place(pos, heap[parent])
             pos = parent
-        heap[pos] = rep
-        rep.queue_pos = pos
-
-    def _sift_down(self, pos: int) -> None:
-        heap = self.heap
         n = len(heap)
-        rep = heap[pos]
-        while True:
+        while True:  # a replica that moved up is already before its new children: this stops at once
             child = 2 * pos + 1
             if child >= n:
                 break
             if child + 1 < n and _before(heap[child + 1], heap[child]):
                 child += 1
-            other = heap[child]
-            if not _before(other, rep):
+            if not _before(heap[child], rep):
                 break
-            heap[pos] = other
-            other.queue_pos = pos
+            self._place(pos, heap[child])
             pos = child
-        heap[pos] = rep
-        rep.queue_pos = pos
+        self._place(pos, rep)
 
 
 def _before(a: Replica, b: Replica) -> bool:
