@@ -24,8 +24,7 @@ _MTIME_SLACK_S = 2.0
 _ROOT = Path(__file__).resolve().parent.parent
 
 
-def _built(module: str) -> Path | None:
-    stem = _ROOT.joinpath(*module.split("."))
+def _built(stem: Path) -> Path | None:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = stem.with_name(stem.name + suffix)
         if path.exists():
@@ -37,11 +36,11 @@ def build_status() -> dict[str, str]:
     """``compiled``, ``python`` (no build: runs as source) or ``stale`` for each module."""
     out = {}
     for module in COMPILED_MODULES:
-        built = _built(module)
+        stem = _ROOT.joinpath(*module.split("."))
+        built = _built(stem)
         if built is None:
             out[module] = "python"
             continue
-        stem = _ROOT.joinpath(*module.split("."))
         newest = max(p.stat().st_mtime for p in (stem.with_suffix(".py"), stem.with_suffix(".pxd")) if p.exists())
         out[module] = "stale" if newest > built.stat().st_mtime + _MTIME_SLACK_S else "compiled"
     return out
