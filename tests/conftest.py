@@ -52,16 +52,35 @@ BASE_WORKLOAD = {
 }
 
 
-def make_fleet(deployments: list[dict] | None = None, workloads: list[dict] | None = None,
-               events: list[dict] | None = None, **extra) -> FleetConfig:
-    data = {
+def stress_pool(**deployment) -> dict:
+    """Two replicas with little KV, long outputs, an 8 s queue limit, shared prefixes and bursty arrivals, and a
+    release mid-run: the run preempts, times out and hits the prefix cache, for comparing two timelines."""
+    return {
+        "deployments": [dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=2,
+                             engine={"max_num_seqs": 48, "gpu_memory_utilization": 0.3, "max_model_len": 8192,
+                                     "prefix_cache": True, "max_queue_time_s": 8}, **deployment)],
+        "workloads": [dict(copy.deepcopy(BASE_WORKLOAD), shared_prefix_tokens=256, max_tokens=4096,
+                           output_tokens={"p50": 600, "p95": 1500, "p99": 2000, "max": 3000},
+                           arrival={"process": "gamma", "rate": 12.0, "cv": 2.0})],
+        "events": [{"at": 100, "kind": "release", "deployment": "chat", "effects": {"decode_time_scale": 1.3}}],
+    }
+
+
+def fleet_data(deployments: list[dict] | None = None, workloads: list[dict] | None = None,
+               events: list[dict] | None = None, **extra) -> dict:
+    """A fleet file's contents, as a test would write it."""
+    return {
         "name": "test-fleet", "start_time": "2026-11-23T09:00:00Z", "seed": 3,
         "deployments": deployments or [copy.deepcopy(BASE_DEPLOYMENT)],
         "workloads": workloads or [copy.deepcopy(BASE_WORKLOAD)],
         "events": events or [],
         **extra,
     }
-    return parse_fleet(data, "test-fleet.yaml")
+
+
+def make_fleet(deployments: list[dict] | None = None, workloads: list[dict] | None = None,
+               events: list[dict] | None = None, **extra) -> FleetConfig:
+    return parse_fleet(fleet_data(deployments, workloads, events, **extra), "test-fleet.yaml")
 
 
 @pytest.fixture

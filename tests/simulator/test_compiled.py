@@ -8,7 +8,6 @@ prefix cache.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -23,20 +22,9 @@ import pytest
 import yaml
 
 from simulator.compiled import COMPILED_MODULES, build_status, source_copy
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD
+from tests.conftest import fleet_data, stress_pool
 
 ROOT = Path(__file__).resolve().parents[2]
-
-STRESS_FLEET = {
-    "name": "stress", "seed": 5,
-    "deployments": [dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=2, router="kv-aware",
-                         engine={"max_num_seqs": 48, "gpu_memory_utilization": 0.3, "max_model_len": 8192,
-                                 "prefix_cache": True, "max_queue_time_s": 8})],
-    "workloads": [dict(copy.deepcopy(BASE_WORKLOAD), shared_prefix_tokens=256, max_tokens=4096,
-                       output_tokens={"p50": 600, "p95": 1500, "p99": 2000, "max": 3000},
-                       arrival={"process": "gamma", "rate": 12.0, "cv": 2.0})],
-    "events": [{"at": 100, "kind": "release", "deployment": "chat", "effects": {"decode_time_scale": 1.3}}],
-}
 
 RUN = """
 import sys
@@ -68,7 +56,7 @@ def test_compiled_and_pure_python_runs_are_identical(tmp_path, fleet, duration):
         path = ROOT / "examples" / "fleet.yaml"
     else:
         path = tmp_path / "stress.yaml"
-        path.write_text(yaml.safe_dump(STRESS_FLEET))
+        path.write_text(yaml.safe_dump(fleet_data(**stress_pool(router="kv-aware"))))
     source = source_copy(tmp_path / "source")
 
     compiled, where_c, summary_c = _simulate(path, duration, tmp_path / "compiled")

@@ -9,7 +9,7 @@ from simulator.fleet import Fleet
 from simulator.replica import Replica
 from simulator.run import simulate
 from simulator.workload import generate
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, make_fleet, stress_pool
 
 FIXED_1000 = {"min": 1000, "p50": 1000, "p95": 1000, "p99": 1000, "max": 1000}
 FIXED_100 = {"min": 100, "p50": 100, "p95": 100, "p99": 100, "max": 100}
@@ -102,15 +102,7 @@ def test_context_longer_than_max_model_len_is_rejected():
 
 def test_closed_form_decode_runs_equal_step_by_step_simulation():
     """The speed-up must not approximate: jumping over decode steps gives the same timeline as stepping."""
-    cfg = make_fleet(
-        deployments=[dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=2,
-                          engine={"max_num_seqs": 48, "gpu_memory_utilization": 0.3, "max_model_len": 8192,
-                                  "prefix_cache": True, "max_queue_time_s": 8})],
-        workloads=[dict(copy.deepcopy(BASE_WORKLOAD), shared_prefix_tokens=256, max_tokens=4096,
-                        output_tokens={"p50": 600, "p95": 1500, "p99": 2000, "max": 3000},
-                        arrival={"process": "gamma", "rate": 12.0, "cv": 2.0})],
-        events=[{"at": 100, "kind": "release", "deployment": "chat", "effects": {"decode_time_scale": 1.3}}],
-    )
+    cfg = make_fleet(**stress_pool())
     fast = simulate(cfg, 200.0)
     slow = simulate(cfg, 200.0, max_run_steps=1)
     # the comparison covers preemption, queue timeouts and a release in the middle of decode runs
