@@ -1,9 +1,9 @@
 """The simulated fleet: deployments of replicas, routers, scheduled events, one virtual clock.
 
 ``Fleet.run(until)`` advances a discrete-event loop over three sources in time order: replica
-segment ends (a step or a run of decode steps, kept in a ``ReplicaQueue``), request arrivals, and scheduled fleet events
-(replica lost or added, releases). It can be called repeatedly, which is how the live fleet drives
-the same model in real time.
+segment ends (a step or a run of decode steps, kept in a ``ReplicaQueue``), request arrivals, and
+scheduled fleet events (replica lost or added, releases). It can be called repeatedly, which is how
+the live fleet drives the same model in real time.
 """
 
 from __future__ import annotations
