@@ -90,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _ingest(args: argparse.Namespace) -> int:
     from analyzer.ingest import ingest, input_bytes
     from analyzer.store import connect
-    from goodput.progress import progress_bar
+    from goodput.foundation.progress import progress_bar
 
     con = connect(args.db)
     total = input_bytes(args.paths)

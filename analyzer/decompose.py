@@ -14,7 +14,7 @@ from datetime import datetime
 import duckdb
 
 from analyzer.store import sql
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["DIMENSIONS", "Decomposition", "decompose"]
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from analyzer.store import sql
 from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
 from exporters.trace_store import spans_to_arrow
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["IngestSummary", "ingest", "input_bytes"]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from goodput.foundation.errors import ConfigError
 from simulator.config import RELEASE_KINDS
-from simulator.errors import ConfigError
 
 __all__ = ["Release", "load_releases"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["connect", "sql"]
 

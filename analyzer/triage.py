@@ -16,7 +16,7 @@ from analyzer.decompose import decompose
 from analyzer.regressions import find_regressions
 from analyzer.releases import Release
 from analyzer.store import sql
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["Triage", "triage"]
 

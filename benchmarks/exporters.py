@@ -29,8 +29,8 @@ from benchmarks.report import emit
 from exporters.config import Target, Targets
 from exporters.engine import EngineExporter
 from exporters.exposition import CONTENT_TYPE
-from exporters.http import Server
 from exporters.normalize import normalize
+from goodput.foundation.http import Server
 from simulator.config import parse_fleet
 from simulator.fleet import Fleet
 from simulator.records import RequestTable

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _engine(args: argparse.Namespace) -> int:
     from exporters.config import load_plan, load_targets
     from exporters.engine import EngineExporter
-    from exporters.http import Server, metrics_routes, serve_until_signal
+    from goodput.foundation.http import Server, metrics_routes, serve_until_signal
 
     if args.targets is None:
         raise ConfigError("goodput exporter engine", "--targets", "is required (or use `normalize DUMP`)")

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporters.dialects import DIALECTS
-from simulator.errors import ConfigError
-from simulator.yamlfile import load_yaml
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.yamlfile import load_yaml
 
 __all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets", "load_yaml"]
 

@@ -11,10 +11,9 @@ import math
 from collections.abc import Iterable, Sequence
 
 from exporters.catalog import MetricSpec, by_name
+from goodput.foundation.http import METRICS_CONTENT_TYPE as CONTENT_TYPE
 
 __all__ = ["CONTENT_TYPE", "SELF_COLLECTION", "escape", "fmt_float", "header", "labels", "render", "self_metrics"]
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def escape(value: str) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 import pynvml
 
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["FakeNvml", "load_fake"]
 

@@ -21,7 +21,7 @@ import pynvml
 
 from exporters.catalog import GPU
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["DeploymentMapping", "GpuCollector", "GpuSample", "run_gpu_exporter"]
 
@@ -312,8 +312,8 @@ class Sampler:
 
 def run_gpu_exporter(args) -> int:
     from exporters.fake_nvml import FakeNvml, load_fake
-    from exporters.http import Server, metrics_routes, serve_until_signal
-    from simulator.yamlfile import load_yaml
+    from goodput.foundation.http import Server, metrics_routes, serve_until_signal
+    from goodput.foundation.yamlfile import load_yaml
 
     nvml: Any = pynvml
     if args.fake:

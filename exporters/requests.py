@@ -20,7 +20,7 @@ from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, by_name
 from exporters.exposition import fmt_float, labels, render
 from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
 from exporters.trace_store import StoreFull, TraceStore
-from goodput.histogram import Histogram
+from goodput.foundation.histogram import Histogram
 
 __all__ = ["OTLP_MAX_BODY_BYTES", "RequestMetrics", "TraceReceiver", "run_request_exporter"]
 
@@ -230,7 +230,7 @@ class TraceReceiver:
 
 
 def run_request_exporter(args) -> int:
-    from exporters.http import Server, healthz, metrics_routes, serve_until_signal
+    from goodput.foundation.http import Server, healthz, metrics_routes, serve_until_signal
 
     metrics = RequestMetrics(max_tenants=args.max_tenants)
     store = TraceStore(args.store, max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)

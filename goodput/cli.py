@@ -11,8 +11,8 @@ import sys
 from analyzer import cli as analyzer_cli
 from exporters import cli as exporters_cli
 from goodput import __version__, demo, rules_cli
+from goodput.foundation.errors import ConfigError
 from simulator import cli as simulator_cli
-from simulator.errors import ConfigError
 
 __all__ = ["build_parser", "main"]
 

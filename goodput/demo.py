@@ -15,9 +15,9 @@ from exporters.config import load_plan, load_targets
 from exporters.engine import EngineExporter
 from exporters.fleet_gpus import fleet_gpus
 from exporters.gpu import GpuCollector, Sampler
-from exporters.http import Server, healthz, metrics_routes, serve_until_signal
 from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
+from goodput.foundation.http import Server, healthz, metrics_routes, serve_until_signal
 from goodput.rulegen import build, load_spec
 from goodput.stack import Process, alertmanager_available, prometheus_available, start_alertmanager, start_prometheus
 from goodput.webhook import WebhookReceiver

@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from exporters.catalog import GATEWAY_BUCKETS
-from simulator.errors import ConfigError
-from simulator.yamlfile import load_yaml
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.yamlfile import load_yaml
 
 __all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "load_spec", "write"]
 

@@ -11,7 +11,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 
-from exporters.http import Server, healthz
+from goodput.foundation.http import Server, healthz
 
 __all__ = ["WebhookReceiver"]
 

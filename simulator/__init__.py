@@ -4,8 +4,8 @@ from simulator.compiled import check_fresh as _check_fresh
 
 _check_fresh()  # before the first compiled module is imported
 
+from goodput.foundation.errors import ConfigError
 from simulator.config import FleetConfig, load_fleet, parse_fleet
-from simulator.errors import ConfigError
 from simulator.fleet import Fleet
 from simulator.live import LiveFleet
 from simulator.run import SimulationResult, simulate, write_outputs

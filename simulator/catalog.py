@@ -13,7 +13,7 @@ from importlib import resources
 
 import yaml
 
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = [
     "DTYPE_BYTES",

@@ -6,10 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from goodput.progress import progress_bar
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.progress import progress_bar
 from simulator.compiled import build_status
 from simulator.config import load_fleet
-from simulator.errors import ConfigError
 
 __all__ = ["register"]
 

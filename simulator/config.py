@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.yamlfile import load_yaml
 from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
 from simulator.catalog import DTYPE_BYTES, GIB, MemoryBudget, lookup_gpu, lookup_model, memory_budget
 from simulator.distributions import QuantileDistribution
-from simulator.errors import ConfigError
-from simulator.yamlfile import load_yaml
 
 __all__ = [
     "DeploymentConfig",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 from simulator.request import TIER_RANK
 
 if TYPE_CHECKING:

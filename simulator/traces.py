@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["MOONCAKE_BLOCK_TOKENS", "Trace", "load_trace"]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from goodput.histogram import Histogram
+from goodput.foundation.histogram import Histogram
 
 __all__ = ["FINISHED_REASONS", "TTFT_BUCKETS", "VllmMetrics"]
 

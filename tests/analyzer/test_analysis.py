@@ -14,7 +14,7 @@ from analyzer.regressions import find_regressions
 from analyzer.releases import load_releases
 from analyzer.store import connect
 from analyzer.triage import triage
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 from tests.conftest import REPO
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from exporters.config import load_targets
 from exporters.engine import EngineExporter
-from exporters.http import Server, metrics_routes
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
+from goodput.foundation.http import Server, metrics_routes
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.config import Plan, Target, Targets, load_plan, load_targets
 from exporters.engine import EngineExporter
-from exporters.http import Server, metrics_routes
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.http import Server, metrics_routes
 from tests.conftest import REPO
 
 GOOD = (REPO / "tests" / "fixtures" / "vllm_v1_simulated.txt").read_text()

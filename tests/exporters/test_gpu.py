@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.fake_nvml import FakeNvml, load_fake
 from exporters.gpu import DeploymentMapping, GpuCollector
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 from tests.conftest import REPO
 
 SPEC = {

@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.http import Server
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
+from goodput.foundation.http import Server
 from simulator.records import RequestTable
 from simulator.run import simulate
 from simulator.spans import span_documents

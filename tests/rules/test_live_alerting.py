@@ -13,9 +13,9 @@ import pytest
 
 from exporters.config import Plan, load_targets
 from exporters.engine import EngineExporter
-from exporters.http import Server, metrics_routes
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
+from goodput.foundation.http import Server, metrics_routes
 from goodput.rulegen import build, load_spec, write
 from goodput.stack import alertmanager_available, prometheus_available, start_alertmanager, start_prometheus
 from goodput.webhook import WebhookReceiver

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from exporters.catalog import GATEWAY_BUCKETS, names
-from goodput.histogram import le_label
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.histogram import le_label
 from goodput.rulegen import ALERTS, RULE_FILES, build, load_spec
-from simulator.errors import ConfigError
 from tests.conftest import REPO
 
 RULES = REPO / "rules"

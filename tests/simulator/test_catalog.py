@@ -1,7 +1,7 @@
 import pytest
 
+from goodput.foundation.errors import ConfigError
 from simulator.catalog import GIB, GpuSpec, gpus, kv_bytes_per_token, memory_budget, models
-from simulator.errors import ConfigError
 from tests.conftest import BASE_DEPLOYMENT, make_fleet
 
 

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
+from goodput.foundation.errors import ConfigError
 from simulator.config import load_fleet
-from simulator.errors import ConfigError
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, make_fleet
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 from simulator.traces import load_trace
 from simulator.workload import generate
 from tests.conftest import BASE_WORKLOAD, TRACES, make_fleet

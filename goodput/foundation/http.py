@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from exporters.exposition import CONTENT_TYPE
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
-__all__ = ["Response", "Route", "Server", "healthz", "metrics_routes", "serve_until_signal"]
+__all__ = ["METRICS_CONTENT_TYPE", "Response", "Route", "Server", "healthz", "metrics_routes", "serve_until_signal"]
+
+# the Prometheus text exposition format, version 0.0.4
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Response = tuple[int, str, bytes, dict[str, str]]
 Route = Callable[[BaseHTTPRequestHandler, bytes], Response]
@@ -28,7 +30,7 @@ def healthz(h: BaseHTTPRequestHandler, body: bytes) -> Response:
 
 def metrics_routes(render: Callable[[], str]) -> dict[tuple[str, str], Route]:
     """The two routes every exporter serves; ``render`` runs per scrape so each scrape sees fresh values."""
-    return {("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, render().encode(), {}),
+    return {("GET", "/metrics"): lambda h, b: (200, METRICS_CONTENT_TYPE, render().encode(), {}),
             ("GET", "/healthz"): healthz}
 
 

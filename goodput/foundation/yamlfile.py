@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from simulator.errors import ConfigError
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["load_yaml"]
 
