@@ -27,7 +27,7 @@ from simulator.fleet import Fleet
 from simulator.workload import generate
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "data" / "traces" / "azure_llm_inference_2023_conv.csv"
+TRACE = ROOT / "examples" / "traces" / "azure_llm_inference_2023_conv.csv"
 TRACE_RATE = 19_366 / 3501.7  # requests per second of the original trace
 
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: paths to the shared data, free loopback ports, small fleets built from dicts."""
+"""Shared fixtures: paths to the vendored data, free loopback ports, small fleets built from dicts."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from simulator.config import FleetConfig, parse_fleet
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-TRACES = SHARED / "data" / "traces"
+FIXTURES = REPO / "tests" / "fixtures"  # every sample the tests read (SOURCES.md says where each comes from)
+TRACES = REPO / "examples" / "traces"  # the public workload traces the examples and benchmarks replay
 
 
 def free_port_block(n: int) -> int:

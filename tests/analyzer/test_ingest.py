@@ -17,7 +17,7 @@ from analyzer.store import connect
 from exporters.otlp import decode_json
 from exporters.trace_store import TraceStore
 from simulator.run import simulate, write_outputs
-from tests.conftest import SHARED, make_fleet
+from tests.conftest import FIXTURES, make_fleet
 
 SEGMENTS = ("gateway", "queue", "prefill", "decode", "send")
 
@@ -82,7 +82,7 @@ def test_request_exporter_store_ingests(run, tmp_path):
 
 def test_otlp_example_ingests_and_what_is_not_a_request_is_quarantined(tmp_path):
     con = connect(tmp_path / "db.duckdb")
-    s = ingest(con, [SHARED / "data" / "trace_samples" / "otlp_proto_examples_trace.json"])
+    s = ingest(con, [FIXTURES / "otlp" / "otlp_proto_examples_trace.json"])
     assert s.spans == 1 and s.requests == 0 and s.quarantined == 1
     assert list(s.reasons) == ["not an LLM request span (expected llm.request, its segments, or llm_request)"]
 

@@ -10,10 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporters.catalog import ENGINE
 from exporters.exposition import labels, render
 from exporters.normalize import UnknownDialect, normalize
-from tests.conftest import REPO, SHARED
+from tests.conftest import FIXTURES, REPO
 
-SAMPLES = SHARED / "data" / "engine_samples"
-FIXTURES = REPO / "tests" / "fixtures"
+SAMPLES = FIXTURES / "engine_samples"
 
 
 def values(text: str, engine: str = "auto") -> tuple[dict[tuple[str, str], float], object]:
