@@ -55,9 +55,9 @@ class HttpHost:
         await runner.setup()
         try:
             await web.TCPSite(runner, host, port, backlog=BACKLOG, reuse_address=True).start()
-        except OSError as e:
+        except (OSError, OverflowError) as e:  # in use, not ours to bind; beyond 65535
             await runner.cleanup()
-            raise ConfigError(f"{host}:{port}", "", f"cannot listen: {e.strerror or e}") from None
+            raise ConfigError(f"{host}:{port}", "", f"cannot listen: {getattr(e, 'strerror', None) or e}") from None
         return Site(runner, host, port)
 
     def add(self, app: web.Application, host: str, port: int) -> Site:
