@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 from collections.abc import Coroutine
 
@@ -31,8 +32,11 @@ class Site:
 
 
 class HttpHost:
-    def __init__(self, idle_timeout_s: float = 15.0, shutdown_timeout_s: float = 1.0) -> None:
+    def __init__(self, idle_timeout_s: float = 15.0, shutdown_timeout_s: float = 1.0,
+                 send_buffer_bytes: int | None = None) -> None:
+        """``send_buffer_bytes``: the kernel send buffer of every connection (default: the kernel's autotuning)."""
         self.idle_timeout_s = idle_timeout_s
+        self.send_buffer_bytes = send_buffer_bytes
         self.shutdown_timeout_s = shutdown_timeout_s
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, name="http", daemon=True)
@@ -53,9 +57,15 @@ class HttpHost:
         runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=self.idle_timeout_s,
                                shutdown_timeout=self.shutdown_timeout_s, handler_cancellation=True)
         await runner.setup()
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         try:
-            await web.TCPSite(runner, host, port, backlog=BACKLOG, reuse_address=True).start()
-        except (OSError, OverflowError) as e:  # in use, not ours to bind; beyond 65535
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.send_buffer_bytes:  # accepted connections inherit it
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            sock.bind((host, port))
+            await web.SockSite(runner, sock, backlog=BACKLOG).start()
+        except (OSError, OverflowError) as e:  # in use, not ours to bind, beyond 65535, not an address
+            sock.close()
             await runner.cleanup()
             raise ConfigError(f"{host}:{port}", "", f"cannot listen: {getattr(e, 'strerror', None) or e}") from None
         return Site(runner, host, port)

@@ -81,7 +81,7 @@ class ReplicaServer:
 class LiveFleet:
     def __init__(self, cfg: FleetConfig, *, host: str = "127.0.0.1", base_port: int = 8100, speed: float = 1.0,
                  traffic: float = 1.0, seed: int | None = None, targets: Path | None = None,
-                 sink: SpanSink | None = None, releases: Path | None = None, idle_timeout_s: float = 15.0) -> None:
+                 sink: SpanSink | None = None, releases: Path | None = None, http: HttpHost | None = None) -> None:
         self.cfg = cfg
         self.host, self.base_port, self.speed = host, base_port, speed
         self.traffic = traffic
@@ -96,7 +96,7 @@ class LiveFleet:
         self.inbox: deque[tuple] = deque()  # from the event loop to the engine thread
         self.watching: dict[int, tuple[Ticket, Replica]] = {}  # rid -> the handler waiting on it
         self.guard = LabelGuard.of(cfg)
-        self.http = HttpHost(idle_timeout_s=idle_timeout_s)
+        self.http = http or HttpHost()
         self.started = time.time()
         self.t0 = time.monotonic()
         if sink is not None:

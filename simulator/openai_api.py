@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 BODY_TIMEOUT_S = 10.0  # a body that trickles in slower than this is refused (408)
-STALLED_BYTES = 1 << 20  # unread SSE output beyond this: the client has stopped reading, let it go
+STALL_S = 30.0  # a stream whose client reads nothing for this long is dropped (and its request aborted)
 WORDS = (" the", " fleet", " serves", " tokens", " under", " load", " with", " queues", " and", " caches", " today")
 FINISH = {"stop": "stop", "length": "length"}  # anything else ends a stream as "abort"
 
@@ -82,6 +82,20 @@ def _error(status: int, message: str, param: str | None = None, headers: Mapping
 
 def _text(i0: int, i1: int) -> str:
     return "".join(WORDS[i % len(WORDS)] for i in range(i0, i1))
+
+
+async def _write(resp: web.StreamResponse, transport, data: bytes) -> None:
+    """Write one SSE event; when the socket is already backed up, give the client ``STALL_S`` to read."""
+    if transport is None or transport.is_closing():
+        raise ConnectionResetError("the connection is closed")
+    if not transport.get_write_buffer_size():
+        await resp.write(data)
+        return
+    try:
+        async with asyncio.timeout(STALL_S):
+            await resp.write(data)
+    except TimeoutError:
+        raise ConnectionResetError(f"the client read nothing for {STALL_S:g} s") from None
 
 
 def _usage(prompt: int, completion: int) -> dict:
@@ -203,9 +217,7 @@ class _Api:
             while True:
                 produced, done = ticket.produced, ticket.done
                 if produced > sent:
-                    if transport is None or transport.get_write_buffer_size() > STALLED_BYTES:
-                        raise ConnectionResetError("the client stopped reading")
-                    await resp.write(event(piece(sent, produced)))
+                    await _write(resp, transport, event(piece(sent, produced)))
                     sent = produced
                 if done:
                     break

@@ -18,6 +18,7 @@ import aiohttp
 import httpx
 import pytest
 
+from simulator.http_host import HttpHost
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet
@@ -44,7 +45,8 @@ def one_replica():
     cfg = make_fleet(deployments=[dep], workloads=[copy.deepcopy(BASE_WORKLOAD)])
     sink = RecordingSink(cfg)
     base = free_port_block(1)
-    lf = LiveFleet(cfg, base_port=base, traffic=0.0, sink=sink, idle_timeout_s=1.0)
+    # a 1 s idle timeout and small send buffers, so that stalled clients show quickly
+    lf = LiveFleet(cfg, base_port=base, traffic=0.0, sink=sink, http=HttpHost(idle_timeout_s=1.0, send_buffer_bytes=16384))
     lf.start()
     yield lf, base, sink
     lf.close()
@@ -125,6 +127,27 @@ def test_stalled_clients_are_let_go(one_replica):
     for s in stalled:
         assert s.recv(1024) == b"", "the server kept a stalled connection open"  # recv times out (10 s) otherwise
         s.close()
+
+
+def test_a_client_that_stops_reading_is_dropped(one_replica, monkeypatch):
+    """The stream's socket backs up; after STALL_S (0.2 s here) the server lets the client go and aborts."""
+    import simulator.openai_api as api
+
+    monkeypatch.setattr(api, "STALL_S", 0.2)
+    lf, base, sink = one_replica
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", base))
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 4000, "stream": True, "ignore_eos": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nx-tenant: sleeper\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    deadline = time.monotonic() + 30
+    while not [r for r in sink.requests if r.meta and r.meta["tenant"] == "sleeper"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (req,) = [r for r in sink.requests if r.meta and r.meta["tenant"] == "sleeper"]
+    assert req.finish_reason == "abort" and req.generated < 4000, "the server waited for the client to read"
+    s.close()
 
 
 def test_traceparent_reaches_the_request_meta(one_replica):
