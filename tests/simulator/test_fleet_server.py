@@ -150,6 +150,28 @@ def test_a_client_that_stops_reading_is_dropped(one_replica, monkeypatch):
     s.close()
 
 
+def test_a_body_that_never_arrives_gets_408(one_replica, monkeypatch):
+    import simulator.openai_api as api
+
+    monkeypatch.setattr(api, "BODY_TIMEOUT_S", 0.3)
+    lf, base, _ = one_replica
+    with socket.create_connection(("127.0.0.1", base), timeout=10) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+        answer = s.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b'"code": 408' in answer
+
+
+def test_an_oversize_chunked_body_gets_413(one_replica):
+    lf, base, _ = one_replica
+
+    def chunks():
+        for _ in range(5):
+            yield b"x" * (1024 * 1024)
+
+    r = httpx.post(f"http://127.0.0.1:{base}/v1/completions", content=chunks(), timeout=10)
+    assert r.status_code == 413 and r.json()["error"]["code"] == 413
+
+
 def test_traceparent_reaches_the_request_meta(one_replica):
     lf, base, sink = one_replica
     trace, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
