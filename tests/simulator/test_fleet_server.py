@@ -1,5 +1,5 @@
 """The live fleet's HTTP servers under load and misbehaving clients: hundreds of concurrent streams, resets,
-stalled clients, W3C trace context, and `goodput fleet serve` as a real process stopped by SIGTERM."""
+stalled clients, W3C trace context, and `goodput fleet serve` as a real process stopped by SIGTERM or Ctrl-C."""
 
 import asyncio
 import copy
@@ -188,7 +188,8 @@ def test_traceparent_reaches_the_request_meta(one_replica):
     assert "traceparent" not in meta["tp-invalid"]
 
 
-def test_fleet_serve_process_answers_and_stops_on_sigterm(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_fleet_serve_process_answers_and_stops_on_a_signal(tmp_path, sig):
     base = free_port_block(12)
     exe = Path(sys.executable).with_name("goodput")
     proc = subprocess.Popen([str(exe), "fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--base-port", str(base),
@@ -205,7 +206,7 @@ def test_fleet_serve_process_answers_and_stops_on_sigterm(tmp_path):
                        json={"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
         assert httpx.get(f"http://127.0.0.1:{base}/metrics").text.count("vllm:num_requests_running") >= 1
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
