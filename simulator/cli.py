@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from goodput.foundation.errors import ConfigError
@@ -14,13 +15,47 @@ from simulator.config import load_fleet
 __all__ = ["register"]
 
 
-def _positive(text: str) -> float:
+def _finite(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return v
+
+
+def _positive(text: str) -> float:
+    v = _finite(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def _nonneg(text: str) -> float:
+    v = _finite(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2^63 - 1, got {text}")
+    return v
+
+
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {text}")
     return v
 
 
@@ -33,8 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("fleet", metavar="FLEET.yaml", help="fleet file (see examples/fleet.yaml)")
     p.add_argument("--duration", type=_positive, required=True, metavar="SECONDS", help="arrival window, seconds")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: the fleet file's seed)")
-    p.add_argument("--drain", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--seed", type=_seed, default=None, help="random seed (default: the fleet file's seed)")
+    p.add_argument("--drain", type=_nonneg, default=600.0, metavar="SECONDS",
                    help="after the window, let in-flight requests finish for at most this long (default 600)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="summary format")
     p.set_defaults(func=_simulate)
@@ -50,7 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("fleet", metavar="FLEET.yaml")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    s.add_argument("--base-port", type=int, default=8100, help="first replica port (default 8100)")
+    s.add_argument("--base-port", type=_port, default=8100, help="first replica port (default 8100)")
     s.add_argument("--speed", type=_positive, default=1.0, help="virtual seconds per wall second (default 1)")
     s.add_argument("--targets", type=Path, default=Path("targets.yaml"), metavar="FILE",
                    help="write the engine exporter's targets file here (default targets.yaml)")
@@ -59,19 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--spans-file", type=Path, default=None, metavar="FILE", help="append request spans here (OTLP JSON lines)")
     s.add_argument("--traffic", type=_nonneg, default=1.0, metavar="FACTOR",
                    help="replay the fleet's own workloads at this rate factor (0 = only external requests; default 1)")
-    s.add_argument("--seed", type=int, default=None)
-    s.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this many wall seconds")
+    s.add_argument("--seed", type=_seed, default=None, help="random seed (default: the fleet file's seed)")
+    s.add_argument("--duration", type=_positive, default=None, metavar="SECONDS", help="stop after this many wall seconds")
     s.set_defaults(func=_serve)
-
-
-def _nonneg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return v
 
 
 def _simulate(args: argparse.Namespace) -> int:

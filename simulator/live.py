@@ -1,8 +1,10 @@
 """The simulated fleet in real time: every replica an HTTP server, the engine model advancing with the clock.
 
-One engine thread advances the fleet's virtual clock to ``(wall - start) x speed`` every few
-milliseconds; HTTP handler threads submit requests and read progress under the same lock, first
-bringing the clock up to "now" so a request never joins a step that began before it arrived.
+One engine thread owns the fleet. Every tick (``TICK_S``, or sooner when a request arrives) it takes what
+the HTTP side posted (submissions, aborts, refusals, each stamped with its own virtual arrival time), runs
+the fleet up to each of those instants and then to "now", and hands the progress of every watched
+request to the event loop in one ``call_soon_threadsafe`` (``openai_api.deliver``). The replicas' HTTP
+servers all live on one asyncio loop (``http_host.HttpHost``); they never take the fleet's lock.
 """
 
 from __future__ import annotations
@@ -12,20 +14,25 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import yaml
+from prometheus_client.exposition import generate_latest
 
 from simulator.config import FleetConfig
 from simulator.distributions import QuantileDistribution
 from simulator.fleet import Deployment, Fleet
-from simulator.openai_api import ReplicaHTTPServer, make_server
+from simulator.http_host import HttpHost, Site
+from simulator.openai_api import Ticket, deliver, make_app
+from simulator.openai_protocol import Generation
 from simulator.releases import write_releases
 from simulator.replica import Replica
 from simulator.request import Request
+from simulator.request_meta import LabelGuard
 from simulator.span_sink import SpanSink
 from simulator.vllm_metrics import VllmMetrics
 from simulator.workload import scaled
@@ -35,28 +42,46 @@ __all__ = ["LiveFleet", "ReplicaServer", "serve"]
 log = logging.getLogger(__name__)
 
 TRAFFIC_WINDOW_S = 3600.0
+TICK_S = 0.002
+DONE = 4  # Request.state of a finished request
 DEFAULT_OUTPUT = QuantileDistribution.from_quantiles({"p50": 200, "p95": 600, "p99": 900, "max": 2048})
 
 
-@dataclass
+@dataclass(eq=False)
 class ReplicaServer:
+    """One replica as served over HTTP: the ``openai_api.Backend`` of its application."""
+
+    live: LiveFleet
     deployment: Deployment
     replica: Replica
-    metrics: VllmMetrics
+    vllm: VllmMetrics
     port: int
     model: str
     max_model_len: int
     name: str
-    server: ReplicaHTTPServer | None = None
-    thread: threading.Thread | None = None
+    guard: LabelGuard
+    created: int
+    site: Site | None = None
     started: bool = False  # once served, a replica stays in the targets file (a dead one shows as down)
     registry: object = field(default=None)
+
+    def metrics(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def submit(self, ticket: Ticket, gen: Generation, tier: str, meta: dict) -> None:
+        self.live.post(("submit", self.live.virtual_now(), self, ticket, gen, tier, meta))
+
+    def abort(self, ticket: Ticket) -> None:
+        self.live.post(("abort", self.live.virtual_now(), ticket))
+
+    def refuse(self, reason: str, tier: str, meta: dict) -> None:
+        self.live.post(("refuse", self.live.virtual_now(), self, reason, tier, meta))
 
 
 class LiveFleet:
     def __init__(self, cfg: FleetConfig, *, host: str = "127.0.0.1", base_port: int = 8100, speed: float = 1.0,
                  traffic: float = 1.0, seed: int | None = None, targets: Path | None = None,
-                 sink: SpanSink | None = None, releases: Path | None = None) -> None:
+                 sink: SpanSink | None = None, releases: Path | None = None, http: HttpHost | None = None) -> None:
         self.cfg = cfg
         self.host, self.base_port, self.speed = host, base_port, speed
         self.traffic = traffic
@@ -67,6 +92,11 @@ class LiveFleet:
         self.sink = sink
         self.lock = threading.RLock()
         self.stop_event = threading.Event()
+        self.wake = threading.Event()
+        self.inbox: deque[tuple] = deque()  # from the event loop to the engine thread
+        self.watching: dict[int, tuple[Ticket, Replica]] = {}  # rid -> the handler waiting on it
+        self.guard = LabelGuard.of(cfg)
+        self.http = http or HttpHost()
         self.started = time.time()
         self.t0 = time.monotonic()
         if sink is not None:
@@ -95,28 +125,27 @@ class LiveFleet:
         """Start a server for every new replica, stop the servers of lost ones, rewrite the targets file."""
         changed = False
         known = {(s.deployment.index, s.replica.index) for s in self.servers}
+        created = int(self.started)
         for dep in self.fleet.deployments:
             for rep in dep.replicas:
                 if (dep.index, rep.index) in known:
                     continue
                 m = self._metrics[(dep.index, rep.index)]
                 m.replica = rep
-                rs = ReplicaServer(dep, rep, m, self.base_port + len(self.servers), dep.cfg.model,
-                                   dep.cfg.engine.max_model_len, f"{dep.cfg.name}-{rep.index}")
+                rs = ReplicaServer(self, dep, rep, m, self.base_port + len(self.servers), dep.cfg.model,
+                                   dep.cfg.engine.max_model_len, f"{dep.cfg.name}-{rep.index}", self.guard, created)
                 rs.registry = m.registry()
                 self.servers.append(rs)
                 changed = True
         for rs in self.servers:
             up = rs.replica.alive and rs.replica.available_from <= self.fleet.now
-            if up and rs.server is None and not rs.started:
+            if up and rs.site is None and not rs.started:
                 rs.started = True
-                rs.server = make_server(self.host, rs.port, self, rs)
-                rs.thread = threading.Thread(target=rs.server.serve_forever, name=rs.name, daemon=True)
-                rs.thread.start()
+                rs.site = self.http.add(make_app(rs), self.host, rs.port)
                 changed = True
-            elif not rs.replica.alive and rs.server is not None:
-                srv, rs.server = rs.server, None
-                threading.Thread(target=lambda s=srv: (s.shutdown(), s.server_close()), daemon=True).start()
+            elif not rs.replica.alive and rs.site is not None:
+                site, rs.site = rs.site, None
+                self.http.remove(site)
                 changed = True
         if changed:
             self.write_targets()
@@ -150,9 +179,9 @@ class LiveFleet:
         self.fleet.arrivals = arr.select(arr.queue_start >= now)
         self.fleet.next_arrival = 0
 
-    def advance(self) -> float:
-        """Bring the fleet up to the current virtual time (call with the lock held)."""
-        now = self.virtual_now()
+    def advance(self, to: float | None = None) -> float:
+        """Bring the fleet up to virtual time ``to`` (default: now; call with the lock held)."""
+        now = self.virtual_now() if to is None else to
         self._feed_traffic(now)
         if now > self.fleet.now:
             self.fleet.run(now)
@@ -174,10 +203,15 @@ class LiveFleet:
     def _engine_loop(self) -> None:
         while not self.stop_event.is_set():
             with self.lock:
-                self.advance()
+                self._take_inbox()
+                now = self.advance()
                 self._sync_servers()
                 self._write_releases()
-            self.stop_event.wait(0.002)
+                updates = self._progress(now)
+            if updates:
+                self.http.loop.call_soon_threadsafe(deliver, updates)
+            self.wake.wait(TICK_S)
+            self.wake.clear()
 
     def kill_replica(self, deployment: str, index: int) -> None:
         """The replica's engine dies now: its requests fail, its server stops (the targets file keeps it)."""
@@ -188,48 +222,79 @@ class LiveFleet:
 
     # ------------------------------------------------------------------ requests from HTTP
 
-    def submit_http(self, rs: ReplicaServer, prompt: int, max_tokens: int | None, tier: str, meta: dict,
-                    ignore_eos: bool) -> Request:
-        with self.lock:
-            now = self.advance()
-            dep = rs.deployment
-            cap = max_tokens or max(1, dep.cfg.engine.max_model_len - prompt)
-            natural = cap if ignore_eos else int(self.output_dist[dep.index].sample(self.rng, 1)[0])
-            self.fleet.next_rid += 1
-            req = Request(self.fleet.next_rid, 0, 0, tier, now, now, prompt, min(natural, cap), natural < cap,
-                          dep.index, send_s=0.0)
-            req.meta = meta
-            req.max_tokens = cap
-            if rs.replica.alive:
-                if rs.replica.submit(req, now):
-                    self.fleet.reschedule(rs.replica)
+    def post(self, item: tuple) -> None:
+        """From the event loop: hand ``item`` (kind, virtual time, ...) to the engine thread and wake it."""
+        self.inbox.append(item)
+        self.wake.set()
+
+    def _take_inbox(self) -> None:
+        """Apply what the HTTP side posted, each at its own instant (never before the fleet's present)."""
+        inbox = self.inbox
+        while inbox:
+            kind, t, *rest = inbox.popleft()
+            now = self.advance(max(t, self.fleet.now))
+            if kind == "submit":
+                self._submit(now, *rest)
+            elif kind == "abort":
+                self._abort(now, *rest)
             else:
-                rs.replica.reject(req, now, "overloaded")
-            return req
+                self._refuse(now, *rest)
 
-    def progress(self, req: Request, rs: ReplicaServer) -> tuple[int, bool]:
-        with self.lock:
-            now = self.advance()
-            return rs.replica.decoded_at(req, now), req.state == 4
+    def _submit(self, now: float, rs: ReplicaServer, ticket: Ticket, gen: Generation, tier: str, meta: dict) -> None:
+        dep = rs.deployment
+        cap = gen.max_tokens or max(1, dep.cfg.engine.max_model_len - gen.prompt_tokens)
+        natural = cap if gen.ignore_eos else int(self.output_dist[dep.index].sample(self.rng, 1)[0])
+        self.fleet.next_rid += 1
+        req = Request(self.fleet.next_rid, 0, 0, tier, now, now, gen.prompt_tokens, min(natural, cap), natural < cap,
+                      dep.index, send_s=0.0)
+        req.meta = meta
+        req.max_tokens = cap
+        ticket.req = req
+        self.watching[req.rid] = (ticket, rs.replica)
+        if rs.replica.alive:
+            if rs.replica.submit(req, now):
+                self.fleet.reschedule(rs.replica)
+        else:
+            rs.replica.reject(req, now, "overloaded")
 
-    def wait(self, req: Request, rs: ReplicaServer) -> int:
-        while True:
-            produced, done = self.progress(req, rs)
+    def _abort(self, now: float, ticket: Ticket) -> None:
+        req = ticket.req
+        dep = self.fleet.deployments[req.deployment]
+        rep = dep.replicas[req.replica] if 0 <= req.replica < len(dep.replicas) else None
+        if rep is not None and rep.abort(req, now):
+            self.fleet.reschedule(rep)
+
+    def _refuse(self, now: float, rs: ReplicaServer, reason: str, tier: str, meta: dict) -> None:
+        """A request the HTTP face refused: it still becomes a (rejected) request span, counted with its reason."""
+        self.fleet.next_rid += 1
+        req = Request(self.fleet.next_rid, 0, 0, tier, now, now, 0, 0, False, rs.deployment.index)
+        req.meta = meta
+        req.replica = rs.replica.index
+        req.finish_reason, req.reject_reason, req.completed, req.state = "rejected", reason, now, DONE
+        if self.sink is not None:
+            self.sink.add([req])
+
+    def _progress(self, now: float) -> list[tuple[Ticket, int, bool]]:
+        """(ticket, tokens so far, finished) of every watched request that moved since the last tick."""
+        updates = []
+        finished = []
+        for rid, (ticket, rep) in self.watching.items():
+            req = ticket.req
+            done = req.state == DONE
+            seen = (rep.decoded_at(req, now), done)
+            if seen != ticket.seen:
+                ticket.seen = seen
+                updates.append((ticket, seen[0], done))
             if done:
-                return produced
-            time.sleep(0.005)
-
-    def abort(self, req: Request) -> None:
-        with self.lock:
-            now = self.advance()
-            dep = self.fleet.deployments[req.deployment]
-            rep = dep.replicas[req.replica] if 0 <= req.replica < len(dep.replicas) else None
-            if rep is not None and rep.abort(req, now):
-                self.fleet.reschedule(rep)
+                finished.append(rid)
+        for rid in finished:
+            del self.watching[rid]
+        return updates
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        self.http.start()
         with self.lock:
             self._sync_servers()
         if self.sink is not None:
@@ -238,17 +303,15 @@ class LiveFleet:
 
     def close(self) -> None:
         self.stop_event.set()
+        self.wake.set()
         if self.engine_thread.is_alive():
             self.engine_thread.join(timeout=5)
+        self.http.close()
         for rs in self.servers:
-            if rs.server is not None:
-                rs.server.shutdown()
-                rs.server.server_close()
-                rs.server = None
+            rs.site = None
         with self.lock:
-            if self.fleet.done and self.sink is not None:
-                self.sink.add(list(self.fleet.done))
-                self.fleet.done.clear()
+            self._take_inbox()
+            self.advance()
         if self.sink is not None:
             self.sink.close()
 
@@ -260,7 +323,7 @@ def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets:
     live = LiveFleet(cfg, host=host, base_port=base_port, speed=speed, traffic=traffic, seed=seed,
                      targets=targets, sink=sink)
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         live.start()
         started = datetime.now(UTC).isoformat(timespec="seconds")
@@ -279,10 +342,9 @@ def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             stop.wait(0.2)
-    except KeyboardInterrupt:
-        pass
     finally:
         live.close()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         print("goodput fleet stopped.", flush=True)
     return 0

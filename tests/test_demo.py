@@ -37,7 +37,8 @@ def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
                     seen[name] = text
         assert set(seen) == {"gpu", "engine", "requests"}
         assert 'deployment="chat-8b-h100"' in seen["engine"]
-        r = httpx.post(f"http://127.0.0.1:{base}/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 3})
+        r = httpx.post(f"http://127.0.0.1:{base}/v1/completions",
+                       json={"model": "Llama-3.1-8B", "prompt": "hi", "max_tokens": 3})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
         if shutil.which("prometheus") and shutil.which("prometheus-alertmanager"):
             prom = f"http://127.0.0.1:{ports['prometheus']}"

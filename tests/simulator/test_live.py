@@ -16,6 +16,8 @@ from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
 
+MODEL = "Llama-3.1-8B"
+
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
@@ -24,6 +26,7 @@ def live(tmp_path_factory):
     dep["engine"].update({"max_model_len": 4096, "prefix_cache": True})
     wl = copy.deepcopy(BASE_WORKLOAD)
     wl["arrival"]["rate"] = 2.0
+    wl["route"] = "support"  # a known route: x-route may name it
     cfg = make_fleet(deployments=[dep], workloads=[wl],
                      events=[{"at": 6.0, "kind": "replica_lost", "deployment": "chat", "replica": 1}])
     base = free_port_block(4)
@@ -40,7 +43,7 @@ def _client(base):
 
 def test_non_streaming_chat_with_the_openai_client(live):
     lf, base, _ = live
-    r = _client(base).chat.completions.create(model="Llama-3.1-8B", max_tokens=12,
+    r = _client(base).chat.completions.create(model=MODEL, max_tokens=12,
                                               messages=[{"role": "user", "content": "How full is the KV cache?"}])
     assert r.choices[0].finish_reason in ("stop", "length")
     assert r.usage.completion_tokens <= 12
@@ -53,7 +56,7 @@ def test_streaming_is_paced_by_the_model(live):
     lf, base, _ = live
     t0 = time.monotonic()
     stream = _client(base).chat.completions.create(
-        model="Llama-3.1-8B", max_tokens=60, stream=True, stream_options={"include_usage": True},
+        model=MODEL, max_tokens=60, stream=True, stream_options={"include_usage": True},
         messages=[{"role": "user", "content": "x" * 2000}], extra_body={"ignore_eos": True},
         extra_headers={"x-tenant": "stream-tenant", "x-tier": "P0"})
     arrivals, text, usage, finish = [], "", None, None
@@ -75,22 +78,124 @@ def test_streaming_is_paced_by_the_model(live):
 def test_completions_api_streaming_and_not(live):
     lf, base, _ = live
     c = _client(base)
-    r = c.completions.create(model="Llama-3.1-8B", prompt="hello", max_tokens=5)
+    r = c.completions.create(model=MODEL, prompt="hello", max_tokens=5)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
-    pieces = [ch.choices[0].text for ch in c.completions.create(model="m", prompt=[1, 2, 3], max_tokens=4,
+    pieces = [ch.choices[0].text for ch in c.completions.create(model=MODEL, prompt=[1, 2, 3], max_tokens=4,
                                                                  stream=True) if ch.choices]
     assert len("".join(pieces).split()) == 4
 
 
-def test_bad_requests_get_openai_errors(live):
+def _post(base, path="/v1/chat/completions", **kw):
+    return httpx.post(f"http://127.0.0.1:{base}{path}", timeout=10, **kw)
+
+
+def _assert_openai_error(r, status, param=None, says=""):
+    assert r.status_code == status, (r.status_code, r.text)
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == status
+    assert err["param"] == param and says in err["message"], err
+
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(("body", "param", "says"), [
+    ({"messages": []}, "messages", "non-empty"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role", "must be one of"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "string"),
+    ({"messages": HI, "max_tokens": -1}, "max_tokens", "at least 1"),
+    ({"messages": HI, "max_tokens": "12"}, "max_tokens", "integer"),
+    ({"messages": HI, "max_completion_tokens": 0}, "max_completion_tokens", "at least 1"),
+    ({"messages": HI, "temperature": -0.5}, "temperature", "[0, inf]"),
+    ({"messages": HI, "temperature": "hot"}, "temperature", "number"),
+    ({"messages": HI, "top_p": 0}, "top_p", "(0, 1]"),
+    ({"messages": HI, "top_p": 1.5}, "top_p", "(0, 1]"),
+    ({"messages": HI, "presence_penalty": 2.5}, "presence_penalty", "[-2, 2]"),
+    ({"messages": HI, "frequency_penalty": -3}, "frequency_penalty", "[-2, 2]"),
+    ({"messages": HI, "repetition_penalty": 0}, "repetition_penalty", "(0, inf]"),
+    ({"messages": HI, "top_k": -2}, "top_k", "at least 1"),
+    ({"messages": HI, "n": 0}, "n", "at least 1"),
+    ({"messages": HI, "n": 2}, "n", "only n=1"),
+    ({"messages": HI, "stream": "yes"}, "stream", "boolean"),
+    ({"messages": HI, "stream_options": {"include_usage": True}}, "stream_options", "stream is true"),
+    ({"messages": HI, "stop": [1]}, "stop", "strings"),
+    ({"messages": HI, "model": 7}, "model", "string"),
+])
+def test_invalid_chat_requests_are_400_in_openai_shape(live, body, param, says):
+    _assert_openai_error(_post(live[1], json=body), 400, param, says)
+
+
+def test_vllm_style_refusals(live):
     lf, base, _ = live
-    with pytest.raises(openai.BadRequestError, match="context_too_long"):
-        _client(base).completions.create(model="m", prompt="y" * 40_000, max_tokens=5)
-    r = httpx.post(f"http://127.0.0.1:{base}/v1/chat/completions", content=b"{not json")
-    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
-    r = httpx.post(f"http://127.0.0.1:{base}/v1/chat/completions", json={"messages": []})
-    assert r.status_code == 400
-    assert httpx.get(f"http://127.0.0.1:{base}/nope").status_code == 404
+    r = _post(base, json={"model": "gpt-4o", "messages": HI})
+    _assert_openai_error(r, 404, "model", "The model `gpt-4o` does not exist.")
+    with pytest.raises(openai.NotFoundError):
+        _client(base).chat.completions.create(model="gpt-4o", messages=HI)
+    # max_model_len is 4096: a 1,000-token prompt fits, 1,000 + 3,500 output tokens do not (vLLM's message)
+    r = _post(base, "/v1/completions", json={"model": MODEL, "prompt": "y" * 4000, "max_tokens": 3500})
+    _assert_openai_error(r, 400, "max_tokens", "maximum context length is 4096 tokens. However, you requested 4500 tokens")
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        _client(base).completions.create(model=MODEL, prompt="y" * 40_000, max_tokens=5)
+    _assert_openai_error(_post(base, "/v1/completions", json={"prompt": ["a", "b"]}), 400, "prompt", "batch")
+    _assert_openai_error(_post(base, content=b"{not json"), 400, None, "not JSON")
+    _assert_openai_error(_post(base, content=b"[1, 2]"), 400, None, "JSON object")
+    _assert_openai_error(_post(base, json={"messages": HI}, headers={"x-tier": "gold"}), 400, "x-tier", "P0")
+    _assert_openai_error(_post(base, content=b"x" * (4 * 1024 * 1024 + 1)), 413, None, "larger than")
+    r = httpx.get(f"http://127.0.0.1:{base}/v1/chat/completions")
+    _assert_openai_error(r, 405, None, "Method Not Allowed")
+    assert "POST" in r.headers["Allow"]
+    _assert_openai_error(httpx.get(f"http://127.0.0.1:{base}/nope"), 404, None, "Not Found")
+    # and the server still serves
+    assert _post(base, json={"model": MODEL, "messages": HI, "max_tokens": 2}).status_code == 200
+
+
+def _spans(path):
+    from exporters.otlp import decode_json
+
+    return [s for line in (path.read_text().splitlines() if path.exists() else []) for s in decode_json(line)]
+
+
+def test_every_refusal_is_counted_with_its_reason(live):
+    """Refused requests become rejected request spans, so the request exporter counts them by reason."""
+    from exporters.requests import RequestMetrics
+
+    lf, base, tmp = live
+    tenant = {"x-tenant": "refusal-check", "x-route": "chat"}
+    _post(base, content=b"{not json", headers=tenant)
+    _post(base, json={"messages": HI, "max_tokens": -1}, headers=tenant)
+    _post(base, json={"model": "gpt-4o", "messages": HI}, headers=tenant)
+    _post(base, json={"messages": HI, "n": 3}, headers=tenant)
+    _post(base, json={"messages": [{"role": "user", "content": "z" * 20_000}]}, headers=tenant)
+    httpx.get(f"http://127.0.0.1:{base}/v1/chat/completions", headers=tenant)
+    want = {"malformed_json": 1, "invalid_request": 1, "model_not_found": 1, "unsupported_parameter": 1,
+            "context_too_long": 1, "method_not_allowed": 1}
+    deadline = time.monotonic() + 15
+    while True:
+        metrics = RequestMetrics()
+        metrics.ingest([s for s in _spans(tmp / "spans.jsonl") if s.attributes.get("llm.tenant") == "refusal-check"])
+        got = {key[-1]: v for key, v in metrics.rejections.items()}
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert got == want
+    assert {key[-1] for key in metrics.requests} == {"rejected"}
+    assert {key[4] for key in metrics.rejections} == {"chat"}  # the route label
+
+
+def test_client_labels_are_bounded(live):
+    lf, base, tmp = live
+    headers = {"x-tenant": "t" * 500, "x-route": "route-" + "9" * 40, "x-scene": "not-a-scene"}
+    _client(base).chat.completions.create(model=MODEL, max_tokens=2, messages=HI, extra_headers=headers)
+    _client(base).chat.completions.create(model=MODEL, max_tokens=2, messages=HI,
+                                          extra_headers={"x-tenant": "label-known", "x-route": "chat"})
+    deadline = time.monotonic() + 15
+    seen = {}
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.3)
+        seen = {s.attributes["llm.tenant"]: s.attributes for s in _spans(tmp / "spans.jsonl")
+                if s.attributes.get("llm.tenant") in ("t" * 64, "label-known")}
+    assert seen["t" * 64]["llm.route"] == "other" and seen["t" * 64]["llm.scene"] == "other"
+    assert seen["label-known"]["llm.route"] == "chat"
 
 
 def test_models_and_health(live):
@@ -102,7 +207,7 @@ def test_models_and_health(live):
 
 def test_metrics_in_vllm_exposition(live):
     lf, base, _ = live
-    _client(base).completions.create(model="m", prompt="warm up", max_tokens=3)
+    _client(base).completions.create(model=MODEL, prompt="warm up", max_tokens=3)
     text = httpx.get(f"http://127.0.0.1:{base}/metrics").text
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
@@ -154,7 +259,7 @@ def test_lost_replica_stops_serving_but_stays_a_target(live):
 
 def test_spans_of_live_requests_are_written(live):
     lf, base, tmp = live
-    _client(base).chat.completions.create(model="m", max_tokens=3, messages=[{"role": "user", "content": "hi"}],
+    _client(base).chat.completions.create(model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "hi"}],
                                           extra_headers={"x-tenant": "span-check", "x-route": "support"})
     deadline = time.monotonic() + 10
     found = False

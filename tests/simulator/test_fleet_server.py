@@ -1,0 +1,219 @@
+"""The live fleet's HTTP servers under load and misbehaving clients: hundreds of concurrent streams, resets,
+stalled clients, W3C trace context, and `goodput fleet serve` as a real process stopped by SIGTERM or Ctrl-C."""
+
+import asyncio
+import copy
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import httpx
+import pytest
+
+from simulator.http_host import HttpHost
+from simulator.live import LiveFleet
+from simulator.span_sink import SpanSink
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet
+
+MODEL = "Llama-3.1-8B"
+STREAMS = 500
+
+
+class RecordingSink(SpanSink):
+    """Keeps the finished requests themselves (their ``meta``), instead of writing spans."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg, 1, None, None)
+        self.requests = []
+
+    def add(self, reqs):
+        self.requests.extend(reqs)
+
+
+@pytest.fixture
+def one_replica():
+    dep = copy.deepcopy(BASE_DEPLOYMENT)
+    dep.update(replicas=1, engine={"max_num_seqs": 1024, "max_num_batched_tokens": 16384, "max_model_len": 4096})
+    cfg = make_fleet(deployments=[dep], workloads=[copy.deepcopy(BASE_WORKLOAD)])
+    sink = RecordingSink(cfg)
+    base = free_port_block(1)
+    # a 1 s idle timeout and small send buffers, so that stalled clients show quickly
+    lf = LiveFleet(cfg, base_port=base, traffic=0.0, sink=sink, http=HttpHost(idle_timeout_s=1.0, send_buffer_bytes=16384))
+    lf.start()
+    yield lf, base, sink
+    lf.close()
+
+
+async def _stream(session, url, i):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": f"stream {i}"}], "max_tokens": 16,
+            "stream": True, "ignore_eos": True}
+    tokens, done = 0, False
+    async with session.post(url, json=body) as r:
+        if r.status != 200:
+            return r.status, 0, False
+        async for line in r.content:
+            if line.startswith(b"data: [DONE]"):
+                done = True
+            elif line.startswith(b"data: "):
+                for c in json.loads(line[6:])["choices"]:
+                    tokens += len(c["delta"].get("content", "").split())
+    return 200, tokens, done
+
+
+def test_hundreds_of_concurrent_streams_none_refused(one_replica):
+    lf, base, _ = one_replica
+
+    async def run():
+        connector = aiohttp.TCPConnector(limit=0, force_close=False)
+        timeout = aiohttp.ClientTimeout(total=120)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            url = f"http://127.0.0.1:{base}/v1/chat/completions"
+            return await asyncio.gather(*(_stream(session, url, i) for i in range(STREAMS)), return_exceptions=True)
+
+    results = asyncio.run(asyncio.wait_for(run(), 150))
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, f"{len(errors)} of {STREAMS} streams failed at the connection, e.g. {errors[0]!r}"
+    assert [r for r in results if r != (200, 16, True)] == []
+
+
+def _raw_stream_request(base: int, max_tokens: int) -> socket.socket:
+    body = json.dumps({"model": MODEL, "prompt": "reset me", "max_tokens": max_tokens, "stream": True,
+                       "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", base), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"x-tenant: resetter\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return s
+
+
+def test_reset_mid_stream_aborts_the_request_quietly(one_replica, caplog, capfd):
+    lf, base, sink = one_replica
+    caplog.set_level(logging.DEBUG)
+    s = _raw_stream_request(base, 3000)  # ~25 s of decoding if nobody aborts it
+    got = b""
+    while b"data: " not in got:
+        got += s.recv(4096)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()  # RST
+    deadline = time.monotonic() + 10
+    while not [r for r in sink.requests if r.meta and r.meta["tenant"] == "resetter"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (req,) = [r for r in sink.requests if r.meta and r.meta["tenant"] == "resetter"]
+    assert req.finish_reason == "abort" and 0 < req.generated < 3000
+    assert lf.servers[0].vllm.finished["abort"] == 1
+    assert any("client went away" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud]
+    assert "Traceback" not in capfd.readouterr().err
+    assert httpx.get(f"http://127.0.0.1:{base}/health").status_code == 200
+
+
+def test_stalled_clients_are_let_go(one_replica):
+    """Slowloris: connections that never finish their headers are closed after the idle timeout (1 s here)."""
+    lf, base, _ = one_replica
+    stalled = []
+    for _ in range(50):
+        s = socket.create_connection(("127.0.0.1", base), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+        stalled.append(s)
+    assert httpx.get(f"http://127.0.0.1:{base}/health").status_code == 200  # others are served meanwhile
+    for s in stalled:
+        assert s.recv(1024) == b"", "the server kept a stalled connection open"  # recv times out (10 s) otherwise
+        s.close()
+
+
+def test_a_client_that_stops_reading_is_dropped(one_replica, monkeypatch):
+    """The stream's socket backs up; after STALL_S (0.2 s here) the server lets the client go and aborts."""
+    import simulator.openai_api as api
+
+    monkeypatch.setattr(api, "STALL_S", 0.2)
+    lf, base, sink = one_replica
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", base))
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 4000, "stream": True, "ignore_eos": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nx-tenant: sleeper\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    deadline = time.monotonic() + 30
+    while not [r for r in sink.requests if r.meta and r.meta["tenant"] == "sleeper"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (req,) = [r for r in sink.requests if r.meta and r.meta["tenant"] == "sleeper"]
+    assert req.finish_reason == "abort" and req.generated < 4000, "the server waited for the client to read"
+    s.close()
+
+
+def test_a_body_that_never_arrives_gets_408(one_replica, monkeypatch):
+    import simulator.openai_api as api
+
+    monkeypatch.setattr(api, "BODY_TIMEOUT_S", 0.3)
+    lf, base, _ = one_replica
+    with socket.create_connection(("127.0.0.1", base), timeout=10) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+        answer = s.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b'"code": 408' in answer
+
+
+def test_an_oversize_chunked_body_gets_413(one_replica):
+    lf, base, _ = one_replica
+
+    def chunks():
+        for _ in range(5):
+            yield b"x" * (1024 * 1024)
+
+    r = httpx.post(f"http://127.0.0.1:{base}/v1/completions", content=chunks(), timeout=10)
+    assert r.status_code == 413 and r.json()["error"]["code"] == 413
+
+
+def test_traceparent_reaches_the_request_meta(one_replica):
+    lf, base, sink = one_replica
+    trace, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    url = f"http://127.0.0.1:{base}/v1/completions"
+    for tenant, header in (("tp-valid", f"00-{trace}-{parent}-01"), ("tp-invalid", f"00-{'0' * 32}-{parent}-01")):
+        r = httpx.post(url, json={"model": MODEL, "prompt": "hi", "max_tokens": 2},
+                       headers={"traceparent": header, "x-tenant": tenant})
+        assert r.status_code == 200
+    deadline = time.monotonic() + 10
+    while len({r.meta["tenant"] for r in sink.requests if r.meta}) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    meta = {r.meta["tenant"]: r.meta for r in sink.requests if r.meta}
+    assert meta["tp-valid"]["traceparent"] == (trace, parent)
+    assert "traceparent" not in meta["tp-invalid"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_fleet_serve_process_answers_and_stops_on_a_signal(tmp_path, sig):
+    base = free_port_block(12)
+    exe = Path(sys.executable).with_name("goodput")
+    proc = subprocess.Popen([str(exe), "fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--base-port", str(base),
+                             "--targets", str(tmp_path / "targets.yaml"), "--traffic", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while not any("Ctrl-C to stop." in ln for ln in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, f"fleet serve did not start: {lines}"
+            lines.append(proc.stdout.readline())
+        r = httpx.post(f"http://127.0.0.1:{base}/v1/chat/completions", timeout=30,
+                       json={"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
+        assert httpx.get(f"http://127.0.0.1:{base}/metrics").text.count("vllm:num_requests_running") >= 1
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "goodput fleet stopped." in out
+    assert "Traceback" not in err, err
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{base}/health", timeout=2)
