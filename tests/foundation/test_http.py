@@ -261,6 +261,7 @@ def test_stop_drains_in_flight_requests_and_refuses_new_ones_with_retry_after():
         idle.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         status, headers, _ = idle.response()
         assert status == 503 and headers["retry-after"] == "7" and headers.get("connection") == "close"
+        stopper.join(2)  # correct code cannot return here whatever the timing: the slow route is still held
         assert stopper.is_alive(), "stop() returned while a request was still in flight"
         release.set()
         assert inflight.response()[:1] == (200,)
