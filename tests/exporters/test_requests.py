@@ -342,6 +342,8 @@ def test_a_record_that_fails_at_flush_is_quarantined_and_the_writer_lives_on(tmp
         store.accept(good[:2] + [bad] + good[2:], b"{}", "J")  # as if validation had let it through
         assert store.flush() == 3
         assert store.quarantined_total == 1 and store.health() is None
+        fams = {f.name: f for f in text_string_to_metric_families(RequestMetrics().render(store))}
+        assert [s.value for s in fams["llm_exporter_store_quarantined"].samples] == [1.0]
         store.accept(_roots("acme", 2, seed=1), b"{}", "J")
         assert store.flush() == 2
     finally:
