@@ -482,3 +482,15 @@ def test_sigterm_under_load_keeps_every_acknowledged_span(tmp_path):
     tenants = {s.labels["tenant"] for f in text_string_to_metric_families(m) if f.name == "llm_gateway_requests"
                for s in f.samples}
     assert tenants == {"zeta", "other"}
+
+
+def test_after_close_the_receiver_answers_503_and_nothing_reaches_a_deleted_log(tmp_path):
+    root = tmp_path / "store"
+    store = TraceStore(root, flush_interval_s=3600)
+    recv = TraceReceiver(RequestMetrics(), store)
+    assert recv.handle("application/json", "", _root_doc(_roots("acme", 2)))[0] == 200
+    store.close()
+    status, _, body, headers = recv.handle("application/json", "", _root_doc(_roots("acme", 2, seed=1)))
+    assert (status, headers) == (503, {"Retry-After": "3600"}), body
+    assert recv.metrics.rejected_payloads == {"shutting_down": 1}
+    assert len(_store_ids(root)) == 2 and not list((root / "_wal").iterdir())
