@@ -121,7 +121,10 @@ def _any_json(v: Any, where: str) -> Any:
     if "stringValue" in v:
         return _str(v["stringValue"], f"{where}.stringValue")
     if "intValue" in v:
-        return _int(v["intValue"], f"{where}.intValue")
+        try:
+            return int(v["intValue"])
+        except (TypeError, ValueError, OverflowError):
+            return _int(v["intValue"], f"{where}.intValue")  # raises, saying why
     if "doubleValue" in v:
         d = v["doubleValue"]
         if isinstance(d, bool) or not isinstance(d, int | float | str):
@@ -206,23 +209,43 @@ def _hex_id(v: Any, nbytes: int, where: str, required: bool = True) -> str:
 
 
 def span_from_dict(s: dict[str, Any], service: str, res: dict[str, Any], where: str) -> Span:
+    try:  # the common, well-formed case in one pass; anything odd is explained by _refuse_span
+        trace_id, span_id, parent = s["traceId"], s["spanId"], s.get("parentSpanId") or ""
+        ids = trace_id + span_id + parent
+        start, end, kind = int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]), int(s.get("kind", 0))
+        status = s.get("status") or _NO_STATUS
+        code, message, name = int(status.get("code", 0)), status.get("message", ""), s.get("name", "")
+        ok = (len(trace_id) == 32 and len(span_id) == 16 and len(parent) in (0, 16)
+              and len(bytes.fromhex(ids)) * 2 == len(ids) and name.__class__ is str and message.__class__ is str)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
+        ok = False
+    if not ok:
+        _refuse_span(s, where)
+    attrs = s.get("attributes")
+    return _check(Span(trace_id.lower(), span_id.lower(), parent.lower(), name, kind, start, end, code, message,
+                       service, _attrs_json(attrs, f"{where}.attributes") if attrs else {}, res), where)
+
+
+_NO_STATUS: dict[str, Any] = {}
+
+
+def _refuse_span(s: Any, where: str) -> None:
+    """Raise OtlpError naming the first field of span ``s`` that is missing or of the wrong type."""
     if not isinstance(s, dict):
         raise OtlpError(f"{where}: span must be an object")
-    trace_id = _hex_id(s.get("traceId"), 16, f"{where}.traceId")
-    span_id = _hex_id(s.get("spanId"), 8, f"{where}.spanId")
-    parent = _hex_id(s.get("parentSpanId"), 8, f"{where}.parentSpanId", required=False)
-    if "startTimeUnixNano" not in s or "endTimeUnixNano" not in s:
-        raise OtlpError(f"{where}: startTimeUnixNano and endTimeUnixNano are required")
-    start = _int(s["startTimeUnixNano"], f"{where}.startTimeUnixNano")
-    end = _int(s["endTimeUnixNano"], f"{where}.endTimeUnixNano")
-    kind = _int(s.get("kind", 0), f"{where}.kind")
+    _hex_id(s.get("traceId"), 16, f"{where}.traceId")
+    _hex_id(s.get("spanId"), 8, f"{where}.spanId")
+    _hex_id(s.get("parentSpanId"), 8, f"{where}.parentSpanId", required=False)
+    for key in ("startTimeUnixNano", "endTimeUnixNano"):
+        if key not in s:
+            raise OtlpError(f"{where}: {key} is required")
+        _int(s[key], f"{where}.{key}")
+    _int(s.get("kind", 0), f"{where}.kind")
     status = _obj(s.get("status"), f"{where}.status")
-    attrs = s.get("attributes")
-    return _check(Span(
-        trace_id, span_id, parent, _str(s.get("name", ""), f"{where}.name"), kind, start, end,
-        _int(status.get("code", 0), f"{where}.status.code"), _str(status.get("message", ""), f"{where}.status.message"),
-        service, _attrs_json(attrs, f"{where}.attributes") if attrs else {}, res,
-    ), where)
+    _int(status.get("code", 0), f"{where}.status.code")
+    _str(status.get("message", ""), f"{where}.status.message")
+    _str(s.get("name", ""), f"{where}.name")
+    raise OtlpError(f"{where}: not an OTLP span")
 
 
 def decode_json(body: bytes | str) -> list[Span]:
