@@ -9,6 +9,7 @@ the top ``max_tenants`` tenants by traffic and folds the rest into ``tenant="oth
 from __future__ import annotations
 
 import json
+import math
 import threading
 import zlib
 from collections import OrderedDict, defaultdict
@@ -34,14 +35,22 @@ HIST = {"queue": "llm_gateway_queue_wait_seconds", "ttft": "llm_gateway_time_to_
 
 
 def _num(a: dict[str, Any], *keys: str) -> float | None:
+    """The first of ``keys`` present, as a finite number >= 0; None for anything else (a NaN, an infinity or a
+    negative count or latency would poison a sum or a histogram for good)."""
     for k in keys:
         v = a.get(k)
         if v is not None:
             try:
-                return float(v)
+                f = float(v)
             except (TypeError, ValueError):
                 return None
+            return f if 0.0 <= f < math.inf else None
     return None
+
+
+def _observe(h: Histogram, value: float | None) -> None:
+    if value is not None and 0.0 <= value < math.inf:
+        h.observe(value)
 
 
 class RequestMetrics:
@@ -130,16 +139,13 @@ class RequestMetrics:
             queue = (q.end_ns - q.start_ns) / 1e9 if q is not None and p is not None else None
             ttft = (p.end_ns - root.start_ns) / 1e9 if p is not None and "llm.decode" in kids else None
             e2e = (root.end_ns - root.start_ns) / 1e9
-        if queue is not None:
-            h["queue"].observe(queue)
+        _observe(h["queue"], queue)
         if outcome != "ok":
             return
-        if ttft is not None:
-            h["ttft"].observe(ttft)
-        if e2e is not None:
-            h["e2e"].observe(e2e)
-            if ttft is not None and tout > 1:
-                h["tpot"].observe((e2e - ttft) / (tout - 1))
+        _observe(h["ttft"], ttft)
+        _observe(h["e2e"], e2e)
+        if e2e is not None and ttft is not None and tout > 1:
+            _observe(h["tpot"], (e2e - ttft) / (tout - 1))
 
     # ------------------------------------------------------------------ exposition
 

@@ -494,3 +494,32 @@ def test_after_close_the_receiver_answers_503_and_nothing_reaches_a_deleted_log(
     assert (status, headers) == (503, {"Retry-After": "3600"}), body
     assert recv.metrics.rejected_payloads == {"shutting_down": 1}
     assert len(_store_ids(root)) == 2 and not list((root / "_wal").iterdir())
+
+
+def test_non_finite_or_negative_latencies_never_poison_a_histogram(tmp_path):
+    store = TraceStore(tmp_path / "store", flush_interval_s=3600)
+    recv = TraceReceiver(RequestMetrics(), store)
+    try:
+        def span(i, queue, ttft, e2e, out_tokens="5"):
+            return {"traceId": f"{i:032x}", "spanId": f"{i:016x}", "name": "llm_request", "kind": 2,
+                    "startTimeUnixNano": "1795424400000000000", "endTimeUnixNano": "1795424401000000000",
+                    "attributes": [{"key": "gen_ai.response.model", "value": {"stringValue": "m"}},
+                                   {"key": "gen_ai.usage.completion_tokens", "value": {"intValue": out_tokens}},
+                                   {"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": queue}},
+                                   {"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": ttft}},
+                                   {"key": "gen_ai.latency.e2e", "value": {"doubleValue": e2e}}]}
+
+        spans = [span(1, "NaN", "Infinity", "NaN"), span(2, -1.0, -0.5, "-Infinity", "-7"), span(3, 0.25, 0.4, 1.0)]
+        body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+        assert recv.handle("application/json", "", body)[0] == 200
+        fams = {f.name: f for f in text_string_to_metric_families(recv.metrics.render(store))}
+        for name in ("llm_gateway_queue_wait_seconds", "llm_gateway_time_to_first_token_seconds",
+                     "llm_gateway_e2e_latency_seconds", "llm_gateway_time_per_output_token_seconds"):
+            got = {s.name.removeprefix(name): s.value for s in fams[name].samples if "le" not in s.labels}
+            want = {"queue": (1, 0.25), "time_to": (1, 0.4), "e2e": (1, 1.0), "time_per": (1, 0.6 / 4)}
+            count, total = next(v for k, v in want.items() if k in name)
+            assert got["_count"] == count and got["_sum"] == pytest.approx(total), (name, got)
+        out = [s.value for s in fams["llm_gateway_output_tokens"].samples if s.name.endswith("_total")]
+        assert out == [10.0]  # 5 + 5; the -7 tokens are not subtracted
+    finally:
+        store.close()
