@@ -182,3 +182,31 @@ def test_fuzzed_documents_get_2xx_or_4xx_only_and_what_is_accepted_flushes(recei
             receiver.metrics.seen.clear()  # let the next variant of the same ids in
     assert statuses.get(400, 0) > 50 and statuses.get(200, 0) > 50, statuses
     assert receiver.store.flush() > 0 and receiver.store.quarantined_total == 0
+
+
+def test_fuzzed_protobuf_gets_2xx_or_4xx_only(receiver):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    rs.resource.attributes.add(key="service.name").value.string_value = "gw"
+    for i in range(4):
+        s = rs.scope_spans.add().spans.add(trace_id=bytes([i + 1]) * 16, span_id=bytes([i + 1]) * 8, name="llm.request",
+                                           kind=2, start_time_unix_nano=1795424400 * 10**9,
+                                           end_time_unix_nano=1795424401 * 10**9)
+        s.attributes.add(key="llm.tenant").value.string_value = "acme"
+        s.attributes.add(key="n").value.int_value = i
+    good = req.SerializeToString()
+    rng = random.Random(7)
+    statuses = {}
+    for _ in range(400):
+        body = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        status, _, resp, _ = receiver.handle("application/x-protobuf", "", bytes(body))
+        assert status in (200, 400), (status, resp)
+        statuses[status] = statuses.get(status, 0) + 1
+        receiver.metrics.seen.clear()
+    assert statuses.get(400, 0) > 20 and statuses.get(200, 0) > 20, statuses
+    receiver.store.flush()
+    assert receiver.store.quarantined_total == 0
