@@ -523,3 +523,20 @@ def test_non_finite_or_negative_latencies_never_poison_a_histogram(tmp_path):
         assert out == [10.0]  # 5 + 5; the -7 tokens are not subtracted
     finally:
         store.close()
+
+
+def test_the_cli_comes_up_over_a_poisoned_write_ahead_log(tmp_path, sim):
+    wal = tmp_path / "s" / "_wal"
+    wal.mkdir(parents=True)
+    good = _docs(sim)[0].encode()
+    (wal / "segment-00000000.wal").write_bytes(_wal_record(_poison_doc()) + _wal_record(good))
+    p, port, _ = _start_cli(tmp_path)  # fails the test if the exporter does not come up healthy
+    try:
+        m = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert "llm_exporter_store_quarantined_total{exporter=\"requests\"} 1.0" in m
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "quarantined 1" in out and "Traceback" not in err
+    assert len(_store_ids(tmp_path / "s")) == len(decode_json(good))
