@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -142,6 +143,12 @@ def scrape_200(dumps: list[str], scrapes: int = 20) -> dict:
             "scrape_ms_max": round(max(times) * 1e3, 1), "background_round_s": round(round_s, 2)}
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def otlp_throughput(requests: int = 20_000) -> dict:
     from simulator.run import simulate
 
@@ -159,7 +166,7 @@ def otlp_throughput(requests: int = 20_000) -> dict:
     docs = list(span_documents(table))
     spans_sent = sum(doc.count('"spanId"') for doc in docs)
     store = Path(tempfile.mkdtemp(prefix="goodput-bench-store-"))
-    port, otlp = 19472, 14372
+    port, otlp = _free_port(), _free_port()  # other benchmarks and servers may share this machine
     cmd = ["taskset", "-c", "0", sys.executable, "-m", "goodput", "exporter", "requests", "--store", str(store),
            "--port", str(port), "--otlp-port", str(otlp), "--flush-interval", "2"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

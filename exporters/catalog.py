@@ -118,6 +118,8 @@ SELF = (
     _m("llm_exporter_otlp_rejected_total", "counter", "", "OTLP payloads refused, by reason.", ("exporter", "reason")),
     _m("llm_exporter_store_buffered_spans", "gauge", "", "Spans accepted but not yet in a Parquet file.", ("exporter",)),
     _m("llm_exporter_store_flushed_spans_total", "counter", "", "Spans written to the Parquet trace store.", ("exporter",)),
+    _m("llm_exporter_store_quarantined_total", "counter", "",
+       "Spans (or replayed log payloads) the trace store could not write, set aside in DIR/_quarantine.", ("exporter",)),
 )
 
 CATALOG: tuple[MetricSpec, ...] = ENGINE + GATEWAY + GPU + SELF

@@ -7,17 +7,22 @@ decimal strings or numbers. Anything that does not fit raises ``OtlpError`` with
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-__all__ = ["OtlpError", "Span", "decode_json", "decode_protobuf", "span_from_dict"]
+__all__ = ["OtlpError", "OtlpInvalid", "Span", "decode_json", "decode_protobuf", "span_from_dict"]
 
 
 class OtlpError(ValueError):
     """A payload the receiver refuses (HTTP 400)."""
+
+
+class OtlpInvalid(OtlpError):
+    """Well-formed OTLP holding a value the trace store cannot (enum or time out of range, text not UTF-8)."""
 
 
 @dataclass(slots=True)
@@ -36,6 +41,10 @@ class Span:
     resource: dict[str, Any]
 
 
+# a \\uD800-\\uDFFF escape: the only way a JSON payload can carry a string that is not valid UTF-8
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _any_pb(v) -> Any:
     which = v.WhichOneof("value")
     if which is None:
@@ -49,6 +58,40 @@ def _any_pb(v) -> Any:
     return getattr(v, which)
 
 
+_MAX_KIND = 5  # SPAN_KIND_CONSUMER
+_MAX_STATUS = 2  # STATUS_CODE_ERROR
+_INT64 = 2**63
+
+
+def _check(span: Span, where: str) -> Span:
+    """``span`` if every field fits the trace store's schema (int8 enums, int64 times, UTF-8 text), else OtlpError:
+    a span refused here is a 400, one let through would fail the Parquet flush after its 200."""
+    if not 0 <= span.kind <= _MAX_KIND:
+        raise OtlpInvalid(f"{where}: kind {span.kind} is not a SpanKind (0..{_MAX_KIND})")
+    if not 0 <= span.status_code <= _MAX_STATUS:
+        raise OtlpInvalid(f"{where}: status.code {span.status_code} is not a StatusCode (0..{_MAX_STATUS})")
+    if not (0 <= span.start_ns < _INT64 and 0 <= span.end_ns < _INT64):
+        raise OtlpInvalid(f"{where}: startTimeUnixNano / endTimeUnixNano {span.start_ns} / {span.end_ns} "
+                        "outside 0 .. 2^63-1")
+    return span
+
+
+def _utf8(spans: list[Span]) -> None:
+    """Every string of ``spans`` encodes as UTF-8 (JSON ``\\ud800`` escapes decode to lone surrogates)."""
+    for i, s in enumerate(spans):
+        try:
+            for text in (s.name, s.status_message, s.service_name):
+                text.encode()
+            for d in (s.attributes, s.resource):
+                for k, v in d.items():  # other values are stored as their repr, which escapes surrogates
+                    k.encode()
+                    if isinstance(v, str):
+                        v.encode()
+        except UnicodeEncodeError:
+            raise OtlpInvalid(f"span {i} ({s.trace_id}/{s.span_id}): a string is not valid UTF-8 "
+                            "(lone surrogate)") from None
+
+
 def decode_protobuf(body: bytes) -> list[Span]:
     req = ExportTraceServiceRequest()
     try:
@@ -56,18 +99,19 @@ def decode_protobuf(body: bytes) -> list[Span]:
     except DecodeError as e:
         raise OtlpError(f"not an OTLP ExportTraceServiceRequest (protobuf): {e}") from None
     out = []
-    for rs in req.resource_spans:
+    for i, rs in enumerate(req.resource_spans):
         res = {kv.key: _any_pb(kv.value) for kv in rs.resource.attributes}
         service = str(res.get("service.name", ""))
-        for ss in rs.scope_spans:
-            for s in ss.spans:
+        for j, ss in enumerate(rs.scope_spans):
+            for k, s in enumerate(ss.spans):
+                where = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
                 if len(s.trace_id) != 16 or len(s.span_id) != 8:
-                    raise OtlpError(f"span {s.name!r}: trace_id must be 16 bytes and span_id 8 bytes")
-                out.append(Span(
+                    raise OtlpError(f"{where} {s.name!r}: trace_id must be 16 bytes and span_id 8 bytes")
+                out.append(_check(Span(
                     s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name, s.kind,
                     s.start_time_unix_nano, s.end_time_unix_nano, s.status.code, s.status.message, service,
                     {kv.key: _any_pb(kv.value) for kv in s.attributes}, res,
-                ))
+                ), where))
     return out
 
 
@@ -75,23 +119,54 @@ def _any_json(v: Any, where: str) -> Any:
     if not isinstance(v, dict):
         raise OtlpError(f"{where}: AnyValue must be an object")
     if "stringValue" in v:
-        return v["stringValue"]
+        return _str(v["stringValue"], f"{where}.stringValue")
     if "intValue" in v:
         try:
             return int(v["intValue"])
-        except (TypeError, ValueError):
-            raise OtlpError(f"{where}: intValue {v['intValue']!r} is not an integer") from None
+        except (TypeError, ValueError, OverflowError):
+            return _int(v["intValue"], f"{where}.intValue")  # raises, saying why
     if "doubleValue" in v:
-        return float(v["doubleValue"])
+        d = v["doubleValue"]
+        if isinstance(d, bool) or not isinstance(d, int | float | str):
+            raise OtlpError(f"{where}: doubleValue {d!r} is not a number")
+        try:
+            return float(d)  # the JSON mapping also allows "NaN", "Infinity" and numbers as strings
+        except ValueError:
+            raise OtlpError(f"{where}: doubleValue {d!r} is not a number") from None
     if "boolValue" in v:
-        return bool(v["boolValue"])
+        if not isinstance(v["boolValue"], bool):
+            raise OtlpError(f"{where}: boolValue {v['boolValue']!r} is not true or false")
+        return v["boolValue"]
     if "arrayValue" in v:
-        return [_any_json(x, where) for x in (v["arrayValue"].get("values") or [])]
+        return [_any_json(x, where) for x in _list(_obj(v["arrayValue"], f"{where}.arrayValue").get("values"),
+                                                     f"{where}.arrayValue.values")]
     if "kvlistValue" in v:
-        return _attrs_json(v["kvlistValue"].get("values") or [], where)
+        return _attrs_json(_obj(v["kvlistValue"], f"{where}.kvlistValue").get("values") or [], where)
     if "bytesValue" in v:
-        return v["bytesValue"]
+        return _str(v["bytesValue"], f"{where}.bytesValue")
     return None
+
+
+def _obj(v: Any, where: str) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise OtlpError(f"{where}: expected an object, got {type(v).__name__}")
+    return v
+
+
+def _list(v: Any, where: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise OtlpError(f"{where}: expected a list, got {type(v).__name__}")
+    return v
+
+
+def _str(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise OtlpError(f"{where}: expected a string, got {type(v).__name__}")
+    return v
 
 
 def _attrs_json(items: Any, where: str) -> dict[str, Any]:
@@ -103,7 +178,9 @@ def _attrs_json(items: Any, where: str) -> dict[str, Any]:
             key, v = kv["key"], kv["value"]
         except (KeyError, TypeError):
             raise OtlpError(f"{where}: attribute without a key or value") from None
-        if "stringValue" in v:  # the common case, without a call
+        if not isinstance(key, str):
+            raise OtlpError(f"{where}: attribute key {key!r} is not a string")
+        if v.__class__ is dict and v.get("stringValue").__class__ is str:  # the common case, without a call
             out[key] = v["stringValue"]
         else:
             out[key] = _any_json(v, f"{where}.{key}")
@@ -111,34 +188,64 @@ def _attrs_json(items: Any, where: str) -> dict[str, Any]:
 
 
 def _int(v: Any, where: str) -> int:
+    """An integer from a JSON number or decimal string (how the JSON mapping writes 64-bit integers)."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise OtlpError(f"{where}: expected an integer, got {v!r}")
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        return int(v) if not isinstance(v, str) else int(v.strip(), 10)
+    except (ValueError, OverflowError):
         raise OtlpError(f"{where}: expected an integer, got {v!r}") from None
 
 
+def _hex_id(v: Any, nbytes: int, where: str, required: bool = True) -> str:
+    if not required and v in (None, ""):
+        return ""
+    try:
+        if len(v) == 2 * nbytes and len(bytes.fromhex(v)) == nbytes:
+            return v.lower()
+    except (TypeError, ValueError):
+        pass
+    raise OtlpError(f"{where}: expected {2 * nbytes} hex digits, got {v!r}")
+
+
 def span_from_dict(s: dict[str, Any], service: str, res: dict[str, Any], where: str) -> Span:
+    try:  # the common, well-formed case in one pass; anything odd is explained by _refuse_span
+        trace_id, span_id, parent = s["traceId"], s["spanId"], s.get("parentSpanId") or ""
+        ids = trace_id + span_id + parent
+        start, end, kind = int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]), int(s.get("kind", 0))
+        status = s.get("status") or _NO_STATUS
+        code, message, name = int(status.get("code", 0)), status.get("message", ""), s.get("name", "")
+        ok = (len(trace_id) == 32 and len(span_id) == 16 and len(parent) in (0, 16)
+              and len(bytes.fromhex(ids)) * 2 == len(ids) and name.__class__ is str and message.__class__ is str)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
+        ok = False
+    if not ok:
+        _refuse_span(s, where)
+    attrs = s.get("attributes")
+    return _check(Span(trace_id.lower(), span_id.lower(), parent.lower(), name, kind, start, end, code, message,
+                       service, _attrs_json(attrs, f"{where}.attributes") if attrs else {}, res), where)
+
+
+_NO_STATUS: dict[str, Any] = {}
+
+
+def _refuse_span(s: Any, where: str) -> None:
+    """Raise OtlpError naming the first field of span ``s`` that is missing or of the wrong type."""
     if not isinstance(s, dict):
         raise OtlpError(f"{where}: span must be an object")
-    try:
-        trace_id, span_id, parent = s["traceId"], s["spanId"], s.get("parentSpanId") or ""
-        if len(trace_id) != 32 or len(span_id) != 16 or len(parent) not in (0, 16):
-            raise ValueError
-        int(trace_id, 16), int(span_id, 16), int(parent or "0", 16)
-    except (KeyError, TypeError, ValueError):
-        raise OtlpError(f"{where}: traceId must be 32 and spanId / parentSpanId 16 hex digits, got "
-                        f"{s.get('traceId')!r} / {s.get('spanId')!r} / {s.get('parentSpanId')!r}") from None
-    try:
-        start, end, kind = int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]), int(s.get("kind", 0))
-    except (KeyError, TypeError, ValueError):
-        raise OtlpError(f"{where}: startTimeUnixNano, endTimeUnixNano and kind must be integers") from None
-    status = s.get("status") or {}
-    attrs = s.get("attributes")
-    return Span(
-        trace_id.lower(), span_id.lower(), parent.lower(), str(s.get("name", "")), kind, start, end,
-        _int(status.get("code", 0), f"{where}.status.code"), str(status.get("message", "")), service,
-        _attrs_json(attrs, f"{where}.attributes") if attrs else {}, res,
-    )
+    _hex_id(s.get("traceId"), 16, f"{where}.traceId")
+    _hex_id(s.get("spanId"), 8, f"{where}.spanId")
+    _hex_id(s.get("parentSpanId"), 8, f"{where}.parentSpanId", required=False)
+    for key in ("startTimeUnixNano", "endTimeUnixNano"):
+        if key not in s:
+            raise OtlpError(f"{where}: {key} is required")
+        _int(s[key], f"{where}.{key}")
+    _int(s.get("kind", 0), f"{where}.kind")
+    status = _obj(s.get("status"), f"{where}.status")
+    _int(status.get("code", 0), f"{where}.status.code")
+    _str(status.get("message", ""), f"{where}.status.message")
+    _str(s.get("name", ""), f"{where}.name")
+    raise OtlpError(f"{where}: not an OTLP span")
 
 
 def decode_json(body: bytes | str) -> list[Span]:
@@ -146,15 +253,20 @@ def decode_json(body: bytes | str) -> list[Span]:
         doc = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise OtlpError(f"not JSON: {e}") from None
+    except RecursionError:
+        raise OtlpError("not JSON: nested too deeply") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans", []), list):
         raise OtlpError("expected an object with a resourceSpans list")
     out = []
     for i, rs in enumerate(doc.get("resourceSpans") or []):
-        if not isinstance(rs, dict):
-            raise OtlpError(f"resourceSpans[{i}]: expected an object")
-        res = _attrs_json((rs.get("resource") or {}).get("attributes") or [], f"resourceSpans[{i}].resource")
+        where = f"resourceSpans[{i}]"
+        rs = _obj(rs, where)
+        res = _attrs_json(_obj(rs.get("resource"), f"{where}.resource").get("attributes") or [], f"{where}.resource")
         service = str(res.get("service.name", ""))
-        for j, ss in enumerate(rs.get("scopeSpans") or []):
-            for k, s in enumerate((ss or {}).get("spans") or []):
-                out.append(span_from_dict(s, service, res, f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"))
+        for j, ss in enumerate(_list(rs.get("scopeSpans"), f"{where}.scopeSpans")):
+            w = f"{where}.scopeSpans[{j}]"
+            for k, s in enumerate(_list(_obj(ss, w).get("spans"), f"{w}.spans")):
+                out.append(span_from_dict(s, service, res, f"{w}.spans[{k}]"))
+    if _ESCAPED_SURROGATE.search(body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")):
+        _utf8(out)
     return out

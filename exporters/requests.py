@@ -8,9 +8,10 @@ the top ``max_tenants`` tenants by traffic and folds the rest into ``tenant="oth
 
 from __future__ import annotations
 
-import gzip
 import json
+import math
 import threading
+import zlib
 from collections import OrderedDict, defaultdict
 from typing import Any
 
@@ -18,11 +19,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, by_name
 from exporters.exposition import fmt_float, labels, render
-from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
-from exporters.trace_store import StoreFull, TraceStore
+from exporters.otlp import OtlpError, OtlpInvalid, Span, decode_json, decode_protobuf
+from exporters.trace_store import StoreClosed, StoreFull, TraceStore
 from goodput.foundation.histogram import Histogram
+from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
 
-__all__ = ["OTLP_MAX_BODY_BYTES", "RequestMetrics", "TraceReceiver", "run_request_exporter"]
+__all__ = ["OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceReceiver", "UnsupportedEncoding",
+           "inflate", "run_request_exporter"]
 
 EXPORTER = "requests"
 OTLP_MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -32,14 +35,22 @@ HIST = {"queue": "llm_gateway_queue_wait_seconds", "ttft": "llm_gateway_time_to_
 
 
 def _num(a: dict[str, Any], *keys: str) -> float | None:
+    """The first of ``keys`` present, as a finite number >= 0; None for anything else (a NaN, an infinity or a
+    negative count or latency would poison a sum or a histogram for good)."""
     for k in keys:
         v = a.get(k)
         if v is not None:
             try:
-                return float(v)
+                f = float(v)
             except (TypeError, ValueError):
                 return None
+            return f if 0.0 <= f < math.inf else None
     return None
+
+
+def _observe(h: Histogram, value: float | None) -> None:
+    if value is not None and 0.0 <= value < math.inf:
+        h.observe(value)
 
 
 class RequestMetrics:
@@ -128,16 +139,13 @@ class RequestMetrics:
             queue = (q.end_ns - q.start_ns) / 1e9 if q is not None and p is not None else None
             ttft = (p.end_ns - root.start_ns) / 1e9 if p is not None and "llm.decode" in kids else None
             e2e = (root.end_ns - root.start_ns) / 1e9
-        if queue is not None:
-            h["queue"].observe(queue)
+        _observe(h["queue"], queue)
         if outcome != "ok":
             return
-        if ttft is not None:
-            h["ttft"].observe(ttft)
-        if e2e is not None:
-            h["e2e"].observe(e2e)
-            if ttft is not None and tout > 1:
-                h["tpot"].observe((e2e - ttft) / (tout - 1))
+        _observe(h["ttft"], ttft)
+        _observe(h["e2e"], e2e)
+        if e2e is not None and ttft is not None and tout > 1:
+            _observe(h["tpot"], (e2e - ttft) / (tout - 1))
 
     # ------------------------------------------------------------------ exposition
 
@@ -182,42 +190,91 @@ class RequestMetrics:
                 f"llm_exporter_store_buffered_spans{{{ex}}} {float(store.buffered)}")
             fam["llm_exporter_store_flushed_spans_total"].append(
                 f"llm_exporter_store_flushed_spans_total{{{ex}}} {float(store.flushed_total)}")
+            fam["llm_exporter_store_quarantined_total"].append(
+                f"llm_exporter_store_quarantined_total{{{ex}}} {float(store.quarantined_total)}")
         specs = [*GATEWAY, *(by_name(n) for n in (
             "llm_exporter_tenants_folded", "llm_exporter_spans_received_total", "llm_exporter_spans_duplicate_total",
             "llm_exporter_otlp_rejected_total", "llm_exporter_store_buffered_spans",
-            "llm_exporter_store_flushed_spans_total"))]
+            "llm_exporter_store_flushed_spans_total", "llm_exporter_store_quarantined_total"))]
         return render((s, fam.get(s.name, ())) for s in specs)
 
 
+class PayloadTooLarge(OtlpError):
+    """A body over ``OTLP_MAX_BODY_BYTES`` once decompressed (HTTP 413)."""
+
+
+class UnsupportedEncoding(OtlpError):
+    """A Content-Encoding other than identity or gzip (HTTP 415)."""
+
+
+def inflate(body: bytes, encoding: str, limit: int = OTLP_MAX_BODY_BYTES) -> bytes:
+    """``body`` decoded per its Content-Encoding (identity or gzip, several members allowed), decompressing
+    incrementally and stopping at ``limit`` bytes of output, so a small bomb never becomes a large buffer."""
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "x-gzip"):
+        raise UnsupportedEncoding(f"unsupported Content-Encoding {encoding!r} (identity or gzip)")
+    out, size, data = [], 0, body
+    try:
+        while data:
+            z = zlib.decompressobj(wbits=31)
+            while data:
+                chunk = z.decompress(data, limit + 1 - size)
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"decompressed body over {limit} bytes")
+                out.append(chunk)
+                data = z.unconsumed_tail
+            if not z.eof:
+                raise OtlpError("truncated gzip body")
+            data = z.unused_data  # the next gzip member, if any
+    except zlib.error as e:
+        raise OtlpError(f"not gzip: {e}") from None
+    return b"".join(out)
+
+
 class TraceReceiver:
-    """``POST /v1/traces``: decode, de-duplicate, log durably, then answer; 400 on bad input, 503 when full."""
+    """``POST /v1/traces``: decode, validate, de-duplicate, log durably, then answer.
+
+    400 for bad input, 413 over the limit once decompressed, 503 with Retry-After when the store is full or
+    shutting down; every refusal is counted by reason in ``llm_exporter_otlp_rejected_total``."""
 
     def __init__(self, metrics: RequestMetrics, store: TraceStore) -> None:
         self.metrics, self.store = metrics, store
         self.lock = threading.Lock()
 
+    def _refuse(self, reason: str, status: int, message: str,
+                headers: dict[str, str] | None = None) -> tuple[int, str, bytes, dict[str, str]]:
+        with self.metrics.lock:
+            self.metrics.rejected_payloads[reason] += 1
+        return status, "application/json", json.dumps({"error": message}).encode(), headers or {}
+
     def handle(self, content_type: str, encoding: str, body: bytes) -> tuple[int, str, bytes, dict[str, str]]:
         proto = "protobuf" in content_type
         try:
-            if encoding == "gzip":
-                body = gzip.decompress(body)
-                if len(body) > OTLP_MAX_BODY_BYTES:
-                    raise OtlpError(f"decompressed body over {OTLP_MAX_BODY_BYTES} bytes")
-            elif encoding not in ("", "identity"):
-                raise OtlpError(f"unsupported Content-Encoding {encoding!r}")
-            if not proto and "json" not in content_type and not body.lstrip().startswith(b"{"):
-                proto = True
+            body = inflate(body, encoding)
+        except PayloadTooLarge as e:
+            return self._refuse("too_large", 413, f"bad OTLP payload: {e}")
+        except UnsupportedEncoding as e:
+            return self._refuse("unsupported_encoding", 415, f"bad OTLP payload: {e}")
+        except OtlpError as e:
+            return self._refuse("malformed", 400, f"bad OTLP payload: {e}")
+        if not proto and "json" not in content_type and not body.lstrip().startswith(b"{"):
+            proto = True
+        try:
             spans = decode_protobuf(body) if proto else decode_json(body)
-        except (OtlpError, OSError, EOFError) as e:
-            self.metrics.rejected_payloads["malformed"] += 1
-            return 400, "application/json", json.dumps({"error": f"bad OTLP payload: {e}"}).encode(), {}
+        except OtlpInvalid as e:
+            return self._refuse("invalid", 400, f"bad OTLP payload: {e}")
+        except OtlpError as e:
+            return self._refuse("malformed", 400, f"bad OTLP payload: {e}")
         with self.lock:  # one payload at a time between the de-dup check and the log write
             new = self.metrics.fresh(spans)
             try:
                 self.store.accept(new, body, "P" if proto else "J")
+            except StoreClosed as e:
+                return self._refuse("shutting_down", 503, str(e), {"Retry-After": f"{int(e.retry_after)}"})
             except StoreFull as e:
-                self.metrics.rejected_payloads["buffer_full"] += 1
-                return 503, "text/plain", f"{e}\n".encode(), {"Retry-After": f"{int(e.retry_after)}"}
+                return self._refuse("buffer_full", 503, str(e), {"Retry-After": f"{int(e.retry_after)}"})
             self.metrics.duplicates += len(spans) - len(new)
             self.metrics.ingest(new)
         if proto:
@@ -228,26 +285,30 @@ class TraceReceiver:
         """``handle`` as an HTTP route: the two headers that decide how the body decodes."""
         return self.handle(h.headers.get("Content-Type", ""), (h.headers.get("Content-Encoding") or "").lower(), body)
 
+    def routes(self) -> dict:
+        """The OTLP server's routes: ``POST /v1/traces`` and a ``/healthz`` that fails while the store does."""
+        return {("POST", "/v1/traces"): self.route, ("GET", "/healthz"): health_route(self.store.health)}
+
 
 def run_request_exporter(args) -> int:
-    from goodput.foundation.http import Server, healthz, metrics_routes, serve_until_signal
-
     metrics = RequestMetrics(max_tenants=args.max_tenants)
     store = TraceStore(args.store, max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
     store.start()
     recv = TraceReceiver(metrics, store)
 
-    otlp = Server(args.host, args.otlp_port, {("POST", "/v1/traces"): recv.route, ("GET", "/healthz"): healthz},
-                  max_body_bytes=OTLP_MAX_BODY_BYTES).start()
-    srv = Server(args.host, args.port, metrics_routes(lambda: metrics.render(store))).start()
-    if store.recovered:
-        print(f"request exporter: replayed {store.recovered} spans from the write-ahead log", flush=True)
+    otlp = Server(args.host, args.otlp_port, recv.routes(), max_body_bytes=OTLP_MAX_BODY_BYTES,
+                  retry_after_s=max(1, round(args.flush_interval))).start()
+    srv = Server(args.host, args.port, metrics_routes(lambda: metrics.render(store), store.health)).start()
+    if store.recovered or store.quarantined_total:
+        print(f"request exporter: replayed {store.recovered} spans from the write-ahead log"
+              f"{f', quarantined {store.quarantined_total} in {store.quarantine_dir}' if store.quarantined_total else ''}",
+              flush=True)
     print(f"request exporter: OTLP at {otlp.url}/v1/traces, metrics at {srv.url}/metrics, store {args.store}",
           flush=True)
 
     def stop() -> None:
-        otlp.stop()
-        store.close()
+        otlp.stop()  # new posts get 503 + Retry-After while those in flight finish and are logged
+        store.close()  # then the last flush, and the log goes only once everything is in Parquet
         srv.stop()
         print(f"request exporter stopped; {store.flushed_total} spans in the store", flush=True)
 

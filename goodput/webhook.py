@@ -29,10 +29,11 @@ class WebhookReceiver:
     def _route(self, receiver: str):
         def handle(h, body: bytes):
             try:
-                doc = json.loads(body)
-                alerts = doc["alerts"]
-            except (ValueError, KeyError, TypeError):
-                return 400, "text/plain", b"expected an Alertmanager webhook payload\n", {}
+                alerts = json.loads(body)["alerts"]
+            except (ValueError, KeyError, TypeError, RecursionError):
+                alerts = None
+            if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts):
+                return 400, "text/plain", b"expected an Alertmanager webhook payload (an object with an alerts list)\n", {}
             with self.lock:
                 self.received[receiver].extend(alerts)
             if self.on_alert is not None:
@@ -44,8 +45,8 @@ class WebhookReceiver:
 
     def alerts(self, receiver: str, alertname: str | None = None, status: str = "firing") -> list[dict]:
         with self.lock:
-            return [a for a in self.received[receiver]
-                    if a.get("status") == status and (alertname is None or a["labels"].get("alertname") == alertname)]
+            return [a for a in self.received[receiver] if a.get("status") == status
+                    and (alertname is None or (a.get("labels") or {}).get("alertname") == alertname)]
 
     @property
     def url(self) -> str:

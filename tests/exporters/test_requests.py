@@ -3,10 +3,12 @@
 import copy
 import json
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
@@ -19,6 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporters.otlp import Span, decode_json
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.foundation.http import Server
@@ -47,7 +50,8 @@ class Exporter:
 @pytest.fixture(scope="module")
 def sim():
     wl = copy.deepcopy(BASE_WORKLOAD)
-    wl["tenants"] = {"acme": 0.5, "globex": 0.3, "initech": 0.15, "umbrella": 0.05}
+    # the busiest tenants come last in the alphabet, so a guard that ranks by name cannot pass
+    wl["tenants"] = {"acme": 0.05, "globex": 0.15, "initech": 0.3, "umbrella": 0.5}
     cfg = make_fleet(workloads=[wl])
     res = simulate(cfg, 120.0)
     return res.table
@@ -156,9 +160,11 @@ def test_duplicate_spans_are_not_counted_twice(tmp_path, sim):
 def test_burst_beyond_the_buffer_gets_503_and_loses_nothing_acknowledged(tmp_path, sim):
     docs = _docs(sim)
     per_doc = max(len(json.loads(d)["resourceSpans"][0]["scopeSpans"][0]["spans"]) for d in docs)
-    ex = Exporter(tmp_path / "store", max_buffered_spans=2 * per_doc, flush_interval_s=3.0)
+    # nothing flushes on a timer: the test flushes when a client is refused, so no outcome depends on timing
+    ex = Exporter(tmp_path / "store", max_buffered_spans=2 * per_doc, flush_interval_s=3600)
     acked, statuses = set(), []
     lock = threading.Lock()
+    refused, done = threading.Event(), threading.Event()
 
     def post(doc):
         r = httpx.post(ex.url, content=doc, headers={"Content-Type": "application/json"}, timeout=30)
@@ -169,17 +175,32 @@ def test_burst_beyond_the_buffer_gets_503_and_loses_nothing_acknowledged(tmp_pat
                 acked.update((s["traceId"], s["spanId"]) for s in json.loads(doc)["resourceSpans"][0]["scopeSpans"][0]["spans"])
             return True
         assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1
+        refused.set()
         return False
 
     def send_until_accepted(doc):
+        deadline = time.monotonic() + 120
         while not post(doc):
-            time.sleep(0.2)
+            assert time.monotonic() < deadline, "a refused payload was never accepted on retry"
+            time.sleep(0.01)
+
+    def flusher():
+        while not done.is_set():
+            if refused.wait(0.05):
+                refused.clear()
+                ex.store.flush()
 
     try:
-        # the buffer holds two documents and nothing flushes for 3 s: the third is refused, not dropped
+        # the buffer holds two documents: the third is refused, not dropped
         assert [post(d) for d in docs[:3]] == [True, True, False]
-        with ThreadPoolExecutor(6) as pool:  # then a burst of everyone retrying
-            list(pool.map(send_until_accepted, docs[2:] * 2))
+        t = threading.Thread(target=flusher)
+        t.start()
+        try:
+            with ThreadPoolExecutor(6) as pool:  # then a burst of everyone retrying
+                list(pool.map(send_until_accepted, docs[2:] * 2))
+        finally:
+            done.set()
+            t.join()
     finally:
         ex.close()
     assert statuses.count(503) >= 1
@@ -195,7 +216,7 @@ def test_cardinality_guard_keeps_the_top_tenants(tmp_path, sim):
             httpx.post(ex.url, content=doc, headers={"Content-Type": "application/json"})
         f = ex.families()
         tenants = {s.labels["tenant"] for s in f["llm_gateway_requests"].samples}
-        assert tenants == {"acme", "globex", "other"}
+        assert tenants == {"umbrella", "initech", "other"}
         assert [s.value for s in f["llm_exporter_tenants_folded"].samples] == [2.0]
         total = sum(s.value for s in f["llm_gateway_requests"].samples if s.name.endswith("_total"))
         assert total == sim.n
@@ -207,7 +228,6 @@ def test_write_ahead_log_is_replayed_after_a_crash(tmp_path, sim):
     root = tmp_path / "store"
     store = TraceStore(root, flush_interval_s=3600)
     doc = _docs(sim)[0].encode()
-    from exporters.otlp import decode_json
     store.accept(decode_json(doc), doc, "J")  # acknowledged, then the process dies before any flush
     del store
     again = TraceStore(root, flush_interval_s=3600)
@@ -274,3 +294,249 @@ def test_request_table_spans_carry_the_span_model(sim):
             "llm.tenant", "llm.tier", "llm.route", "llm.scene", "llm.deployment", "llm.replica", "llm.outcome",
             "llm.cached_tokens", "llm.preemptions"} <= keys
     assert isinstance(sim, RequestTable)
+
+
+def _roots(tenant: str, n: int, seed: int = 0) -> list[Span]:
+    """``n`` finished ``llm.request`` root spans of ``tenant`` with ids unique per (tenant, seed, i)."""
+    t0 = 1795424400_000_000_000
+    return [Span(f"{zlib.crc32(tenant.encode()):08x}{seed:08x}{i:016x}", f"{i + 1:016x}", "", "llm.request", 2, t0,
+                 t0 + 10**9, 1, "", "gw", {"llm.tenant": tenant, "llm.outcome": "ok"}, {"service.name": "gw"})
+            for i in range(n)]
+
+
+def _tenant_totals(metrics: RequestMetrics) -> dict[str, float]:
+    fams = {f.name: f for f in text_string_to_metric_families(metrics.render())}
+    out: dict[str, float] = {}
+    for s in fams["llm_gateway_requests"].samples:
+        out[s.labels["tenant"]] = out.get(s.labels["tenant"], 0) + s.value
+    return out
+
+
+def test_cardinality_guard_follows_a_ranking_change():
+    m = RequestMetrics(max_tenants=2)
+    for tenant, n in (("zeta", 30), ("alpha", 5), ("mid", 20), ("beta", 3)):
+        m.ingest(_roots(tenant, n))
+    assert _tenant_totals(m) == {"zeta": 30, "mid": 20, "other": 8}
+    m.ingest(_roots("beta", 40, seed=1))  # beta overtakes everyone: mid is folded now
+    assert _tenant_totals(m) == {"beta": 43, "zeta": 30, "other": 25}
+
+
+def _wal_record(payload: bytes, kind: str = "J") -> bytes:
+    return struct.pack(">IB", len(payload), ord(kind)) + payload
+
+
+def _poison_doc() -> bytes:
+    """A payload the old receiver acknowledged and whose span the Parquet writer cannot take (kind 1000)."""
+    span = {"traceId": "ee" * 16, "spanId": "ff" * 8, "name": "llm.request", "kind": 1000,
+            "startTimeUnixNano": "1795424400000000000", "endTimeUnixNano": "1795424401000000000"}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
+def test_a_record_that_fails_at_flush_is_quarantined_and_the_writer_lives_on(tmp_path):
+    root = tmp_path / "store"
+    store = TraceStore(root, flush_interval_s=3600).start()
+    try:
+        good = _roots("acme", 3)
+        bad = Span("aa" * 16, "bb" * 8, "", "llm.request", 1000, 1795424400_000_000_000, 2**63 + 5, 1, "\ud800",
+                   "gw", {5: "non-string key"}, {})
+        store.accept(good[:2] + [bad] + good[2:], b"{}", "J")  # as if validation had let it through
+        assert store.flush() == 3
+        assert store.quarantined_total == 1 and store.health() is None
+        fams = {f.name: f for f in text_string_to_metric_families(RequestMetrics().render(store))}
+        assert [s.value for s in fams["llm_exporter_store_quarantined"].samples] == [1.0]
+        store.accept(_roots("acme", 2, seed=1), b"{}", "J")
+        assert store.flush() == 2
+    finally:
+        store.close()
+    assert len(_store_ids(root)) == 5
+    (q,) = (root / "_quarantine").glob("*.jsonl")
+    rec = json.loads(q.read_text().splitlines()[0])
+    assert rec["span"]["trace_id"] == "aa" * 16 and rec["span"]["kind"] == 1000 and rec["error"]
+
+
+def test_a_poisoned_write_ahead_log_is_quarantined_at_restart(tmp_path, sim):
+    root = tmp_path / "store"
+    (root / "_wal").mkdir(parents=True)
+    good = _docs(sim)[0].encode()
+    (root / "_wal" / "segment-00000003.wal").write_bytes(
+        _wal_record(good) + _wal_record(_poison_doc()) + _wal_record(b"\x0a\xff\xff", "P"))
+    store = TraceStore(root, flush_interval_s=3600)  # the old code crashed here, on every restart
+    store.close()
+    assert store.recovered == len(decode_json(good)) and store.quarantined_total == 2
+    assert len(_store_ids(root)) == len(decode_json(good))
+    assert len(list((root / "_quarantine").iterdir())) == 2
+    assert not list((root / "_wal").iterdir())
+
+
+def test_healthz_reports_a_failing_writer_and_recovers(tmp_path, monkeypatch):
+    from exporters import trace_store
+
+    metrics = RequestMetrics()
+    store = TraceStore(tmp_path / "store", flush_interval_s=3600)
+    recv = TraceReceiver(metrics, store)
+    srv = Server("127.0.0.1", 0, recv.routes()).start()
+    try:
+        assert httpx.get(f"{srv.url}/healthz").status_code == 200
+        real = trace_store.pq.write_table
+
+        def disk_full(*a, **kw):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(trace_store.pq, "write_table", disk_full)
+        doc = _root_doc(_roots("acme", 4))
+        assert httpx.post(f"{srv.url}/v1/traces", content=doc).status_code == 200
+        assert store.flush() == 0
+        r = httpx.get(f"{srv.url}/healthz")
+        assert r.status_code == 503 and "No space left" in r.text
+        monkeypatch.setattr(trace_store.pq, "write_table", real)
+        assert store.flush() == 4
+        assert httpx.get(f"{srv.url}/healthz").status_code == 200
+        store.start()
+        store._stop.set()  # the flush thread ends without close(): a dead worker is unhealthy
+        store._thread.join(30)
+        r = httpx.get(f"{srv.url}/healthz")
+        assert r.status_code == 503 and "flush thread" in r.text
+    finally:
+        srv.stop()
+        store.close()
+    assert len(_store_ids(tmp_path / "store")) == 4
+
+
+def _root_doc(spans: list[Span]) -> bytes:
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "gw"}}]}, "scopeSpans": [{"spans": [
+            {"traceId": s.trace_id, "spanId": s.span_id, "name": s.name, "kind": s.kind,
+             "startTimeUnixNano": str(s.start_ns), "endTimeUnixNano": str(s.end_ns),
+             "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in s.attributes.items()]}
+            for s in spans]}]}]}).encode()
+
+
+def _start_cli(tmp_path, *extra: str) -> tuple[subprocess.Popen, int, int]:
+    port, otlp = free_port_block(1), free_port_block(1)
+    p = subprocess.Popen([sys.executable, "-m", "goodput", "exporter", "requests", "--store", str(tmp_path / "s"),
+                          "--port", str(port), "--otlp-port", str(otlp), *extra],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{otlp}/healthz").status_code == 200:
+                return p, port, otlp
+        except httpx.HTTPError:
+            pass
+        if p.poll() is not None or time.monotonic() > deadline:
+            p.kill()
+            pytest.fail(f"the request exporter did not come up: {p.communicate()}")
+        time.sleep(0.1)
+
+
+def test_sigterm_under_load_keeps_every_acknowledged_span(tmp_path):
+    """8 keep-alive clients post until the exporter is gone; SIGTERM lands mid-load. Every span answered 2xx must be
+    in the store; late posts get 503 with Retry-After (or a closed connection), never a 500."""
+    p, port, otlp = _start_cli(tmp_path, "--flush-interval", "0.5", "--max-tenants", "1")
+    url = f"http://127.0.0.1:{otlp}/v1/traces"
+    acked: set[tuple[str, str]] = set()
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def client(c: int) -> None:
+        seq = 0
+        with httpx.Client(timeout=60) as http:
+            while True:
+                spans = _roots("zeta" if c < 6 else "alpha", 10, seed=c * 1_000_000 + seq)
+                seq += 1
+                try:
+                    r = http.post(url, content=_root_doc(spans), headers={"Content-Type": "application/json"})
+                except httpx.HTTPError:
+                    if p.poll() is not None:
+                        return
+                    continue
+                with lock:
+                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                    if 200 <= r.status_code < 300:
+                        acked.update((s.trace_id, s.span_id) for s in spans)
+                    if len(acked) >= 4000:
+                        enough.set()
+                if r.status_code == 503:
+                    assert int(r.headers["Retry-After"]) >= 1
+
+    m = ""
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(client, c) for c in range(8)]
+        try:
+            assert enough.wait(120), f"the load never got going: {statuses}"
+            m = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        finally:
+            p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=120)
+        for f in futures:
+            f.result(timeout=120)
+    assert p.returncode == 0, err
+    assert "Traceback" not in err, err
+    assert not {s for s in statuses if s >= 500 and s != 503}, statuses
+    stored = set(_store_ids(tmp_path / "s"))
+    lost = acked - stored
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged spans are missing from the store ({statuses})"
+    assert not list((tmp_path / "s" / "_wal").iterdir())
+    # --max-tenants 1: zeta (six clients) keeps its label, alpha (two, but first in the alphabet) is folded
+    tenants = {s.labels["tenant"] for f in text_string_to_metric_families(m) if f.name == "llm_gateway_requests"
+               for s in f.samples}
+    assert tenants == {"zeta", "other"}
+
+
+def test_after_close_the_receiver_answers_503_and_nothing_reaches_a_deleted_log(tmp_path):
+    root = tmp_path / "store"
+    store = TraceStore(root, flush_interval_s=3600)
+    recv = TraceReceiver(RequestMetrics(), store)
+    assert recv.handle("application/json", "", _root_doc(_roots("acme", 2)))[0] == 200
+    store.close()
+    status, _, body, headers = recv.handle("application/json", "", _root_doc(_roots("acme", 2, seed=1)))
+    assert (status, headers) == (503, {"Retry-After": "3600"}), body
+    assert recv.metrics.rejected_payloads == {"shutting_down": 1}
+    assert len(_store_ids(root)) == 2 and not list((root / "_wal").iterdir())
+
+
+def test_non_finite_or_negative_latencies_never_poison_a_histogram(tmp_path):
+    store = TraceStore(tmp_path / "store", flush_interval_s=3600)
+    recv = TraceReceiver(RequestMetrics(), store)
+    try:
+        def span(i, queue, ttft, e2e, out_tokens="5"):
+            return {"traceId": f"{i:032x}", "spanId": f"{i:016x}", "name": "llm_request", "kind": 2,
+                    "startTimeUnixNano": "1795424400000000000", "endTimeUnixNano": "1795424401000000000",
+                    "attributes": [{"key": "gen_ai.response.model", "value": {"stringValue": "m"}},
+                                   {"key": "gen_ai.usage.completion_tokens", "value": {"intValue": out_tokens}},
+                                   {"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": queue}},
+                                   {"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": ttft}},
+                                   {"key": "gen_ai.latency.e2e", "value": {"doubleValue": e2e}}]}
+
+        spans = [span(1, "NaN", "Infinity", "NaN"), span(2, -1.0, -0.5, "-Infinity", "-7"), span(3, 0.25, 0.4, 1.0)]
+        body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+        assert recv.handle("application/json", "", body)[0] == 200
+        fams = {f.name: f for f in text_string_to_metric_families(recv.metrics.render(store))}
+        for name in ("llm_gateway_queue_wait_seconds", "llm_gateway_time_to_first_token_seconds",
+                     "llm_gateway_e2e_latency_seconds", "llm_gateway_time_per_output_token_seconds"):
+            got = {s.name.removeprefix(name): s.value for s in fams[name].samples if "le" not in s.labels}
+            want = {"queue": (1, 0.25), "time_to": (1, 0.4), "e2e": (1, 1.0), "time_per": (1, 0.6 / 4)}
+            count, total = next(v for k, v in want.items() if k in name)
+            assert got["_count"] == count and got["_sum"] == pytest.approx(total), (name, got)
+        out = [s.value for s in fams["llm_gateway_output_tokens"].samples if s.name.endswith("_total")]
+        assert out == [10.0]  # 5 + 5; the -7 tokens are not subtracted
+    finally:
+        store.close()
+
+
+def test_the_cli_comes_up_over_a_poisoned_write_ahead_log(tmp_path, sim):
+    wal = tmp_path / "s" / "_wal"
+    wal.mkdir(parents=True)
+    good = _docs(sim)[0].encode()
+    (wal / "segment-00000000.wal").write_bytes(_wal_record(_poison_doc()) + _wal_record(good))
+    p, port, _ = _start_cli(tmp_path)  # fails the test if the exporter does not come up healthy
+    try:
+        m = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert "llm_exporter_store_quarantined_total{exporter=\"requests\"} 1.0" in m
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "quarantined 1" in out and "Traceback" not in err
+    assert len(_store_ids(tmp_path / "s")) == len(decode_json(good))

@@ -1,0 +1,212 @@
+"""The OTLP decoder and receiver against wrong-typed, out-of-range, compressed-bomb and fuzzed payloads:
+every one is a 4xx with a reason and a count, never a 500, and nothing that passes can break the Parquet flush."""
+
+import copy
+import gzip
+import json
+import random
+import zlib
+
+import pytest
+
+from exporters.otlp import OtlpError, decode_json, decode_protobuf
+from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
+from exporters.trace_store import TraceStore, spans_to_arrow
+from tests.conftest import FIXTURES
+
+SAMPLE = json.loads((FIXTURES / "otlp" / "otlp_proto_examples_trace.json").read_text())
+
+
+def _span(**over) -> dict:
+    s = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "llm.request", "kind": 2,
+         "startTimeUnixNano": "1795424400000000000", "endTimeUnixNano": "1795424401000000000",
+         "status": {"code": 1}, "attributes": [{"key": "llm.tenant", "value": {"stringValue": "acme"}}]}
+    s.update(over)
+    return s
+
+
+def _doc(*spans, resource=None) -> dict:
+    return {"resourceSpans": [{"resource": resource if resource is not None else
+                               {"attributes": [{"key": "service.name", "value": {"stringValue": "gw"}}]},
+                               "scopeSpans": [{"spans": list(spans)}]}]}
+
+
+@pytest.fixture
+def receiver(tmp_path):
+    store = TraceStore(tmp_path / "store", flush_interval_s=3600)
+    yield TraceReceiver(RequestMetrics(), store)
+    store.close()
+
+
+def test_the_valid_sample_decodes_and_converts():
+    spans = decode_json(json.dumps(SAMPLE))
+    assert spans and spans_to_arrow(spans).num_rows == len(spans)
+
+
+BAD = {
+    "kind out of range": _doc(_span(kind=1000)),
+    "negative kind": _doc(_span(kind=-1)),
+    "status code out of range": _doc(_span(status={"code": 300})),
+    "start time at 2^63": _doc(_span(startTimeUnixNano=str(2**63))),
+    "end time at 2^64": _doc(_span(endTimeUnixNano=str(2**64))),
+    "negative time": _doc(_span(startTimeUnixNano="-1")),
+    "non-string attribute key": _doc(_span(attributes=[{"key": 5, "value": {"stringValue": "x"}}])),
+    "lone surrogate in an attribute": _doc(_span(attributes=[{"key": "k", "value": {"stringValue": "\ud800"}}])),
+    "lone surrogate in the name": _doc(_span(name="a\udfffb")),
+    "lone surrogate in a resource key": _doc(_span(), resource={"attributes": [
+        {"key": "\ud834", "value": {"stringValue": "x"}}]}),
+    "scopeSpans of numbers": {"resourceSpans": [{"scopeSpans": [5]}]},
+    "resource a string": {"resourceSpans": [{"resource": "x", "scopeSpans": []}]},
+    "doubleValue not a number": _doc(_span(attributes=[{"key": "k", "value": {"doubleValue": "abc"}}])),
+    "value a number": _doc(_span(attributes=[{"key": "k", "value": 5}])),
+    "arrayValue a string": _doc(_span(attributes=[{"key": "k", "value": {"arrayValue": "x"}}])),
+    "kvlistValue a list": _doc(_span(attributes=[{"key": "k", "value": {"kvlistValue": [1]}}])),
+    "boolValue a string": _doc(_span(attributes=[{"key": "k", "value": {"boolValue": "false"}}])),
+    "spans an object": {"resourceSpans": [{"scopeSpans": [{"spans": {"a": 1}}]}]},
+    "status a string": _doc(_span(status="ok")),
+    "name a list": _doc(_span(name=["x"])),
+    "hex with a prefix": _doc(_span(traceId="0x" + "ab" * 15)),
+    "hex with underscores": _doc(_span(spanId="cd_cd_cd_cd_cd_c")),
+    "attributes an object": _doc(_span(attributes={"k": "v"})),
+}
+
+
+@pytest.mark.parametrize("doc", BAD.values(), ids=BAD.keys())
+def test_invalid_json_payloads_are_refused_with_a_reason(receiver, doc):
+    body = json.dumps(doc, ensure_ascii=True).encode()
+    with pytest.raises(OtlpError):
+        decode_json(body)
+    status, _, resp, _ = receiver.handle("application/json", "", body)
+    assert status == 400, resp
+    assert json.loads(resp)["error"].startswith("bad OTLP payload")
+    assert sum(receiver.metrics.rejected_payloads.values()) == 1 and receiver.store.buffered == 0
+
+
+def test_protobuf_values_outside_the_store_schema_are_refused():
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    for field, value in (("kind", 1000), ("start_time_unix_nano", 2**63), ("end_time_unix_nano", 2**64 - 1)):
+        req = ExportTraceServiceRequest()
+        s = req.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8,
+                                                                  name="x")
+        setattr(s, field, value)
+        with pytest.raises(OtlpError, match=field.split("_")[0]):
+            decode_protobuf(req.SerializeToString())
+    req = ExportTraceServiceRequest()
+    s = req.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    s.status.code = 300
+    with pytest.raises(OtlpError, match="status"):
+        decode_protobuf(req.SerializeToString())
+
+
+def test_rejections_are_counted_by_reason(receiver):
+    receiver.handle("application/json", "", b"{not json")
+    receiver.handle("application/json", "", json.dumps(_doc(_span(kind=1000))).encode())
+    receiver.handle("application/json", "br", b"{}")
+    receiver.handle("application/json", "gzip", b"not gzip at all")
+    assert dict(receiver.metrics.rejected_payloads) == {"malformed": 2, "invalid": 1, "unsupported_encoding": 1}
+
+
+def _gzip_of_zeros(n: int) -> bytes:
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = b"\0" * (1 << 20)
+    parts = [z.compress(block) for _ in range(n >> 20)]
+    return b"".join(parts) + z.flush()
+
+
+def test_a_gzip_bomb_is_stopped_at_the_limit_with_413(receiver):
+    import tracemalloc
+
+    bomb = _gzip_of_zeros(1 << 30)  # 1 GiB of zeros in about 1 MB
+    assert len(bomb) < 2 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        status, _, resp, _ = receiver.handle("application/json", "gzip", bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert status == 413, resp
+    assert "over" in json.loads(resp)["error"]
+    assert peak < 4 * OTLP_MAX_BODY_BYTES, f"decompressing the bomb took {peak / 2**20:.0f} MiB"
+    assert receiver.metrics.rejected_payloads["too_large"] == 1
+
+
+def test_gzip_just_under_the_limit_and_multi_member_gzip_are_accepted(receiver):
+    doc = json.dumps(_doc(_span())).encode()
+    padded = doc + b" " * (OTLP_MAX_BODY_BYTES - len(doc))  # exactly the limit once inflated
+    status, _, resp, _ = receiver.handle("application/json", "gzip", gzip.compress(padded))
+    assert status == 200, resp
+    two = json.dumps(_doc(_span(spanId="ef" * 8))).encode()
+    status, _, resp, _ = receiver.handle("application/json", "gzip", gzip.compress(two[:10]) + gzip.compress(two[10:]))
+    assert status == 200, resp
+    assert receiver.store.buffered == 2
+
+
+def _swap(doc, rng: random.Random):
+    """``doc`` with one randomly chosen node replaced by a value of another type."""
+    doc = copy.deepcopy(doc)
+    paths = []
+
+    def walk(node, path):
+        paths.append(path)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, path + (k,))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, path + (i,))
+
+    walk(doc, ())
+    path = rng.choice(paths[1:])
+    parent = doc
+    for p in path[:-1]:
+        parent = parent[p]
+    parent[path[-1]] = rng.choice([5, -1, 2**64, 1.5, float("inf"), "x", "\ud800", "", None, True, [], [5], {},
+                                   {"a": 1}, "ab" * 16, "1" * 40])
+    return doc
+
+
+def test_fuzzed_documents_get_2xx_or_4xx_only_and_what_is_accepted_flushes(receiver):
+    rng = random.Random(10)
+    docs = [SAMPLE, _doc(_span(), _span(spanId="ef" * 8, parentSpanId="cd" * 8, attributes=[
+        {"key": "a", "value": {"arrayValue": {"values": [{"intValue": "3"}, {"doubleValue": 1.5}]}}},
+        {"key": "b", "value": {"kvlistValue": {"values": [{"key": "c", "value": {"boolValue": True}}]}}}]))]
+    statuses = {}
+    for _ in range(400):
+        doc = _swap(rng.choice(docs), rng)
+        body = json.dumps(doc, ensure_ascii=True).encode()
+        status, _, resp, _ = receiver.handle("application/json", "", body)
+        assert status in (200, 400), (status, resp, body)
+        statuses[status] = statuses.get(status, 0) + 1
+        if status == 200:
+            receiver.metrics.seen.clear()  # let the next variant of the same ids in
+    assert statuses.get(400, 0) > 50 and statuses.get(200, 0) > 50, statuses
+    assert receiver.store.flush() > 0 and receiver.store.quarantined_total == 0
+
+
+def test_fuzzed_protobuf_gets_2xx_or_4xx_only(receiver):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    req = ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    rs.resource.attributes.add(key="service.name").value.string_value = "gw"
+    for i in range(4):
+        s = rs.scope_spans.add().spans.add(trace_id=bytes([i + 1]) * 16, span_id=bytes([i + 1]) * 8, name="llm.request",
+                                           kind=2, start_time_unix_nano=1795424400 * 10**9,
+                                           end_time_unix_nano=1795424401 * 10**9)
+        s.attributes.add(key="llm.tenant").value.string_value = "acme"
+        s.attributes.add(key="n").value.int_value = i
+    good = req.SerializeToString()
+    rng = random.Random(7)
+    statuses = {}
+    for _ in range(400):
+        body = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        status, _, resp, _ = receiver.handle("application/x-protobuf", "", bytes(body))
+        assert status in (200, 400), (status, resp)
+        statuses[status] = statuses.get(status, 0) + 1
+        receiver.metrics.seen.clear()
+    assert statuses.get(400, 0) > 20 and statuses.get(200, 0) > 20, statuses
+    receiver.store.flush()
+    assert receiver.store.quarantined_total == 0
