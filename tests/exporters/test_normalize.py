@@ -1,6 +1,5 @@
 """Engine dumps normalize to the canonical catalog: specific values from each real sample."""
 
-import shutil
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporters.catalog import ENGINE
 from exporters.exposition import labels, render
 from exporters.normalize import UnknownDialect, normalize
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, REPO, require
 
 SAMPLES = FIXTURES / "engine_samples"
 
@@ -148,9 +147,9 @@ def test_output_parses_and_matches_golden(path):
     assert fams and all(f.name.startswith("llm_") for f in fams)
     golden = FIXTURES / "golden" / (path.stem + ".prom")
     assert out == golden.read_text(), f"regenerate with: python -m tests.exporters.test_normalize > {golden}"
-    if shutil.which("promtool"):
-        r = subprocess.run(["promtool", "check", "metrics"], input=out, capture_output=True, text=True)
-        assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+    require("promtool")
+    r = subprocess.run(["promtool", "check", "metrics"], input=out, capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
 
 
 def test_cli_normalize(tmp_path):

@@ -9,7 +9,6 @@ import dataclasses
 import time
 
 import httpx
-import pytest
 
 from exporters.config import Plan, load_targets
 from exporters.engine import EngineExporter
@@ -17,14 +16,13 @@ from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.foundation.http import Server, metrics_routes
 from goodput.rulegen import build, load_spec, write
-from goodput.stack import alertmanager_available, prometheus_available, start_alertmanager, start_prometheus
+from goodput.stack import start_alertmanager, start_prometheus
 from goodput.webhook import WebhookReceiver
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet, needs
 
-pytestmark = pytest.mark.skipif(not (prometheus_available() and alertmanager_available()),
-                                reason="prometheus and prometheus-alertmanager are not installed")
+pytestmark = needs("prometheus", "prometheus-alertmanager|alertmanager")
 
 SCALE = 1 / 30
 

@@ -12,11 +12,11 @@ from exporters.catalog import GATEWAY_BUCKETS, names
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import le_label
 from goodput.rulegen import ALERTS, RULE_FILES, build, load_spec
-from tests.conftest import REPO
+from tests.conftest import REPO, needs
 
 RULES = REPO / "rules"
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-needs_amtool = pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed")
+needs_promtool = needs("promtool")
+needs_amtool = needs("amtool")
 
 
 def _rules():
