@@ -50,3 +50,30 @@ def test_a_marked_test_fails_under_ci_when_its_tool_is_missing(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "needs amtool on PATH; under CI this is a failure" in r.stdout, r.stdout
     assert "needs promtool on PATH" in r.stdout and " skipped" not in r.stdout, r.stdout
+
+
+CI_RUN = REPO / ".ci" / "run"
+
+
+def test_this_repository_refers_to_nothing_outside_it():
+    r = subprocess.run([str(CI_RUN), "paths"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "no tracked file refers to a path outside the repository" in r.stdout
+
+
+# spelled in pieces so that this file does not trip the check itself
+@pytest.mark.parametrize("line", ["SHARED = REPO" + '.parent / "shared"', "see .." + "/shared/DESIGN.md",
+                                  "trace = '/wo" + "rk/shared/data/azure.csv'", "open('/ho" + "me/alice/trace.csv')"])
+def test_ci_refuses_a_tracked_file_that_points_outside(tmp_path, line):
+    repo = tmp_path / "clone"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / ".ci" / "run").write_bytes(CI_RUN.read_bytes())
+    (repo / ".ci" / "run").chmod(0o755)
+    (repo / "ok.py").write_text("REPO = Path(__file__).parent\n")
+    (repo / "bad.md").write_text(f"intro\n{line}\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    r = subprocess.run([str(repo / ".ci" / "run"), "paths"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "refer to paths outside the repository" in r.stderr and f"bad.md:2:{line}" in r.stderr, r.stderr
+    assert "ok.py" not in r.stderr
