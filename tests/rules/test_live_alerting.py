@@ -99,6 +99,8 @@ def test_overload_pages_and_a_dead_engine_inhibits(tmp_path):
         assert page["labels"]["deployment"] == "chat" and page["labels"]["tier"] == "P0"
         assert page["labels"]["severity"] == "page"
         assert page["annotations"]["runbook_url"].endswith("docs/runbooks/LLMQueueWaitRisingReplicasShort.md")
+        # the dashboard link's template, rendered by the real Prometheus
+        assert page["annotations"]["dashboard"] == "/d/goodput-deployment/llm-deployment?var-deployment=chat"
         deadline.wait(lambda: hook.alerts("log", "Watchdog"), 20, "the watchdog at the log receiver")
         assert not hook.alerts("pager", "Watchdog")  # info goes to the log only
         assert not hook.alerts("pager", "LLMEngineDown")
