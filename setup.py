@@ -20,11 +20,16 @@ class OptionalBuildExt(build_ext):
     """All or nothing: the compiled modules share their types, so one missing build would break the others."""
 
     def run(self) -> None:
+        inplace = self.inplace  # set by --inplace and by editable installs; the build clears it while compiling
         try:
             super().run()
         except Exception as exc:  # no compiler, no Python headers, or a compile error
-            for ext in self.extensions:
-                Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+            # remove the build directory's copies and any older build beside the source (it would be stale)
+            for where in {False, inplace}:
+                self.inplace = where
+                for ext in self.extensions:
+                    Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+            self.inplace = inplace
             print(f"warning: simulator not compiled ({exc}); it runs as pure Python", file=sys.stderr)
 
 

@@ -142,8 +142,9 @@ class _Builder:
                 "annotations": {"summary": summary, "description": description,
                                 "runbook_url": f"{base['runbook_base']}{name}.md"}}
         if base["dashboard_base"]:
+            # a GPU without a known deployment fires without the label: then no empty var-deployment=
             rule["annotations"]["dashboard"] = base["dashboard_base"] + (
-                "?var-deployment={{ $labels.deployment }}" if per_deployment else "")
+                "{{ with $labels.deployment }}?var-deployment={{ . }}{{ end }}" if per_deployment else "")
         return rule
 
     def record(self, name: str, expr: str, labels: dict[str, str] | None = None) -> dict:

@@ -1,8 +1,11 @@
-"""Shared fixtures: paths to the vendored data, free loopback ports, small fleets built from dicts."""
+"""Shared fixtures: paths to the vendored data, the external tools a test needs, free loopback ports, small fleets
+built from dicts."""
 
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -13,6 +16,34 @@ from simulator.config import FleetConfig, parse_fleet
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # every sample the tests read (SOURCES.md says where each comes from)
 TRACES = REPO / "examples" / "traces"  # the public workload traces the examples and benchmarks replay
+
+
+def require(*tools: str) -> None:
+    """Skip the calling test when an external tool is not on PATH, but FAIL it under CI (``CI`` set): `make test`
+    installs promtool, amtool, prometheus and alertmanager, so in CI a missing one is a broken setup, and a skip
+    would hide every check behind it. ``"a|b"`` accepts either name (Debian's ``prometheus-alertmanager`` or
+    upstream's ``alertmanager``)."""
+    missing = [t for t in tools if not any(shutil.which(name) for name in t.split("|"))]
+    if not missing:
+        return
+    why = f"needs {', '.join(missing)} on PATH"
+    if os.environ.get("CI"):
+        pytest.fail(f"{why}; under CI this is a failure, not a skip (make deps-debian installs it)", pytrace=False)
+    pytest.skip(why)
+
+
+def needs(*tools: str) -> pytest.MarkDecorator:
+    """``@needs("promtool")`` (or ``pytestmark = needs(...)``): :func:`require` before the test runs."""
+    return pytest.mark.needs(*tools)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*tools): external tools the test runs (skipped without them, failed under CI)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs"):
+        require(*mark.args)
 
 
 def free_port_block(n: int) -> int:

@@ -1,7 +1,6 @@
 """`make demo` runs `goodput demo`: the fleet and the three exporters, reachable, stopping cleanly."""
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -9,7 +8,7 @@ import time
 
 import httpx
 
-from tests.conftest import REPO, free_port_block
+from tests.conftest import REPO, free_port_block, require
 
 
 def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
@@ -40,17 +39,17 @@ def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
         r = httpx.post(f"http://127.0.0.1:{base}/v1/completions",
                        json={"model": "Llama-3.1-8B", "prompt": "hi", "max_tokens": 3})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
-        if shutil.which("prometheus") and shutil.which("prometheus-alertmanager"):
-            prom = f"http://127.0.0.1:{ports['prometheus']}"
-            deadline = time.monotonic() + 20
-            up = []
-            while time.monotonic() < deadline and len(up) < 3:
-                time.sleep(1)
-                up = httpx.get(f"{prom}/api/v1/query", params={"query": 'up{job=~"llm-.*"} == 1'}).json()["data"]["result"]
-            assert {u["metric"]["job"] for u in up} == {"llm-gpu", "llm-engine", "llm-requests"}
-            rules = httpx.get(f"{prom}/api/v1/rules").json()["data"]["groups"]
-            assert any(r.get("name") == "LLMQueueWaitRisingReplicasShort" for g in rules for r in g["rules"])
-            assert httpx.get(f"http://127.0.0.1:{ports['alertmanager']}/-/ready").status_code == 200
+        require("prometheus", "prometheus-alertmanager|alertmanager")
+        prom = f"http://127.0.0.1:{ports['prometheus']}"
+        deadline = time.monotonic() + 20
+        up = []
+        while time.monotonic() < deadline and len(up) < 3:
+            time.sleep(1)
+            up = httpx.get(f"{prom}/api/v1/query", params={"query": 'up{job=~"llm-.*"} == 1'}).json()["data"]["result"]
+        assert {u["metric"]["job"] for u in up} == {"llm-gpu", "llm-engine", "llm-requests"}
+        rules = httpx.get(f"{prom}/api/v1/rules").json()["data"]["groups"]
+        assert any(r.get("name") == "LLMQueueWaitRisingReplicasShort" for g in rules for r in g["rules"])
+        assert httpx.get(f"http://127.0.0.1:{ports['alertmanager']}/-/ready").status_code == 200
         # the printed analyzer commands work on the traces the running demo has stored
         db = tmp_path / "analyzer.duckdb"
         for cmd in (["ingest", str(tmp_path / "traces"), "--db", str(db)],

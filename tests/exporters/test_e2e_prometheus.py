@@ -1,12 +1,10 @@
 """End to end: the live simulated fleet -> engine and request exporters -> a real Prometheus on loopback."""
 
 import copy
-import shutil
 import subprocess
 import time
 
 import httpx
-import pytest
 
 from exporters.config import load_targets
 from exporters.engine import EngineExporter
@@ -15,9 +13,9 @@ from exporters.trace_store import TraceStore
 from goodput.foundation.http import Server, metrics_routes
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet, needs
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+pytestmark = needs("prometheus")
 
 
 def _query(base, q):

@@ -1,6 +1,5 @@
 """The engine exporter against real sockets: one healthy target and every way a target can fail."""
 
-import shutil
 import subprocess
 import threading
 import time
@@ -14,7 +13,7 @@ from exporters.config import Plan, Target, Targets, load_plan, load_targets
 from exporters.engine import EngineExporter
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.http import Server, metrics_routes
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
 GOOD = (REPO / "tests" / "fixtures" / "vllm_v1_simulated.txt").read_text()
 
@@ -93,9 +92,9 @@ def test_faulty_targets_are_down_and_the_others_keep_serving(engines):
     assert replicas == {"desired": 10, "available": 1}
     goodput = fams["llm_capacity_replica_goodput_tokens_per_second"].samples
     assert goodput[0].labels == {"deployment": "chat"} and goodput[0].value == 5200
-    if shutil.which("promtool"):
-        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
-        assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
+    require("promtool")
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
 
 
 def test_served_over_http_with_background_scrapes(engines):

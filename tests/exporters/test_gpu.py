@@ -1,6 +1,5 @@
 """GPU exporter on the fake NVML, which raises pynvml's real error classes."""
 
-import shutil
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporters.fake_nvml import FakeNvml, load_fake
 from exporters.gpu import DeploymentMapping, GpuCollector
 from goodput.foundation.errors import ConfigError
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
 SPEC = {
     "driver_version": "550.54.15", "hostname": "node-a",
@@ -107,9 +106,9 @@ def test_xid_events_and_process_attribution(clock, tmp_path):
     assert [(s.labels["pid"], s.labels["deployment"], s.value) for s in procs] == [("4242", "chat-8b", 59e9)]
     dep = f["llm_gpu_deployment_info"].samples[0].labels
     assert (dep["gpu"], dep["deployment"], dep["replica"]) == ("0", "chat-8b", "4242")
-    if shutil.which("promtool"):
-        r = subprocess.run(["promtool", "check", "metrics"], input=c.render(), capture_output=True, text=True)
-        assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
+    require("promtool")
+    r = subprocess.run(["promtool", "check", "metrics"], input=c.render(), capture_output=True, text=True)
+    assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
 
 
 def test_fake_file_is_validated():

@@ -1,6 +1,5 @@
 """Engine dumps normalize to the canonical catalog: specific values from each real sample."""
 
-import shutil
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporters.catalog import ENGINE
 from exporters.exposition import labels, render
 from exporters.normalize import UnknownDialect, normalize
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, REPO, require
 
 SAMPLES = FIXTURES / "engine_samples"
 
@@ -60,6 +59,36 @@ def test_vllm_v0_sample_old_names_and_cache_config():
     assert v[("llm_prompt_tokens_total", "")] == 148
     assert v[("llm_generation_tokens_total", "")] == 955
     assert v[("llm_requests_finished_total", 'finished_reason="stop"')] == 4
+
+
+def test_vllm_v1_docs_sample_by_hand():
+    """vLLM's own design doc, a real V1 server's /metrics (abridged by the doc with "..." lines)."""
+    v, n = values((SAMPLES / "vllm_v1_docs_design_metrics.txt").read_text())
+    assert n.dialect == "vllm" and n.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert v[("llm_requests_running", "")] == 8  # vllm:num_requests_running 8.0
+    assert v[("llm_generation_tokens_total", "")] == 27453  # vllm:generation_tokens_total 27453.0
+    # vllm:request_success_total by finished_reason: stop 1.0, length 131.0, abort 0.0 -> 132 finished, kept apart
+    finished = {k[1]: x for k, x in v.items() if k[0] == "llm_requests_finished_total"}
+    assert finished == {'finished_reason="stop"': 1, 'finished_reason="length"': 131, 'finished_reason="abort"': 0}
+    # the doc shows TTFT buckets up to le="0.1" (140) and _count 140 but no +Inf bucket and no _sum: a histogram we
+    # cannot complete is dropped and counted, never published half
+    assert not any(k[0].startswith("llm_time_to_first_token_seconds") for k in v)
+    assert n.errors["truncated_histogram"] == 1
+    assert set(v) == {("llm_requests_running", ""), ("llm_generation_tokens_total", ""), *(
+        ("llm_requests_finished_total", r) for r in finished)}  # nothing invented for what the "..." left out
+
+
+def test_vllm_v1_0_10_issue_sample_by_hand():
+    """vLLM 0.10.0 (V1, engine label) from a production-stack issue: deprecated and new prefix-cache names together."""
+    v, n = values((SAMPLES / "vllm_v1_0_10_production_stack_issue_617.txt").read_text())
+    assert n.dialect == "vllm" and n.model == "zai-org/GLM-4.5"
+    assert v[("llm_kv_cache_usage_ratio", "")] == pytest.approx(9.75010481363281e-06)  # already a 0-1 fraction
+    assert v[("llm_prefix_cache_queried_tokens_total", "")] == 32  # vllm:prefix_cache_queries_total 32.0 (new name)
+    # the new vllm:prefix_cache_hits is outside the slice; the deprecated vllm:gpu_prefix_cache_hits_total 0.0 stands in
+    assert v[("llm_prefix_cache_hit_tokens_total", "")] == 0
+    # the *_created samples (unix timestamps, 1.75e9) are not counters and must not leak into any value
+    assert all(x < 1e6 for x in v.values())
+    assert len(v) == 3
 
 
 def test_vllm_v1_simulated_dump_drops_created_and_keeps_buckets():
@@ -148,9 +177,9 @@ def test_output_parses_and_matches_golden(path):
     assert fams and all(f.name.startswith("llm_") for f in fams)
     golden = FIXTURES / "golden" / (path.stem + ".prom")
     assert out == golden.read_text(), f"regenerate with: python -m tests.exporters.test_normalize > {golden}"
-    if shutil.which("promtool"):
-        r = subprocess.run(["promtool", "check", "metrics"], input=out, capture_output=True, text=True)
-        assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+    require("promtool")
+    r = subprocess.run(["promtool", "check", "metrics"], input=out, capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
 
 
 def test_cli_normalize(tmp_path):

@@ -17,14 +17,13 @@ from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.foundation.http import Server, metrics_routes
 from goodput.rulegen import build, load_spec, write
-from goodput.stack import alertmanager_available, prometheus_available, start_alertmanager, start_prometheus
+from goodput.stack import start_alertmanager, start_prometheus
 from goodput.webhook import WebhookReceiver
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet, needs
 
-pytestmark = pytest.mark.skipif(not (prometheus_available() and alertmanager_available()),
-                                reason="prometheus and prometheus-alertmanager are not installed")
+pytestmark = needs("prometheus", "prometheus-alertmanager|alertmanager")
 
 SCALE = 1 / 30
 
@@ -33,17 +32,34 @@ def _metrics_server(render):
     return Server("127.0.0.1", 0, metrics_routes(render)).start()
 
 
-def _wait(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+# Every wait below draws on one budget that ends well before pytest's own 300 s timeout, so a rule that never
+# fires fails here with the name of what was missing instead of being killed without a word.
+BUDGET_S = 230
 
 
+class Deadline:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def wait(self, check, timeout: float, what: str):
+        """Poll ``check`` until it returns something truthy, for ``timeout`` s at most and never past the budget."""
+        until = min(time.monotonic() + timeout, self.end)
+        while True:
+            got = check()
+            if got:
+                return got
+            if time.monotonic() >= until:
+                break
+            time.sleep(0.5)
+        spent = self.seconds - (self.end - time.monotonic())
+        raise AssertionError(f"timed out waiting for {what} ({timeout:.0f} s allowed for it; {spent:.0f} s of the "
+                             f"test's {self.seconds} s budget spent)")
+
+
+@pytest.mark.timeout(BUDGET_S + 60)  # the budget, plus stopping the servers
 def test_overload_pages_and_a_dead_engine_inhibits(tmp_path):
+    deadline = Deadline(BUDGET_S)
     hook = WebhookReceiver(port=0).start()
     spec = load_spec(REPO / "rules" / "slos.yaml")
     spec = dataclasses.replace(spec, alertmanager={
@@ -79,16 +95,18 @@ def test_overload_pages_and_a_dead_engine_inhibits(tmp_path):
         "llm-engine": [eng_srv.url.removeprefix("http://")], "llm-requests": [req_srv.url.removeprefix("http://")]},
         rules, f"127.0.0.1:{base + 1}", interval="1s", resend_delay="2s").ready("/-/ready")
     try:
-        page = _wait(lambda: hook.alerts("pager", "LLMQueueWaitRisingReplicasShort"), 150, "the queue page")[0]
+        page = deadline.wait(lambda: hook.alerts("pager", "LLMQueueWaitRisingReplicasShort"), 130, "the queue page")[0]
         assert page["labels"]["deployment"] == "chat" and page["labels"]["tier"] == "P0"
         assert page["labels"]["severity"] == "page"
         assert page["annotations"]["runbook_url"].endswith("docs/runbooks/LLMQueueWaitRisingReplicasShort.md")
-        _wait(lambda: hook.alerts("log", "Watchdog"), 30, "the watchdog at the log receiver")
+        # the dashboard link's template, rendered by the real Prometheus
+        assert page["annotations"]["dashboard"] == "/d/goodput-deployment/llm-deployment?var-deployment=chat"
+        deadline.wait(lambda: hook.alerts("log", "Watchdog"), 20, "the watchdog at the log receiver")
         assert not hook.alerts("pager", "Watchdog")  # info goes to the log only
         assert not hook.alerts("pager", "LLMEngineDown")
 
         live.kill_replica("chat", 2)
-        down = _wait(lambda: hook.alerts("pager", "LLMEngineDown"), 90, "the engine-down page")[0]
+        down = deadline.wait(lambda: hook.alerts("pager", "LLMEngineDown"), 60, "the engine-down page")[0]
         assert down["labels"]["replica"] == "chat-2" and down["labels"]["deployment"] == "chat"
 
         def inhibited():
@@ -96,7 +114,7 @@ def test_overload_pages_and_a_dead_engine_inhibits(tmp_path):
             alerts = httpx.get(f"{am.url}/api/v2/alerts", params=query).json()
             return [a for a in alerts if a["status"]["inhibitedBy"]]
 
-        held = _wait(inhibited, 30, "the inhibition")[0]
+        held = deadline.wait(inhibited, 20, "the inhibition")[0]
         assert held["status"]["state"] == "suppressed" and held["labels"]["deployment"] == "chat"
     finally:
         prom.stop()

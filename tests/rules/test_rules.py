@@ -12,11 +12,11 @@ from exporters.catalog import GATEWAY_BUCKETS, names
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import le_label
 from goodput.rulegen import ALERTS, RULE_FILES, build, load_spec
-from tests.conftest import REPO
+from tests.conftest import REPO, needs
 
 RULES = REPO / "rules"
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-needs_amtool = pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed")
+needs_promtool = needs("promtool")
+needs_amtool = needs("amtool")
 
 
 def _rules():
@@ -156,3 +156,115 @@ def test_amtool_routes(labels, receiver):
                         f"--verify.receivers={receiver}", *labels], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == receiver
+
+
+def test_every_runbook_url_resolves_to_a_runbook_in_this_repository():
+    """The URL base points at this repository's docs/runbooks/ on main; each alert's page exists, and no runbook is
+    left without its alert."""
+    base = load_spec(RULES / "slos.yaml").links["runbook_base"]
+    m = re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+/blob/main/(?P<path>(?:[\w.-]+/)+)", base)
+    assert m, f"runbook_base {base!r} is not a GitHub blob URL of a folder on main"
+    folder = REPO / m["path"]
+    assert folder == REPO / "docs" / "runbooks" and folder.is_dir(), folder
+    linked = set()
+    for a in (r for r in _rules() if "alert" in r):
+        url = a["annotations"]["runbook_url"]
+        assert url == f"{base}{a['alert']}.md", url
+        page = REPO / m["path"] / url.removeprefix(base)
+        assert page.is_file(), f"{a['alert']}: {url} names {page.relative_to(REPO)}, which does not exist"
+        linked.add(page.name)
+    assert {p.name for p in folder.glob("*.md")} == linked, "a runbook without an alert, or an alert without one"
+
+
+DASHBOARD_LINK = re.compile(r"/d/(?P<uid>[a-z0-9-]+)/(?P<slug>[a-z0-9-]+)(?P<query>.*)")
+ALWAYS_VAR = re.compile(r"\?var-(\w+)=\{\{ \$labels\.\1 \}\}")  # the alert always has the label
+OPTIONAL_VAR = re.compile(r"\{\{ with \$labels\.(\w+) \}\}\?var-\1=\{\{ \. \}\}\{\{ end \}\}")  # only when it has it
+
+
+def _planned_dashboards() -> dict[str, tuple[str, set[str]]]:
+    """uid -> (slug, template variables), from the table in docs/design.md (the dashboards are not built yet)."""
+    section = (REPO / "docs" / "design.md").read_text().split("## Dashboards (planned)", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| `([a-z0-9-]+)` \| ([^|]*)\|", section, re.M)
+    return {uid: (slug, set(re.findall(r"`(\w+)`", variables))) for uid, slug, variables in rows}
+
+
+def _alert_test_labels() -> dict[str, list[dict]]:
+    """Alert name -> the label sets promtool's unit tests expect it to fire with."""
+    out: dict[str, list[dict]] = {}
+    for f in (RULES / "tests").glob("*.yaml"):
+        for test in yaml.safe_load(f.read_text())["tests"]:
+            for case in test.get("alert_rule_test", []):
+                out.setdefault(case["alertname"], []).extend(e.get("exp_labels", {}) for e in case.get("exp_alerts", []))
+    return out
+
+
+def test_every_dashboard_annotation_names_a_planned_dashboard():
+    """Dashboards do not exist yet, so this checks the links' form: `/d/<uid>/<slug>` of a dashboard planned in
+    docs/design.md, and each `var-X` is one of its variables, filled from a label the alert really fires with."""
+    planned = _planned_dashboards()
+    assert "goodput-deployment" in planned, planned
+    base = load_spec(RULES / "slos.yaml").links["dashboard_base"]
+    fired = _alert_test_labels()
+    for a in (r for r in _rules() if "alert" in r):
+        link = a["annotations"]["dashboard"]
+        m = DASHBOARD_LINK.fullmatch(link)
+        assert m and link.startswith(base), f"{a['alert']}: {link!r}"
+        assert m["uid"] in planned and planned[m["uid"]][0] == m["slug"], f"{a['alert']}: {link!r} is no planned dashboard"
+        if not m["query"]:
+            continue
+        always, optional = ALWAYS_VAR.fullmatch(m["query"]), OPTIONAL_VAR.fullmatch(m["query"])
+        assert always or optional, f"{a['alert']}: {m['query']!r} is not a dashboard variable filled from a label"
+        var = (always or optional)[1]
+        assert var in planned[m["uid"]][1], f"{a['alert']}: var-{var} is not a variable of {m['uid']}"
+        assert fired[a["alert"]], a["alert"]
+        if always:  # an alert firing without the label would link to an empty var-{var}=
+            missing = [labels for labels in fired[a["alert"]] if var not in labels]
+            assert not missing, f"{a['alert']} links var-{var}, but its unit tests fire it without {var}: {missing}"
+
+
+def _keda_scaled_object() -> dict:
+    text = (REPO / "docs" / "autoscaling.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    objs = [b for b in blocks if isinstance(b, dict) and b.get("kind") == "ScaledObject"]
+    assert len(objs) == 1, "docs/autoscaling.md should hold exactly one KEDA ScaledObject"
+    return objs[0]
+
+
+def test_keda_scaled_object_reads_a_recorded_rule():
+    obj = _keda_scaled_object()
+    assert obj["apiVersion"] == "keda.sh/v1alpha1"
+    spec = obj["spec"]
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+    assert spec["scaleTargetRef"]["name"] == obj["metadata"]["name"]
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "Value" and trigger["metadata"]["threshold"] == "1"
+    query = trigger["metadata"]["query"]
+    recorded = {r["record"] for r in _rules() if "record" in r}
+    used = _metric_names(query)
+    assert used and used <= recorded | names(), used - recorded - names()
+    assert "deployment:llm_autoscale_desired_replicas:max" in used
+    # the one label it selects on is one the recorded series has (the rule aggregates by deployment)
+    for label in re.findall(r"(\w+)\s*=~?\s*\"", query):
+        assert label == "deployment", label
+
+
+@needs_promtool
+def test_keda_query_evaluates_to_the_recorded_replica_count(tmp_path):
+    """Run the ScaledObject's query in promtool's real PromQL engine over the recording-rule test's input: it must
+    return the desired replica count the recording test expects for that deployment."""
+    query = _keda_scaled_object()["spec"]["triggers"][0]["metadata"]["query"]
+    source = yaml.safe_load((RULES / "tests" / "recording.test.yaml").read_text())
+    group = next(t for t in source["tests"] for e in t.get("promql_expr_test", [])
+                 if e["expr"] == "deployment:llm_autoscale_desired_replicas:max")
+    want = next(e for e in group["promql_expr_test"] if e["expr"] == "deployment:llm_autoscale_desired_replicas:max")
+    deployment = re.search(r'deployment="([^"]+)"', want["exp_samples"][0]["labels"])[1]
+    expr = re.sub(r'deployment="[^"]+"', f'deployment="{deployment}"', query)
+    test = {"rule_files": [str((RULES / "tests" / f).resolve()) for f in source["rule_files"]],
+            "evaluation_interval": source.get("evaluation_interval", "1m"),
+            "tests": [{"interval": group["interval"], "input_series": group["input_series"], "promql_expr_test": [
+                {"expr": expr, "eval_time": want["eval_time"], "exp_samples": [
+                    {"labels": "{}", "value": want["exp_samples"][0]["value"]}]}]}]}
+    path = tmp_path / "keda.test.yaml"
+    path.write_text(yaml.safe_dump(test))
+    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr

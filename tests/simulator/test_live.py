@@ -2,7 +2,6 @@
 
 import copy
 import json
-import shutil
 import subprocess
 import time
 
@@ -14,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet, needs
 
 MODEL = "Llama-3.1-8B"
 
@@ -228,7 +227,7 @@ def test_metrics_in_vllm_exposition(live):
     assert gen >= 3
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+@needs("promtool")
 def test_promtool_reports_only_what_real_vllm_triggers(live):
     lf, base, _ = live
     text = httpx.get(f"http://127.0.0.1:{base}/metrics").text
