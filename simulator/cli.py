@@ -7,9 +7,6 @@ import json
 from pathlib import Path
 
 from goodput.foundation.errors import ConfigError
-from goodput.foundation.progress import progress_bar
-from simulator.compiled import build_status
-from simulator.config import load_fleet
 
 __all__ = ["register"]
 
@@ -75,6 +72,9 @@ def _nonneg(text: str) -> float:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from goodput.foundation.progress import progress_bar
+    from simulator.compiled import build_status
+    from simulator.config import load_fleet
     from simulator.run import simulate, write_outputs
 
     cfg = load_fleet(args.fleet)
@@ -109,6 +109,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from simulator.config import load_fleet
     from simulator.live import serve
 
     cfg = load_fleet(args.fleet)
