@@ -1,6 +1,6 @@
 """`make demo` runs `goodput demo`: the fleet, the three exporters and the stack behave, not just print.
 
-One demo process on a small fleet of its own (two busy replicas, one of them lost at 20 virtual seconds, and a
+One demo process on a small fleet of its own (two busy replicas, one of them lost at 30 virtual seconds, and a
 quiet replica that only this test loads) on free ports: the fake GPUs follow the engine's load, a lost
 replica's GPU reads lost, the analyzer commands the demo prints work on the traces it stored, and SIGTERM
 stops it cleanly.
@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, free_port_block
 
-LOST_AT_S = 20
+LOST_AT_S = 30  # virtual = wall seconds after the fleet starts; leaves room for a slow start under load
 FLEET = {
     "name": "demo-test", "start_time": "2026-11-23T09:00:00Z", "seed": 3,
     "deployments": [
