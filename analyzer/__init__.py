@@ -1,10 +1,16 @@
-"""The analyzer: a DuckDB database of requests, their latency decomposition, regressions and triage."""
+"""The analyzer: a DuckDB database of requests, their latency decomposition, regressions and triage.
 
-from analyzer.decompose import decompose
-from analyzer.ingest import ingest
-from analyzer.regressions import find_regressions
-from analyzer.releases import load_releases
-from analyzer.store import connect
-from analyzer.triage import triage
+The public names below are imported on first use, so ``import analyzer`` does not load DuckDB or pandas.
+"""
 
-__all__ = ["connect", "decompose", "find_regressions", "ingest", "load_releases", "triage"]
+from goodput.foundation.lazy import lazy_exports
+
+_EXPORTS = {
+    "connect": "analyzer.store",
+    "decompose": "analyzer.decompose",
+    "find_regressions": "analyzer.regressions",
+    "ingest": "analyzer.ingest",
+    "load_releases": "analyzer.releases",
+    "triage": "analyzer.triage",
+}
+__all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,11 +1,19 @@
-"""The GPU, engine and request exporters, and the metric catalog they all publish."""
+"""The GPU, engine and request exporters, and the metric catalog they all publish.
 
-from exporters.catalog import CATALOG, MetricSpec
-from exporters.engine import EngineExporter
-from exporters.gpu import GpuCollector
-from exporters.normalize import normalize
-from exporters.requests import RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+The public names below are imported on first use: normalizing a dump must not load the trace store's
+pyarrow or the GPU exporter's NVML.
+"""
 
-__all__ = ["CATALOG", "EngineExporter", "GpuCollector", "MetricSpec", "RequestMetrics", "TraceReceiver", "TraceStore",
-           "normalize"]
+from goodput.foundation.lazy import lazy_exports
+
+_EXPORTS = {
+    "CATALOG": "exporters.catalog",
+    "EngineExporter": "exporters.engine",
+    "GpuCollector": "exporters.gpu",
+    "MetricSpec": "exporters.catalog",
+    "RequestMetrics": "exporters.requests",
+    "TraceReceiver": "exporters.requests",
+    "TraceStore": "exporters.trace_store",
+    "normalize": "exporters.normalize",
+}
+__all__ = lazy_exports(__name__, _EXPORTS)

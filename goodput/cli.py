@@ -1,23 +1,43 @@
 """The ``goodput`` command: one entry point whose subcommands come from each package's ``cli`` module.
 
+Only the chosen subcommand's module is imported: the table below knows every subcommand's name and
+one-line help, which is all ``goodput --help`` shows, so ``goodput --version`` does not load pandas,
+DuckDB or the simulator (``tests/test_cli.py`` checks the table against the modules).
+
 Bad input anywhere surfaces as ``ConfigError``; it is printed as one line and the exit code is 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from dataclasses import dataclass
 
-from analyzer import cli as analyzer_cli
-from exporters import cli as exporters_cli
-from goodput import __version__, demo, rules_cli
+from goodput import __version__
 from goodput.foundation.errors import ConfigError
-from simulator import cli as simulator_cli
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    module: str  # its ``register(subparsers)`` adds this command (and maybe its neighbours in the table)
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "simulate": Command("simulator.cli", "run a fleet in virtual time and write its requests, spans and releases"),
+    "fleet": Command("simulator.cli", "the live simulated fleet"),
+    "exporter": Command("exporters.cli", "the GPU, engine and request exporters"),
+    "rules": Command("goodput.rules_cli", "Prometheus rules and Alertmanager routes"),
+    "analyze": Command("analyzer.cli", "latency decomposition, regressions and triage over request traces"),
+    "demo": Command("goodput.demo", "run the stack on the simulated fleet until Ctrl-C"),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser of ``command`` (its module imported); every other command is only its name and help."""
     parser = argparse.ArgumentParser(
         prog="goodput",
         description="Observability, alerting and capacity planning for LLM inference fleets.",
@@ -25,17 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"goodput {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    simulator_cli.register(sub)
-    exporters_cli.register(sub)
-    rules_cli.register(sub)
-    analyzer_cli.register(sub)
-    demo.register(sub)
+    chosen = COMMANDS.get(command or "")
+    for name, cmd in COMMANDS.items():
+        if name in sub.choices:
+            continue
+        if chosen is not None and cmd.module == chosen.module:
+            importlib.import_module(cmd.module).register(sub)
+        else:
+            sub.add_parser(name, help=cmd.help)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # the top level takes no option with a value, so the first word that is not an option names the command
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:

@@ -179,7 +179,8 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"  .venv/bin/goodput analyze ingest {traces} --db {db}")
         print(f"  .venv/bin/goodput analyze decompose --db {db} --by deployment,tier")
         print(f"  .venv/bin/goodput analyze regressions --db {db} --releases {rel}")
-        print(f"  .venv/bin/goodput analyze triage --db {db} --deployment chat-8b-h100 --releases {rel}")
+        first = demo.live.cfg.deployments[0].name
+        print(f"  .venv/bin/goodput analyze triage --db {db} --deployment {first} --releases {rel}")
         print("Ctrl-C to stop.", flush=True)
         serve_until_signal(lambda: None, args.duration)
     except KeyboardInterrupt:

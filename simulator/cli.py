@@ -8,9 +8,6 @@ import math
 from pathlib import Path
 
 from goodput.foundation.errors import ConfigError
-from goodput.foundation.progress import progress_bar
-from simulator.compiled import build_status
-from simulator.config import load_fleet
 
 __all__ = ["register"]
 
@@ -100,6 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from goodput.foundation.progress import progress_bar
+    from simulator.compiled import build_status
+    from simulator.config import load_fleet
     from simulator.run import simulate, write_outputs
 
     cfg = load_fleet(args.fleet)
@@ -134,6 +134,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from simulator.config import load_fleet
     from simulator.live import serve
 
     cfg = load_fleet(args.fleet)

@@ -1,71 +1,173 @@
-"""`make demo` runs `goodput demo`: the fleet and the three exporters, reachable, stopping cleanly."""
+"""`make demo` runs `goodput demo`: the fleet, the three exporters and the stack behave, not just print.
+
+One demo process on a small fleet of its own (two busy replicas, one of them lost at 30 virtual seconds, and a
+quiet replica that only this test loads) on free ports: the fake GPUs follow the engine's load, a lost
+replica's GPU reads lost, the analyzer commands the demo prints work on the traces it stored, and SIGTERM
+stops it cleanly.
+"""
+
+from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import REPO, free_port_block, require
+from tests.conftest import REPO, free_port_block
+
+LOST_AT_S = 30  # virtual = wall seconds after the fleet starts; leaves room for a slow start under load
+FLEET = {
+    "name": "demo-test", "start_time": "2026-11-23T09:00:00Z", "seed": 3,
+    "deployments": [
+        {"name": "chat-test", "model": "Llama-3.1-8B", "gpu": "H100-80GB-SXM", "replicas": 2,
+         "router": "least-outstanding"},
+        {"name": "quiet", "model": "Llama-3.1-8B", "gpu": "H100-80GB-SXM", "replicas": 1},
+    ],
+    "workloads": [{"name": "chat", "scene": "chat", "tier": "P0", "deployment": "chat-test", "tenants": {"acme": 1},
+                   "input_tokens": {"p50": 300, "p95": 1000, "p99": 1500, "max": 2000},
+                   "output_tokens": {"p50": 60, "p95": 200, "p99": 300, "max": 400},
+                   "arrival": {"process": "poisson", "rate": 3}}],
+    "events": [{"at": LOST_AT_S, "kind": "replica_lost", "deployment": "chat-test", "replica": 1}],
+}
+LOAD_REQUESTS = 6
 
 
-def test_demo_serves_fleet_and_exporters_then_stops(tmp_path):
-    base = free_port_block(15)
-    ports = {"gpu": base + 8, "engine": base + 9, "requests": base + 10, "otlp": base + 11, "prometheus": base + 12,
-             "alertmanager": base + 13, "webhook": base + 14}
-    p = subprocess.Popen([sys.executable, "-m", "goodput", "demo", "--out", str(tmp_path), "--base-port", str(base),
-                          "--gpu-port", str(ports["gpu"]), "--engine-port", str(ports["engine"]),
-                          "--requests-port", str(ports["requests"]), "--otlp-port", str(ports["otlp"]),
-                          "--prometheus-port", str(ports["prometheus"]), "--alertmanager-port", str(ports["alertmanager"]),
-                          "--webhook-port", str(ports["webhook"]), "--duration", "180"],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _wait(what: str, check: Callable[[], object], timeout: float, every: float = 0.5):
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (httpx.HTTPError, KeyError) as e:  # not serving yet, or not sampled yet
+            last = e
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(every)
+    pytest.fail(f"waited {timeout:.0f} s for {what}; last seen: {last!r}")
+
+
+def _gpus(url: str) -> dict[str, dict[str, float]]:
+    """Each replica's GPU as the GPU exporter publishes it: {replica: {"up": .., "util": ..}} (util absent when lost)."""
+    fams = {f.name: f for f in text_string_to_metric_families(httpx.get(url, timeout=5).text)}
+    replica = {s.labels["gpu"]: s.labels["replica"] for s in fams["llm_gpu_deployment_info"].samples}
+    out: dict[str, dict[str, float]] = {r: {} for r in replica.values()}
+    for family, key in (("llm_gpu_up", "up"), ("llm_gpu_utilization_ratio", "util")):
+        for s in fams[family].samples if family in fams else ():
+            out[replica[s.labels["gpu"]]][key] = s.value
+    return out
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
+    fleet, out = tmp_path / "fleet.yaml", tmp_path / "out"
+    fleet.write_text(yaml.safe_dump(FLEET))
+    base = free_port_block(10)
+    ports = {"gpu": base + 3, "engine": base + 4, "requests": base + 5, "otlp": base + 6, "prometheus": base + 7,
+             "alertmanager": base + 8, "webhook": base + 9}
+    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with stdout.open("w") as so, stderr.open("w") as se:
+        p = subprocess.Popen([sys.executable, "-m", "goodput", "demo", "--fleet", str(fleet), "--out", str(out),
+                              "--base-port", str(base), *(a for k, v in ports.items() for a in (f"--{k}-port", str(v))),
+                              "--duration", "300"], cwd=REPO, stdout=so, stderr=se, text=True)
     try:
-        deadline = time.monotonic() + 30
-        seen = {}
-        while time.monotonic() < deadline and len(seen) < 3:
-            time.sleep(0.5)
-            for name, marker in (("gpu", "llm_gpu_utilization_ratio{"), ("engine", "llm_requests_running{"),
-                                 ("requests", "llm_gateway_requests_total{")):
-                try:
-                    text = httpx.get(f"http://127.0.0.1:{ports[name]}/metrics", timeout=2).text
-                except httpx.HTTPError:
-                    continue
-                if marker in text:
-                    seen[name] = text
-        assert set(seen) == {"gpu", "engine", "requests"}
-        assert 'deployment="chat-8b-h100"' in seen["engine"]
-        r = httpx.post(f"http://127.0.0.1:{base}/v1/completions",
-                       json={"model": "Llama-3.1-8B", "prompt": "hi", "max_tokens": 3})
-        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
-        require("prometheus", "prometheus-alertmanager|alertmanager")
-        prom = f"http://127.0.0.1:{ports['prometheus']}"
-        deadline = time.monotonic() + 20
-        up = []
-        while time.monotonic() < deadline and len(up) < 3:
-            time.sleep(1)
-            up = httpx.get(f"{prom}/api/v1/query", params={"query": 'up{job=~"llm-.*"} == 1'}).json()["data"]["result"]
-        assert {u["metric"]["job"] for u in up} == {"llm-gpu", "llm-engine", "llm-requests"}
-        rules = httpx.get(f"{prom}/api/v1/rules").json()["data"]["groups"]
-        assert any(r.get("name") == "LLMQueueWaitRisingReplicasShort" for g in rules for r in g["rules"])
-        assert httpx.get(f"http://127.0.0.1:{ports['alertmanager']}/-/ready").status_code == 200
-        # the printed analyzer commands work on the traces the running demo has stored
-        db = tmp_path / "analyzer.duckdb"
-        for cmd in (["ingest", str(tmp_path / "traces"), "--db", str(db)],
-                    ["decompose", "--db", str(db), "--by", "deployment,tier", "--format", "json"],
-                    ["regressions", "--db", str(db), "--releases", str(tmp_path / "releases.yaml"), "--format", "json"]):
-            r = subprocess.run([sys.executable, "-m", "goodput", "analyze", *cmd], cwd=REPO, capture_output=True, text=True)
+        printed = _wait("the demo to print its endpoints", lambda: "Ctrl-C to stop." in stdout.read_text()
+                        and stdout.read_text(), 60)
+        replicas = dict(re.findall(r"^  (\S+-\d+) +\S+ +(http://\S+/v1)", printed, re.M))
+        assert set(replicas) == {"chat-test-0", "chat-test-1", "quiet-0"}, printed
+        advertised = [shlex.split(line)[1:] for line in printed.splitlines() if line.startswith("  .venv/bin/goodput ")]
+        assert [a[:2] for a in advertised] == [["analyze", c] for c in ("ingest", "decompose", "regressions", "triage")]
+        gpu_url = f"http://127.0.0.1:{ports['gpu']}/metrics"
+
+        # every GPU reads up before the loss; nobody sends the quiet replica anything, so its GPU idles
+        before = _wait("all three GPUs sampled, the quiet one idle",
+                       lambda: (g := _gpus(gpu_url)) and len(g) == 3 and all(v.get("up") == 1 for v in g.values())
+                       and g["quiet-0"].get("util") == 0 and g, 30)
+        assert before["chat-test-1"]["up"] == 1
+
+        # load the quiet replica: its GPU is busy while the requests run, and idle again once they finish
+        url = replicas["quiet-0"]
+        model = httpx.get(f"{url}/models", timeout=5).json()["data"][0]["id"]
+        answers: list[httpx.Response] = []
+
+        def request() -> None:
+            answers.append(httpx.post(f"{url}/completions", timeout=120, json={
+                "model": model, "prompt": "hello " * 200, "max_tokens": 800, "ignore_eos": True}))
+
+        load = [threading.Thread(target=request) for _ in range(LOAD_REQUESTS)]
+        for t in load:
+            t.start()
+        busy = _wait("the quiet replica's GPU to read busy under load",
+                     lambda: (u := _gpus(gpu_url)["quiet-0"].get("util", 0)) >= 0.5 and u, 30)
+        assert busy <= 1
+        for t in load:
+            t.join(timeout=120)
+        assert [r.status_code for r in answers] == [200] * LOAD_REQUESTS
+        assert all(r.json()["usage"]["completion_tokens"] == 800 for r in answers)
+        _wait("the quiet replica's GPU to idle again", lambda: _gpus(gpu_url)["quiet-0"].get("util") == 0, 30)
+
+        # the lost replica's GPU reads lost; the others stay up
+        after = _wait("the lost replica's GPU to read llm_gpu_up 0",
+                      lambda: (g := _gpus(gpu_url)) and g["chat-test-1"].get("up") == 0 and g, LOST_AT_S + 30)
+        assert after["chat-test-0"]["up"] == 1 and after["quiet-0"]["up"] == 1
+        assert "util" not in after["chat-test-1"]
+
+        if shutil.which("prometheus") and shutil.which("prometheus-alertmanager"):
+            prom = f"http://127.0.0.1:{ports['prometheus']}"
+            _wait("Prometheus to scrape the three exporters", lambda: {u["metric"]["job"] for u in httpx.get(
+                f"{prom}/api/v1/query", params={"query": 'up{job=~"llm-.*"} == 1'}).json()["data"]["result"]}
+                == {"llm-gpu", "llm-engine", "llm-requests"}, 30, every=1)
+            rules = httpx.get(f"{prom}/api/v1/rules").json()["data"]["groups"]
+            assert any(r.get("name") == "LLMQueueWaitRisingReplicasShort" for g in rules for r in g["rules"])
+            assert httpx.get(f"http://127.0.0.1:{ports['alertmanager']}/-/ready").status_code == 200
+        else:
+            assert not os.environ.get("CI"), "CI runs the demo with Prometheus and Alertmanager (Debian packages)"
+
+        # the analyzer commands the demo printed, run as printed, on the traces the running demo stored
+        goodput = [sys.executable, "-m", "goodput"]
+        ingest, decompose, regressions, triage = advertised
+
+        def quiet_requests() -> int:
+            r = _run([*goodput, *ingest])
             assert r.returncode == 0, r.stderr
-        assert any(row["deployment"] == "chat-8b-h100" for row in json.loads(
-            subprocess.run([sys.executable, "-m", "goodput", "analyze", "decompose", "--db", str(db), "--format", "json"],
-                           cwd=REPO, capture_output=True, text=True).stdout))
+            r = _run([*goodput, *decompose, "--format", "json"])
+            rows = json.loads(r.stdout) if r.returncode == 0 else []
+            return sum(row["requests"] for row in rows if row["deployment"] == "quiet")
+
+        assert _wait(f"the {LOAD_REQUESTS} requests sent to the quiet replica to reach the analyzer",
+                     lambda: quiet_requests() >= LOAD_REQUESTS, 30, every=2)
+        assert quiet_requests() == LOAD_REQUESTS  # the background workload never reaches the quiet pool
+        r = _run([*goodput, *regressions])
+        assert r.returncode == 0, r.stderr
+        assert triage[triage.index("--deployment") + 1] == "chat-test"  # the demo's own fleet, not a fixed name
+        r = _run([*goodput, *triage])
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("triage of chat-test\n") and "most likely: " in r.stdout
+        facts = json.loads(_run([*goodput, *triage, "--format", "json"]).stdout)["facts"]
+        assert facts["decomposition"]["deployment"] == "chat-test" and facts["recent"]["requests"] > 0
     finally:
         p.send_signal(signal.SIGTERM)  # stops cleanly, like Ctrl-C
-        out, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
-    for name in ("gpu exporter", "engine exporter", "request exporter", "OTLP/HTTP traces", "chat-8b-h100-0",
-                 "goodput analyze ingest", "goodput analyze triage"):
-        assert name in out
-    assert "goodput demo stopped." in out
-    assert list((tmp_path / "traces").glob("date=*/hour=*/*.parquet"))
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, stderr.read_text()[-3000:]
+    assert stdout.read_text().rstrip().endswith("goodput demo stopped.")
+    assert list(Path(out / "traces").glob("date=*/hour=*/*.parquet"))
