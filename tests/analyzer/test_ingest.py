@@ -80,11 +80,11 @@ def test_request_exporter_store_ingests(run, tmp_path):
     assert s.requests == 3 * 256 and s.quarantined == 0
 
 
-def test_otlp_example_ingests_and_what_is_not_a_request_is_quarantined(tmp_path):
+def test_a_trace_without_llm_spans_is_ignored_not_quarantined(tmp_path):
     con = connect(tmp_path / "db.duckdb")
     s = ingest(con, [FIXTURES / "otlp" / "otlp_proto_examples_trace.json"])
-    assert s.spans == 1 and s.requests == 0 and s.quarantined == 1
-    assert list(s.reasons) == ["not an LLM request span (expected llm.request, its segments, or llm_request)"]
+    assert s.spans == 1 and s.requests == 0 and s.quarantined == 0 and not s.usable
+    assert s.ignored_reasons == {"no LLM request in the trace (no llm.request or llm_request span)": 1}
 
 
 def _span(trace, span, name, start, end, parent="", attrs=None):
@@ -116,9 +116,9 @@ def test_malformed_and_partial_traces_are_quarantined_with_reasons(tmp_path):
     assert s.requests == 1
     assert s.reasons == {
         "malformed OTLP payload": 2,
-        "partial trace: segment spans without an llm.request root": 1,
-        "root span ends before it starts": 1,
-        "root span has no deployment (llm.deployment or the service name)": 1,
+        "partial trace: segment spans without their llm.request span": 1,
+        "engine span ends before it starts": 1,
+        "engine span has no deployment (llm.deployment or the service name)": 1,
     }
     details = [d for (d,) in con.execute("SELECT detail FROM quarantine WHERE reason = 'malformed OTLP payload'").fetchall()]
     assert any("traces.jsonl:2" in d and "not JSON" in d for d in details)
