@@ -17,6 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from goodput.foundation.errors import ConfigError
 from simulator.request import TIER_RANK
+from simulator.spans import parse_traceparent
 
 if TYPE_CHECKING:
     from simulator.live import LiveFleet, ReplicaServer
@@ -150,6 +151,8 @@ class Handler(BaseHTTPRequestHandler):
         meta = {"tenant": h.get("x-tenant") or body.get("user") or "default", "route": h.get("x-route") or
                 ("chat" if chat else "completions"), "scene": h.get("x-scene") or "chat",
                 "operation": "chat" if chat else "text_completion", "workload": "http"}
+        if (context := parse_traceparent(h.get("traceparent"))) is not None:  # W3C trace context, continued
+            meta["traceparent"] = context
         req = live.submit_http(rs, prompt, max_tokens, tier, meta, bool(body.get("ignore_eos")))
         if req.finish_reason in ("rejected", "timeout", "error"):
             status = 400 if req.reject_reason == "context_too_long" else 503

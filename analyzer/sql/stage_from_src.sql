@@ -5,7 +5,7 @@ SELECT trace_id, span_id, coalesce(parent_span_id, ''), name, kind, start_time_u
     status_code, $source,
     coalesce(attributes['llm.deployment'], resource['llm.deployment'], nullif(service_name, '')),
     coalesce(attributes['llm.request_id'], attributes['gen_ai.request.id'], span_id),
-    model_attr(attributes), attributes['llm.replica'], tenant_attr(attributes), tier_attr(attributes),
+    model_attr(attributes), coalesce(attributes['llm.replica'], resource['service.instance.id']), tenant_attr(attributes), tier_attr(attributes),
     route_attr(attributes), scene_attr(attributes), input_attr(attributes), output_attr(attributes),
     attributes['llm.cached_tokens'], attributes['llm.preemptions'], attributes['llm.outcome'],
     -- vLLM writes its finish reasons as a JSON list in one string: the first one
