@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -14,51 +17,60 @@ FORMATS = ("table", "json", "csv")
 NOTHING = 1  # exit status when the input or the window holds nothing to report (errors exit 2)
 
 
-def _time(text: str) -> datetime:
+def _time(flag: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 / RFC 3339 time: {text!r}") from None
+        raise ConfigError(flag, text, "not an ISO 8601 / RFC 3339 time") from None
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def _duration(text: str) -> timedelta:
+def _duration(flag: str, text: str) -> timedelta:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     try:
         seconds = float(text[:-1]) * units[text[-1]]
-        if not 1 <= seconds <= 366 * 86400:
-            raise ValueError
-        return timedelta(seconds=seconds)
-    except (KeyError, ValueError, IndexError, OverflowError):
-        raise argparse.ArgumentTypeError(f"expected a duration from 1s to 366d like 30s, 5m, 1h, 1d; got {text!r}") from None
+    except (KeyError, ValueError, IndexError):
+        seconds = float("nan")
+    if not 1 <= seconds <= 366 * 86400:
+        raise ConfigError(flag, text, "expected a duration from 1s to 366d, like 30s, 5m, 1h, 1d")
+    return timedelta(seconds=seconds)
 
 
-def _fraction(text: str) -> float:
+def _fraction(flag: str, text: str) -> float:
     try:
         v = float(text)
     except ValueError:
         v = float("nan")
     if not 0 <= v < 100:
-        raise argparse.ArgumentTypeError(f"expected a relative change like 0.1 (10%); got {text!r}")
+        raise ConfigError(flag, text, "expected a relative change >= 0, like 0.1 for 10%")
     return v
 
 
-def _percentiles(text: str) -> list[float]:
+def _percentiles(flag: str, text: str) -> list[float]:
     try:
         out = [float(p) / 100 for p in text.split(",") if p.strip()]
-        if not out or not all(0 < p < 1 for p in out):
-            raise ValueError
-        return out
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected percentiles like 50,95,99; got {text!r}") from None
+        out = []
+    if not out or not all(0 < p < 1 for p in out):
+        raise ConfigError(flag, text, "expected percentiles between 0 and 100 (exclusive), like 50,95,99")
+    return out
+
+
+def _window_of(args: argparse.Namespace) -> tuple[datetime | None, datetime | None]:
+    since, until = _time("--since", args.since), _time("--until", args.until)
+    if since is not None and until is not None and since >= until:
+        raise ConfigError("--since", args.since, f"must be before --until {args.until}")
+    return since, until
 
 
 def _common(p: argparse.ArgumentParser, report: bool = True) -> None:
     p.add_argument("--db", type=Path, required=True, metavar="FILE.duckdb", help="analyzer database")
     if report:
         p.add_argument("--format", choices=FORMATS, default="table", help="table (default), json or csv")
-        p.add_argument("--since", type=_time, default=None, metavar="TIME", help="only requests arriving at or after")
-        p.add_argument("--until", type=_time, default=None, metavar="TIME", help="only requests arriving before")
+        p.add_argument("--since", default=None, metavar="TIME", help="only requests arriving at or after (RFC 3339)")
+        p.add_argument("--until", default=None, metavar="TIME", help="only requests arriving before (RFC 3339)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,8 +98,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         epilog=f"exit status: 0 report printed, {NOTHING} no requests in the window, 2 bad arguments")
     _common(p)
     p.add_argument("--by", default="deployment", help="comma-separated dimensions (deployment,tenant,tier,route,...)")
-    p.add_argument("--bucket", default=None, choices=("1m", "5m", "15m", "1h", "1d"), help="also group by time bucket")
-    p.add_argument("--percentiles", type=_percentiles, default=[0.5, 0.95, 0.99], metavar="50,95,99")
+    p.add_argument("--bucket", default=None, metavar="1m|5m|15m|1h|1d", help="also group by time bucket")
+    p.add_argument("--percentiles", default="50,95,99", metavar="50,95,99", help="E2E and TTFT percentiles")
     p.set_defaults(func=_decompose)
 
     p = asub.add_parser("regressions", help="change points in p95 latency, attributed to releases or not",
@@ -95,10 +107,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "whether a release, a workload shift or a per-token cost change explains each.")
     _common(p)
     p.add_argument("--releases", type=Path, default=None, metavar="FILE", help="releases file (YAML or CSV)")
-    p.add_argument("--bucket", type=_duration, default=timedelta(minutes=5), metavar="5m", help="time bucket (default 5m)")
-    p.add_argument("--window", type=_duration, default=timedelta(minutes=30), metavar="30m",
+    p.add_argument("--bucket", default="5m", metavar="5m", help="time bucket, 1s to 366d (default 5m)")
+    p.add_argument("--window", default="30m", metavar="30m",
                    help="how long before a change a release may be blamed (default 30m)")
-    p.add_argument("--min-change", type=_fraction, default=0.1, help="smallest relative change reported (default 0.1)")
+    p.add_argument("--min-change", default="0.1", metavar="0.1", help="smallest relative change reported (default 0.1)")
     p.add_argument("--deployment", default=None)
     p.set_defaults(func=_regressions)
 
@@ -147,16 +159,20 @@ def _decompose(args: argparse.Namespace) -> int:
     from analyzer.report import render
     from analyzer.store import connect
 
+    since, until = _window_of(args)
+    percentiles = _percentiles("--percentiles", args.percentiles)
     con = connect(args.db, read_only=True)
     by = [b.strip() for b in args.by.split(",") if b.strip()]
-    d = decompose(con, by, since=args.since, until=args.until, percentiles=args.percentiles, bucket=args.bucket)
+    d = decompose(con, by, since=since, until=until, percentiles=percentiles, bucket=args.bucket)
     rows = d.records()
     if not rows:
         print(f"goodput: no requests {_window(args)}", file=sys.stderr)
         return NOTHING
     columns = None
     if args.format == "table":
-        pct = [k for k in rows[0] if k.startswith("e2e_p")] + [k for k in rows[0] if k.startswith("ttft_p")][-1:]
+        e2e = [k for k in rows[0] if re.fullmatch(r"e2e_p[0-9_]+_s", k)]
+        ttft = [k for k in rows[0] if re.fullmatch(r"ttft_p[0-9_]+_s", k)]
+        pct = [*e2e, "ttft_p95_s" if "ttft_p95_s" in ttft else ttft[-1]]
         columns = [*d.group_columns(), "requests", *pct, "gateway_s", "queue_s", "prefill_s", "decode_s", "send_s",
                    "other_s", "e2e_p95_top_segment"]
     print(render(rows, args.format, title="latency decomposition (seconds; segments are means)", columns=columns))
@@ -166,8 +182,7 @@ def _decompose(args: argparse.Namespace) -> int:
 def _window(args: argparse.Namespace) -> str:
     if args.since is None and args.until is None:
         return "in the database"
-    return ("in the window " + (args.since.isoformat() if args.since else "the beginning") + " .. "
-            + (args.until.isoformat() if args.until else "now"))
+    return f"in the window {args.since or 'the beginning'} .. {args.until or 'now'}"
 
 
 def _regressions(args: argparse.Namespace) -> int:
@@ -176,10 +191,13 @@ def _regressions(args: argparse.Namespace) -> int:
     from analyzer.report import render
     from analyzer.store import connect
 
+    since, until = _window_of(args)
+    bucket, window = _duration("--bucket", args.bucket), _duration("--window", args.window)
+    min_change = _fraction("--min-change", args.min_change)
     releases = load_releases(args.releases) if args.releases else []
     con = connect(args.db, read_only=True)
-    regs = scan_regressions(con, releases, bucket=f"{int(args.bucket.total_seconds())} seconds", window=args.window,
-                            since=args.since, until=args.until, deployment=args.deployment, min_change=args.min_change)
+    regs = scan_regressions(con, releases, bucket=f"{int(bucket.total_seconds())} seconds", window=window,
+                            since=since, until=until, deployment=args.deployment, min_change=min_change)
     rows = [r.record() for r in regs.found]
     cols = ["time", "deployment", "tier", "metric", "change", "before_p95_s", "after_p95_s", "segment", "release", "cause"]
     if not rows:
@@ -195,9 +213,10 @@ def _triage(args: argparse.Namespace) -> int:
     from analyzer.store import connect
     from analyzer.triage import triage
 
+    since, until = _window_of(args)
     releases = load_releases(args.releases) if args.releases else []
     con = connect(args.db, read_only=True)
-    t = triage(con, args.deployment, since=args.since, until=args.until, releases=releases)
+    t = triage(con, args.deployment, since=since, until=until, releases=releases)
     if args.format == "json":
         print(json.dumps(t.record(), indent=2, default=str))
     elif args.format == "csv":

@@ -71,7 +71,8 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
         e2e, ttft = rec["e2e_p95_s"] or 0.0, rec["ttft_p95_s"] or 0.0
         t.steps.append(("1. latency split", f"recent p95 E2E {e2e:.3f} s, TTFT {ttft:.3f} s; "
                         f"the p95 E2E tail is mostly {rec['e2e_p95_top_segment']}, the TTFT tail mostly "
-                        f"{rec['ttft_p95_top_segment']}; mean s: " + ", ".join(f"{k} {v:.3f}" for k, v in means.items())))
+                        f"{rec['ttft_p95_top_segment']}; mean s: " + ", ".join(f"{k} {round(v, 3) + 0.0:.3f}"
+                                                                   for k, v in means.items())))
         t.facts["decomposition"] = rec
     # 2. workload
     rate_b = (before.get("requests") or 0) / max(before.get("seconds") or 1, 1)
