@@ -266,16 +266,18 @@ def test_retries_are_one_request_per_engine_call_sharing_out_the_gateway_span(tm
     engine = {"llm.deployment": "chat"}
     f = tmp_path / "retry.jsonl"
     f.write_text(_doc(
-        _span(t, "1" * 16, "POST /v1/chat/completions", T0, T0 + 1000 * MS, attrs={"llm.tenant": "acme"}),
+        _span(t, "1" * 16, "POST /v1/chat/completions", T0, T0 + 1000 * MS, attrs={
+            "enduser.id": "bob", "tenant.id": "acme", "http.route": "/v1/chat/completions", "llm.route": "chat"}),
         _span(t, "2" * 16, "llm_request", T0 + 100 * MS, T0 + 300 * MS, parent="1" * 16, attrs=engine),
         _span(t, "3" * 16, "llm_request", T0 + 400 * MS, T0 + 900 * MS, parent="1" * 16, attrs=engine),
     ) + "\n")
     con = connect(tmp_path / "db.duckdb")
     s = ingest(con, [f])
     assert s.requests == 2 and s.retried == 1
-    rows = con.execute("SELECT trace_id, retries, tenant, round(gateway_s, 9), round(send_s, 9), round(e2e_s, 9), "
-                       "start_ns - ? FROM requests ORDER BY retries", [T0]).fetchall()
-    assert rows == [(t, 0, "acme", 0.1, 0.0, 0.3, 0), (t, 1, "acme", 0.1, 0.1, 0.7, 300 * MS)]
+    rows = con.execute("SELECT trace_id, retries, tenant, route, round(gateway_s, 9), round(send_s, 9), "
+                       "round(e2e_s, 9), start_ns - ? FROM requests ORDER BY retries", [T0]).fetchall()
+    # within a span: tenant.id before enduser.id, llm.route before http.route
+    assert rows == [(t, 0, "acme", "chat", 0.1, 0.0, 0.3, 0), (t, 1, "acme", "chat", 0.1, 0.1, 0.7, 300 * MS)]
     assert ingest(con, [f]).duplicates == 2
 
 
