@@ -88,27 +88,32 @@ def _parquet_kind(path: Path) -> str:
     raise ConfigError(str(path), "", "Parquet file is neither a goodput trace store nor a simulator requests.parquet")
 
 
+def _files(root: Path) -> list[Path]:
+    """The files below a directory, hidden ones and those under ``_``-named folders (the store's ``_wal``) left out."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and not any(part.startswith((".", "_"))
+                                                                        for part in p.relative_to(root).parts))
+
+
+def _traces(files: list[Path]) -> list[Path]:
+    return [f for f in files if f.suffix in (".parquet", *JSON_SUFFIXES, *PROTO_SUFFIXES)]
+
+
 def _plan(path: Path) -> tuple[list[tuple[str, list[Path]]], int]:
     """What to read under ``path``: (kind, files) groups — a directory's trace-store Parquet files are one
     group, read by DuckDB in one scan — and how many files of a directory were skipped (unknown suffix)."""
     if not path.is_dir():
         return [(_sniff(path), [path])], 0
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not any(part.startswith((".", "_"))
-                                                                         for part in p.relative_to(path).parts))
+    files = _files(path)
+    traces = _traces(files)
     groups: list[tuple[str, list[Path]]] = []
     store: list[Path] = []
-    skipped = 0
-    for f in files:
-        if f.suffix == ".parquet":
-            kind = _parquet_kind(f)
-            if kind == "spans-parquet":
-                store.append(f)
-            else:
-                groups.append((kind, [f]))
-        elif f.suffix in JSON_SUFFIXES + PROTO_SUFFIXES:
-            groups.append((_sniff(f), [f]))
+    for f in traces:
+        kind = _sniff(f)
+        if kind == "spans-parquet":
+            store.append(f)
         else:
-            skipped += 1
+            groups.append((kind, [f]))
+    skipped = len(files) - len(traces)
     if store:
         groups.insert(0, ("spans-parquet", store))
     if not groups:
@@ -117,7 +122,7 @@ def _plan(path: Path) -> tuple[list[tuple[str, list[Path]]], int]:
 
 
 def _size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+    return sum(f.stat().st_size for f in _traces(_files(path))) if path.is_dir() else path.stat().st_size
 
 
 def input_bytes(paths: list[Path]) -> int:

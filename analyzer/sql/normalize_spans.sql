@@ -56,12 +56,14 @@ SELECT 'no LLM request in the trace (no llm.request or llm_request span)',
        count(*) FILTER (WHERE trace_id NOT IN (SELECT trace_id FROM engine))
 FROM (SELECT DISTINCT trace_id, span_id FROM staged_context);
 
--- the context of the traces that hold calls: every span's place, kind, times and inheritable attributes
+-- the context of the traces that hold calls: every span's place, kind, times and inheritable attributes (a
+-- trace of lone root calls, the simulator's, has none to look at)
 CREATE OR REPLACE TEMP TABLE nodes AS
 SELECT DISTINCT ON (trace_id, span_id) * FROM (
     SELECT trace_id, span_id, parent_span_id, kind, start_time_unix_nano AS start_ns, end_time_unix_nano AS end_ns,
            tenant, tier, route, scene, model, a_input, a_output
     FROM usable
+    WHERE trace_id IN (SELECT trace_id FROM staged_context) OR trace_id IN (SELECT trace_id FROM usable WHERE parent_span_id <> '')
     UNION ALL
     SELECT trace_id, span_id, parent_span_id, kind, start_ns, end_ns, tenant, tier, route, scene, model, a_input,
            a_output
