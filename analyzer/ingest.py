@@ -402,8 +402,7 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
     con.execute("INSERT INTO ingest_log VALUES (?, now(), ?, ?, ?, ?)",
                 [", ".join(str(p) for p in paths)[:4000], out.spans + sim_rows, out.requests, out.duplicates,
                  out.quarantined])
-    for table in ("staged_engine", "staged_kids", "staged_context", "engine", "kids", "usable", "calls", "ignored",
-                  "nodes", "lineage", "trace_context", "windows", "fresh", "new_requests"):
+    for table in ("staged_engine", "staged_kids", "staged_context", "ignored", "known", "new_requests"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     out.seconds = time.perf_counter() - t0
     return out
@@ -424,5 +423,4 @@ def _normalize_spans(con: duckdb.DuckDBPyConnection, out: IngestSummary) -> int:
     con.execute(sql("normalize_spans"))
     out.ignored_reasons = {r: n for r, n in con.execute("SELECT reason, spans FROM ignored WHERE spans > 0").fetchall()}
     out.ignored = sum(out.ignored_reasons.values())
-    known = _count(con, "SELECT (SELECT count(*) FROM windows) - (SELECT count(*) FROM fresh)")
-    return rows - pairs + known
+    return rows - pairs + _count(con, "SELECT calls FROM known")

@@ -69,6 +69,9 @@ SELECT DISTINCT ON (trace_id, span_id) * FROM (
            a_output
     FROM staged_context WHERE trace_id IN (SELECT trace_id FROM calls)
 );
+DROP TABLE engine;
+DROP TABLE usable;
+DROP TABLE staged_context;   -- tables are dropped once used: peak memory
 
 CREATE OR REPLACE TEMP TABLE lineage AS
 WITH RECURSIVE up(trace_id, call, span_id, parent_span_id, depth) AS (
@@ -101,6 +104,7 @@ SELECT trace_id,
     arg_min(route, start_ns) FILTER (WHERE route IS NOT NULL) AS route,
     arg_min(scene, start_ns) FILTER (WHERE scene IS NOT NULL) AS scene
 FROM nodes GROUP BY trace_id;
+DROP TABLE nodes;
 
 CREATE OR REPLACE TEMP TABLE windows AS
 WITH c AS (
@@ -108,24 +112,39 @@ WITH c AS (
         coalesce(c.tenant, l.tenant, t.tenant) AS w_tenant, coalesce(c.tier, l.tier, t.tier) AS w_tier,
         coalesce(c.route, l.route, t.route) AS w_route, coalesce(c.scene, l.scene, t.scene) AS w_scene,
         coalesce(c.model, l.model) AS w_model, coalesce(c.a_input, l.a_input) AS w_input,
-        coalesce(c.a_output, l.a_output) AS w_output,
-        row_number() OVER (PARTITION BY c.trace_id ORDER BY c.start_time_unix_nano, c.span_id) - 1 AS retries,
-        row_number() OVER (PARTITION BY c.trace_id, l.server_id ORDER BY c.start_time_unix_nano, c.span_id) = 1 AS first,
-        row_number() OVER (PARTITION BY c.trace_id, l.server_id ORDER BY c.end_time_unix_nano DESC, c.span_id) = 1 AS last,
-        max(c.end_time_unix_nano) OVER (PARTITION BY c.trace_id, l.server_id ORDER BY c.start_time_unix_nano, c.span_id
-                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+        coalesce(c.a_output, l.a_output) AS w_output
     FROM calls c LEFT JOIN lineage l USING (trace_id, span_id) LEFT JOIN trace_context t USING (trace_id)
+), ranked AS (   -- only traces with several calls need ranking (window functions are the costly part)
+    SELECT trace_id, span_id,
+        row_number() OVER (PARTITION BY trace_id ORDER BY start_time_unix_nano, span_id) - 1 AS retries,
+        row_number() OVER (PARTITION BY trace_id, server_id ORDER BY start_time_unix_nano, span_id) = 1 AS first,
+        row_number() OVER (PARTITION BY trace_id, server_id ORDER BY end_time_unix_nano DESC, span_id) = 1 AS last,
+        max(end_time_unix_nano) OVER (PARTITION BY trace_id, server_id ORDER BY start_time_unix_nano, span_id
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM c
+    WHERE trace_id IN (SELECT trace_id FROM calls GROUP BY trace_id HAVING count(*) > 1)
+), w AS (
+    SELECT c.*, coalesce(r.retries, 0) AS retries, coalesce(r.first, true) AS first, coalesce(r.last, true) AS last,
+           r.prev_end
+    FROM c LEFT JOIN ranked r USING (trace_id, span_id)
 )
 SELECT *,
     CASE WHEN server_id IS NULL THEN start_time_unix_nano WHEN first THEN server_start
          ELSE least(start_time_unix_nano, prev_end) END AS w_start,
     CASE WHEN server_id IS NULL OR NOT last THEN end_time_unix_nano ELSE server_end END AS w_end
-FROM c;
+FROM w;
+DROP TABLE calls;
+DROP TABLE lineage;
+DROP TABLE trace_context;
 
 CREATE OR REPLACE TEMP TABLE fresh AS
 SELECT w.*, k.* EXCLUDE (trace_id, span_id, source, spans)
 FROM windows w LEFT JOIN kids k ON k.trace_id = w.trace_id AND k.span_id = w.span_id AND w.name = 'llm.request'
 WHERE NOT EXISTS (SELECT 1 FROM requests r WHERE r.trace_id = w.trace_id AND r.request_id = w.request_id);
+CREATE OR REPLACE TEMP TABLE known AS   -- calls already in the database
+SELECT (SELECT count(*) FROM windows) - (SELECT count(*) FROM fresh) AS calls;
+DROP TABLE windows;
+DROP TABLE kids;
 
 CREATE OR REPLACE TEMP TABLE new_requests AS
 WITH base AS (
@@ -172,6 +191,7 @@ SELECT
     CASE WHEN served THEN coalesce(send_start, end_time_unix_nano) ELSE send_start END AS x_send
 FROM seg
 ORDER BY w_start;
+DROP TABLE fresh;
 
 INSERT INTO requests BY NAME
 SELECT * EXCLUDE (x_gateway, x_queue, x_prefill, x_decode, x_send) FROM new_requests ORDER BY start_ns;
