@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "services are context (ignored).",
                         epilog=f"exit status: 0 requests found (new or already known), {NOTHING} nothing usable in "
                                "the input, 2 bad arguments or unreadable files")
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files or directories")
     _common(p, report=False)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=_ingest)
