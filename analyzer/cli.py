@@ -4,43 +4,73 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
 
 FORMATS = ("table", "json", "csv")
+NOTHING = 1  # exit status when the input or the window holds nothing to report (errors exit 2)
 
 
-def _time(text: str) -> datetime:
+def _time(flag: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 / RFC 3339 time: {text!r}") from None
+        raise ConfigError(flag, text, "not an ISO 8601 / RFC 3339 time") from None
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def _duration(text: str) -> timedelta:
+def _duration(flag: str, text: str) -> timedelta:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     try:
-        return timedelta(seconds=float(text[:-1]) * units[text[-1]])
+        seconds = float(text[:-1]) * units[text[-1]]
     except (KeyError, ValueError, IndexError):
-        raise argparse.ArgumentTypeError(f"expected a duration like 30s, 5m, 1h, 1d; got {text!r}") from None
+        seconds = float("nan")
+    if not 1 <= seconds <= 366 * 86400:
+        raise ConfigError(flag, text, "expected a duration from 1s to 366d, like 30s, 5m, 1h, 1d")
+    return timedelta(seconds=seconds)
 
 
-def _percentiles(text: str) -> list[float]:
+def _fraction(flag: str, text: str) -> float:
     try:
-        return [float(p) / 100 for p in text.split(",") if p.strip()]
+        v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected percentiles like 50,95,99; got {text!r}") from None
+        v = float("nan")
+    if not 0 <= v < 100:
+        raise ConfigError(flag, text, "expected a relative change >= 0, like 0.1 for 10%")
+    return v
+
+
+def _percentiles(flag: str, text: str) -> list[float]:
+    try:
+        out = [float(p) / 100 for p in text.split(",") if p.strip()]
+    except ValueError:
+        out = []
+    if not out or not all(0 < p < 1 for p in out):
+        raise ConfigError(flag, text, "expected percentiles between 0 and 100 (exclusive), like 50,95,99")
+    return out
+
+
+def _window_of(args: argparse.Namespace) -> tuple[datetime | None, datetime | None]:
+    since, until = _time("--since", args.since), _time("--until", args.until)
+    if since is not None and until is not None and since >= until:
+        raise ConfigError("--since", args.since, f"must be before --until {args.until}")
+    return since, until
 
 
 def _common(p: argparse.ArgumentParser, report: bool = True) -> None:
     p.add_argument("--db", type=Path, required=True, metavar="FILE.duckdb", help="analyzer database")
     if report:
         p.add_argument("--format", choices=FORMATS, default="table", help="table (default), json or csv")
-        p.add_argument("--since", type=_time, default=None, metavar="TIME", help="only requests arriving at or after")
-        p.add_argument("--until", type=_time, default=None, metavar="TIME", help="only requests arriving before")
+        p.add_argument("--since", default=None, metavar="TIME", help="only requests arriving at or after (RFC 3339)")
+        p.add_argument("--until", default=None, metavar="TIME", help="only requests arriving before (RFC 3339)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,20 +80,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     asub.required = True
 
     p = asub.add_parser("ingest", help="load traces (OTLP JSON/protobuf, trace-store Parquet, requests.parquet)",
-                        description="Load request traces into the database. Re-ingesting the same data adds nothing; "
-                                    "records that cannot be used are quarantined with a reason.")
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+                        description="Load request traces into the database. A directory is read file by file "
+                                    "(.parquet, .json, .jsonl, .ndjson, .pb, .binpb). Re-ingesting the same data adds "
+                                    "nothing; records that cannot be used are quarantined with a reason; spans of other "
+                                    "services are context (ignored).",
+                        epilog=f"exit status: 0 requests found (new or already known), {NOTHING} nothing usable in "
+                               "the input, 2 bad arguments or unreadable files")
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files or directories")
     _common(p, report=False)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=_ingest)
 
     p = asub.add_parser("decompose", help="split E2E and TTFT into gateway, queue, prefill, decode, send",
                         description="Percentiles of E2E and TTFT per group, mean seconds per segment, clock-skew "
-                                    "gaps and overlaps, and the segment that dominates each group's p95/p99 tail.")
+                                    "gaps and overlaps, and the segment that dominates each group's p95/p99 tail. The "
+                                    "table shows the columns that matter; --format json|csv has them all.",
+                        epilog=f"exit status: 0 report printed, {NOTHING} no requests in the window, 2 bad arguments")
     _common(p)
     p.add_argument("--by", default="deployment", help="comma-separated dimensions (deployment,tenant,tier,route,...)")
-    p.add_argument("--bucket", default=None, choices=("1m", "5m", "15m", "1h", "1d"), help="also group by time bucket")
-    p.add_argument("--percentiles", type=_percentiles, default=[0.5, 0.95, 0.99], metavar="50,95,99")
+    p.add_argument("--bucket", default=None, metavar="1m|5m|15m|1h|1d", help="also group by time bucket")
+    p.add_argument("--percentiles", default="50,95,99", metavar="50,95,99", help="E2E and TTFT percentiles")
     p.set_defaults(func=_decompose)
 
     p = asub.add_parser("regressions", help="change points in p95 latency, attributed to releases or not",
@@ -71,16 +107,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "whether a release, a workload shift or a per-token cost change explains each.")
     _common(p)
     p.add_argument("--releases", type=Path, default=None, metavar="FILE", help="releases file (YAML or CSV)")
-    p.add_argument("--bucket", type=_duration, default=timedelta(minutes=5), metavar="5m", help="time bucket (default 5m)")
-    p.add_argument("--window", type=_duration, default=timedelta(minutes=30), metavar="30m",
+    p.add_argument("--bucket", default="5m", metavar="5m", help="time bucket, 1s to 366d (default 5m)")
+    p.add_argument("--window", default="30m", metavar="30m",
                    help="how long before a change a release may be blamed (default 30m)")
-    p.add_argument("--min-change", type=float, default=0.1, help="smallest relative change reported (default 0.1)")
+    p.add_argument("--min-change", default="0.1", metavar="0.1", help="smallest relative change reported (default 0.1)")
     p.add_argument("--deployment", default=None)
     p.set_defaults(func=_regressions)
 
     p = asub.add_parser("triage", help="walk the troubleshooting order for one deployment and name the likely cause",
                         description="Latency split, workload, KV cache, routing and cache, releases — for one "
-                                    "deployment, comparing the last quarter of the window with what came before.")
+                                    "deployment, comparing the last quarter of the window with what came before. A "
+                                    "cause is named only when p95 latency regressed; otherwise it says so.")
     _common(p)
     p.add_argument("--deployment", required=True)
     p.add_argument("--releases", type=Path, default=None, metavar="FILE")
@@ -101,10 +138,19 @@ def _ingest(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(d, indent=2))
     else:
-        print(f"{d['requests_added']:,} requests added from {d['files']} file(s) ({d['spans']:,} spans) in "
-              f"{d['seconds']:.1f} s; {d['duplicates_skipped']:,} already known; {d['quarantined']:,} quarantined")
+        skipped = f", {d['skipped_files']} skipped (not a trace format)" if d["skipped_files"] else ""
+        print(f"read {d['files']} file(s){skipped}: {d['spans']:,} spans in {d['seconds']:.1f} s")
+        print(f"{d['requests_added']:,} requests added ({d['retries']:,} of them retries of an earlier call in their "
+              f"trace); {d['duplicates_skipped']:,} already known; {d['quarantined']:,} quarantined; "
+              f"{d['ignored']:,} spans ignored")
         for reason, n in d["quarantine_reasons"].items():
             print(f"  quarantined {n:,}: {reason}")
+        for reason, n in d["ignored_reasons"].items():
+            print(f"  ignored {n:,}: {reason}")
+    if not summary.usable:
+        print("goodput: nothing usable: no LLM request (llm.request, llm_request or a requests.parquet row) in "
+              f"{', '.join(str(p) for p in args.paths)}", file=sys.stderr)
+        return NOTHING
     return 0
 
 
@@ -113,26 +159,51 @@ def _decompose(args: argparse.Namespace) -> int:
     from analyzer.report import render
     from analyzer.store import connect
 
+    since, until = _window_of(args)
+    percentiles = _percentiles("--percentiles", args.percentiles)
     con = connect(args.db, read_only=True)
     by = [b.strip() for b in args.by.split(",") if b.strip()]
-    d = decompose(con, by, since=args.since, until=args.until, percentiles=args.percentiles, bucket=args.bucket)
-    print(render(d.records(), args.format, title="latency decomposition (seconds)"))
+    d = decompose(con, by, since=since, until=until, percentiles=percentiles, bucket=args.bucket)
+    rows = d.records()
+    if not rows:
+        print(f"goodput: no requests {_window(args)}", file=sys.stderr)
+        return NOTHING
+    columns = None
+    if args.format == "table":
+        e2e = [k for k in rows[0] if re.fullmatch(r"e2e_p[0-9_]+_s", k)]
+        ttft = [k for k in rows[0] if re.fullmatch(r"ttft_p[0-9_]+_s", k)]
+        pct = [*e2e, "ttft_p95_s" if "ttft_p95_s" in ttft else ttft[-1]]
+        columns = [*d.group_columns(), "requests", *pct, "gateway_s", "queue_s", "prefill_s", "decode_s", "send_s",
+                   "other_s", "e2e_p95_top_segment"]
+    print(render(rows, args.format, title="latency decomposition (seconds; segments are means)", columns=columns))
     return 0
 
 
+def _window(args: argparse.Namespace) -> str:
+    if args.since is None and args.until is None:
+        return "in the database"
+    return f"in the window {args.since or 'the beginning'} .. {args.until or 'now'}"
+
+
 def _regressions(args: argparse.Namespace) -> int:
-    from analyzer.regressions import find_regressions
+    from analyzer.regressions import scan_regressions
     from analyzer.releases import load_releases
     from analyzer.report import render
     from analyzer.store import connect
 
+    since, until = _window_of(args)
+    bucket, window = _duration("--bucket", args.bucket), _duration("--window", args.window)
+    min_change = _fraction("--min-change", args.min_change)
     releases = load_releases(args.releases) if args.releases else []
     con = connect(args.db, read_only=True)
-    regs = find_regressions(con, releases, bucket=f"{int(args.bucket.total_seconds())} seconds", window=args.window,
-                            since=args.since, until=args.until, deployment=args.deployment, min_change=args.min_change)
-    rows = [r.record() for r in regs]
-    cols = ["time", "deployment", "tier", "metric", "change", "before_p95_s", "after_p95_s", "segment", "cause", "release",
-            "blamed"]
+    regs = scan_regressions(con, releases, bucket=f"{int(bucket.total_seconds())} seconds", window=window,
+                            since=since, until=until, deployment=args.deployment, min_change=min_change)
+    rows = [r.record() for r in regs.found]
+    cols = ["time", "deployment", "tier", "metric", "change", "before_p95_s", "after_p95_s", "segment", "release", "cause"]
+    if not rows:
+        print(f"no regression: {regs.describe()}", file=sys.stdout if args.format == "table" else sys.stderr)
+        if args.format == "table":
+            return 0
     print(render(rows, args.format, title="latency change points", columns=None if args.format == "json" else cols))
     return 0
 
@@ -142,9 +213,10 @@ def _triage(args: argparse.Namespace) -> int:
     from analyzer.store import connect
     from analyzer.triage import triage
 
+    since, until = _window_of(args)
     releases = load_releases(args.releases) if args.releases else []
     con = connect(args.db, read_only=True)
-    t = triage(con, args.deployment, since=args.since, until=args.until, releases=releases)
+    t = triage(con, args.deployment, since=since, until=until, releases=releases)
     if args.format == "json":
         print(json.dumps(t.record(), indent=2, default=str))
     elif args.format == "csv":
@@ -155,6 +227,6 @@ def _triage(args: argparse.Namespace) -> int:
         print(f"triage of {args.deployment}")
         for step, finding in t.steps:
             print(f"  {step}: {finding}")
-        print(f"most likely: {t.verdict}")
+        print(f"most likely: {t.verdict}" if t.regressed else t.verdict)
     return 0
 

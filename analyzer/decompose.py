@@ -28,6 +28,10 @@ class Decomposition:
     rows: list[tuple]
     percentiles: list[float]
 
+    def group_columns(self) -> list[str]:
+        """The grouping dimensions (and ``bucket``), in order."""
+        return [c for c in self.columns if c not in _REST and not c.endswith(("_q", "_p95", "_p99"))]
+
     def records(self) -> list[dict]:
         out = []
         for row in self.rows:
@@ -38,8 +42,7 @@ class Decomposition:
                     rec[f"{name[:-2]}_p{_pct(p)}_s"] = v
             for name in ("e2e_p95", "e2e_p99", "ttft_p95", "ttft_p99"):
                 rec.pop(name, None)
-            first = [c for c in self.columns if c not in _REST and not c.endswith("_q")]
-            lead = [*first, "requests", "all_requests", *(k for k in rec if k.startswith(("e2e_p", "ttft_p"))
+            lead = [*self.group_columns(), "requests", "all_requests", *(k for k in rec if k.startswith(("e2e_p", "ttft_p"))
                                                             and k.endswith("_s"))]
             out.append({k: rec[k] for k in dict.fromkeys([*lead, *_REST]) if k in rec})
         return out

@@ -23,7 +23,7 @@ from analyzer.changepoint import detect
 from analyzer.releases import Release
 from analyzer.store import sql
 
-__all__ = ["METRICS", "Regression", "find_regressions"]
+__all__ = ["METRICS", "Regression", "Scan", "find_regressions", "scan_regressions"]
 
 METRICS = ("e2e_s", "ttft_s", "tpot_s", "gateway_s", "queue_s", "prefill_s", "decode_s", "send_s")
 SEGMENTS_OF = {"e2e_s": ("gateway", "queue", "prefill", "decode", "send"), "ttft_s": ("gateway", "queue", "prefill"),
@@ -56,6 +56,31 @@ class Regression:
         return d
 
 
+@dataclass
+class Scan:
+    """What a search for change points looked at, and what it found."""
+
+    found: list[Regression]
+    bucket: str
+    min_change: float
+    t_min: float
+    groups: list[str] = field(default_factory=list)  # "deployment/tier" searched
+    series: int = 0  # (group, metric) series long enough to search
+    buckets: int = 0
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def describe(self) -> str:
+        """What was searched, in one line (for a search that found nothing)."""
+        if not self.groups:
+            return "no requests in the window to search"
+        span = f"{self.start:%Y-%m-%d %H:%M} .. {self.end:%Y-%m-%d %H:%M}" if self.start and self.end else "?"
+        return (f"searched {self.series} series ({len(METRICS)} latency metrics x {len(self.groups)} deployment/tier: "
+                f"{', '.join(self.groups[:8])}{' ...' if len(self.groups) > 8 else ''}) over {span} in {self.buckets} "
+                f"buckets of {self.bucket}; no step of p95 of at least {self.min_change:.0%} with Welch's t >= "
+                f"{self.t_min:g} (series need 8 buckets of >= {MIN_REQUESTS} ok requests)")
+
+
 def _ratio(before: float, after: float) -> float:
     if before is None or after is None or not np.isfinite(before) or not np.isfinite(after) or before <= 0:
         return float("nan")
@@ -67,21 +92,32 @@ def _median(frame: pd.DataFrame, col: str) -> float:
     return float(v.median()) if len(v) else float("nan")
 
 
-def find_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str = "5 minutes",
+def find_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], **kw) -> list[Regression]:
+    """The change points of ``scan_regressions``, most significant first."""
+    return scan_regressions(con, releases, **kw).found
+
+
+def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str = "5 minutes",
                      window: timedelta = timedelta(minutes=30), since: datetime | None = None,
                      until: datetime | None = None, deployment: str | None = None, t_min: float = 4.0,
-                     min_change: float = 0.1) -> list[Regression]:
+                     min_change: float = 0.1) -> Scan:
     series = con.execute(sql("bucket_series"), {"bucket": bucket, "since": since, "until": until,
                                                 "deployment": deployment}).fetchdf()
     width = pd.to_timedelta(con.execute("SELECT CAST(? AS INTERVAL)", [bucket]).fetchall()[0][0])
+    scan = Scan([], bucket, min_change, t_min)
+    if len(series):
+        scan.buckets = series["bucket"].nunique()
+        scan.start, scan.end = series["bucket"].min().to_pydatetime(), series["bucket"].max().to_pydatetime() + width
     found: list[tuple[Regression, pd.DataFrame, pd.DataFrame]] = []
     for (dep, tier), g in series.groupby(["deployment", "tier"], sort=True):
+        scan.groups.append(f"{dep}/{tier}")
         g = g[g["ok"] >= MIN_REQUESTS].reset_index(drop=True)
         for metric in METRICS:
             s = g[["bucket", metric]].dropna()
             s = s[s[metric] > 0]
             if len(s) < 8:
                 continue
+            scan.series += 1
             idx = s.index.to_numpy()
             cps = detect(s[metric].to_numpy(), t_min=t_min, min_change=min_change)
             edges = [0] + [c.index for c in cps] + [len(s)]
@@ -93,12 +129,13 @@ def find_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *,
                 reg = Regression(str(dep), str(tier), metric, at, cp.change, cp.before, cp.after, "", "")
                 found.append((reg, before, after))
     if not found:
-        return []
+        return scan
     _attribute(con, found, releases, width, window)
     for reg, before, after in found:
         _evidence(con, reg, before, after, width)
     out = [r for r, _, _ in found]
-    return sorted(out, key=lambda r: -abs(math.log1p(r.change)) if r.change > -1 else 0)
+    scan.found = sorted(out, key=lambda r: -abs(math.log1p(r.change)) if r.change > -1 else 0)
+    return scan
 
 
 def _attribute(con, found, releases: list[Release], width, window: timedelta) -> None:

@@ -2,7 +2,10 @@
 
 1. split E2E into gateway, queue, prefill, decode, send; 2. did request lengths or arrivals change;
 3. KV cache, preemptions, KV rejections; 4. routing balance and prefix-cache hits; 5. releases.
-The recent period (the last quarter of the window) is compared with what came before it.
+The recent period (the last quarter of the window) is compared with what came before it. A cause is
+named only when latency regressed — p95 E2E or TTFT of the recent period at least ``REGRESSION`` above
+what came before, or a step up in any p95 series of the window; otherwise the verdict says "no
+regression" and what was checked, since every window has a largest segment and some drift.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from analyzer.releases import Release
 from analyzer.store import sql
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["Triage", "triage"]
+__all__ = ["REGRESSION", "Triage", "triage"]
+
+REGRESSION = 0.1  # relative rise of recent p95 E2E or TTFT that counts as a regression
 
 
 @dataclass
@@ -26,10 +31,11 @@ class Triage:
     deployment: str
     steps: list[tuple[str, str]] = field(default_factory=list)  # (step, finding)
     verdict: str = ""
+    regressed: bool = False
     facts: dict = field(default_factory=dict)
 
     def record(self) -> dict:
-        return {"deployment": self.deployment, "verdict": self.verdict,
+        return {"deployment": self.deployment, "regressed": self.regressed, "verdict": self.verdict,
                 "steps": [{"step": s, "finding": f} for s, f in self.steps], "facts": self.facts}
 
 
@@ -65,7 +71,8 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
         e2e, ttft = rec["e2e_p95_s"] or 0.0, rec["ttft_p95_s"] or 0.0
         t.steps.append(("1. latency split", f"recent p95 E2E {e2e:.3f} s, TTFT {ttft:.3f} s; "
                         f"the p95 E2E tail is mostly {rec['e2e_p95_top_segment']}, the TTFT tail mostly "
-                        f"{rec['ttft_p95_top_segment']}; mean s: " + ", ".join(f"{k} {v:.3f}" for k, v in means.items())))
+                        f"{rec['ttft_p95_top_segment']}; mean s: " + ", ".join(f"{k} {round(v, 3) + 0.0:.3f}"
+                                                                   for k, v in means.items())))
         t.facts["decomposition"] = rec
     # 2. workload
     rate_b = (before.get("requests") or 0) / max(before.get("seconds") or 1, 1)
@@ -114,7 +121,17 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
     else:
         t.steps.append(("5. releases", "no significant step in latency in the window"))
     t.facts["regressions"] = [r.record() for r in regs[:10]]
+    e2e_chg, ttft_chg = _chg(before.get("e2e_p95"), now.get("e2e_p95")), _chg(before.get("ttft_p95"), now.get("ttft_p95"))
+    t.facts.update({"e2e_p95_change": e2e_chg, "ttft_p95_change": ttft_chg})
+    rose = [x for x in (e2e_chg, ttft_chg) if x is not None and x >= REGRESSION]
+    if not rose and not regs:
+        t.verdict = (f"no regression: recent p95 E2E {_pct(e2e_chg)}, TTFT {_pct(ttft_chg)} against the earlier window "
+                     f"(threshold +{REGRESSION:.0%}) and no step up in any p95 series; checked "
+                     + ", ".join(step.split(". ", 1)[1] for step, _ in t.steps))
+        return t
+    t.regressed = True
     if not causes and d and d[0]["e2e_p95_top_segment"] == "queue":
         causes.append((4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
-    t.verdict = min(causes)[1] if causes else "nothing stands out: latency, workload, KV, routing and releases are steady"
+    t.verdict = min(causes)[1] if causes else ("latency rose but nothing explains it: workload, KV, routing and "
+                                               "releases are steady")
     return t

@@ -89,6 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--otlp-endpoint", default=None, metavar="URL",
                    help="POST request spans to this OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces)")
     s.add_argument("--spans-file", type=Path, default=None, metavar="FILE", help="append request spans here (OTLP JSON lines)")
+    s.add_argument("--span-format", choices=("goodput", "vllm", "both"), default="goodput",
+                   help="request spans in goodput's shape (llm.request + segment spans), vLLM's (one llm_request "
+                        "span with gen_ai.latency.*), or both (default goodput)")
     s.add_argument("--traffic", type=_nonneg, default=1.0, metavar="FACTOR",
                    help="replay the fleet's own workloads at this rate factor (0 = only external requests; default 1)")
     s.add_argument("--seed", type=_seed, default=None, help="random seed (default: the fleet file's seed)")
@@ -140,4 +143,4 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = load_fleet(args.fleet)
     return serve(cfg, host=args.host, base_port=args.base_port, speed=args.speed, targets=args.targets,
                  otlp_endpoint=args.otlp_endpoint, spans_file=args.spans_file, traffic=args.traffic,
-                 seed=args.seed, duration=args.duration)
+                 seed=args.seed, duration=args.duration, span_format=args.span_format)

@@ -318,8 +318,8 @@ class LiveFleet:
 
 def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets: Path | None,
           otlp_endpoint: str | None, spans_file: Path | None, traffic: float, seed: int | None,
-          duration: float | None) -> int:
-    sink = SpanSink(cfg, cfg.seed if seed is None else seed, otlp_endpoint, spans_file)
+          duration: float | None, span_format: str = "goodput") -> int:
+    sink = SpanSink(cfg, cfg.seed if seed is None else seed, otlp_endpoint, spans_file, span_format=span_format)
     live = LiveFleet(cfg, host=host, base_port=base_port, speed=speed, traffic=traffic, seed=seed,
                      targets=targets, sink=sink)
     stop = threading.Event()

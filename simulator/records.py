@@ -53,8 +53,12 @@ class RequestTable:
             "deployment_idx": np.fromiter((r.deployment for r in reqs), dtype=np.int64, count=self.n),
         }
         self.request_id = [f"{salt}{rid:016x}" for rid in col["rid"].tolist()]
-        self.trace_id = self.request_id  # one trace per request; 32 hex digits
         meta = [r.meta for r in reqs]
+        # a caller's W3C trace context (meta["traceparent"] = (trace id, parent span id)) is continued, as vLLM
+        # does; otherwise the request is a trace of its own, its id the request id (32 hex digits)
+        context = [m.get("traceparent") if m is not None else None for m in meta]
+        self.trace_id = [c[0] if c else rid for c, rid in zip(context, self.request_id, strict=True)]
+        self.parent_span_id = [c[1] if c else "" for c in context]
         w_idx = col["workload"].tolist()
 
         def pick(field: str, default: list) -> list:

@@ -1,6 +1,7 @@
 """Where the live fleet's request spans go: an OTLP/HTTP endpoint, a JSON lines file, or both.
 
-A background thread batches finished requests once a second. Sending retries on connection errors
+A background thread batches finished requests once a second, in goodput's span shape, vLLM's or both
+(``span_format``, simulator/spans.py). Sending retries on connection errors
 and on 429/503 (honouring Retry-After); the buffer is bounded, and what it must give up is counted.
 """
 
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import httpx
 
+from goodput.foundation.errors import ConfigError
 from simulator.config import FleetConfig
 from simulator.records import RequestTable
 from simulator.request import Request
-from simulator.spans import span_documents
+from simulator.spans import SPAN_FORMATS, span_documents
 
 __all__ = ["SpanSink"]
 
@@ -26,8 +28,11 @@ log = logging.getLogger(__name__)
 
 class SpanSink:
     def __init__(self, cfg: FleetConfig, seed: int, endpoint: str | None, path: Path | None,
-                 max_buffered_docs: int = 1000, interval_s: float = 1.0, base_ns: int | None = None) -> None:
-        self.cfg, self.seed = cfg, seed
+                 max_buffered_docs: int = 1000, interval_s: float = 1.0, base_ns: int | None = None,
+                 span_format: str = "goodput") -> None:
+        if span_format not in SPAN_FORMATS:
+            raise ConfigError("--span-format", span_format, f"must be one of {', '.join(SPAN_FORMATS)}")
+        self.cfg, self.seed, self.span_format = cfg, seed, span_format
         self.base_ns = base_ns if base_ns is not None else time.time_ns()  # virtual second 0 = now
         self.endpoint, self.path = endpoint, path
         self.pending: list[Request] = []
@@ -60,7 +65,7 @@ class SpanSink:
         if not batch:
             return
         table = RequestTable(self.cfg, batch, self.seed, base_ns=self.base_ns, run_id=str(self.base_ns))
-        docs = list(span_documents(table, service="goodput-fleet"))
+        docs = list(span_documents(table, service="goodput-fleet", span_format=self.span_format))
         if self.path is not None:
             with open(self.path, "a") as f:
                 for d in docs:

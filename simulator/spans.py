@@ -1,9 +1,18 @@
 """Request traces in OTLP JSON, as the OpenTelemetry Collector's file exporter writes them.
 
-One trace per request: a SERVER root ``llm.request`` from gateway receipt to the last byte sent,
-and back-to-back INTERNAL children ``llm.gateway`` -> ``llm.queue`` -> ``llm.prefill`` ->
-``llm.decode`` -> ``llm.send`` whose boundaries are the request's own timestamps (DESIGN.md).
-Ids are lowercase hex, kinds integers, 64-bit integers decimal strings (OTLP JSON encoding).
+Two span shapes (``span_format``):
+
+- ``goodput``: a SERVER ``llm.request`` from gateway receipt to the last byte sent, with back-to-back
+  INTERNAL children ``llm.gateway`` -> ``llm.queue`` -> ``llm.prefill`` -> ``llm.decode`` -> ``llm.send``
+  whose boundaries are the request's own timestamps (docs/design.md);
+- ``vllm``: vLLM's own, one SERVER ``llm_request`` per request that reached the engine, from engine arrival
+  to the last token, with ``gen_ai.latency.*`` seconds, old-style usage names and finish reasons as vLLM V1's
+  ``output_processor.do_tracing`` writes them; its resource names the deployment (``service.name``) and the
+  replica (``service.instance.id``), as a vLLM started with ``OTEL_SERVICE_NAME`` would;
+- ``both``: each request in both shapes, one request id (``llm.request_id`` = ``gen_ai.request.id``).
+
+A request that came with a W3C ``traceparent`` continues the caller's trace: its top span's parent is the
+caller's span. Ids are lowercase hex, kinds integers, 64-bit integers decimal strings (OTLP JSON encoding).
 """
 
 from __future__ import annotations
@@ -14,22 +23,28 @@ from pathlib import Path
 
 from simulator.records import RequestTable
 
-__all__ = ["SEGMENTS", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "request_spans", "span_documents", "write_spans"]
+__all__ = ["SEGMENTS", "SPAN_FORMATS", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER",
+           "request_spans", "span_documents", "vllm_span", "write_spans"]
 
 SPAN_KIND_INTERNAL = 1
 SPAN_KIND_SERVER = 2
 STATUS_ERROR = 2
 SEGMENTS = ("llm.gateway", "llm.queue", "llm.prefill", "llm.decode", "llm.send")
+SPAN_FORMATS = ("goodput", "vllm", "both")
 REQUESTS_PER_DOCUMENT = 256
+VLLM_SPAN = 6  # the llm_request span's id is the request's span id base | 6 (the root is | 0, segments | 1..5)
 
 _esc = json.dumps
 
 
-def _attr(key: str, value: str | int | None) -> str:
+
+def _attr(key: str, value: str | int | float | None) -> str:
     if value is None:
         return ""
     if isinstance(value, int):
         return f'{{"key":"{key}","value":{{"intValue":"{value}"}}}}'
+    if isinstance(value, float):
+        return f'{{"key":"{key}","value":{{"doubleValue":{value!r}}}}}'
     return f'{{"key":"{key}","value":{{"stringValue":{_esc(value)}}}}}'
 
 
@@ -50,14 +65,27 @@ def _segments(t: dict[str, int], finish: str) -> list[tuple[str, int, int]]:
     return out
 
 
+def _ids(table: RequestTable, i: int) -> tuple[int, str, str]:
+    """The request's span id base, its trace id and its parent (the caller's span, or "")."""
+    return int(table.request_id[i][-16:], 16) << 3, table.trace_id[i], table.parent_span_id[i]
+
+
+def _parent(parent: str) -> str:
+    return f'"parentSpanId":"{parent}",' if parent else ""
+
+
+def _status(table: RequestTable, i: int) -> str:
+    if table.outcome[i] == "ok":
+        return '{"code":0}'
+    return f'{{"code":{STATUS_ERROR},"message":{_esc(table.reject_reason[i] or table.finish_reason[i])}}}'
+
+
 def request_spans(table: RequestTable, i: int) -> list[str]:
-    """The JSON objects (as text) of request ``i``'s spans, root first."""
-    trace = table.trace_id[i]
-    rid = int(trace[-16:], 16)
-    root_id = f"{(rid << 3) & 0xFFFFFFFFFFFFFFFF:016x}"
+    """The JSON objects (as text) of request ``i``'s spans in goodput's shape, root first."""
+    base, trace, parent = _ids(table, i)
+    root_id = f"{base & 0xFFFFFFFFFFFFFFFF:016x}"
     t = {k: int(v[i]) for k, v in table.ts.items()}
     finish = table.finish_reason[i]
-    outcome = table.outcome[i]
     attrs = ",".join(x for x in (
         _attr("gen_ai.operation.name", table.operation[i]),
         _attr("gen_ai.request.model", table.model[i]),
@@ -69,22 +97,20 @@ def request_spans(table: RequestTable, i: int) -> list[str]:
         _attr("llm.scene", table.scene[i]),
         _attr("llm.deployment", table.deployment[i]),
         _attr("llm.replica", table.replica[i] or None),
-        _attr("llm.outcome", outcome),
+        _attr("llm.outcome", table.outcome[i]),
         _attr("llm.finish_reason", finish),
         _attr("llm.reject_reason", table.reject_reason[i]),
         _attr("llm.cached_tokens", int(table.cached_tokens[i])),
         _attr("llm.preemptions", int(table.preemptions[i])),
         _attr("llm.request_id", table.request_id[i]),
     ) if x)
-    status = (f'{{"code":{STATUS_ERROR},"message":{_esc(table.reject_reason[i] or finish)}}}'
-              if outcome != "ok" else '{"code":0}')
     spans = [
-        f'{{"traceId":"{trace}","spanId":"{root_id}","name":"llm.request","kind":{SPAN_KIND_SERVER},'
+        f'{{"traceId":"{trace}","spanId":"{root_id}",{_parent(parent)}"name":"llm.request","kind":{SPAN_KIND_SERVER},'
         f'"startTimeUnixNano":"{t["arrival"]}","endTimeUnixNano":"{t["completed"]}",'
-        f'"attributes":[{attrs}],"status":{status}}}'
+        f'"attributes":[{attrs}],"status":{_status(table, i)}}}'
     ]
     for k, (name, start, end) in enumerate(_segments(t, finish), start=1):
-        span_id = f"{((rid << 3) | k) & 0xFFFFFFFFFFFFFFFF:016x}"
+        span_id = f"{(base | k) & 0xFFFFFFFFFFFFFFFF:016x}"
         spans.append(
             f'{{"traceId":"{trace}","spanId":"{span_id}","parentSpanId":"{root_id}","name":"{name}",'
             f'"kind":{SPAN_KIND_INTERNAL},"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","status":{{"code":0}}}}'
@@ -92,25 +118,69 @@ def request_spans(table: RequestTable, i: int) -> list[str]:
     return spans
 
 
-def span_documents(table: RequestTable, service: str = "goodput-simulator",
-                   rows: range | None = None) -> Iterator[str]:
+def vllm_span(table: RequestTable, i: int) -> str | None:
+    """Request ``i`` as vLLM's ``llm_request`` span (JSON text), or None if it never reached the engine."""
+    t = {k: int(v[i]) for k, v in table.ts.items()}
+    finish = table.finish_reason[i]
+    seg = {name: (end - start) / 1e9 for name, start, end in _segments(t, finish)}
+    if "llm.queue" not in seg:
+        return None
+    base, trace, parent = _ids(table, i)
+    arrival = t["queue_start"]  # the engine's arrival_time: after the gateway and the API server
+    end = t["last_token"] if t["last_token"] >= 0 else t["completed"]
+    reason = finish if finish in ("stop", "length") else "abort"
+    attrs = ",".join(x for x in (
+        _attr("gen_ai.response.model", table.model[i]),
+        _attr("gen_ai.request.id", table.request_id[i]),
+        _attr("gen_ai.usage.prompt_tokens", int(table.input_tokens[i])),
+        _attr("gen_ai.usage.completion_tokens", int(table.output_tokens[i])),
+        _attr("gen_ai.request.n", 1),
+        _attr("gen_ai.response.finish_reasons", json.dumps([reason])),
+        _attr("gen_ai.latency.time_in_queue", seg["llm.queue"]),
+        _attr("gen_ai.latency.time_to_first_token", (t["first_token"] - arrival) / 1e9 if t["first_token"] >= 0 else None),
+        _attr("gen_ai.latency.time_in_model_prefill", seg.get("llm.prefill")),
+        _attr("gen_ai.latency.time_in_model_decode", seg.get("llm.decode")),
+        _attr("gen_ai.latency.time_in_model_inference",
+              (end - t["scheduled"]) / 1e9 if t["scheduled"] >= 0 else None),
+        _attr("gen_ai.latency.e2e", (end - arrival) / 1e9),
+    ) if x)
+    return (f'{{"traceId":"{trace}","spanId":"{(base | VLLM_SPAN) & 0xFFFFFFFFFFFFFFFF:016x}",{_parent(parent)}'
+            f'"name":"llm_request","kind":{SPAN_KIND_SERVER},"startTimeUnixNano":"{arrival}","endTimeUnixNano":"{end}",'
+            f'"attributes":[{attrs}],"status":{_status(table, i)}}}')
+
+
+def _resource(service: str, instance: str | None = None) -> str:
+    attrs = ",".join(x for x in (_attr("service.name", service), _attr("service.instance.id", instance)) if x)
+    return f'{{"attributes":[{attrs}]}}'
+
+
+def span_documents(table: RequestTable, service: str = "goodput-simulator", rows: range | None = None,
+                   span_format: str = "goodput") -> Iterator[str]:
     """One ``{"resourceSpans": ...}`` JSON document per batch of requests."""
-    resource = f'{{"attributes":[{_attr("service.name", service)}]}}'
+    if span_format not in SPAN_FORMATS:
+        raise ValueError(f"span_format must be one of {', '.join(SPAN_FORMATS)}, got {span_format!r}")
     scope = '{"name":"goodput.simulator","version":"0.1.0"}'
     rows = rows if rows is not None else range(table.n)
     for start in range(rows.start, rows.stop, REQUESTS_PER_DOCUMENT):
-        spans = []
+        ours: list[str] = []
+        engines: dict[tuple[str, str], list[str]] = {}  # (deployment, replica) -> llm_request spans
         for i in range(start, min(start + REQUESTS_PER_DOCUMENT, rows.stop)):
-            spans.extend(request_spans(table, i))
-        yield (f'{{"resourceSpans":[{{"resource":{resource},"scopeSpans":[{{"scope":{scope},'
-               f'"spans":[{",".join(spans)}]}}]}}]}}')
+            if span_format != "vllm":
+                ours.extend(request_spans(table, i))
+            if span_format != "goodput" and (span := vllm_span(table, i)) is not None:
+                engines.setdefault((table.deployment[i], table.replica[i]), []).append(span)
+        blocks = [(_resource(service), ours)] if ours else []
+        blocks += [(_resource(dep, rep or None), spans) for (dep, rep), spans in engines.items()]
+        yield '{"resourceSpans":[' + ",".join(
+            f'{{"resource":{res},"scopeSpans":[{{"scope":{scope},"spans":[{",".join(spans)}]}}]}}'
+            for res, spans in blocks) + "]}"
 
 
-def write_spans(table: RequestTable, path: Path) -> int:
+def write_spans(table: RequestTable, path: Path, span_format: str = "goodput") -> int:
     """Write the collector-style JSON lines file; returns the number of documents."""
     n = 0
     with open(path, "w") as f:
-        for doc in span_documents(table):
+        for doc in span_documents(table, span_format=span_format):
             f.write(doc)
             f.write("\n")
             n += 1

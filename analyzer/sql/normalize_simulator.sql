@@ -14,7 +14,8 @@ SELECT *,
     CASE WHEN q IS NOT NULL AND q <= c THEN q ELSE c END AS gw_end,
     (sc IS NOT NULL OR finish_reason IN ('timeout', 'error', 'abort')) AND q IS NOT NULL AND q <= c AS enqueued
 FROM simq
-WHERE a IS NOT NULL AND c IS NOT NULL AND c >= a AND trace_id NOT IN (SELECT trace_id FROM requests);
+WHERE a IS NOT NULL AND c IS NOT NULL AND c >= a
+  AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.trace_id = simq.trace_id AND r.request_id = simq.request_id);
 
 CREATE OR REPLACE TEMP TABLE sim_new AS
 WITH seg AS (
@@ -35,15 +36,17 @@ SELECT trace_id, request_id, arrival AS ts, a AS start_ns, c AS end_ns, model, d
        e2e_s, ttft_s,
        ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s) AS ttft_other_s,
        tpot_seconds(e2e_s, ttft_s, output_tokens) AS tpot_s,
-       source
+       source,
+       -- requests of one trace (a caller's traceparent continued by the live fleet): the earlier ones were retried
+       (row_number() OVER (PARTITION BY trace_id ORDER BY a, request_id) - 1)::INTEGER AS retries
 FROM seg ORDER BY a;
 
-INSERT INTO requests SELECT * FROM sim_new ORDER BY start_ns;
+INSERT INTO requests BY NAME SELECT * FROM sim_new ORDER BY start_ns;
 
-INSERT INTO segments
-SELECT trace_id, 'gateway', a, (gw_end - a) / 1e9 FROM sim_fresh
-UNION ALL SELECT trace_id, 'queue', q, (coalesce(sc, c) - q) / 1e9 FROM sim_fresh WHERE enqueued
-UNION ALL SELECT trace_id, 'prefill', sc, (coalesce(ft, c) - sc) / 1e9 FROM sim_fresh WHERE sc IS NOT NULL
-UNION ALL SELECT trace_id, 'decode', ft, (coalesce(lt, c) - ft) / 1e9 FROM sim_fresh WHERE ft IS NOT NULL
-UNION ALL SELECT trace_id, 'send', lt, (c - lt) / 1e9 FROM sim_fresh WHERE lt IS NOT NULL
-UNION ALL SELECT trace_id, 'other', NULL, other_s FROM sim_new;
+INSERT INTO segments (trace_id, request_id, segment, start_ns, duration_s)
+SELECT trace_id, request_id, 'gateway', a, (gw_end - a) / 1e9 FROM sim_fresh
+UNION ALL SELECT trace_id, request_id, 'queue', q, (coalesce(sc, c) - q) / 1e9 FROM sim_fresh WHERE enqueued
+UNION ALL SELECT trace_id, request_id, 'prefill', sc, (coalesce(ft, c) - sc) / 1e9 FROM sim_fresh WHERE sc IS NOT NULL
+UNION ALL SELECT trace_id, request_id, 'decode', ft, (coalesce(lt, c) - ft) / 1e9 FROM sim_fresh WHERE ft IS NOT NULL
+UNION ALL SELECT trace_id, request_id, 'send', lt, (c - lt) / 1e9 FROM sim_fresh WHERE lt IS NOT NULL
+UNION ALL SELECT trace_id, request_id, 'other', NULL, other_s FROM sim_new;

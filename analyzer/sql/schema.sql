@@ -16,8 +16,10 @@ CREATE TABLE IF NOT EXISTS requests (
     e2e_s DOUBLE, ttft_s DOUBLE,
     ttft_other_s DOUBLE,              -- TTFT minus gateway, queue and prefill
     tpot_s DOUBLE,                    -- (E2E - TTFT) / (output tokens - 1)
-    source VARCHAR
+    source VARCHAR,
+    retries INTEGER                   -- engine calls of the same trace before this one (retries, fallbacks)
 );
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS retries INTEGER;   -- databases made before the column
 -- The decomposition's arithmetic, once for every input format.
 CREATE OR REPLACE MACRO other_seconds(e2e, gateway, queue, prefill, decode, send) AS
     e2e - (coalesce(gateway, 0) + coalesce(queue, 0) + coalesce(prefill, 0) + coalesce(decode, 0) + coalesce(send, 0));
@@ -30,8 +32,21 @@ CREATE TABLE IF NOT EXISTS segments (
     trace_id VARCHAR NOT NULL,
     segment VARCHAR NOT NULL,         -- gateway | queue | prefill | decode | send | other
     start_ns BIGINT,
-    duration_s DOUBLE
+    duration_s DOUBLE,
+    request_id VARCHAR                -- a trace can hold several requests (retries)
 );
+ALTER TABLE segments ADD COLUMN IF NOT EXISTS request_id VARCHAR;
+-- Where a span names its request's tenant, tier, route and scene, first key first (docs/analyzer.md).
+CREATE OR REPLACE MACRO tenant_attr(a) AS
+    coalesce(a['llm.tenant'], a['goodput.tenant'], a['tenant.id'], a['enduser.id']);
+CREATE OR REPLACE MACRO tier_attr(a) AS coalesce(a['llm.tier'], a['goodput.tier']);
+CREATE OR REPLACE MACRO route_attr(a) AS coalesce(a['llm.route'], a['goodput.route'], a['http.route']);
+CREATE OR REPLACE MACRO scene_attr(a) AS coalesce(a['llm.scene'], a['goodput.scene']);
+CREATE OR REPLACE MACRO model_attr(a) AS coalesce(a['gen_ai.request.model'], a['gen_ai.response.model']);
+CREATE OR REPLACE MACRO input_attr(a) AS coalesce(a['gen_ai.usage.input_tokens'], a['gen_ai.usage.prompt_tokens']);
+CREATE OR REPLACE MACRO output_attr(a) AS
+    coalesce(a['gen_ai.usage.output_tokens'], a['gen_ai.usage.completion_tokens']);
+
 CREATE TABLE IF NOT EXISTS quarantine (
     source VARCHAR, trace_id VARCHAR, span_id VARCHAR, reason VARCHAR, detail VARCHAR,
     noted_at TIMESTAMPTZ DEFAULT current_timestamp

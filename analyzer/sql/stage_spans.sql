@@ -1,16 +1,22 @@
--- Staging for one ingest run. Spans are split on arrival into what normalization needs: roots with their
--- attributes already extracted, segment children without attributes, and the rest (to quarantine) — so
--- no copy of every span's attribute map is ever held.
-CREATE OR REPLACE TEMP TABLE staged_roots (
-    trace_id VARCHAR, span_id VARCHAR, name VARCHAR, start_time_unix_nano BIGINT, end_time_unix_nano BIGINT,
-    status_code TINYINT, source VARCHAR, deployment VARCHAR, a_request_id VARCHAR, a_gen_ai_request_id VARCHAR,
-    model VARCHAR, replica VARCHAR, tenant VARCHAR, tier VARCHAR, route VARCHAR, scene VARCHAR, a_input VARCHAR,
-    a_output VARCHAR, a_cached VARCHAR, a_preemptions VARCHAR, a_outcome VARCHAR, finish_reason VARCHAR,
-    reject_reason VARCHAR, l_queue VARCHAR, l_prefill VARCHAR, l_decode VARCHAR, l_e2e VARCHAR, l_ttft VARCHAR
+-- Staging for one ingest run. Spans are split on arrival into what normalization needs: engine spans
+-- (`llm.request`, `llm_request`, at any depth) with their attributes already extracted, goodput's segment
+-- spans folded per parent, and every other span as context (its place in the trace, its kind and times,
+-- and the few attributes a request may inherit) — so no copy of every span's attribute map is ever held.
+CREATE OR REPLACE TEMP TABLE staged_engine (
+    trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, name VARCHAR, kind TINYINT,
+    start_time_unix_nano BIGINT, end_time_unix_nano BIGINT, status_code TINYINT, source VARCHAR, deployment VARCHAR,
+    request_id VARCHAR, model VARCHAR, replica VARCHAR, tenant VARCHAR, tier VARCHAR, route VARCHAR, scene VARCHAR,
+    a_input VARCHAR, a_output VARCHAR, a_cached VARCHAR, a_preemptions VARCHAR, a_outcome VARCHAR,
+    finish_reason VARCHAR, reject_reason VARCHAR,
+    l_queue VARCHAR, l_prefill VARCHAR, l_decode VARCHAR, l_e2e VARCHAR, l_ttft VARCHAR
 );
-CREATE OR REPLACE TEMP TABLE staged_kids (   -- segment spans, already folded per trace (per source)
-    trace_id VARCHAR, source VARCHAR, spans BIGINT,
+CREATE OR REPLACE TEMP TABLE staged_kids (   -- segment spans, already folded per (trace, parent) and source
+    trace_id VARCHAR, parent_span_id VARCHAR, source VARCHAR, spans BIGINT,
     gateway_start BIGINT, gateway_end BIGINT, queue_start BIGINT, queue_end BIGINT, prefill_start BIGINT,
     prefill_end BIGINT, decode_start BIGINT, decode_end BIGINT, send_start BIGINT, send_end BIGINT
 );
-CREATE OR REPLACE TEMP TABLE staged_other (trace_id VARCHAR, span_id VARCHAR, name VARCHAR, source VARCHAR);
+CREATE OR REPLACE TEMP TABLE staged_context (
+    trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, kind TINYINT, start_ns BIGINT, end_ns BIGINT,
+    source VARCHAR, tenant VARCHAR, tier VARCHAR, route VARCHAR, scene VARCHAR, model VARCHAR, a_input VARCHAR,
+    a_output VARCHAR
+);

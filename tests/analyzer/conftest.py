@@ -2,9 +2,9 @@ import pytest
 
 from analyzer.ingest import ingest
 from analyzer.store import connect
-from simulator.config import load_fleet
+from simulator.config import load_fleet, parse_fleet
 from simulator.run import simulate, write_outputs
-from tests.conftest import REPO
+from tests.conftest import REPO, fleet_data, stress_pool
 
 
 @pytest.fixture(scope="session")
@@ -13,6 +13,21 @@ def regression_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("regression-run")
     res = simulate(load_fleet(REPO / "tests" / "fixtures" / "regression_fleet.yaml"), 10800.0)
     write_outputs(res, out)
+    con = connect(out / "db.duckdb")
+    ingest(con, [out / "requests.parquet"])
+    con.close()
+    return out
+
+
+@pytest.fixture(scope="session")
+def healthy_run(tmp_path_factory):
+    """A steady simulated hour of a busy deployment: bursty arrivals, little KV (it preempts), shared prefixes,
+    but no event and no release, so nothing regressed (and a cause named from the KV alone would be wrong)."""
+    out = tmp_path_factory.mktemp("healthy-run")
+    pool = stress_pool()
+    pool["events"] = []
+    pool["workloads"][0]["arrival"]["rate"] = 4.0
+    write_outputs(simulate(parse_fleet(fleet_data(**pool), "healthy.yaml"), 3600.0), out)
     con = connect(out / "db.duckdb")
     ingest(con, [out / "requests.parquet"])
     con.close()

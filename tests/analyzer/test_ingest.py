@@ -30,9 +30,10 @@ def run(tmp_path_factory):
     return out
 
 
-def test_span_decomposition_equals_the_simulator_timestamps(run, tmp_path):
+@pytest.mark.parametrize("source", ["spans.otlp.jsonl", "requests.parquet"])
+def test_decomposition_equals_the_simulator_timestamps(run, tmp_path, source):
     con = connect(tmp_path / "db.duckdb")
-    s = ingest(con, [run / "spans.otlp.jsonl"])
+    s = ingest(con, [run / source])
     truth = pq.read_table(run / "requests.parquet").to_pandas().set_index("trace_id")
     assert s.requests == len(truth) and s.quarantined == 0
     got = con.execute("SELECT trace_id, gateway_s, queue_s, prefill_s, decode_s, send_s, other_s, e2e_s, ttft_s, outcome "
@@ -53,6 +54,7 @@ def test_span_decomposition_equals_the_simulator_timestamps(run, tmp_path):
     assert (got.loc[idx, "e2e_s"] - secs("arrival", "completed")).abs().max() < 1e-12
     assert (got.loc[idx, "ttft_s"] - secs("arrival", "first_token")).abs().max() < 1e-12
     assert got["other_s"].abs().max() < 1e-9  # back-to-back segments tile the request exactly
+    assert got.loc[idx, [f"{x}_s" for x in SEGMENTS]].notna().all().all()
     assert set(got["outcome"]) >= {"ok", "error"}  # the lost replica's requests are there too
     n_seg = con.execute("SELECT count(*) FROM segments WHERE segment <> 'other'").fetchall()[0][0]
     assert n_seg == sum(got[f"{s}_s"].notna().sum() for s in SEGMENTS)
@@ -80,11 +82,11 @@ def test_request_exporter_store_ingests(run, tmp_path):
     assert s.requests == 3 * 256 and s.quarantined == 0
 
 
-def test_otlp_example_ingests_and_what_is_not_a_request_is_quarantined(tmp_path):
+def test_a_trace_without_llm_spans_is_ignored_not_quarantined(tmp_path):
     con = connect(tmp_path / "db.duckdb")
     s = ingest(con, [FIXTURES / "otlp" / "otlp_proto_examples_trace.json"])
-    assert s.spans == 1 and s.requests == 0 and s.quarantined == 1
-    assert list(s.reasons) == ["not an LLM request span (expected llm.request, its segments, or llm_request)"]
+    assert s.spans == 1 and s.requests == 0 and s.quarantined == 0 and not s.usable
+    assert s.ignored_reasons == {"no LLM request in the trace (no llm.request or llm_request span)": 1}
 
 
 def _span(trace, span, name, start, end, parent="", attrs=None):
@@ -116,9 +118,9 @@ def test_malformed_and_partial_traces_are_quarantined_with_reasons(tmp_path):
     assert s.requests == 1
     assert s.reasons == {
         "malformed OTLP payload": 2,
-        "partial trace: segment spans without an llm.request root": 1,
-        "root span ends before it starts": 1,
-        "root span has no deployment (llm.deployment or the service name)": 1,
+        "partial trace: segment spans without their llm.request span": 1,
+        "engine span ends before it starts": 1,
+        "engine span has no deployment (llm.deployment or the service name)": 1,
     }
     details = [d for (d,) in con.execute("SELECT detail FROM quarantine WHERE reason = 'malformed OTLP payload'").fetchall()]
     assert any("traces.jsonl:2" in d and "not JSON" in d for d in details)
@@ -186,3 +188,153 @@ def test_the_same_spans_twice_in_one_ingest_count_once(run, tmp_path):
     q = "SELECT trace_id, e2e_s, ttft_s, queue_s FROM requests ORDER BY 1"
     assert con.execute(q).fetchall() == once.execute(q).fetchall()
     assert con.execute("SELECT count(*) FROM segments").fetchall() == once.execute("SELECT count(*) FROM segments").fetchall()
+
+
+T0 = 1_795_424_400_000_000_000
+MS = 1_000_000
+
+
+def _latency(**kw):
+    return {f"gen_ai.latency.{k}": v for k, v in kw.items()}
+
+
+def _nested_spans():
+    """Three traces made with the SDK: gateway -> GenAI client -> vLLM llm_request; an llm_request whose caller's
+    spans are missing; and a trace where the tenant sits on a sibling span, not an ancestor."""
+    mem = InMemorySpanExporter()
+    tracer = {}
+    for service in ("gateway", "app", "vllm-chat"):
+        tp = TracerProvider(resource=Resource.create({"service.name": service}))
+        tp.add_span_processor(SimpleSpanProcessor(mem))
+        tracer[service] = tp.get_tracer("t")
+    engine = {"gen_ai.response.model": "m", "gen_ai.usage.prompt_tokens": 90, "gen_ai.usage.completion_tokens": 11,
+              "gen_ai.response.finish_reasons": '["length"]',
+              **_latency(time_in_queue=0.1, time_in_model_prefill=0.2, time_in_model_decode=0.5,
+                         time_to_first_token=0.3, e2e=0.85)}
+    # 1. gateway [0, 1000 ms] -> client [10, 990] -> engine [40, 900]
+    gw = tracer["gateway"].start_span("POST /v1/chat/completions", kind=SpanKind.SERVER, start_time=T0, attributes={
+        "http.route": "/v1/chat/completions", "tenant.id": "acme", "llm.tier": "P0"})
+    client = tracer["app"].start_span("chat m", kind=SpanKind.CLIENT, start_time=T0 + 10 * MS, context=set_span_in_context(gw),
+                                      attributes={"gen_ai.operation.name": "chat", "enduser.id": "bob",
+                                                  "gen_ai.usage.input_tokens": 95})
+    tracer["vllm-chat"].start_span("llm_request", kind=SpanKind.SERVER, start_time=T0 + 40 * MS,
+                                   context=set_span_in_context(client), attributes=engine).end(end_time=T0 + 900 * MS)
+    client.end(end_time=T0 + 990 * MS)
+    gw.end(end_time=T0 + 1000 * MS)
+    # 2. the engine span alone: its caller's spans went elsewhere
+    orphan = tracer["gateway"].start_span("lost", start_time=T0)
+    tracer["vllm-chat"].start_span("llm_request", kind=SpanKind.SERVER, start_time=T0 + 5 * MS,
+                                   context=set_span_in_context(orphan), attributes=engine).end(end_time=T0 + 860 * MS)
+    # 3. root without tenant; the tenant on a sibling span (an auth check)
+    root = tracer["gateway"].start_span("POST /v1/chat/completions", kind=SpanKind.SERVER, start_time=T0)
+    ctx = set_span_in_context(root)
+    tracer["gateway"].start_span("auth", start_time=T0, context=ctx, attributes={"tenant.id": "carol"}).end(
+        end_time=T0 + MS)
+    tracer["vllm-chat"].start_span("llm_request", kind=SpanKind.SERVER, start_time=T0 + 2 * MS, context=ctx,
+                                   attributes=engine).end(end_time=T0 + 870 * MS)
+    root.end(end_time=T0 + 880 * MS)
+    return [s for s in mem.get_finished_spans() if s.name != "lost"]
+
+
+def test_llm_request_at_any_depth_takes_its_context_from_the_nearest_span(tmp_path):
+    spans = _nested_spans()
+    f = tmp_path / "traces.binpb"
+    f.write_bytes(encode_spans(spans).SerializeToString())
+    con = connect(tmp_path / "db.duckdb")
+    s = ingest(con, [f])
+    assert s.requests == 3 and s.quarantined == 0 and s.retried == 0
+    assert s.ignored_reasons == {"context: spans of other services in a request's trace": 4}
+    rows = con.execute("SELECT tenant, tier, route, deployment, model, input_tokens, output_tokens, finish_reason, "
+                       "outcome, round(gateway_s, 9), queue_s, prefill_s, decode_s, round(send_s, 9), round(e2e_s, 9), "
+                       "round(ttft_s, 9), round(other_s, 9) FROM requests ORDER BY e2e_s DESC").fetchall()
+    assert rows == [
+        # nearest wins: the client span's enduser.id over the gateway's tenant.id; the engine's own token counts
+        # (old names) over the client's; gateway and send time from the enclosing SERVER span; E2E is the gateway's
+        ("bob", "P0", "/v1/chat/completions", "vllm-chat", "m", 90, 11, "length", "ok", 0.04, 0.1, 0.2, 0.5, 0.1, 1.0,
+         0.34, 0.06),
+        # the tenant of a span that is not an ancestor, when no ancestor has one
+        ("carol", "unknown", "unknown", "vllm-chat", "m", 90, 11, "length", "ok", 0.002, 0.1, 0.2, 0.5, 0.01, 0.88,
+         0.302, 0.068),
+        # no caller spans: the engine span's own view (no gateway or send time), E2E from gen_ai.latency.e2e
+        ("unknown", "unknown", "unknown", "vllm-chat", "m", 90, 11, "length", "ok", None, 0.1, 0.2, 0.5, None, 0.85,
+         0.3, 0.05),
+    ]
+
+
+def test_retries_are_one_request_per_engine_call_sharing_out_the_gateway_span(tmp_path):
+    t = "f" * 32
+    engine = {"llm.deployment": "chat"}
+    f = tmp_path / "retry.jsonl"
+    f.write_text(_doc(
+        _span(t, "1" * 16, "POST /v1/chat/completions", T0, T0 + 1000 * MS, attrs={
+            "enduser.id": "bob", "tenant.id": "acme", "http.route": "/v1/chat/completions", "llm.route": "chat"}),
+        _span(t, "2" * 16, "llm_request", T0 + 100 * MS, T0 + 300 * MS, parent="1" * 16, attrs=engine),
+        _span(t, "3" * 16, "llm_request", T0 + 400 * MS, T0 + 900 * MS, parent="1" * 16, attrs=engine),
+    ) + "\n")
+    con = connect(tmp_path / "db.duckdb")
+    s = ingest(con, [f])
+    assert s.requests == 2 and s.retried == 1
+    rows = con.execute("SELECT trace_id, retries, tenant, route, round(gateway_s, 9), round(send_s, 9), "
+                       "round(e2e_s, 9), start_ns - ? FROM requests ORDER BY retries", [T0]).fetchall()
+    # within a span: tenant.id before enduser.id, llm.route before http.route
+    assert rows == [(t, 0, "acme", "chat", 0.1, 0.0, 0.3, 0), (t, 1, "acme", "chat", 0.1, 0.1, 0.7, 300 * MS)]
+    assert ingest(con, [f]).duplicates == 2
+
+
+def _bad_line(**change):
+    span = _span("9" * 32, "5" * 16, "llm_request", T0, T0 + MS, attrs={"llm.deployment": "chat"})
+    span.update(change)
+    return _doc(span)
+
+
+def test_one_bad_span_never_loses_its_file(tmp_path):
+    good = _span("a" * 32, "1" * 16, "llm_request", T0, T0 + 10**9, attrs={"llm.deployment": "chat"})
+    lines = [
+        _doc(good, dict(good, spanId="2" * 16, kind=1000), dict(good, traceId="zz")),  # 1 good, 2 bad
+        _bad_line(startTimeUnixNano=str(2**63 + 5)),
+        _bad_line(status={"code": 300}),
+        _bad_line(attributes=[{"key": 5, "value": {"stringValue": "x"}}]),
+        _bad_line(name="llm_request\ud800"),  # a lone surrogate
+        _doc(_span("b" * 32, "3" * 16, "llm_request", T0, T0 + 10**9, attrs={"llm.deployment": "chat"})),
+    ]
+    f = tmp_path / "traces.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    con = connect(tmp_path / "db.duckdb")
+    s = ingest(con, [f])
+    assert s.requests == 2 and s.quarantined == 6 and list(s.reasons) == ["malformed OTLP payload"]
+    details = sorted(d for (d,) in con.execute("SELECT detail FROM quarantine").fetchall())
+    expect = [(":1:", "spans[1]: kind 1000"), (":1:", "spans[2].traceId"), (":2:", "startTimeUnixNano"),
+              (":3:", "status.code 300"), (":4:", "attribute key 5"), (":5:", "surrogate")]
+    for where, what in expect:
+        assert any(f"traces.jsonl{where}" in d and what in d for d in details), (where, what, details)
+    # one pretty-printed document: the same
+    (tmp_path / "one.json").write_text(json.dumps(json.loads(lines[0]), indent=2))
+    s = ingest(connect(tmp_path / "one.duckdb"), [tmp_path / "one.json"])
+    assert s.requests == 1 and s.quarantined == 2
+
+
+@pytest.mark.parametrize("framing", ["bare", "length-prefixed"])
+def test_one_bad_protobuf_span_is_quarantined_alone(tmp_path, framing):
+    msg = encode_spans(_sdk_spans())
+    spans = msg.resource_spans[0].scope_spans[0].spans
+    bad = spans.add()
+    bad.CopyFrom(spans[0])
+    bad.trace_id = b"\x01\x02\x03"
+    odd = spans.add()
+    odd.CopyFrom(spans[1])
+    odd.kind = 1000
+    body = msg.SerializeToString()
+    f = tmp_path / "traces.binpb"
+    f.write_bytes(body if framing == "bare" else struct.pack(">I", len(body)) + body)
+    con = connect(tmp_path / "db.duckdb")
+    s = ingest(con, [f])
+    assert s.requests == 1 and s.quarantined == 2
+    details = " | ".join(d for (d,) in con.execute("SELECT detail FROM quarantine").fetchall())
+    assert "trace_id must be 16 bytes" in details and "kind 1000" in details
+
+
+def test_a_directory_is_read_file_by_file(run, tmp_path):
+    con = connect(tmp_path / "db.duckdb")
+    s = ingest(con, [run])  # requests.parquet, spans.otlp.jsonl and releases.yaml (not a trace format)
+    n = pq.read_metadata(run / "requests.parquet").num_rows
+    assert (s.files, s.skipped_files, s.requests, s.duplicates) == (2, 1, n, n)
