@@ -4,6 +4,11 @@ What engines cannot know — tenant, tier, route, outcome, rejection reason — 
 request spans (DESIGN.md span model, or vLLM's single ``llm_request`` span). Counters carry
 model/deployment/tenant/tier/route; histograms only deployment/tier/route. A cardinality guard keeps
 the top ``max_tenants`` tenants by traffic and folds the rest into ``tenant="other"``.
+
+Every label value comes from whoever sends spans, so each is bounded where it is recorded, not only when it
+is rendered: values are cut to ``MAX_LABEL_CHARS``, a tier outside P0/P1/P2 reads ``unknown``, and each label
+keeps at most ``LABEL_LIMITS`` distinct values (later new ones read ``other`` and are counted) — otherwise a
+sender inventing a tenant per request grows the exporter's memory without end.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ __all__ = ["OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceRec
 EXPORTER = "requests"
 OTLP_MAX_BODY_BYTES = 32 * 1024 * 1024
 ROOTS = ("llm.request", "llm_request")
+MAX_LABEL_CHARS = 128
+TIERS = frozenset({"P0", "P1", "P2"})
+LABEL_LIMITS = {"model": 256, "deployment": 1_000, "tenant": 10_000, "route": 256}
 HIST = {"queue": "llm_gateway_queue_wait_seconds", "ttft": "llm_gateway_time_to_first_token_seconds",
         "tpot": "llm_gateway_time_per_output_token_seconds", "e2e": "llm_gateway_e2e_latency_seconds"}
 
@@ -53,6 +61,27 @@ def _observe(h: Histogram, value: float | None) -> None:
         h.observe(value)
 
 
+class _Bounded:
+    """The distinct values one label has taken: the first ``limit`` are kept, later new ones read ``other``."""
+
+    __slots__ = ("known", "limit", "overflow")
+
+    def __init__(self, limit: int) -> None:
+        self.known: set[str] = set()
+        self.limit = limit
+        self.overflow = 0
+
+    def __call__(self, value: str) -> str:
+        value = value[:MAX_LABEL_CHARS]
+        if value in self.known:
+            return value
+        if len(self.known) < self.limit:
+            self.known.add(value)
+            return value
+        self.overflow += 1
+        return "other"
+
+
 class RequestMetrics:
     """Aggregates root spans into counters and histograms; renders with the tenant cardinality guard."""
 
@@ -65,6 +94,8 @@ class RequestMetrics:
         self.tokens_in: dict[tuple, float] = defaultdict(float)
         self.tokens_out: dict[tuple, float] = defaultdict(float)
         self.traffic: dict[str, float] = defaultdict(float)
+        self.bounded = {label: _Bounded(max(limit, max_tenants) if label == "tenant" else limit)
+                        for label, limit in LABEL_LIMITS.items()}
         self.hists: dict[tuple[str, str, str], dict[str, Histogram]] = {}
         self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         # segment spans usually end (and are exported) before their root: hold them until it arrives
@@ -111,12 +142,14 @@ class RequestMetrics:
                 children.popitem(last=False)  # children whose root never came
 
     def _count(self, root: Span, kids: dict[str, Span]) -> None:
-        a = root.attributes
-        model = str(a.get("gen_ai.request.model") or a.get("gen_ai.response.model") or "")
-        dep = str(a.get("llm.deployment") or root.resource.get("llm.deployment") or root.service_name or "")
-        tenant = str(a.get("llm.tenant") or "unknown")
-        tier = str(a.get("llm.tier") or "unknown")
-        route = str(a.get("llm.route") or a.get("llm.scene") or "unknown")
+        a, bounded = root.attributes, self.bounded
+        model = bounded["model"](str(a.get("gen_ai.request.model") or a.get("gen_ai.response.model") or ""))
+        dep = bounded["deployment"](str(a.get("llm.deployment") or root.resource.get("llm.deployment")
+                                        or root.service_name or ""))
+        tenant = bounded["tenant"](str(a.get("llm.tenant") or "unknown"))
+        tier = a.get("llm.tier")
+        tier = tier if tier in TIERS else "unknown"
+        route = bounded["route"](str(a.get("llm.route") or a.get("llm.scene") or "unknown"))
         outcome = str(a.get("llm.outcome") or ("error" if root.status_code == 2 else "ok"))
         key = (model, dep, tenant, tier, route)
         self.traffic[tenant] += 1
@@ -182,6 +215,9 @@ class RequestMetrics:
             fam["llm_exporter_spans_received_total"].append(f"llm_exporter_spans_received_total{{{ex}}} {float(self.received)}")
             fam["llm_exporter_spans_duplicate_total"].append(
                 f"llm_exporter_spans_duplicate_total{{{ex}}} {float(self.duplicates)}")
+            for label, b in self.bounded.items():
+                fam["llm_exporter_label_overflow_total"].append(
+                    f'llm_exporter_label_overflow_total{{{ex},label="{label}"}} {float(b.overflow)}')
             for reason, n in sorted(self.rejected_payloads.items()):
                 fam["llm_exporter_otlp_rejected_total"].append(
                     f'llm_exporter_otlp_rejected_total{{{ex},reason="{reason}"}} {float(n)}')
@@ -193,7 +229,8 @@ class RequestMetrics:
             fam["llm_exporter_store_quarantined_total"].append(
                 f"llm_exporter_store_quarantined_total{{{ex}}} {float(store.quarantined_total)}")
         specs = [*GATEWAY, *(by_name(n) for n in (
-            "llm_exporter_tenants_folded", "llm_exporter_spans_received_total", "llm_exporter_spans_duplicate_total",
+            "llm_exporter_tenants_folded", "llm_exporter_label_overflow_total", "llm_exporter_spans_received_total",
+            "llm_exporter_spans_duplicate_total",
             "llm_exporter_otlp_rejected_total", "llm_exporter_store_buffered_spans",
             "llm_exporter_store_flushed_spans_total", "llm_exporter_store_quarantined_total"))]
         return render((s, fam.get(s.name, ())) for s in specs)

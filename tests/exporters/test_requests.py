@@ -1,6 +1,7 @@
 """The request exporter: real OTLP encodings over real sockets, into metrics and a Parquet store."""
 
 import copy
+import dataclasses
 import json
 import signal
 import struct
@@ -22,7 +23,7 @@ from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.otlp import Span, decode_json
-from exporters.requests import RequestMetrics, TraceReceiver
+from exporters.requests import LABEL_LIMITS, MAX_LABEL_CHARS, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.foundation.http import Server
 from simulator.records import RequestTable
@@ -319,6 +320,24 @@ def test_cardinality_guard_follows_a_ranking_change():
     assert _tenant_totals(m) == {"zeta": 30, "mid": 20, "other": 8}
     m.ingest(_roots("beta", 40, seed=1))  # beta overtakes everyone: mid is folded now
     assert _tenant_totals(m) == {"beta": 43, "zeta": 30, "other": 25}
+
+
+def test_labels_a_sender_invents_are_bounded_in_memory_not_only_at_render():
+    m = RequestMetrics(max_tenants=5)
+    limit = LABEL_LIMITS["tenant"]
+    for i in range(limit + 40):  # a sender that makes up a tenant per request
+        m.ingest(_roots(f"t{i:05d}", 1))
+    m.ingest([dataclasses.replace(s, attributes={**s.attributes, "llm.tier": "P9", "llm.route": "r" * 5000})
+              for s in _roots("t00000", 2, seed=1)])
+    assert len(m.traffic) == limit + 1  # the kept tenants and "other"
+    assert sum(_tenant_totals(m).values()) == limit + 42  # every request still counted
+    fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+    overflow = {s.labels["label"]: s.value for s in fams["llm_exporter_label_overflow"].samples}
+    assert overflow == {"model": 0, "deployment": 0, "tenant": 40, "route": 0}
+    routes = {s.labels["route"] for s in fams["llm_gateway_requests"].samples}
+    tiers = {s.labels["tier"] for s in fams["llm_gateway_requests"].samples}
+    assert "r" * MAX_LABEL_CHARS in routes and not any(len(r) > MAX_LABEL_CHARS for r in routes)
+    assert "P9" not in tiers and "unknown" in tiers
 
 
 def _wal_record(payload: bytes, kind: str = "J") -> bytes:
