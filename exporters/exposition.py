@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from exporters.catalog import MetricSpec, by_name
-from goodput.foundation.http import METRICS_CONTENT_TYPE as CONTENT_TYPE
+from goodput.foundation.textformat import CONTENT_TYPE
 
 __all__ = ["CONTENT_TYPE", "SELF_COLLECTION", "escape", "fmt_float", "header", "labels", "render", "self_metrics"]
 

@@ -25,14 +25,13 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.textformat import CONTENT_TYPE
 
-__all__ = ["METRICS_CONTENT_TYPE", "Response", "Route", "Server", "health_route", "healthz", "metrics_routes",
+__all__ = ["Response", "Route", "Server", "health_route", "healthz", "metrics_routes",
            "serve_until_signal"]
 
 log = logging.getLogger(__name__)
 
-# the Prometheus text exposition format, version 0.0.4
-METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Response = tuple[int, str, bytes, dict[str, str]]
 Route = Callable[[BaseHTTPRequestHandler, bytes], Response]
@@ -59,7 +58,7 @@ def health_route(problem: Callable[[], str | None]) -> Route:
 def metrics_routes(render: Callable[[], str],
                    problem: Callable[[], str | None] | None = None) -> dict[tuple[str, str], Route]:
     """The two routes every exporter serves; ``render`` runs per scrape so each scrape sees fresh values."""
-    return {("GET", "/metrics"): lambda h, b: (200, METRICS_CONTENT_TYPE, render().encode(), {}),
+    return {("GET", "/metrics"): lambda h, b: (200, CONTENT_TYPE, render().encode(), {}),
             ("GET", "/healthz"): healthz if problem is None else health_route(problem)}
 
 
