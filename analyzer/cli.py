@@ -7,6 +7,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from goodput.foundation.args import non_negative_number
+
 __all__ = ["register"]
 
 FORMATS = ("table", "json", "csv")
@@ -74,7 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bucket", type=_duration, default=timedelta(minutes=5), metavar="5m", help="time bucket (default 5m)")
     p.add_argument("--window", type=_duration, default=timedelta(minutes=30), metavar="30m",
                    help="how long before a change a release may be blamed (default 30m)")
-    p.add_argument("--min-change", type=float, default=0.1, help="smallest relative change reported (default 0.1)")
+    p.add_argument("--min-change", type=non_negative_number, default=0.1,
+                   help="smallest relative change reported (default 0.1)")
     p.add_argument("--deployment", default=None)
     p.set_defaults(func=_regressions)
 

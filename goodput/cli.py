@@ -11,6 +11,7 @@ import sys
 from analyzer import cli as analyzer_cli
 from exporters import cli as exporters_cli
 from goodput import __version__, demo, rules_cli
+from goodput.foundation.args import Parser
 from goodput.foundation.errors import ConfigError
 from simulator import cli as simulator_cli
 
@@ -18,7 +19,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="goodput",
         description="Observability, alerting and capacity planning for LLM inference fleets.",
     )

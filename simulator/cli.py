@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from goodput.foundation.args import non_negative_number, positive_number, seed
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.progress import progress_bar
 from simulator.compiled import build_status
@@ -31,10 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "DIR/spans.otlp.jsonl (OTLP JSON, one trace per request) and DIR/releases.yaml.",
     )
     p.add_argument("fleet", metavar="FLEET.yaml", help="fleet file (see examples/fleet.yaml)")
-    p.add_argument("--duration", type=_positive, required=True, metavar="SECONDS", help="arrival window, seconds")
+    p.add_argument("--duration", type=positive_number, required=True, metavar="SECONDS", help="arrival window, seconds")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: the fleet file's seed)")
-    p.add_argument("--drain", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--seed", type=seed, default=None, help="random seed (default: the fleet file's seed)")
+    p.add_argument("--drain", type=non_negative_number, default=600.0, metavar="SECONDS",
                    help="after the window, let in-flight requests finish for at most this long (default 600)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="summary format")
     p.set_defaults(func=_simulate)
