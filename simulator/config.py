@@ -410,7 +410,8 @@ def parse_fleet(data: Any, source: str) -> FleetConfig:
     events = tuple(sorted((_event(e, deps, set(wls)) for e in root.items("events")), key=lambda e: e.at))
     return FleetConfig(
         name=root.get("name", str, Path(source).stem), source=source, start_time=start,
-        seed=root.get("seed", int, 0, minimum=0), deployments=tuple(deps.values()), workloads=tuple(wls.values()), events=events,
+        seed=root.get("seed", int, 0, minimum=0), deployments=tuple(deps.values()), workloads=tuple(wls.values()),
+        events=events,
     )
 
 
