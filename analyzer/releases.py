@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.yamlfile import read_text
 from simulator.config import RELEASE_KINDS
 
 __all__ = ["Release", "load_releases"]
@@ -55,10 +56,7 @@ def _parse(rows: list, src: str) -> list[Release]:
 
 def load_releases(path: str | Path) -> list[Release]:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(str(p), "", f"cannot read: {e.strerror or e}") from None
+    text = read_text(p)
     if p.suffix.lower() == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
         missing = {"time", "deployment", "kind"} - set(rows[0] if rows else {})

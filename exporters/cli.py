@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from goodput.foundation.args import any_port, interval_seconds, positive_int, positive_number
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
@@ -13,7 +14,7 @@ __all__ = ["register"]
 
 def _common(p: argparse.ArgumentParser, port: int) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=port, help=f"metrics port (default {port})")
+    p.add_argument("--port", type=any_port, default=port, help=f"metrics port (default {port})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     gpu.add_argument("--fake", type=Path, metavar="FILE", help="use a fake NVML described in FILE (YAML)")
     gpu.add_argument("--mapping", type=Path, metavar="FILE",
                      help="rules attributing GPU processes to deployments (YAML; see docs/exporters.md)")
-    gpu.add_argument("--interval", type=float, default=5.0, help="sampling interval, seconds (default 5)")
+    gpu.add_argument("--interval", type=interval_seconds, default=5.0, help="sampling interval, seconds (default 5)")
     gpu.set_defaults(func=_gpu)
 
     eng = esub.add_parser("engine", help="normalize engine /metrics (vLLM, SGLang, TGI, Triton)",
@@ -37,9 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(eng, 9401)
     eng.add_argument("--targets", type=Path, metavar="FILE", help="targets file (written by `goodput fleet serve`)")
     eng.add_argument("--plan", type=Path, metavar="FILE", help="capacity plan (per-replica SLO goodput)")
-    eng.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds (default 5)")
-    eng.add_argument("--timeout", type=float, default=3.0, help="per-target timeout, seconds (default 3)")
-    eng.add_argument("--max-bytes", type=int, default=8 * 1024 * 1024, help="per-target response limit (default 8 MiB)")
+    eng.add_argument("--interval", type=interval_seconds, default=5.0, help="scrape interval, seconds (default 5)")
+    eng.add_argument("--timeout", type=positive_number, default=3.0, help="per-target timeout, seconds (default 3)")
+    eng.add_argument("--max-bytes", type=positive_int, default=8 * 1024 * 1024,
+                     help="per-target response body limit, bytes (default 8 MiB)")
     eng.set_defaults(func=_engine)
     nsub = eng.add_subparsers(dest="engine_command", metavar="COMMAND")
     nsub.required = False
@@ -56,12 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                           description="Receive OTLP/HTTP request spans (POST /v1/traces, protobuf or JSON), publish "
                                       "llm_gateway_* metrics and append the spans to a Parquet trace store.")
     _common(req, 9402)
-    req.add_argument("--otlp-port", type=int, default=4318, help="OTLP/HTTP port (default 4318)")
+    req.add_argument("--otlp-port", type=any_port, default=4318, help="OTLP/HTTP port (default 4318)")
     req.add_argument("--store", type=Path, required=True, metavar="DIR", help="trace store directory")
-    req.add_argument("--max-tenants", type=int, default=50, help="tenant label values kept (default 50)")
-    req.add_argument("--max-buffered-spans", type=int, default=200_000,
+    req.add_argument("--max-tenants", type=positive_int, default=50, help="tenant label values kept (default 50)")
+    req.add_argument("--max-buffered-spans", type=positive_int, default=200_000,
                      help="spans held before flushing; beyond it the receiver answers 503 (default 200000)")
-    req.add_argument("--flush-interval", type=float, default=2.0, help="seconds between Parquet flushes (default 2)")
+    req.add_argument("--flush-interval", type=interval_seconds, default=2.0, help="seconds between Parquet flushes (default 2)")
     req.set_defaults(func=_requests)
 
 
@@ -75,7 +77,8 @@ def _engine(args: argparse.Namespace) -> int:
     targets = load_targets(args.targets)
     plan = load_plan(args.plan) if args.plan else None
     exp = EngineExporter(targets, plan, timeout_s=args.timeout, max_bytes=args.max_bytes, interval_s=args.interval)
-    srv = Server(args.host, args.port, metrics_routes(exp.render)).start()
+    routes = {**metrics_routes(exp.render), ("GET", "/healthz"): exp.heartbeat.route}
+    srv = Server(args.host, args.port, routes).start()
     exp.start()
     print(f"engine exporter: {len(targets.targets)} targets, metrics at {srv.url}/metrics", flush=True)
     serve_until_signal(lambda: (exp.stop(), srv.stop()))
@@ -84,6 +87,7 @@ def _engine(args: argparse.Namespace) -> int:
 
 def _normalize(args: argparse.Namespace) -> int:
     from exporters.catalog import ENGINE
+    from exporters.engine import TARGET_LABELS
     from exporters.exposition import labels, render
     from exporters.normalize import UnknownDialect, normalize
 
@@ -95,8 +99,9 @@ def _normalize(args: argparse.Namespace) -> int:
         n = normalize(text, args.engine)
     except UnknownDialect as e:
         raise ConfigError(str(args.dump), "--engine", str(e)) from None
-    prefix = labels(("model", "deployment", "replica"), (args.model or n.model or "", args.deployment, args.replica))
-    lines = n.lines(prefix)
+    single = not n.others  # --model names the one model; several keep their own names
+    lines = n.lines_by_model(lambda m: labels(TARGET_LABELS, ((args.model or m) if single else m, args.deployment,
+                                                             args.replica)))
     sys.stdout.write(render((spec, lines.get(spec.name, ())) for spec in ENGINE))
     for kind, count in sorted(n.errors.items()):
         print(f"goodput: warning: {args.dump}: {count} {kind} problem(s) skipped", file=sys.stderr)

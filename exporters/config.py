@@ -1,15 +1,23 @@
-"""Files the exporters read: the engine targets file and the capacity plan. Bad files raise ConfigError."""
+"""Files the exporters read: the engine targets file and the capacity plan.
+
+Everything is checked at load, so a bad entry stops the exporter at start with one line naming it
+(``FILE: targets[3].url: PROBLEM``) instead of failing a scrape later.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporters.dialects import DIALECTS
-from goodput.foundation.errors import ConfigError
-from goodput.foundation.yamlfile import load_yaml
+import httpx
 
-__all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets", "load_yaml"]
+from exporters.dialects import DIALECTS
+from exporters.normalize import MAX_LABEL_VALUE_BYTES
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.yamlfile import load_mapping
+
+__all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets"]
 
 
 @dataclass(frozen=True)
@@ -27,38 +35,69 @@ class Targets:
     desired: dict[str, int]
 
 
+def _url(src: str, key: str, url: str) -> str:
+    """The URL if httpx can request it: http(s), a host, a numeric port; else ConfigError naming the entry."""
+    try:
+        u = httpx.URL(url)
+        if u.port is not None and not 0 < u.port < 65536:
+            raise ValueError(f"port {u.port} is not in 1..65535")
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        raise ConfigError(src, key, f"not a valid URL {url!r}: {e}") from None
+    if u.scheme not in ("http", "https") or not u.host:
+        raise ConfigError(src, key, f"not an http(s) URL with a host: {url!r}")
+    return url
+
+
+def _label_value(src: str, key: str, v: object) -> str:
+    if not isinstance(v, str) or not v:
+        raise ConfigError(src, key, "is required (a string)")
+    if len(v.encode("utf-8", "surrogatepass")) > MAX_LABEL_VALUE_BYTES:
+        raise ConfigError(src, key, f"longer than {MAX_LABEL_VALUE_BYTES} bytes (it becomes a label value)")
+    return v
+
+
+def _count(src: str, key: str, n: object) -> int:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ConfigError(src, key, f"expected a non-negative integer, got {n!r}")
+    return n
+
+
 def load_targets(path: str | Path) -> Targets:
     src = str(path)
-    data = load_yaml(path) or {}
-    if not isinstance(data, dict) or not isinstance(data.get("targets", []), list):
-        raise ConfigError(src, "targets", "expected a mapping with a 'targets' list")
+    data = load_mapping(path, "a mapping with a 'targets' list")
+    if not isinstance(data.get("targets", []), list):
+        raise ConfigError(src, "targets", "expected a list of {deployment, replica, url}")
     out = []
     seen = set()
     for i, t in enumerate(data.get("targets") or []):
         key = f"targets[{i}]"
         if not isinstance(t, dict):
             raise ConfigError(src, key, "expected a mapping")
-        for req in ("deployment", "replica", "url"):
-            if not isinstance(t.get(req), str) or not t[req]:
-                raise ConfigError(src, f"{key}.{req}", "is required (a string)")
-        if not t["url"].startswith(("http://", "https://")):
-            raise ConfigError(src, f"{key}.url", f"not an http(s) URL: {t['url']!r}")
+        unknown = sorted(set(t) - {"deployment", "replica", "url", "engine", "model"}, key=str)
+        if unknown:
+            raise ConfigError(src, f"{key}.{unknown[0]}", "unknown key; allowed: deployment, replica, url, engine, model")
+        deployment = _label_value(src, f"{key}.deployment", t.get("deployment"))
+        replica = _label_value(src, f"{key}.replica", t.get("replica"))
+        if not isinstance(t.get("url"), str):
+            raise ConfigError(src, f"{key}.url", "is required (a string)")
+        url = _url(src, f"{key}.url", t["url"])
         engine = t.get("engine", "auto")
         if engine not in ("auto", *DIALECTS):
             raise ConfigError(src, f"{key}.engine", f"must be auto or one of {', '.join(DIALECTS)}; got {engine!r}")
-        if (t["deployment"], t["replica"]) in seen:
-            raise ConfigError(src, f"{key}.replica", f"duplicate replica {t['replica']!r} in {t['deployment']!r}")
-        seen.add((t["deployment"], t["replica"]))
-        out.append(Target(t["deployment"], t["replica"], t["url"], engine, t.get("model")))
+        model = _label_value(src, f"{key}.model", t["model"]) if t.get("model") is not None else None
+        if (deployment, replica) in seen:
+            raise ConfigError(src, f"{key}.replica", f"duplicate replica {replica!r} in {deployment!r}")
+        seen.add((deployment, replica))
+        out.append(Target(deployment, replica, url, engine, model))
     desired = {}
     deps = data.get("deployments") or {}
     if not isinstance(deps, dict):
         raise ConfigError(src, "deployments", "expected a mapping of deployment -> {desired_replicas: N}")
     for name, d in deps.items():
-        n = d.get("desired_replicas") if isinstance(d, dict) else None
-        if not isinstance(n, int) or n < 0:
-            raise ConfigError(src, f"deployments.{name}.desired_replicas", "expected a non-negative integer")
-        desired[str(name)] = n
+        key = f"deployments.{name}"
+        if not isinstance(d, dict):
+            raise ConfigError(src, key, "expected a mapping {desired_replicas: N}")
+        desired[_label_value(src, key, str(name))] = _count(src, f"{key}.desired_replicas", d.get("desired_replicas"))
     return Targets(tuple(out), desired)
 
 
@@ -79,21 +118,19 @@ class Plan:
 
 def load_plan(path: str | Path) -> Plan:
     src = str(path)
-    data = load_yaml(path)
-    if not isinstance(data, dict) or not isinstance(data.get("deployments"), dict):
+    data = load_mapping(path, "a mapping with 'deployments'")
+    if not isinstance(data.get("deployments"), dict):
         raise ConfigError(src, "deployments", "expected a mapping of deployment -> plan")
     goodput, desired = {}, {}
     for name, d in data["deployments"].items():
         key = f"deployments.{name}"
         if not isinstance(d, dict):
             raise ConfigError(src, key, "expected a mapping")
+        dep = _label_value(src, key, str(name))
         g = d.get("replica_goodput_tokens_per_second")
-        if not isinstance(g, (int, float)) or isinstance(g, bool) or g <= 0:
-            raise ConfigError(src, f"{key}.replica_goodput_tokens_per_second", "expected a number > 0")
-        goodput[str(name)] = float(g)
+        if not isinstance(g, (int, float)) or isinstance(g, bool) or not math.isfinite(g) or g <= 0:
+            raise ConfigError(src, f"{key}.replica_goodput_tokens_per_second", f"expected a finite number > 0, got {g!r}")
+        goodput[dep] = float(g)
         if "desired_replicas" in d:
-            n = d["desired_replicas"]
-            if not isinstance(n, int) or n < 0:
-                raise ConfigError(src, f"{key}.desired_replicas", "expected a non-negative integer")
-            desired[str(name)] = n
+            desired[dep] = _count(src, f"{key}.desired_replicas", d["desired_replicas"])
     return Plan(goodput, desired)

@@ -3,7 +3,9 @@
 Scrapes run in the background on an interval, concurrently, each with a timeout and a size limit;
 normalization happens then, so serving ``/metrics`` is only joining pre-rendered lines. A target
 that is down, slow, broken or unknown is reported with ``llm_engine_up 0`` and loses only its own
-series; the others keep being served.
+series; the others keep being served. No error of one target, and no failed round, ends the loop:
+each is counted by kind in ``llm_exporter_errors_total``, and ``/healthz`` answers 503 when rounds
+stop finishing (see ``exporters.liveness``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import httpx
 from exporters.catalog import ENGINE
 from exporters.config import Plan, Target, Targets
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
+from exporters.liveness import Heartbeat
 from exporters.normalize import UnknownDialect, normalize
 
 __all__ = ["EngineExporter", "TargetState"]
 
 EXPORTER = "engine"
+TARGET_LABELS = ("model", "deployment", "replica")
 
 
 @dataclass
@@ -58,7 +62,7 @@ class EngineExporter:
         self.last_success = 0.0
         self.rounds = 0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.heartbeat = Heartbeat("scrape", grace_s=3 * (interval_s + timeout_s))
 
     # ------------------------------------------------------------------ scraping
 
@@ -91,24 +95,30 @@ class EngineExporter:
             self._down(st, "parse", t0)
         except UnknownDialect:
             self._down(st, "unknown_dialect", t0)
+        except httpx.InvalidURL:
+            self._down(st, "invalid_url", t0)
+        except Exception:  # whatever one target does, the others keep being scraped
+            self._down(st, "internal", t0)
         else:
             target = st.target
-            model = target.model or norm.model or ""
-            prefix = labels(("model", "deployment", "replica"), (model, target.deployment, target.replica))
-            lines = norm.lines(prefix)
+            # one model: the targets file may name it; several: each series keeps the engine's own name
+            single = not norm.others
+            model = (target.model or norm.model or "") if single else (norm.model or "")
+            lines = norm.lines_by_model(lambda m: labels(
+                TARGET_LABELS, ((target.model or m) if single else m, target.deployment, target.replica)))
             with self.lock:
                 st.up, st.error, st.dialect, st.lines = True, "", norm.dialect, lines
                 st.samples_in = norm.samples_in
                 st.duration_s = time.perf_counter() - t0
                 st.model = model
-            for kind, n in norm.errors.items():
-                self.errors[kind] += n
+                for kind, n in norm.errors.items():
+                    self.errors[kind] += n
 
     def _down(self, st: TargetState, kind: str, t0: float) -> None:
         with self.lock:
             st.up, st.error, st.lines = False, kind, {}
             st.duration_s = time.perf_counter() - t0
-        self.errors[kind] += 1
+            self.errors[kind] += 1
 
     async def _round(self) -> None:
         t0 = time.perf_counter()
@@ -122,20 +132,27 @@ class EngineExporter:
     def scrape_once(self) -> None:
         asyncio.run(self._round())
 
-    def start(self) -> None:
-        def loop() -> None:
-            while not self._stop.is_set():
-                t0 = time.monotonic()
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
                 self.scrape_once()
-                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+            except Exception as e:  # a failed round is counted; the next one still runs
+                with self.lock:
+                    self.errors[f"round_{type(e).__name__}"] += 1
+            else:
+                self.heartbeat.beat()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
 
-        self._thread = threading.Thread(target=loop, name="engine-scraper", daemon=True)
-        self._thread.start()
+    def start(self) -> None:
+        self.heartbeat.beat()
+        self.heartbeat.thread = threading.Thread(target=self._loop, name="engine-scraper", daemon=True)
+        self.heartbeat.thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_s + self.timeout_s + 1)
+        if self.heartbeat.thread is not None:
+            self.heartbeat.thread.join(timeout=self.interval_s + self.timeout_s + 1)
 
     # ------------------------------------------------------------------ exposition
 
@@ -143,9 +160,10 @@ class EngineExporter:
         with self.lock:
             states = list(self.states)
             per_family: dict[str, list[str]] = defaultdict(list)
+            errors = dict(self.errors)
             for st in states:
                 model = st.model or st.target.model or ""
-                prefix = labels(("model", "deployment", "replica"), (model, st.target.deployment, st.target.replica))
+                prefix = labels(TARGET_LABELS, (model, st.target.deployment, st.target.replica))
                 per_family["llm_engine_up"].append(f"llm_engine_up{{{prefix}}} {1.0 if st.up else 0.0}")
                 per_family["llm_engine_scrape_duration_seconds"].append(
                     f"llm_engine_scrape_duration_seconds{{{prefix}}} {fmt_float(st.duration_s)}")
@@ -166,5 +184,5 @@ class EngineExporter:
             for dep, g in sorted(self.plan.goodput.items()):
                 per_family["llm_capacity_replica_goodput_tokens_per_second"].append(
                     f'llm_capacity_replica_goodput_tokens_per_second{{deployment="{dep}"}} {fmt_float(g)}')
-        per_family.update(self_metrics(EXPORTER, self.last_duration, self.last_success, self.errors))
+        per_family.update(self_metrics(EXPORTER, self.last_duration, self.last_success, errors))
         return render((spec, per_family.get(spec.name, ())) for spec in (*ENGINE, *SELF_COLLECTION))

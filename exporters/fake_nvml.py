@@ -26,6 +26,7 @@ which is how the simulated fleet makes GPU memory and utilisation follow its loa
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -198,24 +199,84 @@ class FakeNvml:
         pass
 
 
+def _number(source: str, key: str, v: Any, *, maximum: float | None = None) -> None:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0 or (
+            maximum is not None and v > maximum):
+        bound = f"in 0..{maximum:g}" if maximum is not None else ">= 0"
+        raise ConfigError(source, key, f"expected a finite number {bound}, got {v!r}")
+
+
+def _value(source: str, key: str, v: Any, maximum: float | None = None) -> None:
+    """A number, or ``{seconds: number}`` stepped over time."""
+    if isinstance(v, dict):
+        if not v:
+            raise ConfigError(source, key, "expected a number or a non-empty {seconds: value} mapping")
+        for at, x in v.items():
+            _number(source, f"{key}.{at}", at)
+            _number(source, f"{key}.{at}", x, maximum=maximum)
+    else:
+        _number(source, key, v, maximum=maximum)
+
+
+def _gpu(source: str, key: str, g: Any) -> None:
+    if not isinstance(g, dict):
+        raise ConfigError(source, key, "expected a mapping")
+    allowed = (*FIELDS, "name", "uuid", "unsupported")
+    for k, v in g.items():
+        where = f"{key}.{k}"
+        if k not in allowed:
+            raise ConfigError(source, where, f"unknown key; allowed: {', '.join(allowed)}")
+        if k in ("name", "uuid"):
+            if not isinstance(v, str) or not v:
+                raise ConfigError(source, where, "expected a non-empty string")
+        elif k == "unsupported":
+            if not isinstance(v, list) or any(x not in FIELDS for x in v):
+                raise ConfigError(source, where, f"expected a list of fields from: {', '.join(FIELDS)}")
+        elif k == "ecc":
+            if not isinstance(v, dict) or set(v) - {"corrected", "uncorrected"}:
+                raise ConfigError(source, where, "expected {corrected: N, uncorrected: N}")
+            for kind, n in v.items():
+                _value(source, f"{where}.{kind}", n)
+        elif k == "processes":
+            if not isinstance(v, list):
+                raise ConfigError(source, where, "expected a list of {pid, used_memory_bytes}")
+            for j, proc in enumerate(v):
+                if not isinstance(proc, dict) or set(proc) - {"pid", "used_memory_bytes"}:
+                    raise ConfigError(source, f"{where}[{j}]", "expected {pid: N, used_memory_bytes: N}")
+                if not isinstance(proc.get("pid"), int) or isinstance(proc["pid"], bool) or proc["pid"] < 0:
+                    raise ConfigError(source, f"{where}[{j}].pid", f"expected a process id, got {proc.get('pid')!r}")
+                _number(source, f"{where}[{j}].used_memory_bytes", proc.get("used_memory_bytes", 0))
+        else:
+            _value(source, where, v, maximum=1.0 if k == "utilization" else None)
+
+
 def load_fake(spec: Any, source: str) -> dict[str, Any]:
-    """Validate a fake-NVML description; ``ConfigError`` names the key that is wrong."""
-    if not isinstance(spec, dict) or not isinstance(spec.get("gpus"), list) or not spec["gpus"]:
+    """Validate a fake-NVML description, every value included, so that sampling it cannot fail later.
+
+    ``ConfigError`` names the key that is wrong (``gpus[0].utilization``).
+    """
+    if spec is None:
+        raise ConfigError(source, "", "the file is empty; expected a mapping with a 'gpus' list")
+    if not isinstance(spec, dict):
+        raise ConfigError(source, "", f"expected a mapping with a 'gpus' list, got {type(spec).__name__}")
+    unknown = sorted(set(spec) - {"driver_version", "hostname", "gpus", "faults"}, key=str)
+    if unknown:
+        raise ConfigError(source, str(unknown[0]), "unknown key; allowed: driver_version, hostname, gpus, faults")
+    for k in ("driver_version", "hostname"):
+        if k in spec and not isinstance(spec[k], str):
+            raise ConfigError(source, k, f"expected a string (quote it), got {spec[k]!r}")
+    if not isinstance(spec.get("gpus"), list) or not spec["gpus"]:
         raise ConfigError(source, "gpus", "expected a non-empty list of GPUs")
     for i, g in enumerate(spec["gpus"]):
-        if not isinstance(g, dict):
-            raise ConfigError(source, f"gpus[{i}]", "expected a mapping")
-        for k in g:
-            if k not in FIELDS + ("name", "uuid", "unsupported"):
-                allowed = ", ".join((*FIELDS, "name", "uuid", "unsupported"))
-                raise ConfigError(source, f"gpus[{i}].{k}", f"unknown key; allowed: {allowed}")
+        _gpu(source, f"gpus[{i}]", g)
+    if not isinstance(spec.get("faults") or [], list):
+        raise ConfigError(source, "faults", "expected a list of {at, gpu, kind}")
     for i, f in enumerate(spec.get("faults") or []):
         if not isinstance(f, dict) or f.get("kind") not in ("lost", "xid"):
             raise ConfigError(source, f"faults[{i}].kind", "must be lost or xid")
         if not isinstance(f.get("gpu"), int) or not 0 <= f["gpu"] < len(spec["gpus"]):
             raise ConfigError(source, f"faults[{i}].gpu", "must be the index of a listed GPU")
-        if not isinstance(f.get("at"), (int, float)):
-            raise ConfigError(source, f"faults[{i}].at", "expected seconds since start")
-        if f["kind"] == "xid" and not isinstance(f.get("xid"), int):
+        _number(source, f"faults[{i}].at", f.get("at"))
+        if f["kind"] == "xid" and (not isinstance(f.get("xid"), int) or isinstance(f["xid"], bool)):
             raise ConfigError(source, f"faults[{i}].xid", "expected the XID code (integer)")
     return spec

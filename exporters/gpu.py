@@ -3,7 +3,9 @@
 A field a GPU does not support (``NVMLError_NotSupported``, ``NoPermission``) is omitted, not
 exported as 0. A GPU that is lost (``GpuIsLost``, ``GpuNotFound``, ``ResetRequired``, ``Unknown``)
 reports ``llm_gpu_up 0`` while the others keep reporting. XID critical errors arrive as NVML
-events and increment ``llm_gpu_xid_errors_total{xid}``.
+events and increment ``llm_gpu_xid_errors_total{xid}``. Nothing a GPU, the driver or a fake file
+does ends the sampling thread: an unexpected error is counted (``kind="internal"``) and the next
+sample runs; ``/healthz`` answers 503 once samples stop finishing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pynvml
 
 from exporters.catalog import GPU
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
+from exporters.liveness import Heartbeat
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["DeploymentMapping", "GpuCollector", "GpuSample", "run_gpu_exporter"]
@@ -78,11 +81,20 @@ class DeploymentMapping:
             return cls(proc_root=proc_root)
         if not isinstance(data, dict):
             raise ConfigError(source, "", "expected a mapping with 'gpus' and/or 'rules'")
+        unknown = sorted(set(data) - {"gpus", "rules"}, key=str)
+        if unknown:
+            raise ConfigError(source, str(unknown[0]), "unknown key; allowed: gpus, rules")
         static = {}
+        if not isinstance(data.get("gpus") or {}, dict):
+            raise ConfigError(source, "gpus", "expected a mapping of GPU index -> {deployment, replica}")
         for k, v in (data.get("gpus") or {}).items():
+            if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+                raise ConfigError(source, f"gpus.{k}", "expected a GPU index (an integer >= 0)")
             if not isinstance(v, dict) or "deployment" not in v:
                 raise ConfigError(source, f"gpus.{k}", "expected {deployment: ..., replica: ...}")
-            static[int(k)] = (str(v["deployment"]), str(v.get("replica", "")))
+            static[k] = (str(v["deployment"]), str(v.get("replica", "")))
+        if not isinstance(data.get("rules") or [], list):
+            raise ConfigError(source, "rules", "expected a list of rules")
         rules = []
         for i, r in enumerate(data.get("rules") or []):
             key = f"rules[{i}]"
@@ -94,7 +106,7 @@ class DeploymentMapping:
             text = r.get("pattern", ".*") if src == "env" else r[src]
             try:
                 pat = re.compile(text)
-            except re.error as e:
+            except (re.error, TypeError) as e:
                 raise ConfigError(source, f"{key}.{src}", f"bad regular expression: {e}") from None
             if "deployment" not in pat.groupindex and not r.get("deployment"):
                 raise ConfigError(source, key, "needs a (?P<deployment>...) group or a fixed deployment")
@@ -214,6 +226,8 @@ class GpuCollector:
             g.up = False
             g.uuid, g.name = self._ident.get(i, (g.uuid, g.name))  # a lost GPU keeps its identity
             self.errors[type(e).__name__.removeprefix("NVMLError_")] += 1
+        except Exception:  # not NVML's: keep what was read, count it, and sample the other GPUs
+            self.errors["internal"] += 1
         else:
             self._ident[i] = (g.uuid, g.name)
         if g.deployment is None and i in self.mapping.static:
@@ -239,24 +253,27 @@ class GpuCollector:
                     idx = -1
                 self.xids[(idx, int(ev.eventData))] += 1
 
-    def sample(self) -> None:
+    def sample(self) -> bool:
+        """Take a snapshot of every GPU; False when NVML could not even count them."""
         t0 = time.perf_counter()
         try:
             count = self.nvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as e:
             self.errors[type(e).__name__.removeprefix("NVMLError_")] += 1
-            return
+            return False
         snap = [self._sample_gpu(i) for i in range(count)]
         self._drain_events()
         with self.lock:
             self.snapshot = snap
             self.last_duration = time.perf_counter() - t0
             self.last_success = self.clock()
+        return True
 
     def render(self) -> str:
         with self.lock:
             snap = list(self.snapshot)
             xids = dict(self.xids)
+            errors = dict(self.errors)
         fam: dict[str, list[str]] = defaultdict(list)
         uuids = {g.index: g.uuid for g in snap}
         for g in snap:
@@ -284,41 +301,52 @@ class GpuCollector:
         for (idx, xid), count in sorted(xids.items()):
             base = labels(("gpu", "uuid", "xid"), (str(idx), uuids.get(idx, ""), str(xid)))
             fam["llm_gpu_xid_errors_total"].append(f"llm_gpu_xid_errors_total{{{base}}} {float(count)}")
-        fam.update(self_metrics(EXPORTER, self.last_duration, self.last_success, self.errors))
+        fam.update(self_metrics(EXPORTER, self.last_duration, self.last_success, errors))
         return render((s, fam.get(s.name, ())) for s in (*GPU, *SELF_COLLECTION))
 
 
 class Sampler:
-    """Runs ``collector.sample()`` every ``interval`` seconds on a background thread."""
+    """Runs ``collector.sample()`` every ``interval`` seconds on a background thread that no error ends."""
 
     def __init__(self, collector: GpuCollector, interval: float) -> None:
         self.collector, self.interval = collector, interval
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
+        self.heartbeat = Heartbeat("GPU sampling", grace_s=3 * interval + 10)
+        self.heartbeat.thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.collector.sample()
+            try:
+                ok = self.collector.sample()
+            except Exception as e:  # a failed sample is counted; the next one still runs
+                self.collector.errors[f"sample_{type(e).__name__}"] += 1
+            else:
+                if ok:
+                    self.heartbeat.beat()
             self._stop.wait(self.interval)
 
     def start(self) -> Sampler:
-        self._thread.start()
+        self.heartbeat.beat()
+        self.heartbeat.thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.interval + 1)
+        self.heartbeat.thread.join(timeout=self.interval + 1)
 
 
 def run_gpu_exporter(args) -> int:
     from exporters.fake_nvml import FakeNvml, load_fake
     from goodput.foundation.http import Server, metrics_routes, serve_until_signal
-    from goodput.foundation.yamlfile import load_yaml
+    from goodput.foundation.yamlfile import load_mapping, load_yaml
 
     nvml: Any = pynvml
     if args.fake:
         nvml = FakeNvml(load_fake(load_yaml(args.fake), str(args.fake)))
-    mapping = DeploymentMapping.load(load_yaml(args.mapping), str(args.mapping)) if args.mapping else None
+    mapping = None
+    if args.mapping:
+        mapping = DeploymentMapping.load(load_mapping(args.mapping, "a mapping with 'gpus' and/or 'rules'"),
+                                         str(args.mapping))
     collector = GpuCollector(nvml, mapping, hostname=(nvml.spec.get("hostname") if args.fake else None))
     try:
         collector.init()
@@ -326,7 +354,8 @@ def run_gpu_exporter(args) -> int:
         raise ConfigError("NVML", "", f"{e} ({type(e).__name__}); no NVIDIA driver here? "
                                       "run with --fake FILE to use a fake GPU") from None
     sampler = Sampler(collector, args.interval).start()
-    srv = Server(args.host, args.port, metrics_routes(collector.render)).start()
+    routes = {**metrics_routes(collector.render), ("GET", "/healthz"): sampler.heartbeat.route}
+    srv = Server(args.host, args.port, routes).start()
     print(f"gpu exporter: {'fake NVML ' + str(args.fake) if args.fake else 'NVML'}, metrics at {srv.url}/metrics",
           flush=True)
     serve_until_signal(lambda: (sampler.stop(), srv.stop()))

@@ -5,11 +5,19 @@ skipped (``_created`` families, ``process_*``, unmapped engine metrics); a mappe
 few interesting labels cut out with ``str.find`` rather than a full label parse. Series that differ
 only in labels goodput drops (vLLM's ``engine``, SGLang's ``tp_rank``) are combined: SGLang's
 per-TP-rank duplicates keep rank 0 only, vLLM's data-parallel engines are summed.
+
+What a hostile or broken engine can send is bounded: a series repeated in one body keeps its last
+sample (counted as ``duplicate_series``, never summed); series of several ``model_name`` values are
+kept apart, one group per model; a label value copied into the output longer than
+``MAX_LABEL_VALUE_BYTES`` is cut to a prefix, ``…`` and a digest of the whole value (counted as
+``label_truncated``), so distinct values stay distinct and one huge label cannot blow up ``/metrics``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -17,7 +25,10 @@ from exporters.catalog import ENGINE
 from exporters.dialects import DIALECTS, PREFIXES, Rule
 from exporters.exposition import escape, fmt_float
 
-__all__ = ["Normalized", "UnknownDialect", "detect_dialect", "normalize"]
+__all__ = ["MAX_LABEL_VALUE_BYTES", "Normalized", "UnknownDialect", "cap_label", "detect_dialect", "normalize"]
+
+MAX_LABEL_VALUE_BYTES = 256  # an engine's label value longer than this is cut (see cap_label)
+_DIGEST_HEX = 8
 
 VALUE, BUCKET, SUM, COUNT = 0, 1, 2, 3
 _SUFFIX = {VALUE: "", BUCKET: "_bucket", SUM: "_sum", COUNT: "_count"}
@@ -27,22 +38,51 @@ class UnknownDialect(ValueError):
     """The text carries no metric of any engine goodput knows."""
 
 
+Families = dict[str, dict[tuple[str, str], float]]  # canonical family -> {(sample, extra labels): value}
+
+
 @dataclass
 class Normalized:
     dialect: str
-    model: str | None
-    # canonical family -> {(sample name, extra labels "k=\"v\",..."): value}
-    families: dict[str, dict[tuple[str, str], float]]
+    model: str | None  # the first model the engine names (None: it names none)
+    # the first model's series: canonical family -> {(sample name, extra labels "k=\"v\",..."): value}
+    families: Families
     samples_in: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    others: dict[str, Families] = field(default_factory=dict)  # series of every further model, by model
 
     def lines(self, prefix: str) -> dict[str, list[str]]:
-        """Sample lines per family with ``prefix`` (the target's labels, already escaped) in front."""
-        out = {}
-        for fam, samples in self.families.items():
-            out[fam] = [f"{name}{{{prefix},{extra}}} {fmt_float(v)}" if extra else f"{name}{{{prefix}}} {fmt_float(v)}"
-                        for (name, extra), v in samples.items()]
+        """The first model's sample lines per family with ``prefix`` (labels, already escaped) in front."""
+        out: dict[str, list[str]] = {}
+        _render_into(out, self.families, prefix)
         return out
+
+    def lines_by_model(self, prefix_for: Callable[[str], str]) -> dict[str, list[str]]:
+        """Every model's sample lines; ``prefix_for(model)`` gives each model's labels (model "" when unnamed)."""
+        out: dict[str, list[str]] = {}
+        _render_into(out, self.families, prefix_for(self.model or ""))
+        for model, fams in self.others.items():
+            _render_into(out, fams, prefix_for(model))
+        return out
+
+
+def _render_into(out: dict[str, list[str]], families: Families, prefix: str) -> None:
+    for fam, samples in families.items():
+        out.setdefault(fam, []).extend(
+            f"{name}{{{prefix},{extra}}} {fmt_float(v)}" if extra else f"{name}{{{prefix}}} {fmt_float(v)}"
+            for (name, extra), v in samples.items())
+
+
+def cap_label(value: str) -> str:
+    """``value`` if it fits ``MAX_LABEL_VALUE_BYTES``, else a prefix, ``…`` and 8 hex digits of its BLAKE2b."""
+    if len(value) * 4 <= MAX_LABEL_VALUE_BYTES:  # cheap: no UTF-8 character is longer than 4 bytes
+        return value
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_LABEL_VALUE_BYTES:
+        return value
+    digest = hashlib.blake2b(raw, digest_size=_DIGEST_HEX // 2).hexdigest()
+    keep = MAX_LABEL_VALUE_BYTES - len("…".encode()) - _DIGEST_HEX
+    return raw[:keep].decode("utf-8", "ignore") + "…" + digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,33 +174,26 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
     elif dialect not in DIALECTS:
         raise UnknownDialect(f"unknown engine {dialect!r}; use auto, {', '.join(DIALECTS)}")
     table, slots = _table(dialect)
-    acc: list[dict[tuple[str, str], float]] = [{} for _ in slots]
     errors: dict[str, int] = defaultdict(int)
+    series, samples = _mapped_series(text, table, errors)
+    # per slot: (model group, sample name, extra labels) -> value; group "" is the first model named
+    acc: list[dict[tuple[str, str, str], float]] = [{} for _ in slots]
     trt: dict[str, float] = {}
+    capped: dict[str, str] = {}
+
+    def cap(v: str) -> str:
+        out = capped.get(v)
+        if out is None:
+            out = capped[v] = cap_label(v)
+            if out is not v:
+                errors["label_truncated"] += 1
+        return out
+
     model = None
-    samples = 0
     label = _label
     les = _LE_CACHE
     ranked = dialect == "sglang"  # SGLang exports one series per TP / PP rank
-    for line in text.split("\n"):
-        if not line or line[0] == "#":
-            continue
-        samples += 1
-        brace = line.find("{")
-        if brace >= 0:
-            ops = table.get(line[:brace])
-            if ops is None:
-                continue
-            close = line.rfind("}")
-            labels = line[brace + 1:close]
-            rest = line[close + 1:]
-        else:
-            sp = line.find(" ")
-            ops = table.get(line[:sp])
-            if ops is None:
-                continue
-            labels = ""
-            rest = line[sp:]
+    for ops, labels, rest in series.values():
         try:
             value = float(rest)
         except ValueError:
@@ -169,12 +202,17 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
             except (ValueError, IndexError):
                 errors["parse"] += 1
                 continue
+        group = ""
         if labels:
             if ranked and ("tp_rank=" in labels or "pp_rank=" in labels) and (
                     label(labels, "tp_rank") not in (None, "0") or label(labels, "pp_rank") not in (None, "0")):
                 continue
+            named = label(labels, "model_name")
             if model is None:
-                model = label(labels, "model_name") or label(labels, "model")
+                found = named if named is not None else label(labels, "model")
+                model = cap(found) if found else None
+            if named is not None and cap(named) != model:
+                group = cap(named)
         for op in ops:
             if op.where is not None and not _has(labels, op.where):
                 continue
@@ -193,10 +231,12 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
                 if extra is None:
                     try:
                         le = "+Inf" if raw == "+Inf" else fmt_float(float(raw) * op.scale)
-                        extra = les[(raw, op.scale)] = f'le="{le}"'
                     except ValueError:
                         errors["parse"] += 1
                         continue
+                    extra = f'le="{le}"'
+                    if len(les) < _LE_CACHE_MAX:
+                        les[(raw, op.scale)] = extra
             elif op.special:
                 if op.special == 1:
                     try:
@@ -204,7 +244,7 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
                     except (TypeError, ValueError):
                         errors["parse"] += 1
                         continue
-                    extra = f'block_size="{escape(label(labels, op.rule.size_label) or "")}"'
+                    extra = f'block_size="{escape(cap(label(labels, op.rule.size_label) or ""))}"'
                 elif op.special == 3:
                     trt[label(labels, "kv_cache_block_type") or ""] = value
                     continue
@@ -212,9 +252,9 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
                 if part != COUNT:
                     v = value * op.scale
                 if op.pass_reason:
-                    extra = f'finished_reason="{escape(label(labels, "finished_reason") or "unknown")}"'
+                    extra = f'finished_reason="{escape(cap(label(labels, "finished_reason") or "unknown"))}"'
             bucket = acc[op.slot]
-            key = (op.sample, extra)
+            key = (group, op.sample, extra)
             old = bucket.get(key)
             if old is None:
                 bucket[key] = v
@@ -223,24 +263,70 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
     if "max" in trt:
         size = trt.get("tokens_per")
         slot = slots.index(("llm_kv_cache_capacity_blocks", 0))
-        acc[slot][("llm_kv_cache_capacity_blocks", f'block_size="{int(size) if size else ""}"')] = trt["max"]
-    families: dict[str, dict[tuple[str, str], float]] = {}
-    best: dict[str, int] = {}
-    for (target, prio), samples_ in zip(slots, acc, strict=True):
-        if samples_ and (target not in best or prio > best[target]):
-            best[target] = prio
-            families[target] = samples_
-    for fam in [f for f in families if f in _HISTOGRAMS]:
-        got = families[fam]
-        if (fam + "_bucket", 'le="+Inf"') not in got or (fam + "_count", "") not in got or (fam + "_sum", "") not in got:
-            del families[fam]  # a truncated histogram would break histogram_quantile; drop it whole
-            errors["truncated_histogram"] += 1
-    if not families:
+        acc[slot][("", "llm_kv_cache_capacity_blocks", f'block_size="{int(size) if size else ""}"')] = trt["max"]
+    families, others = _choose(slots, acc, errors)
+    if not families and not others:
         raise UnknownDialect(f"no metric of the {dialect} engine in the text")
-    return Normalized(dialect, model, families, samples, dict(errors))
+    return Normalized(dialect, model, families, samples, dict(errors), others)
+
+
+def _mapped_series(text: str, table: dict[str, tuple[_Op, ...]],
+                   errors: dict[str, int]) -> tuple[dict[str, tuple[tuple[_Op, ...], str, str]], int]:
+    """Series text -> (operations, labels, value text) for every sample some rule maps, and the sample count.
+
+    A series that appears twice keeps its last sample and counts as ``duplicate_series``: summing two
+    copies of one counter would invent traffic. Unmapped samples cost one dict lookup.
+    """
+    series: dict[str, tuple[tuple[_Op, ...], str, str]] = {}
+    samples = 0
+    for line in text.split("\n"):
+        if not line or line[0] == "#":
+            continue
+        samples += 1
+        brace = line.find("{")
+        if brace >= 0:
+            ops = table.get(line[:brace])
+            if ops is None:
+                continue
+            close = line.rfind("}")
+            key, labels, rest = line[:close + 1], line[brace + 1:close], line[close + 1:]
+        else:
+            sp = line.find(" ")
+            ops = table.get(line[:sp])
+            if ops is None:
+                continue
+            key, labels, rest = line[:sp], "", line[sp:]
+        if key in series:
+            errors["duplicate_series"] += 1
+        series[key] = (ops, labels, rest)
+    return series, samples
+
+
+def _choose(slots: tuple[tuple[str, int], ...], acc: list[dict[tuple[str, str, str], float]],
+            errors: dict[str, int]) -> tuple[Families, dict[str, Families]]:
+    """Per family the highest-priority source that has samples, split by model group; incomplete histograms go."""
+    chosen: dict[str, dict[tuple[str, str, str], float]] = {}
+    best: dict[str, int] = {}
+    for (target, prio), got in zip(slots, acc, strict=True):
+        if got and (target not in best or prio > best[target]):
+            best[target] = prio
+            chosen[target] = got
+    groups: dict[str, Families] = {}
+    for fam, got in chosen.items():
+        for (group, name, extra), v in got.items():
+            groups.setdefault(group, {}).setdefault(fam, {})[(name, extra)] = v
+    for fams in groups.values():
+        for fam in [f for f in fams if f in _HISTOGRAMS]:
+            got = fams[fam]
+            if (fam + "_bucket", 'le="+Inf"') not in got or (fam + "_count", "") not in got or (fam + "_sum", "") not in got:
+                del fams[fam]  # a truncated histogram would break histogram_quantile; drop it whole
+                errors["truncated_histogram"] += 1
+    families = groups.pop("", {})
+    return families, {m: f for m, f in groups.items() if f}
 
 
 _LE_CACHE: dict[tuple[str, float], str] = {}
+_LE_CACHE_MAX = 4096  # bucket bounds seen across all targets; a hostile engine cannot grow it without end
 _HISTOGRAMS = frozenset(m.name for m in ENGINE if m.type == "histogram")
 
 

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from goodput import __version__
+from goodput.foundation.args import Parser
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -38,7 +39,7 @@ COMMANDS: dict[str, Command] = {
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The full parser of ``command`` (its module imported); every other command is only its name and help."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="goodput",
         description="Observability, alerting and capacity planning for LLM inference fleets.",
     )

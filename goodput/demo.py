@@ -17,6 +17,7 @@ from exporters.fleet_gpus import fleet_gpus
 from exporters.gpu import GpuCollector, Sampler
 from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
+from goodput.foundation.args import port, positive_number
 from goodput.foundation.http import Server, healthz, metrics_routes, serve_until_signal
 from goodput.rulegen import build, load_spec
 from goodput.stack import Process, alertmanager_available, prometheus_available, start_alertmanager, start_prometheus
@@ -39,18 +40,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("demo-out"), metavar="DIR",
                    help="where the demo keeps its files: targets, trace store (default demo-out/)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--base-port", type=int, default=8100, help="first replica port (default 8100)")
-    p.add_argument("--gpu-port", type=int, default=9400)
-    p.add_argument("--engine-port", type=int, default=9401)
-    p.add_argument("--requests-port", type=int, default=9402)
-    p.add_argument("--otlp-port", type=int, default=4318)
-    p.add_argument("--prometheus-port", type=int, default=9090)
-    p.add_argument("--alertmanager-port", type=int, default=9093)
-    p.add_argument("--webhook-port", type=int, default=9095, help="local receiver that logs pages (default 9095)")
+    p.add_argument("--base-port", type=port, default=8100, help="first replica port (default 8100)")
+    p.add_argument("--gpu-port", type=port, default=9400)
+    p.add_argument("--engine-port", type=port, default=9401)
+    p.add_argument("--requests-port", type=port, default=9402)
+    p.add_argument("--otlp-port", type=port, default=4318)
+    p.add_argument("--prometheus-port", type=port, default=9090)
+    p.add_argument("--alertmanager-port", type=port, default=9093)
+    p.add_argument("--webhook-port", type=port, default=9095, help="local receiver that logs pages (default 9095)")
     p.add_argument("--plan", type=Path, default=Path("examples/plan.yaml"), help="capacity plan for the engine exporter")
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus and Alertmanager")
-    p.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
-    p.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="stop after this long")
+    p.add_argument("--speed", type=positive_number, default=1.0, help="virtual seconds per wall second (default 1)")
+    p.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS", help="stop after this long")
     p.set_defaults(func=_demo)
 
 

@@ -21,7 +21,7 @@ import yaml
 
 from exporters.catalog import GATEWAY_BUCKETS
 from goodput.foundation.errors import ConfigError
-from goodput.foundation.yamlfile import load_yaml
+from goodput.foundation.yamlfile import load_mapping
 
 __all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "load_spec", "write"]
 
@@ -60,7 +60,23 @@ class Spec:
     links: dict[str, str]
 
 
-def _bucket(v: float, src: str, key: str) -> float:
+def _number(v: Any, src: str, key: str) -> float:
+    """A finite number > 0 (a threshold, a bucket bound)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(src, key, f"expected a finite number > 0, got {v!r}")
+    return float(v)
+
+
+def _section(data: dict, key: str, src: str, parent: str = "") -> dict:
+    """``data[key]`` as a mapping ({} when absent); ``parent`` is the dotted path of ``data`` for the error."""
+    v = data.get(key) or {}
+    if not isinstance(v, dict):
+        raise ConfigError(src, f"{parent}.{key}" if parent else key, f"expected a mapping, got {v!r}")
+    return v
+
+
+def _bucket(v: Any, src: str, key: str) -> float:
+    v = _number(v, src, key)
     if not any(math.isclose(v, b) for b in GATEWAY_BUCKETS):
         raise ConfigError(src, key, f"{v:g} s is not a bucket boundary of the request exporter "
                                     f"({', '.join(f'{b:g}' for b in GATEWAY_BUCKETS)})")
@@ -69,9 +85,9 @@ def _bucket(v: float, src: str, key: str) -> float:
 
 def load_spec(path: str | Path) -> Spec:
     src = str(path)
-    data = load_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(src, "", "expected a mapping with slos, thresholds, alertmanager, links")
+    data = load_mapping(path, "a mapping with slos, thresholds, alertmanager, links")
+    if not isinstance(data.get("slos") or [], list):
+        raise ConfigError(src, "slos", "expected a list of SLOs")
     slos = []
     seen = set()
     for i, s in enumerate(data.get("slos") or []):
@@ -83,7 +99,7 @@ def load_spec(path: str | Path) -> Spec:
         if not isinstance(s.get("route"), str) or not re.fullmatch(r"[a-z0-9_-]+", s["route"]):
             raise ConfigError(src, f"{key}.route", "expected a route name ([a-z0-9_-]+)")
         obj = s.get("objective")
-        if not isinstance(obj, (int, float)) or not 0 < obj < 1:
+        if not isinstance(obj, (int, float)) or isinstance(obj, bool) or not 0 < obj < 1:
             raise ConfigError(src, f"{key}.objective", "expected a number between 0 and 1 (exclusive)")
         if (s["tier"], s["route"]) in seen:
             raise ConfigError(src, key, f"duplicate SLO for tier {s['tier']} route {s['route']}")
@@ -92,20 +108,34 @@ def load_spec(path: str | Path) -> Spec:
                         _bucket(s.get("tpot_seconds", -1), src, f"{key}.tpot_seconds"), float(obj)))
     if not slos:
         raise ConfigError(src, "slos", "at least one SLO is required")
-    th = data.get("thresholds") or {}
+    th = _section(data, "thresholds", src)
     for k in ("queue_wait_p95_seconds", "rejection_ratio_min", "preemptions_per_second", "capacity_redundancy",
               "autoscale_kv_target_ratio", "autoscale_queue_target_seconds", "critical_xids", "exporter_jobs"):
         if k not in th:
             raise ConfigError(src, f"thresholds.{k}", "is required")
-    missing = set(TIERS) - set(th["queue_wait_p95_seconds"] or {})
+        if k not in ("queue_wait_p95_seconds", "critical_xids", "exporter_jobs"):
+            _number(th[k], src, f"thresholds.{k}")
+    queue = _section(th, "queue_wait_p95_seconds", src, "thresholds")
+    missing = set(TIERS) - set(queue)
     if missing:
         raise ConfigError(src, "thresholds.queue_wait_p95_seconds", f"missing tiers {sorted(missing)}")
-    am = data.get("alertmanager") or {}
+    for tier, secs in queue.items():
+        _number(secs, src, f"thresholds.queue_wait_p95_seconds.{tier}")
+    xids = th["critical_xids"]
+    if not isinstance(xids, list) or not xids or not all(isinstance(x, int) and not isinstance(x, bool) for x in xids):
+        raise ConfigError(src, "thresholds.critical_xids", f"expected a list of XID codes (integers), got {xids!r}")
+    if not isinstance(th["exporter_jobs"], str) or not th["exporter_jobs"]:
+        raise ConfigError(src, "thresholds.exporter_jobs", "expected a job-name regular expression (a string)")
+    am = _section(data, "alertmanager", src)
+    receivers = _section(am, "receivers", src, "alertmanager")
     for r in ("pager", "ticket", "log"):
-        url = (am.get("receivers") or {}).get(r)
+        url = receivers.get(r)
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ConfigError(src, f"alertmanager.receivers.{r}", "expected an http(s) webhook URL")
-    links = data.get("links") or {}
+    for k in ("group_wait", "group_interval", "repeat_interval"):
+        if k in am and not (isinstance(am[k], str) and re.fullmatch(r"[1-9][0-9]*[smhd]", am[k])):
+            raise ConfigError(src, f"alertmanager.{k}", f"expected a duration like 30s, 5m, 4h; got {am[k]!r}")
+    links = _section(data, "links", src)
     return Spec(tuple(slos), th, am, {"runbook_base": links.get("runbook_base", "docs/runbooks/"),
                                       "dashboard_base": links.get("dashboard_base", "")})
 

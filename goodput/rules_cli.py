@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from goodput.foundation.args import positive_number
+
 __all__ = ["register"]
 
 
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--spec", type=Path, default=Path("rules/slos.yaml"), help="spec file (default rules/slos.yaml)")
     g.add_argument("--out", type=Path, default=None, help="output directory (default: the spec's directory)")
     g.add_argument("--check", action="store_true", help="only compare; exit 1 when a file differs")
-    g.add_argument("--scale-durations", type=float, default=1.0, metavar="FACTOR",
+    g.add_argument("--scale-durations", type=positive_number, default=1.0, metavar="FACTOR",
                    help="multiply every range and `for` (test-only variants; keep 1 for real files)")
     g.set_defaults(func=_generate)
 

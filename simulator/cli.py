@@ -4,56 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
+from goodput.foundation.args import non_negative_number, port, positive_number, seed
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
-
-
-def _finite(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return v
-
-
-def _positive(text: str) -> float:
-    v = _finite(text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return v
-
-
-def _nonneg(text: str) -> float:
-    v = _finite(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return v
-
-
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= v < 2**63:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2^63 - 1, got {text}")
-    return v
-
-
-def _port(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {text}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,10 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "DIR/spans.otlp.jsonl (OTLP JSON, one trace per request) and DIR/releases.yaml.",
     )
     p.add_argument("fleet", metavar="FLEET.yaml", help="fleet file (see examples/fleet.yaml)")
-    p.add_argument("--duration", type=_positive, required=True, metavar="SECONDS", help="arrival window, seconds")
+    p.add_argument("--duration", type=positive_number, required=True, metavar="SECONDS", help="arrival window, seconds")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
-    p.add_argument("--seed", type=_seed, default=None, help="random seed (default: the fleet file's seed)")
-    p.add_argument("--drain", type=_nonneg, default=600.0, metavar="SECONDS",
+    p.add_argument("--seed", type=seed, default=None, help="random seed (default: the fleet file's seed)")
+    p.add_argument("--drain", type=non_negative_number, default=600.0, metavar="SECONDS",
                    help="after the window, let in-flight requests finish for at most this long (default 600)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="summary format")
     p.set_defaults(func=_simulate)
@@ -82,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("fleet", metavar="FLEET.yaml")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    s.add_argument("--base-port", type=_port, default=8100, help="first replica port (default 8100)")
-    s.add_argument("--speed", type=_positive, default=1.0, help="virtual seconds per wall second (default 1)")
+    s.add_argument("--base-port", type=port, default=8100, help="first replica port (default 8100)")
+    s.add_argument("--speed", type=positive_number, default=1.0, help="virtual seconds per wall second (default 1)")
     s.add_argument("--targets", type=Path, default=Path("targets.yaml"), metavar="FILE",
                    help="write the engine exporter's targets file here (default targets.yaml)")
     s.add_argument("--otlp-endpoint", default=None, metavar="URL",
@@ -92,10 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--span-format", choices=("goodput", "vllm", "both"), default="goodput",
                    help="request spans in goodput's shape (llm.request + segment spans), vLLM's (one llm_request "
                         "span with gen_ai.latency.*), or both (default goodput)")
-    s.add_argument("--traffic", type=_nonneg, default=1.0, metavar="FACTOR",
+    s.add_argument("--traffic", type=non_negative_number, default=1.0, metavar="FACTOR",
                    help="replay the fleet's own workloads at this rate factor (0 = only external requests; default 1)")
-    s.add_argument("--seed", type=_seed, default=None, help="random seed (default: the fleet file's seed)")
-    s.add_argument("--duration", type=_positive, default=None, metavar="SECONDS", help="stop after this many wall seconds")
+    s.add_argument("--seed", type=seed, default=None, help="random seed (default: the fleet file's seed)")
+    s.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
+                   help="stop after this many wall seconds")
     s.set_defaults(func=_serve)
 
 

@@ -7,13 +7,14 @@ happen here too, so a bad fleet fails before any simulation starts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from goodput.foundation.errors import ConfigError
-from goodput.foundation.yamlfile import load_yaml
+from goodput.foundation.yamlfile import load_mapping
 from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
 from simulator.catalog import DTYPE_BYTES, GIB, MemoryBudget, lookup_gpu, lookup_model, memory_budget
 from simulator.distributions import QuantileDistribution
@@ -162,6 +163,8 @@ class _Reader:
             self.fail(k, f"expected {_tname(typ)}, got a boolean")
         if not isinstance(v, typ):
             self.fail(k, f"expected {_tname(typ)}, got {v!r}")
+        if isinstance(v, float) and not math.isfinite(v):  # YAML's .nan and .inf parse as floats
+            self.fail(k, f"must be a finite number, got {v!r}")
         if minimum is not None and v < minimum:
             self.fail(k, f"must be >= {minimum:g}, got {v!r}")
         if maximum is not None and v > maximum:
@@ -270,8 +273,9 @@ def _tokens(r: _Reader, k: str) -> QuantileDistribution | None:
     c = r.child(k, None)
     if c is None:
         return None
+    quantiles = {kk: c.get(kk, (int, float), minimum=1) for kk in c.data}
     try:
-        return QuantileDistribution.from_quantiles({kk: c.get(kk, (int, float), minimum=1) for kk in c.data})
+        return QuantileDistribution.from_quantiles(quantiles)
     except ValueError as e:
         c.fail("", str(e))
     raise AssertionError("unreachable")
@@ -406,9 +410,10 @@ def parse_fleet(data: Any, source: str) -> FleetConfig:
     events = tuple(sorted((_event(e, deps, set(wls)) for e in root.items("events")), key=lambda e: e.at))
     return FleetConfig(
         name=root.get("name", str, Path(source).stem), source=source, start_time=start,
-        seed=root.get("seed", int, 0), deployments=tuple(deps.values()), workloads=tuple(wls.values()), events=events,
+        seed=root.get("seed", int, 0, minimum=0), deployments=tuple(deps.values()), workloads=tuple(wls.values()),
+        events=events,
     )
 
 
 def load_fleet(path: str | Path) -> FleetConfig:
-    return parse_fleet(load_yaml(path), str(path))
+    return parse_fleet(load_mapping(path, "a mapping with deployments and workloads"), str(path))

@@ -101,12 +101,15 @@ class SpanSink:
                 self._send()
 
     def close(self) -> None:
-        """Flush what is buffered (one last attempt) and stop."""
+        """Flush what is buffered (one last attempt) and stop. A second close flushes what was added since (a
+        fleet that is stopped, then closed, hands over its last requests in between)."""
         self.stop.set()
         if self.thread.is_alive():
             self.thread.join(timeout=5)
         self._render()
         if self.endpoint:
+            if self.client.is_closed:
+                self.client = httpx.Client(timeout=5.0)
             self.stop.clear()
             self._send()
             self.client.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.yamlfile import read_text
 
 __all__ = ["MOONCAKE_BLOCK_TOKENS", "Trace", "load_trace"]
 
@@ -37,21 +39,28 @@ class Trace:
         return float(self.times[-1]) if len(self.times) else 0.0
 
 
+def _count(v: str | int | float) -> int:
+    """A token count: an integer >= 0 (``int("nan")`` and ``int(-5)`` must not slip through)."""
+    n = int(v)
+    if n < 0:
+        raise ValueError(f"negative token count {n}")
+    return n
+
+
 def _azure(path: Path) -> Trace:
     times, ins, outs = [], [], []
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-            raise ConfigError(str(path), "header", f"expected TIMESTAMP,ContextTokens,GeneratedTokens, got {header}")
-        for lineno, row in enumerate(reader, start=2):
-            try:
-                ts = datetime.strptime(row[0][:26], "%Y-%m-%d %H:%M:%S.%f").timestamp()
-                times.append(ts)
-                ins.append(int(row[1]))
-                outs.append(int(row[2]))
-            except (ValueError, IndexError) as e:
-                raise ConfigError(str(path), f"line {lineno}", f"bad row {row!r}: {e}") from None
+    reader = csv.reader(read_text(path).splitlines())
+    header = next(reader, None)
+    if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+        raise ConfigError(str(path), "header", f"expected TIMESTAMP,ContextTokens,GeneratedTokens, got {header}")
+    for lineno, row in enumerate(reader, start=2):
+        try:
+            ts = datetime.strptime(row[0][:26], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+            times.append(ts)
+            ins.append(_count(row[1]))
+            outs.append(_count(row[2]))
+        except (ValueError, IndexError) as e:
+            raise ConfigError(str(path), f"line {lineno}", f"bad row {row!r}: {e}") from None
     t = np.asarray(times)
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0] if len(t) else t
@@ -60,18 +69,20 @@ def _azure(path: Path) -> Trace:
 
 def _mooncake(path: Path) -> Trace:
     times, ins, outs, hashes = [], [], [], []
-    with path.open() as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                times.append(float(rec["timestamp"]) / 1000.0)
-                ins.append(int(rec["input_length"]))
-                outs.append(int(rec["output_length"]))
-                hashes.append(tuple(int(h) for h in rec.get("hash_ids", ())))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ConfigError(str(path), f"line {lineno}", f"bad record: {e}") from None
+    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            ts = float(rec["timestamp"])
+            if not math.isfinite(ts):
+                raise ValueError(f"timestamp {ts} is not finite")
+            times.append(ts / 1000.0)
+            ins.append(_count(rec["input_length"]))
+            outs.append(_count(rec["output_length"]))
+            hashes.append(tuple(int(h) for h in rec.get("hash_ids", ())))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(str(path), f"line {lineno}", f"bad record: {e}") from None
     t = np.asarray(times)
     order = np.argsort(t, kind="stable")
     t = t[order] - (t[order][0] if len(t) else 0.0)

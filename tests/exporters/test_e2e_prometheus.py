@@ -1,8 +1,15 @@
-"""End to end: the live simulated fleet -> engine and request exporters -> a real Prometheus on loopback."""
+"""End to end: the live simulated fleet -> engine and request exporters -> a real Prometheus on loopback.
+
+Beyond plausible ranges, the fleet is frozen at the end and what Prometheus holds is compared with
+what the fleet recorded for the same requests: counts exactly, sums to floating-point precision, so
+a unit slip or a lost or doubled sample anywhere on the way fails.
+"""
 
 import copy
+import math
 import subprocess
 import time
+from collections import Counter, defaultdict
 
 import httpx
 
@@ -38,6 +45,64 @@ def _wait(base, q, ok, timeout=40.0):
     raise AssertionError(f"{q} never satisfied the check; last result {res}")
 
 
+class RecordingSink(SpanSink):
+    """The fleet's span sink, keeping every finished request the fleet hands it (what the fleet recorded)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.recorded = []
+
+    def add(self, reqs) -> None:
+        self.recorded.extend(reqs)
+        super().add(reqs)
+
+
+def _by(res, label):
+    return {x["metric"][label]: float(x["value"][1]) for x in res}
+
+
+def _freeze_and_compare(base, live, sink):
+    """Stop the fleet's clock, send its last spans, and check Prometheus against the recorded requests."""
+    live.stop_event.set()
+    live.engine_thread.join(timeout=30)
+    assert not live.engine_thread.is_alive(), "the fleet's engine loop did not stop"
+    with live.lock:
+        sink.add(list(live.fleet.done))
+        live.fleet.done.clear()
+    sink.close()  # every recorded request is posted as spans now
+    names = {d.index: d.cfg.name for d in live.fleet.deployments}
+    finished = [r for r in sink.recorded if r.finish_reason in ("stop", "length")]
+    assert len(finished) > 20, f"only {len(finished)} finished requests; the comparison would say little"
+    count: Counter = Counter()
+    e2e, queue = defaultdict(float), defaultdict(float)
+    reasons: Counter = Counter()
+    for r in finished:
+        replica = f"{names[r.deployment]}-{r.replica}"
+        count[replica] += 1
+        e2e[replica] += r.last_token - r.queue_start  # what the engine observes: up to its last token
+        queue[replica] += r.scheduled - r.queue_start
+        reasons[(replica, r.finish_reason)] += 1
+
+    got = _by(_wait(base, "llm_e2e_request_latency_seconds_count", lambda r: _by(r, "replica") == dict(count)),
+              "replica")
+    assert got == dict(count)
+    e2e_sum = _by(_query(base, "llm_e2e_request_latency_seconds_sum"), "replica")
+    assert e2e_sum.keys() == e2e.keys()
+    for replica, s in e2e.items():
+        assert math.isclose(e2e_sum[replica], s, rel_tol=1e-9), (replica, e2e_sum[replica], s)
+    queue_sum = _by(_query(base, "llm_queue_time_seconds_sum"), "replica")
+    for replica, s in queue.items():
+        assert math.isclose(queue_sum[replica], s, rel_tol=1e-9, abs_tol=1e-9), (replica, queue_sum[replica], s)
+    finished_total = {(x["metric"]["replica"], x["metric"]["finished_reason"]): float(x["value"][1])
+                      for x in _query(base, 'llm_requests_finished_total{finished_reason=~"stop|length"}')}
+    assert {k: v for k, v in finished_total.items() if v} == dict(reasons)
+
+    # the request path: one gateway request per request the fleet recorded, none lost, none doubled
+    total = len(sink.recorded)
+    res = _wait(base, "sum(llm_gateway_requests_total)", lambda r: bool(r) and float(r[0]["value"][1]) == total)
+    assert float(res[0]["value"][1]) == total
+
+
 def test_fleet_to_exporters_to_prometheus(tmp_path):
     dep = copy.deepcopy(BASE_DEPLOYMENT)
     rag = dict(copy.deepcopy(BASE_DEPLOYMENT), name="rag", replicas=1, router="kv-aware")
@@ -52,7 +117,7 @@ def test_fleet_to_exporters_to_prometheus(tmp_path):
     recv = TraceReceiver(metrics, store)
     otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): recv.route}).start()
     req_srv = Server("127.0.0.1", 0, metrics_routes(lambda: metrics.render(store))).start()
-    sink = SpanSink(cfg, 1, f"{otlp.url}/v1/traces", None, interval_s=0.5)
+    sink = RecordingSink(cfg, 1, f"{otlp.url}/v1/traces", None, interval_s=0.5)
     live = LiveFleet(cfg, base_port=free_port_block(3), targets=tmp_path / "targets.yaml", sink=sink)
     live.start()
     engine = EngineExporter(load_targets(tmp_path / "targets.yaml"), interval_s=1.0)
@@ -90,6 +155,8 @@ scrape_configs:
         assert all(0 < float(x["value"][1]) < 5 for x in p90 if x["value"][1] != "NaN")
         kv = _wait(base, "max by (deployment) (llm_kv_cache_usage_ratio)", lambda r: len(r) == 2)
         assert all(0 <= float(x["value"][1]) <= 1 for x in kv)
+        _wait(base, "sum(llm_e2e_request_latency_seconds_count)", lambda r: bool(r) and float(r[0]["value"][1]) > 20)
+        _freeze_and_compare(base, live, sink)
     finally:
         prom.terminate()
         prom.wait(timeout=20)

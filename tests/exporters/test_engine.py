@@ -1,5 +1,6 @@
 """The engine exporter against real sockets: one healthy target and every way a target can fail."""
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -7,15 +8,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.config import Plan, Target, Targets, load_plan, load_targets
 from exporters.engine import EngineExporter
+from exporters.normalize import MAX_LABEL_VALUE_BYTES, cap_label
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.http import Server, metrics_routes
 from tests.conftest import REPO, require
 
 GOOD = (REPO / "tests" / "fixtures" / "vllm_v1_simulated.txt").read_text()
+RELEASE = threading.Event()  # /slow answers only once the test module is done
+BARRIER = threading.Barrier(3, timeout=20)  # /together answers only when three requests wait at once
+BODIES: dict[str, bytes] = {}  # /body/NAME serves what a test put here
 
 
 class FaultyEngines(BaseHTTPRequestHandler):
@@ -27,8 +33,16 @@ class FaultyEngines(BaseHTTPRequestHandler):
     def do_GET(self):
         path = self.path
         if path == "/slow":
-            time.sleep(2.0)
+            RELEASE.wait(60)
             body = GOOD.encode()
+        elif path.startswith("/together"):
+            try:
+                BARRIER.wait()
+                body = GOOD.encode()
+            except threading.BrokenBarrierError:
+                body = b"never met\n"
+        elif path.startswith("/body/"):
+            body = BODIES[path.removeprefix("/body/")]
         elif path == "/500":
             self.send_response(500)
             self.send_header("Content-Length", "0")
@@ -54,7 +68,8 @@ class FaultyEngines(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the exporter stopped reading: too large
+            self.wfile.write(body)
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +78,7 @@ def engines():
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
+    RELEASE.set()
     srv.shutdown()
 
 
@@ -75,9 +91,7 @@ def _targets(base):
 
 def test_faulty_targets_are_down_and_the_others_keep_serving(engines):
     exp = EngineExporter(_targets(engines), Plan({"chat": 5200.0}, {}), timeout_s=0.8, max_bytes=200_000)
-    t0 = time.monotonic()
-    exp.scrape_once()
-    assert time.monotonic() - t0 < 1.8  # concurrent: the slow one does not hold up the rest
+    exp.scrape_once()  # /slow never answers in time: the round ends anyway, on its timeout
     text = exp.render()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     up = {s.labels["replica"]: s.value for s in fams["llm_engine_up"].samples}
@@ -95,6 +109,112 @@ def test_faulty_targets_are_down_and_the_others_keep_serving(engines):
     require("promtool")
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
+
+
+def test_targets_are_scraped_concurrently(engines):
+    """Three targets that answer only while all three wait at once: all up only if scraped side by side."""
+    ts = Targets(tuple(Target("chat", f"chat-{i}", f"{engines}/together/{i}") for i in range(3)), {})
+    exp = EngineExporter(ts, timeout_s=30)
+    exp.scrape_once()
+    assert [st.up for st in exp.states] == [True, True, True], [st.error for st in exp.states]
+
+
+def test_a_malformed_url_is_one_down_target_not_a_dead_loop(engines):
+    """httpx raises InvalidURL (not an HTTPError) for this URL; it used to end the scraper thread."""
+    ts = Targets((Target("chat", "chat-bad", "http://127.0.0.1:194l4/metrics"),
+                  Target("chat", "chat-ok", f"{engines}/ok")), {})
+    exp = EngineExporter(ts, interval_s=0.1, timeout_s=5)
+    exp.start()
+    try:
+        deadline = time.monotonic() + 30
+        while exp.rounds < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert exp.rounds >= 3, "the scrape loop stopped after a malformed URL"
+        assert exp.heartbeat.thread.is_alive() and exp.heartbeat.problem() is None
+        fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+        up = {s.labels["replica"]: s.value for s in fams["llm_engine_up"].samples}
+        assert up == {"chat-bad": 0, "chat-ok": 1}
+        errors = {s.labels["kind"]: s.value for s in fams["llm_exporter_errors"].samples if s.name.endswith("_total")}
+        assert errors["invalid_url"] >= 3
+    finally:
+        exp.stop()
+
+
+def test_healthz_says_503_when_rounds_stop_finishing(engines, monkeypatch):
+    exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/ok"),), {}), interval_s=0.1, timeout_s=0.2)
+    srv = Server("127.0.0.1", 0, {**metrics_routes(exp.render), ("GET", "/healthz"): exp.heartbeat.route}).start()
+    exp.start()
+    try:
+        assert httpx.get(f"{srv.url}/healthz").status_code == 200
+
+        def broken_round() -> None:
+            raise RuntimeError("a bug in a round")
+
+        monkeypatch.setattr(exp, "scrape_once", broken_round)
+        deadline = time.monotonic() + 30
+        r = httpx.get(f"{srv.url}/healthz")
+        while r.status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            r = httpx.get(f"{srv.url}/healthz")
+        assert r.status_code == 503 and "has not finished a round" in r.text, r.text
+        assert exp.heartbeat.thread.is_alive(), "a failing round ended the loop"
+        assert 'kind="round_RuntimeError"' in httpx.get(f"{srv.url}/metrics").text
+        monkeypatch.undo()  # rounds finish again: healthy again
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{srv.url}/healthz").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert httpx.get(f"{srv.url}/healthz").status_code == 200
+    finally:
+        exp.stop()
+        srv.stop()
+    exp.heartbeat.thread.join(timeout=30)
+    assert exp.heartbeat.problem() == "the scrape loop is not running"
+
+
+def _scrape(engines, name: str, body: str, model: str | None = None) -> tuple[EngineExporter, dict]:
+    BODIES[name] = body.encode()
+    exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/body/{name}", "auto", model),), {}),
+                         timeout_s=10)
+    exp.scrape_once()
+    return exp, {f.name: f for f in text_string_to_metric_families(exp.render())}
+
+
+def _errors(fams) -> dict[str, float]:
+    return {s.labels["kind"]: s.value for s in fams["llm_exporter_errors"].samples if s.name.endswith("_total")}
+
+
+def test_a_huge_label_value_is_capped_not_copied_onto_every_line(engines):
+    huge = "m" * 1_000_000
+    body = "".join(f'vllm:num_requests_running{{engine="{i}",model_name="{huge}"}} 1\n' for i in range(3))
+    body += f'vllm:request_success_total{{finished_reason="{"r" * 5000}",model_name="{huge}"}} 4\n'
+    exp, fams = _scrape(engines, "huge-label", body)
+    text = exp.render()
+    assert len(text.encode()) < 20_000, len(text)  # was 3 copies of the 1 MB name and more
+    (running,) = fams["llm_requests_running"].samples
+    assert running.value == 3
+    model = running.labels["model"]
+    assert len(model.encode()) <= MAX_LABEL_VALUE_BYTES and model.startswith("mmm") and "…" in model
+    assert model == cap_label(huge) != cap_label(huge + "x")  # a digest keeps distinct long values apart
+    (finished,) = fams["llm_requests_finished"].samples
+    assert len(finished.labels["finished_reason"].encode()) <= MAX_LABEL_VALUE_BYTES and finished.value == 4
+    assert _errors(fams)["label_truncated"] == 2
+
+
+def test_a_repeated_series_keeps_its_last_sample_and_is_counted(engines):
+    body = 'vllm:num_requests_running{model_name="m"} 6\nvllm:num_requests_running{model_name="m"} 99\n'
+    _, fams = _scrape(engines, "dup", body)
+    assert [s.value for s in fams["llm_requests_running"].samples] == [99]  # not 6 + 99
+    assert _errors(fams)["duplicate_series"] == 1
+
+
+def test_two_models_in_one_body_are_kept_apart(engines):
+    body = ('vllm:num_requests_running{model_name="a"} 6\nvllm:num_requests_running{model_name="b"} 2\n'
+            'vllm:prompt_tokens_total{model_name="a"} 10\nvllm:prompt_tokens_total{model_name="b"} 30\n')
+    for model in (None, "configured"):  # a configured model name cannot merge two engines' models
+        _, fams = _scrape(engines, f"two-{model}", body, model)
+        running = {s.labels["model"]: s.value for s in fams["llm_requests_running"].samples}
+        prompt = {s.labels["model"]: s.value for s in fams["llm_prompt_tokens"].samples if s.name.endswith("_total")}
+        assert running == {"a": 6, "b": 2} and prompt == {"a": 10, "b": 30}
 
 
 def test_served_over_http_with_background_scrapes(engines):
@@ -131,5 +251,32 @@ def test_targets_and_plan_files(tmp_path):
     p.write_text("plan_version: 1\ndeployments:\n  chat: {replica_goodput_tokens_per_second: 4100, desired_replicas: 6}\n")
     assert load_plan(p) == Plan({"chat": 4100.0}, {"chat": 6})
     p.write_text("deployments:\n  chat: {replica_goodput_tokens_per_second: -1}\n")
-    with pytest.raises(ConfigError, match="replica_goodput_tokens_per_second: expected a number > 0"):
+    with pytest.raises(ConfigError, match="replica_goodput_tokens_per_second: expected a finite number > 0"):
         load_plan(p)
+    p.write_text("deployments:\n  chat: {replica_goodput_tokens_per_second: .nan}\n")
+    with pytest.raises(ConfigError, match="chat.replica_goodput_tokens_per_second: expected a finite number > 0"):
+        load_plan(p)
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("http://127.0.0.1:194l4/metrics", "not a valid URL"),  # passes a prefix check; httpx cannot request it
+    ("http://127.0.0.1:99999/metrics", "not a valid URL"),
+    ("http:///metrics", "not an http(s) URL with a host"),
+    ("ftp://127.0.0.1/metrics", "not an http(s) URL with a host"),
+    (17, "is required (a string)"),
+])
+def test_a_bad_target_url_is_refused_at_load_naming_the_entry(tmp_path, url, problem):
+    t = tmp_path / "targets.yaml"
+    good = [{"deployment": "chat", "replica": f"chat-{i}", "url": f"http://127.0.0.1:{8100 + i}/metrics"} for i in range(3)]
+    bad = {"deployment": "chat", "replica": "chat-3", "url": url}
+    t.write_text(yaml.safe_dump({"targets": [*good, bad]}))
+    with pytest.raises(ConfigError) as e:
+        load_targets(t)
+    assert str(e.value).startswith(f"{t}: targets[3].url: {problem}"), str(e.value)
+
+
+def test_a_label_value_in_the_targets_file_is_capped_at_load(tmp_path):
+    t = tmp_path / "targets.yaml"
+    t.write_text(yaml.safe_dump({"targets": [{"deployment": "d" * 300, "replica": "r", "url": "http://x/metrics"}]}))
+    with pytest.raises(ConfigError, match=r"targets\[0\].deployment: longer than 256 bytes"):
+        load_targets(t)

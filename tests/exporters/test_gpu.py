@@ -2,13 +2,15 @@
 
 import subprocess
 import sys
+import threading
+import time
 
 import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.fake_nvml import FakeNvml, load_fake
-from exporters.gpu import DeploymentMapping, GpuCollector
+from exporters.gpu import DeploymentMapping, GpuCollector, Sampler
 from goodput.foundation.errors import ConfigError
 from tests.conftest import REPO, require
 
@@ -116,6 +118,73 @@ def test_fake_file_is_validated():
         load_fake({"gpus": [{}], "faults": [{"at": 1, "gpu": 3, "kind": "lost"}]}, "f.yaml")
     with pytest.raises(ConfigError, match=r"gpus\[0\].colour: unknown key"):
         load_fake({"gpus": [{"colour": "green"}]}, "f.yaml")
+
+
+@pytest.mark.parametrize(("gpu", "key"), [
+    ({"utilization": "high"}, "gpus[0].utilization"),  # used to kill the sampler thread at the first sample
+    ({"utilization": 1.5}, "gpus[0].utilization"),
+    ({"utilization": {0: 0.2, 60: "high"}}, "gpus[0].utilization.60"),
+    ({"utilization": {"soon": 0.2}}, "gpus[0].utilization.soon"),
+    ({"memory_used_bytes": float("nan")}, "gpus[0].memory_used_bytes"),
+    ({"power_watts": -3}, "gpus[0].power_watts"),
+    ({"temperature_celsius": True}, "gpus[0].temperature_celsius"),
+    ({"ecc": {"corrected": "x"}}, "gpus[0].ecc.corrected"),
+    ({"ecc": [1]}, "gpus[0].ecc"),
+    ({"processes": [{"pid": "init"}]}, "gpus[0].processes[0].pid"),
+    ({"processes": [{"pid": 1, "used_memory_bytes": "lots"}]}, "gpus[0].processes[0].used_memory_bytes"),
+    ({"unsupported": ["colour"]}, "gpus[0].unsupported"),
+    ({"name": 5}, "gpus[0].name"),
+])
+def test_every_fake_value_is_checked_at_load(gpu, key):
+    with pytest.raises(ConfigError) as e:
+        load_fake({"gpus": [gpu]}, "f.yaml")
+    assert str(e.value).startswith(f"f.yaml: {key}: "), str(e.value)
+
+
+def test_an_unexpected_error_costs_one_gpu_its_values_not_the_sampler(clock):
+    broken = threading.Event()
+
+    def driver(i):
+        if i == 0 and broken.is_set():
+            raise ValueError("a driver bug")
+        return {}
+
+    c = GpuCollector(FakeNvml(load_fake(SPEC, "fake.yaml"), clock=clock, driver=driver), hostname="node-a")
+    c.init()
+    broken.set()
+    assert c.sample()
+    f = _families(c.render())
+    assert _sample(f, "llm_gpu_up") == {("0", None): 1.0, ("1", None): 1.0, ("2", None): 1.0}
+    assert set(_sample(f, "llm_gpu_memory_used_bytes")) == {("1", None), ("2", None)}
+    errors = {s.labels["kind"]: s.value for s in f["llm_exporter_errors"].samples if s.name.endswith("_total")}
+    assert errors["internal"] == 1
+
+
+def test_the_sampler_outlives_a_failing_sample_and_healthz_says_so(clock):
+    c = GpuCollector(FakeNvml(load_fake(SPEC, "fake.yaml"), clock=clock), hostname="node-a")
+    c.init()
+    failures = threading.Semaphore(0)
+
+    def broken() -> bool:
+        failures.release()
+        raise RuntimeError("a bug in sampling")
+
+    c.sample = broken
+    sampler = Sampler(c, 0.1)
+    sampler.heartbeat.grace_s = 0.5
+    sampler.start()
+    try:
+        for _ in range(3):
+            assert failures.acquire(timeout=30), "the sampler stopped sampling after an exception"
+        assert sampler.heartbeat.thread.is_alive()
+        deadline = time.monotonic() + 30
+        while sampler.heartbeat.route(None, b"")[0] == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, _, body, _ = sampler.heartbeat.route(None, b"")
+        assert status == 503 and b"GPU sampling loop has not finished a round" in body
+        assert c.errors["sample_RuntimeError"] >= 3
+    finally:
+        sampler.stop()
 
 
 def _nvml_present() -> bool:

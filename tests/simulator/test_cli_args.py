@@ -13,12 +13,12 @@ FLEET = str(REPO / "examples" / "fleet.yaml")
 @pytest.mark.parametrize(("args", "says"), [
     (["simulate", FLEET, "--out", "x", "--duration", "inf"], "--duration: must be a finite number"),
     (["simulate", FLEET, "--out", "x", "--duration", "nan"], "--duration: must be a finite number"),
-    (["simulate", FLEET, "--out", "x", "--duration", "5", "--seed", "-1"], "--seed: must be between 0"),
+    (["simulate", FLEET, "--out", "x", "--duration", "5", "--seed", "-1"], "--seed: must be an integer in 0..2**64-1"),
     (["simulate", FLEET, "--out", "x", "--duration", "5", "--drain", "-5"], "--drain: must be >= 0"),
-    (["fleet", "serve", FLEET, "--base-port", "99999"], "--base-port: must be a TCP port"),
+    (["fleet", "serve", FLEET, "--base-port", "99999"], "--base-port: must be a port in 1..65535"),
     (["fleet", "serve", FLEET, "--duration", "nan"], "--duration: must be a finite number"),
     (["fleet", "serve", FLEET, "--duration", "-1"], "--duration: must be > 0"),
-    (["fleet", "serve", FLEET, "--seed", "-1"], "--seed: must be between 0"),
+    (["fleet", "serve", FLEET, "--seed", "-1"], "--seed: must be an integer in 0..2**64-1"),
     (["fleet", "serve", FLEET, "--speed", "inf"], "--speed: must be a finite number"),
     (["fleet", "serve", FLEET, "--traffic", "nan"], "--traffic: must be a finite number"),
 ])

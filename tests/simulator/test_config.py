@@ -33,6 +33,15 @@ def test_example_fleet_loads():
         (lambda d, w: w["arrival"].update(process="step"), "workloads[0].arrival.steps", "process step needs steps"),
         (lambda d, w: w["arrival"].update(rate=-1), "workloads[0].arrival.rate", "must be >= 0"),
         (lambda d, w: w.update(tenants={}), "workloads[0].tenants", "at least one tenant"),
+        (lambda d, w: w["arrival"].update(rate=float("nan")), "workloads[0].arrival.rate", "must be a finite number"),
+        (lambda d, w: w["arrival"].update(rate=float("inf")), "workloads[0].arrival.rate", "must be a finite number"),
+        (lambda d, w: w.update(tenants={"acme": float("nan")}), "workloads[0].tenants.acme", "must be a finite number"),
+        (lambda d, w: w["input_tokens"].update(p99=float("inf")), "workloads[0].input_tokens.p99",
+         "must be a finite number"),
+        (lambda d, w: d.update(gateway_latency_ms=float("inf")), "deployments[0].gateway_latency_ms",
+         "must be a finite number"),
+        (lambda d, w: d["engine"].update(step_overhead_ms=float("nan")), "deployments[0].engine.step_overhead_ms",
+         "must be a finite number"),
     ],
 )
 def test_bad_fleet_names_file_key_and_problem(mutate, where, problem):
@@ -43,6 +52,11 @@ def test_bad_fleet_names_file_key_and_problem(mutate, where, problem):
     assert e.value.key == where
     assert problem in e.value.problem
     assert str(e.value).startswith(f"test-fleet.yaml: {where}: ")
+
+
+def test_a_negative_seed_is_refused():
+    with pytest.raises(ConfigError, match="test-fleet.yaml: seed: must be >= 0, got -1"):
+        make_fleet(seed=-1)
 
 
 def test_bad_event_is_rejected():
@@ -56,6 +70,7 @@ def test_bad_event_is_rejected():
         ("deployments: [\n  - name: x\n    model: [unclosed\n", "not valid YAML"),
         ("- just\n- a list\n", "expected a mapping"),
         ("deployments: []\nworkloads: []\n", "deployments: at least one deployment is required"),
+        ("", "the file is empty"),
     ],
 )
 def test_cli_exits_2_with_one_line(tmp_path, text, fragment):

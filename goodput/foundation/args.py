@@ -1,0 +1,116 @@
+"""Argument types every ``goodput`` command shares, and a parser that reports a bad argument in one line.
+
+A value that parses but makes no sense (``--duration nan``, ``--interval 0``, ``--port 99999``,
+``--seed -1``) is refused when the command line is read, before any work starts, rather than
+running silently on nonsense or failing later with a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import NoReturn
+
+__all__ = [
+    "MIN_INTERVAL_S",
+    "Parser",
+    "any_port",
+    "interval_seconds",
+    "non_negative_int",
+    "non_negative_number",
+    "port",
+    "positive_int",
+    "positive_number",
+    "seed",
+]
+
+# Background loops (scrapes, GPU samples) sleep at least this long between rounds: no busy loops.
+MIN_INTERVAL_S = 0.1
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse`` with a one-line error: ``goodput: error: COMMAND: argument --X: PROBLEM``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"goodput: error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _number(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return v
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def positive_number(text: str) -> float:
+    """A finite number > 0 (durations, timeouts, speed factors)."""
+    v = _number(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def non_negative_number(text: str) -> float:
+    """A finite number >= 0 (drain time, traffic factor, thresholds)."""
+    v = _number(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return v
+
+
+def interval_seconds(text: str) -> float:
+    """A loop interval: finite and at least ``MIN_INTERVAL_S`` seconds."""
+    v = _number(text)
+    if v < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL_S:g} s, got {text}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    v = _integer(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be an integer > 0, got {text}")
+    return v
+
+
+def non_negative_int(text: str) -> int:
+    v = _integer(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return v
+
+
+def seed(text: str) -> int:
+    """A random seed: an integer in 0 .. 2**64-1 (what NumPy's generators accept without surprise)."""
+    v = _integer(text)
+    if not 0 <= v < 2**64:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0..2**64-1, got {text}")
+    return v
+
+
+def port(text: str) -> int:
+    """A fixed TCP port, 1..65535 (one that others are told about, e.g. in a Prometheus config)."""
+    v = _integer(text)
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in 1..65535, got {text}")
+    return v
+
+
+def any_port(text: str) -> int:
+    """A port to listen on, 0..65535; 0 asks the system for a free one (the command prints the URL)."""
+    v = _integer(text)
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in 0..65535 (0: any free port), got {text}")
+    return v

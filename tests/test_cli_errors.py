@@ -1,0 +1,149 @@
+"""Every command, fed nonsense, answers with one line naming what and where, exits 2 and starts nothing.
+
+Runs the real ``goodput`` command (a subprocess) over a table of bad flags and bad files: values that
+used to pass silently (``--duration nan``, ``--interval 0``) and ones that used to end in a traceback
+(``--port 99999``, a non-UTF-8 file, ``rate: .nan``).
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import BASE_WORKLOAD, REPO, fleet_data
+
+GOOD_TARGETS = {"targets": [{"deployment": "chat", "replica": "chat-0", "url": "http://127.0.0.1:9/metrics"}]}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("bad-input")
+
+    def write(name: str, content: str | bytes | dict) -> Path:
+        p = d / name
+        if isinstance(content, dict):
+            content = yaml.safe_dump(content)
+        p.write_bytes(content if isinstance(content, bytes) else content.encode())
+        return p
+
+    nan_rate = copy.deepcopy(BASE_WORKLOAD)
+    nan_rate["arrival"]["rate"] = float("nan")  # yaml writes .nan
+    trace_wl = {k: v for k, v in copy.deepcopy(BASE_WORKLOAD).items() if k != "arrival"}
+    trace_wl["trace"] = {"path": "latin1.csv", "format": "azure"}
+    write("latin1.csv", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+          + "# caf\xe9\n".encode("latin-1"))
+    (d / "a-directory").mkdir()
+    spec = yaml.safe_load((REPO / "rules" / "slos.yaml").read_text())
+    spec["thresholds"]["capacity_redundancy"] = "lots"
+    return {
+        "nonutf8": write("nonutf8.yaml", "name: caf\xe9\n".encode("latin-1")),
+        "empty": write("empty.yaml", ""),
+        "list": write("list.yaml", "- one\n- two\n"),
+        "dir": d / "a-directory",
+        "missing": d / "no-such-file.yaml",
+        "good_fleet": write("fleet.yaml", fleet_data()),
+        "nan_fleet": write("nan-fleet.yaml", fleet_data(workloads=[nan_rate])),
+        "trace_fleet": write("trace-fleet.yaml", fleet_data(workloads=[trace_wl])),
+        "bad_url": write("targets.yaml", {"targets": [
+            *GOOD_TARGETS["targets"],
+            {"deployment": "chat", "replica": "chat-1", "url": "http://127.0.0.1:194l4/metrics"}]}),
+        "good_targets": write("good-targets.yaml", GOOD_TARGETS),
+        "nan_plan": write("nan-plan.yaml", "deployments:\n  chat: {replica_goodput_tokens_per_second: .nan}\n"),
+        "fake_high": write("fake.yaml", {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "utilization": "high"}]}),
+        "fake_good": write("fake-good.yaml", {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}),
+        "spec_bad": write("slos.yaml", spec),
+        "out": d / "out",
+        "db": d / "analyzer.duckdb",
+    }
+
+
+# (argv with {placeholders} naming `files`, fragments the one stderr line must hold)
+CASES = {
+    # simulate: flags
+    "simulate --duration inf": ("simulate {good_fleet} --duration inf --out {out}", ["--duration", "finite"]),
+    "simulate --duration nan": ("simulate {good_fleet} --duration nan --out {out}", ["--duration", "finite"]),
+    "simulate --duration 0": ("simulate {good_fleet} --duration 0 --out {out}", ["--duration", "> 0"]),
+    "simulate --seed -1": ("simulate {good_fleet} --duration 5 --seed -1 --out {out}", ["--seed", "0..2**64-1"]),
+    "simulate --drain -5": ("simulate {good_fleet} --duration 5 --drain -5 --out {out}", ["--drain", ">= 0"]),
+    "simulate --drain nan": ("simulate {good_fleet} --duration 5 --drain nan --out {out}", ["--drain", "finite"]),
+    # simulate: files
+    "simulate non-UTF-8 fleet": ("simulate {nonutf8} --duration 5 --out {out}", ["{nonutf8}: line 1", "not UTF-8"]),
+    "simulate empty fleet": ("simulate {empty} --duration 5 --out {out}", ["{empty}", "empty"]),
+    "simulate list fleet": ("simulate {list} --duration 5 --out {out}", ["{list}", "expected a mapping", "list"]),
+    "simulate directory fleet": ("simulate {dir} --duration 5 --out {out}", ["{dir}", "cannot read"]),
+    "simulate missing fleet": ("simulate {missing} --duration 5 --out {out}", ["{missing}", "cannot read"]),
+    "simulate rate .nan": ("simulate {nan_fleet} --duration 5 --out {out}",
+                           ["workloads[0].arrival.rate", "finite"]),
+    "simulate non-UTF-8 trace": ("simulate {trace_fleet} --duration 5 --out {out}", ["latin1.csv", "not UTF-8"]),
+    # exporter engine
+    "engine --port 99999": ("exporter engine --targets {good_targets} --port 99999", ["--port", "0..65535"]),
+    "engine --interval 0": ("exporter engine --targets {good_targets} --interval 0", ["--interval", "at least"]),
+    "engine --timeout 0": ("exporter engine --targets {good_targets} --timeout 0", ["--timeout", "> 0"]),
+    "engine --timeout nan": ("exporter engine --targets {good_targets} --timeout nan", ["--timeout", "finite"]),
+    "engine --max-bytes -5": ("exporter engine --targets {good_targets} --max-bytes -5", ["--max-bytes", "> 0"]),
+    "engine malformed url": ("exporter engine --targets {bad_url} --port 0", ["{bad_url}: targets[1].url", "194l4"]),
+    "engine non-UTF-8 targets": ("exporter engine --targets {nonutf8} --port 0", ["{nonutf8}", "not UTF-8"]),
+    "engine empty targets": ("exporter engine --targets {empty} --port 0", ["{empty}", "empty"]),
+    "engine list targets": ("exporter engine --targets {list} --port 0", ["{list}", "expected a mapping"]),
+    "engine directory targets": ("exporter engine --targets {dir} --port 0", ["{dir}", "cannot read"]),
+    "engine missing targets": ("exporter engine --targets {missing} --port 0", ["{missing}", "cannot read"]),
+    "engine non-UTF-8 plan": ("exporter engine --targets {good_targets} --plan {nonutf8} --port 0",
+                              ["{nonutf8}", "not UTF-8"]),
+    "engine .nan plan": ("exporter engine --targets {good_targets} --plan {nan_plan} --port 0",
+                         ["{nan_plan}: deployments.chat.replica_goodput_tokens_per_second", "finite"]),
+    "engine list plan": ("exporter engine --targets {good_targets} --plan {list} --port 0", ["{list}", "mapping"]),
+    "engine normalize directory": ("exporter engine normalize {dir}", ["{dir}", "cannot read"]),
+    # exporter gpu
+    "gpu --port 99999": ("exporter gpu --fake {fake_good} --port 99999", ["--port", "0..65535"]),
+    "gpu --interval 0": ("exporter gpu --fake {fake_good} --interval 0", ["--interval", "at least"]),
+    "gpu utilization high": ("exporter gpu --fake {fake_high} --port 0", ["{fake_high}: gpus[0].utilization", "'high'"]),
+    "gpu non-UTF-8 fake": ("exporter gpu --fake {nonutf8} --port 0", ["{nonutf8}", "not UTF-8"]),
+    "gpu empty fake": ("exporter gpu --fake {empty} --port 0", ["{empty}", "empty"]),
+    "gpu list fake": ("exporter gpu --fake {list} --port 0", ["{list}", "expected a mapping"]),
+    "gpu directory fake": ("exporter gpu --fake {dir} --port 0", ["{dir}", "cannot read"]),
+    "gpu list mapping": ("exporter gpu --fake {fake_good} --mapping {list} --port 0", ["{list}", "mapping"]),
+    # exporter requests
+    "requests --port 99999": ("exporter requests --store {out} --port 99999", ["--port", "0..65535"]),
+    "requests --otlp-port -1": ("exporter requests --store {out} --otlp-port -1", ["--otlp-port", "0..65535"]),
+    "requests --max-tenants 0": ("exporter requests --store {out} --max-tenants 0", ["--max-tenants", "> 0"]),
+    "requests --flush-interval 0": ("exporter requests --store {out} --flush-interval 0",
+                                    ["--flush-interval", "at least"]),
+    # rules generate
+    "rules non-UTF-8 spec": ("rules generate --spec {nonutf8} --out {out}", ["{nonutf8}", "not UTF-8"]),
+    "rules empty spec": ("rules generate --spec {empty} --out {out}", ["{empty}", "empty"]),
+    "rules list spec": ("rules generate --spec {list} --out {out}", ["{list}", "expected a mapping"]),
+    "rules bad threshold": ("rules generate --spec {spec_bad} --out {out}",
+                            ["{spec_bad}: thresholds.capacity_redundancy", "'lots'"]),
+    "rules --scale-durations nan": ("rules generate --scale-durations nan --check", ["--scale-durations", "finite"]),
+    # analyze
+    "analyze non-UTF-8 releases": ("analyze regressions --db {db} --releases {nonutf8}", ["{nonutf8}", "not UTF-8"]),
+    "analyze --min-change nan": ("analyze regressions --db {db} --min-change nan", ["--min-change", "finite"]),
+    # demo
+    "demo --gpu-port 99999": ("demo --gpu-port 99999 --no-prometheus", ["--gpu-port", "1..65535"]),
+    "demo --speed 0": ("demo --speed 0 --no-prometheus", ["--speed", "> 0"]),
+    "demo --duration nan": ("demo --duration nan --no-prometheus", ["--duration", "finite"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_and_exit_2(case, files):
+    argv, fragments = CASES[case]
+    args = [a.format(**files) for a in argv.split()]
+    try:
+        r = subprocess.run([sys.executable, "-m", "goodput", *args], capture_output=True, text=True, cwd=REPO,
+                           timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`goodput {argv}` did not refuse its input: it was still running after 120 s")
+    err = r.stderr.strip()
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2, f"exit {r.returncode}; stdout {r.stdout!r}; stderr {r.stderr!r}"
+    assert len(err.splitlines()) == 1, r.stderr
+    assert err.startswith("goodput: error: "), err
+    for f in fragments:
+        assert f.format(**files) in err, f"{f.format(**files)!r} not in {err!r}"
+    assert not r.stdout.strip(), r.stdout  # refused before anything started
