@@ -77,7 +77,7 @@ def _engine(args: argparse.Namespace) -> int:
     targets = load_targets(args.targets)
     plan = load_plan(args.plan) if args.plan else None
     exp = EngineExporter(targets, plan, timeout_s=args.timeout, max_bytes=args.max_bytes, interval_s=args.interval)
-    routes = {**metrics_routes(exp.render), ("GET", "/healthz"): exp.heartbeat.route}
+    routes = metrics_routes(exp.render, exp.heartbeat.problem)
     srv = Server(args.host, args.port, routes).start()
     exp.start()
     print(f"engine exporter: {len(targets.targets)} targets, metrics at {srv.url}/metrics", flush=True)
@@ -86,8 +86,7 @@ def _engine(args: argparse.Namespace) -> int:
 
 
 def _normalize(args: argparse.Namespace) -> int:
-    from exporters.catalog import ENGINE
-    from exporters.engine import TARGET_LABELS
+    from exporters.catalog import ENGINE, ENGINE_LABELS
     from exporters.exposition import labels, render
     from exporters.normalize import UnknownDialect, normalize
 
@@ -100,7 +99,7 @@ def _normalize(args: argparse.Namespace) -> int:
     except UnknownDialect as e:
         raise ConfigError(str(args.dump), "--engine", str(e)) from None
     single = not n.others  # --model names the one model; several keep their own names
-    lines = n.lines_by_model(lambda m: labels(TARGET_LABELS, ((args.model or m) if single else m, args.deployment,
+    lines = n.lines_by_model(lambda m: labels(ENGINE_LABELS, ((args.model or m) if single else m, args.deployment,
                                                              args.replica)))
     sys.stdout.write(render((spec, lines.get(spec.name, ())) for spec in ENGINE))
     for kind, count in sorted(n.errors.items()):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from exporters.catalog import ENGINE
+from exporters.catalog import ENGINE, ENGINE_LABELS
 from exporters.config import Plan, Target, Targets
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
 from exporters.liveness import Heartbeat
@@ -27,7 +27,6 @@ from exporters.normalize import UnknownDialect, normalize
 __all__ = ["EngineExporter", "TargetState"]
 
 EXPORTER = "engine"
-TARGET_LABELS = ("model", "deployment", "replica")
 
 
 @dataclass
@@ -105,7 +104,7 @@ class EngineExporter:
             single = not norm.others
             model = (target.model or norm.model or "") if single else (norm.model or "")
             lines = norm.lines_by_model(lambda m: labels(
-                TARGET_LABELS, ((target.model or m) if single else m, target.deployment, target.replica)))
+                ENGINE_LABELS, ((target.model or m) if single else m, target.deployment, target.replica)))
             with self.lock:
                 st.up, st.error, st.dialect, st.lines = True, "", norm.dialect, lines
                 st.samples_in = norm.samples_in
@@ -163,7 +162,7 @@ class EngineExporter:
             errors = dict(self.errors)
             for st in states:
                 model = st.model or st.target.model or ""
-                prefix = labels(TARGET_LABELS, (model, st.target.deployment, st.target.replica))
+                prefix = labels(ENGINE_LABELS, (model, st.target.deployment, st.target.replica))
                 per_family["llm_engine_up"].append(f"llm_engine_up{{{prefix}}} {1.0 if st.up else 0.0}")
                 per_family["llm_engine_scrape_duration_seconds"].append(
                     f"llm_engine_scrape_duration_seconds{{{prefix}}} {fmt_float(st.duration_s)}")

@@ -354,7 +354,7 @@ def run_gpu_exporter(args) -> int:
         raise ConfigError("NVML", "", f"{e} ({type(e).__name__}); no NVIDIA driver here? "
                                       "run with --fake FILE to use a fake GPU") from None
     sampler = Sampler(collector, args.interval).start()
-    routes = {**metrics_routes(collector.render), ("GET", "/healthz"): sampler.heartbeat.route}
+    routes = metrics_routes(collector.render, sampler.heartbeat.problem)
     srv = Server(args.host, args.port, routes).start()
     print(f"gpu exporter: {'fake NVML ' + str(args.fake) if args.fake else 'NVML'}, metrics at {srv.url}/metrics",
           flush=True)

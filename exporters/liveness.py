@@ -1,4 +1,4 @@
-"""Liveness of an exporter's background loop, for ``/healthz``: 200 while it keeps finishing rounds, else 503.
+"""Liveness of an exporter's background loop, for ``/healthz`` (``metrics_routes(render, heartbeat.problem)``).
 
 A scrape or sample loop that died, or that has not finished a round for several periods, means
 ``/metrics`` serves stale numbers; saying 200 then would hide it from whoever watches the exporter.
@@ -9,8 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-
-from goodput.foundation.http import Response
 
 __all__ = ["Heartbeat"]
 
@@ -34,8 +32,3 @@ class Heartbeat:
             return f"the {self.name} loop has not finished a round for {late:.1f} s (limit {self.grace_s:g} s)"
         return None
 
-    def route(self, h: object, body: bytes) -> Response:
-        problem = self.problem()
-        if problem is None:
-            return 200, "text/plain", b"ok\n", {}
-        return 503, "text/plain", f"{problem}\n".encode(), {}

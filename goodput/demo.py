@@ -18,7 +18,7 @@ from exporters.gpu import GpuCollector, Sampler
 from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.foundation.args import port, positive_number
-from goodput.foundation.http import Server, healthz, metrics_routes, serve_until_signal
+from goodput.foundation.http import Server, metrics_routes, serve_until_signal
 from goodput.rulegen import build, load_spec
 from goodput.stack import Process, alertmanager_available, prometheus_available, start_alertmanager, start_prometheus
 from goodput.webhook import WebhookReceiver
@@ -67,7 +67,7 @@ class Demo:
         self.metrics = RequestMetrics()
         self.store = TraceStore(out / "traces", flush_interval_s=2.0)
         recv = TraceReceiver(self.metrics, self.store)
-        self.otlp = Server(host, args.otlp_port, {("POST", "/v1/traces"): recv.route, ("GET", "/healthz"): healthz},
+        self.otlp = Server(host, args.otlp_port, recv.routes(),
                            max_body_bytes=OTLP_MAX_BODY_BYTES)
         self.req_srv = Server(host, args.requests_port, metrics_routes(lambda: self.metrics.render(self.store)))
         self.sink = SpanSink(cfg, cfg.seed, f"http://{host}:{args.otlp_port}/v1/traces", None, interval_s=1.0)
@@ -76,9 +76,12 @@ class Demo:
                               sink=self.sink, releases=out / "releases.yaml")
         nvml, mapping = fleet_gpus(self.live)
         self.gpu = GpuCollector(nvml, mapping, hostname="goodput-demo")
-        self.gpu_srv = Server(host, args.gpu_port, metrics_routes(self.gpu.render))
+        self.gpu_srv = Server(host, args.gpu_port, metrics_routes(
+            self.gpu.render, lambda: self.sampler.heartbeat.problem() if self.sampler else None))
         self.engine: EngineExporter | None = None
-        self.eng_srv = Server(host, args.engine_port, metrics_routes(lambda: self.engine.render() if self.engine else ""))
+        self.eng_srv = Server(host, args.engine_port, metrics_routes(
+            lambda: self.engine.render() if self.engine else "",
+            lambda: self.engine.heartbeat.problem() if self.engine else None))
         self.sampler: Sampler | None = None
         self._watch = threading.Event()
         self.plan = load_plan(args.plan) if args.plan and args.plan.exists() else None

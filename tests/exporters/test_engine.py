@@ -142,7 +142,7 @@ def test_a_malformed_url_is_one_down_target_not_a_dead_loop(engines):
 
 def test_healthz_says_503_when_rounds_stop_finishing(engines, monkeypatch):
     exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/ok"),), {}), interval_s=0.1, timeout_s=0.2)
-    srv = Server("127.0.0.1", 0, {**metrics_routes(exp.render), ("GET", "/healthz"): exp.heartbeat.route}).start()
+    srv = Server("127.0.0.1", 0, metrics_routes(exp.render, exp.heartbeat.problem)).start()
     exp.start()
     try:
         assert httpx.get(f"{srv.url}/healthz").status_code == 200

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporters.fake_nvml import FakeNvml, load_fake
 from exporters.gpu import DeploymentMapping, GpuCollector, Sampler
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.http import health_route
 from tests.conftest import REPO, require
 
 SPEC = {
@@ -178,9 +179,9 @@ def test_the_sampler_outlives_a_failing_sample_and_healthz_says_so(clock):
             assert failures.acquire(timeout=30), "the sampler stopped sampling after an exception"
         assert sampler.heartbeat.thread.is_alive()
         deadline = time.monotonic() + 30
-        while sampler.heartbeat.route(None, b"")[0] == 200 and time.monotonic() < deadline:
+        while health_route(sampler.heartbeat.problem)(None, b"")[0] == 200 and time.monotonic() < deadline:
             time.sleep(0.05)
-        status, _, body, _ = sampler.heartbeat.route(None, b"")
+        status, _, body, _ = health_route(sampler.heartbeat.problem)(None, b"")
         assert status == 503 and b"GPU sampling loop has not finished a round" in body
         assert c.errors["sample_RuntimeError"] >= 3
     finally:
