@@ -92,7 +92,8 @@ def parse_steps(steps) -> tuple[str, list[float]]:
         raise ConfigError("--steps", str(steps), "expected rate=R1,R2,... or concurrency=C1,C2,...")
     for v in levels:
         if not v > 0 or (kind == "concurrency" and v != int(v)):
-            raise ConfigError("--steps", str(steps), f"{kind} {v:g} must be a positive {'integer' if kind == 'concurrency' else 'number'}")
+            what = "integer" if kind == "concurrency" else "number"
+            raise ConfigError("--steps", str(steps), f"{kind} {v:g} must be a positive {what}")
     return kind, levels
 
 
@@ -174,7 +175,8 @@ def schedule(
     if pattern == "burst":
         r = _positive(_need(rate, "--rate", pattern), "--rate")
         factor, length, period = parse_burst(_need(burst, "--burst", pattern))
-        spikes = tuple(Burst(at=k * period + period - length, factor=factor, duration=length) for k in range(int(duration_s // period) + 1))
+        periods = range(int(duration_s // period) + 1)
+        spikes = tuple(Burst(at=k * period + period - length, factor=factor, duration=length) for k in periods)
         spec = ArrivalSpec(process="burst", rate=r, cv=cv, bursts=spikes)
         _check_count(r * factor * duration_s, pattern)
         return single(f"rate={r:g} burst×{factor:g}", spec.mean_rate(duration_s), None, arrival_times(spec, duration_s, rng))
@@ -189,7 +191,8 @@ def schedule(
         for i, level in enumerate(levels):
             start, end = i * hold, (i + 1) * hold
             if kind == "rate":
-                out.append(Step(i, f"rate={level:g}", start, end, float(settle_s), level, None, _rate_arrivals(level, cv, start, end, rng)))
+                arrivals = _rate_arrivals(level, cv, start, end, rng)
+                out.append(Step(i, f"rate={level:g}", start, end, float(settle_s), level, None, arrivals))
             else:
                 out.append(Step(i, f"concurrency={int(level)}", start, end, float(settle_s), None, int(level), None))
         return Schedule(pattern, out, seed)

@@ -17,7 +17,10 @@ from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.slo import Slo, SloTerm
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["REQUESTS_FILE", "SCHEMA", "SUMMARY_FILE", "new_summary", "read_run", "records_from_table", "records_table", "slo_of", "write_run"]
+__all__ = [
+    "REQUESTS_FILE", "SCHEMA", "SUMMARY_FILE",
+    "new_summary", "read_run", "records_from_table", "records_table", "slo_of", "write_run",
+]
 
 SCHEMA = "goodput.loadtest/1"
 REQUESTS_FILE = "requests.parquet"

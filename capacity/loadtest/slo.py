@@ -33,10 +33,8 @@ class SloTerm:
     threshold_s: float
 
     def __str__(self) -> str:
-        if self.threshold_s < 1.0:
-            value = f"{_fmt_number(self.threshold_s * 1e3)}ms"
-        else:
-            value = f"{_fmt_number(self.threshold_s)}s"
+        ms = self.threshold_s < 1.0
+        value = f"{_fmt_number(self.threshold_s * 1e3)}ms" if ms else f"{_fmt_number(self.threshold_s)}s"
         return f"{self.metric}_p{_fmt_number(self.percentile)}={value}"
 
     def value_of(self, record) -> float | None:

@@ -28,7 +28,8 @@ def distribution(values: Sequence[float]) -> dict:
     if arr.size == 0:
         return {**{f"p{p}": None for p in PERCENTILES}, "mean": None, "count": 0}
     qs = np.percentile(arr, PERCENTILES)
-    return {**{f"p{p}": float(q) for p, q in zip(PERCENTILES, qs, strict=True)}, "mean": float(arr.mean()), "count": int(arr.size)}
+    figures = {f"p{p}": float(q) for p, q in zip(PERCENTILES, qs, strict=True)}
+    return {**figures, "mean": float(arr.mean()), "count": int(arr.size)}
 
 
 def _ok(r: RequestRecord) -> bool:
