@@ -23,7 +23,8 @@ def test_poisson_rate_and_cv():
     rate, duration = 50.0, 400.0
     [step] = schedule("poisson", duration_s=duration, rate=rate, seed=1).steps
     n, expected = len(step.arrivals_s), rate * duration
-    assert abs(n - expected) < 4 * math.sqrt(expected), f"{n} arrivals, expected {expected} ± {4 * math.sqrt(expected):.0f}"
+    tol = 4 * math.sqrt(expected)
+    assert abs(n - expected) < tol, f"{n} arrivals, expected {expected} ± {tol:.0f}"
     cv, m = _cv(step.arrivals_s)
     assert abs(cv - 1.0) < 4 * math.sqrt(2.0 / m)  # SE of exponential gaps' sample cv ≈ sqrt(2/m) (test_gamma_cv's formula at cv=1)
     assert step.offered_rate == rate and step.concurrency is None
@@ -73,7 +74,8 @@ def test_rate_steps_hold_each_level_with_settle():
 
 def test_concurrency_steps_are_closed_loop():
     sched = schedule("step", duration_s=60, steps={"concurrency": [1, 8, 32]}, step_s=20)
-    assert [(s.concurrency, s.arrivals_s, s.offered_rate) for s in sched.steps] == [(1, None, None), (8, None, None), (32, None, None)]
+    got = [(s.concurrency, s.arrivals_s, s.offered_rate) for s in sched.steps]
+    assert got == [(1, None, None), (8, None, None), (32, None, None)]
     [s] = schedule("concurrency", duration_s=30, concurrency=4).steps
     assert (s.concurrency, s.arrivals_s, s.label) == (4, None, "concurrency=4")
 
