@@ -26,7 +26,7 @@ def test_poisson_rate_and_cv():
     tol = 4 * math.sqrt(expected)
     assert abs(n - expected) < tol, f"{n} arrivals, expected {expected} ± {tol:.0f}"
     cv, m = _cv(step.arrivals_s)
-    assert abs(cv - 1.0) < 4 * math.sqrt(2.0 / m)  # SE of exponential gaps' sample cv ≈ sqrt(2/m) (test_gamma_cv's formula at cv=1)
+    assert abs(cv - 1.0) < 4 * math.sqrt(2.0 / m)  # SE of exponential gaps' sample cv: test_gamma_cv's formula at cv=1
     assert step.offered_rate == rate and step.concurrency is None
     assert np.all(np.diff(step.arrivals_s) >= 0) and step.arrivals_s[0] >= 0 and step.arrivals_s[-1] < duration
 
