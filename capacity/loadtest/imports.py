@@ -1,0 +1,267 @@
+"""Import other tools' load-test results into a goodput run directory, converted to goodput's definitions.
+
+Read: a GuideLLM JSON report (``GenerativeBenchmarksReport``, report schema version 2, GuideLLM 0.8.x) and a
+vLLM ``bench serve --save-result`` JSON (``vllm/benchmarks/serve.py``). Where the file carries per-request data
+(GuideLLM's request samples; vLLM's ``--save-detailed`` arrays) each request becomes a ``RequestRecord`` and the
+steps are summarized by ``stats.summarize`` exactly like a goodput run, so SLO goodput is computed for the
+``--slo`` given here. Without per-request data only the tool's own aggregates are carried over and the SLO
+figures are None. ``docs/loadtest.md`` ("Importing other tools' runs") lists each conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from http import HTTPStatus
+from pathlib import Path
+
+from capacity.loadtest.patterns import Step
+from capacity.loadtest.records import RequestRecord
+from capacity.loadtest.results import new_summary, write_run
+from capacity.loadtest.slo import Slo
+from capacity.loadtest.stats import knee, summarize
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["MAX_IMPORT_BYTES", "detect", "error_class", "import_run"]
+
+MAX_IMPORT_BYTES = 512 * 1024 * 1024  # checked before reading: a larger "report" is not one
+
+
+_REASONS = {s.phrase.lower(): s.value for s in HTTPStatus}
+
+
+def _http_class(code: int) -> str:
+    return "http_429" if code == 429 else ("http_5xx" if code >= 500 else "http_4xx")
+
+
+def error_class(text: str | None) -> str:
+    """goodput's error class for another tool's free-text error ("" when there is none; "other" when unrecognised).
+
+    vLLM bench stores the HTTP reason phrase (``Too Many Requests``) or a Python traceback; GuideLLM an
+    exception message that usually names the status code.
+    """
+    if not text:
+        return ""
+    low = text.strip().lower()
+    code = _REASONS.get(low)
+    if code is not None and code >= 400:
+        return _http_class(code)
+    m = re.search(r"\b([45]\d\d)\b", low)
+    if m:
+        return _http_class(int(m.group(1)))
+    if "timeout" in low or "timed out" in low:
+        return "timeout"
+    if "disconnect" in low or "reset by peer" in low or "payload" in low or "closed" in low:
+        return "disconnect"
+    if "connect" in low or "refused" in low:
+        return "connect"
+    if "cancel" in low:
+        return "aborted"
+    return "other"
+
+
+def detect(data: object) -> str:
+    """``guidellm`` or ``vllm-bench`` from the document's shape; ``""`` when it is neither."""
+    if isinstance(data, dict):
+        if isinstance(data.get("benchmarks"), list) and isinstance(data.get("metadata"), dict):
+            return "guidellm"
+        if "duration" in data and "completed" in data and "request_throughput" in data:
+            return "vllm-bench"
+    return ""
+
+
+def _load(path: Path) -> object:
+    if not path.is_file():
+        raise ConfigError(str(path), "path", "file not found")
+    size = path.stat().st_size
+    if size > MAX_IMPORT_BYTES:
+        raise ConfigError(str(path), "size", f"{size} bytes is over the import limit of {MAX_IMPORT_BYTES}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(str(path), "json", f"does not parse: {e}") from None
+
+
+def _stats_ms(stats: dict, metric: str) -> dict:
+    """vLLM's ``mean_/median_/pNN_{metric}_ms`` aggregates as our distribution dict in seconds (None where absent)."""
+    def s(key: str) -> float | None:
+        v = stats.get(key)
+        return None if v is None else float(v) / 1000.0
+    return {
+        "p50": s(f"median_{metric}_ms"), "p90": s(f"p90_{metric}_ms"), "p95": s(f"p95_{metric}_ms"),
+        "p99": s(f"p99_{metric}_ms"), "mean": s(f"mean_{metric}_ms"), "count": None,
+    }
+
+
+# ---- vLLM bench serve ----
+
+def _vllm_records(data: dict, where: str) -> list[RequestRecord] | None:
+    """Per-request records from ``--save-detailed`` arrays; None when the file was saved without them."""
+    keys = ("start_times", "ttfts", "itls", "latencies", "input_lens", "output_lens", "errors")
+    if not all(isinstance(data.get(k), list) for k in keys):
+        return None
+    n = len(data["start_times"])
+    bad = [k for k in keys if len(data[k]) != n]
+    if bad:
+        raise ConfigError(where, bad[0], f"has {len(data[bad[0]])} entries, start_times has {n}")
+    queue = data.get("queue_times") if isinstance(data.get("queue_times"), list) and len(data["queue_times"]) == n else [0.0] * n
+    t0 = min(data["start_times"], default=0.0)
+    out = []
+    for i in range(n):
+        try:
+            sent = float(data["start_times"][i]) - t0
+            err = error_class(data["errors"][i])
+            ok = not err
+            out.append(RequestRecord(
+                index=i, step=0, scheduled_s=sent - float(queue[i] or 0.0), sent_s=sent,
+                first_token_s=sent + float(data["ttfts"][i]) if ok else None,
+                done_s=sent + float(data["latencies"][i]) if ok else None,
+                itl_s=[float(g) for g in (data["itls"][i] or [])] if ok else [],
+                input_tokens=int(data["input_lens"][i]), output_tokens=int(data["output_lens"][i]),
+                status=200 if ok else 0, error=err, tenant="", tier="", route="", trace_id="",
+            ))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(where, f"request {i}", f"bad per-request value: {e}") from None
+    return out
+
+
+def _import_vllm(data: dict, where: str, slo: Slo) -> tuple[dict, list[RequestRecord] | None]:
+    summary = new_summary("vllm-bench")
+    try:
+        duration = float(data["duration"])
+        rate = data.get("request_rate")
+        rate = None if rate in (None, "inf") or rate == float("inf") else float(rate)
+        burstiness = float(data.get("burstiness") or 1.0)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(where, "duration", f"not a number: {e}") from None
+    conc = data.get("max_concurrency")
+    comp = summary["comparability"]
+    comp["model"] = str(data.get("model_id") or "")
+    comp["arrival"] = {"pattern": "poisson" if burstiness == 1.0 else "gamma", "rate": rate, "cv": burstiness ** -0.5}
+    comp["concurrency_steps"] = [conc] if conc else []
+    comp["slo"] = str(slo)
+    summary["slo"] = slo.to_dict()
+    label = f"rate={rate:g}" if rate is not None else (f"concurrency={conc}" if conc else "rate=inf")
+    step = Step(0, label, 0.0, duration, 0.0, rate, conc, None)
+    records = _vllm_records(data, where)
+    if records is not None:
+        summary["steps"] = summarize(records, slo, [step])
+    else:
+        completed = int(data.get("completed") or 0)
+        failed = int(data.get("failed") or 0)
+        summary["steps"] = [{
+            "index": 0, "label": label, "offered_rate": rate, "concurrency": conc, "start_s": 0.0, "end_s": duration,
+            "settle_s": 0.0, "measured_s": duration, "requests": completed + failed, "completed": completed,
+            "achieved_rate": float(data.get("request_throughput") or 0.0),
+            "input_tokens_per_s": float(data.get("total_input_tokens") or 0) / duration if duration > 0 else 0.0,
+            "output_tokens_per_s": float(data.get("output_throughput") or 0.0),
+            "ttft_s": _stats_ms(data, "ttft"), "tpot_s": _stats_ms(data, "tpot"),
+            "itl_s": _stats_ms(data, "itl"), "e2e_s": _stats_ms(data, "e2el"),
+            "errors": {"other": failed} if failed else {}, "error_rate": failed / (completed + failed) if completed + failed else 0.0,
+            "slo_attainment": None, "slo_terms": [], "slo_met": None,
+            "goodput_requests_per_s": None, "goodput_tokens_per_s": None,
+            "tool_goodput_requests_per_s": data.get("request_goodput"),
+            "per_tier": {}, "server": {},
+        }]
+        summary["invalid_reasons"].append("no per-request data (saved without --save-detailed): SLO goodput not computed")
+    return summary, records
+
+
+# ---- GuideLLM ----
+
+def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) -> RequestRecord:
+    info = req.get("info") or {}
+    t = info.get("timings") or {}
+    start = t.get("request_start") if t.get("request_start") is not None else t.get("resolve_start")
+    if start is None:
+        raise ConfigError(where, f"request {req.get('request_id', index)}", "has no request_start timing")
+    first = t.get("first_output_token_iteration") if t.get("first_output_token_iteration") is not None else t.get("first_token_iteration")
+    end = t.get("request_end") if t.get("request_end") is not None else t.get("resolve_end")
+    err = error_class(info.get("error")) if info.get("status") == "errored" or info.get("error") else ""
+    if info.get("status") == "errored" and not err:
+        err = "other"
+    out_tokens = int(req.get("output_tokens") or 0)
+    ok = not err and end is not None
+    # GuideLLM keeps no per-gap times: the request's gaps are taken as equal, (last token - first token) / (n - 1).
+    last = t.get("last_token_iteration")
+    gaps = []
+    if ok and first is not None and last is not None and out_tokens > 1:
+        gaps = [(float(last) - float(first)) / (out_tokens - 1)] * (out_tokens - 1)
+    targeted = t.get("targeted_start")
+    return RequestRecord(
+        index=index, step=step, scheduled_s=float(targeted if targeted is not None else start) - t0, sent_s=float(start) - t0,
+        first_token_s=float(first) - t0 if ok and first is not None else None,
+        done_s=float(end) - t0 if ok else None, itl_s=gaps,
+        input_tokens=int(req.get("prompt_tokens") or 0), output_tokens=out_tokens,
+        status=200 if ok else 0, error=err, tenant="", tier="", route="", trace_id="",
+    )
+
+
+def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[RequestRecord]]:
+    summary = new_summary("guidellm")
+    benches = data["benchmarks"]
+    if not benches:
+        raise ConfigError(where, "benchmarks", "the report holds no benchmarks")
+    try:
+        t0 = min(float(b["scheduler_metrics"]["measure_start_time"]) for b in benches)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(where, "benchmarks[].scheduler_metrics.measure_start_time", f"missing or not a number: {e}") from None
+    version = (data.get("metadata") or {}).get("guidellm_version", "")
+    steps, records, sampled = [], [], {}
+    kinds, rates, concs = set(), [], []
+    for i, b in enumerate(benches):
+        cfg = b.get("config") or {}
+        strat = cfg.get("strategy") or {}
+        kind = strat.get("type_", "")
+        kinds.add(kind)
+        rate = float(strat["rate"]) if strat.get("rate") is not None else None
+        conc = strat.get("streams") if kind == "concurrent" else (1 if kind == "synchronous" else None)
+        rates.append(rate)
+        concs.append(conc)
+        sm = b["scheduler_metrics"]
+        start, end = float(sm["measure_start_time"]) - t0, float(sm["measure_end_time"]) - t0
+        label = f"{kind} rate={rate:g}" if rate is not None else (f"{kind} concurrency={conc}" if conc else kind)
+        steps.append(Step(i, label, start, end, 0.0, rate, conc, None))
+        reqs = b.get("requests") or {}
+        mine = [*(reqs.get("successful") or []), *(reqs.get("errored") or [])]
+        # "incomplete" requests were cancelled when the benchmark window closed; GuideLLM leaves them out, so do we.
+        for r in mine:
+            records.append(_guidellm_record(r, len(records), i, t0, f"{where}: benchmarks[{i}]"))
+        totals = ((b.get("metrics") or {}).get("request_totals") or {})
+        total = int(totals.get("successful") or 0) + int(totals.get("errored") or 0)
+        if total > len(mine):
+            sampled[i] = (len(mine), total)
+        if not summary["comparability"]["model"] and isinstance(cfg.get("backend"), dict):
+            summary["comparability"]["model"] = str(cfg["backend"].get("model") or "")
+    comp = summary["comparability"]
+    comp["framework"] = ""
+    comp["arrival"] = {"pattern": "/".join(sorted(k for k in kinds if k)), "rates": rates}
+    comp["concurrency_steps"] = [c for c in concs if c]
+    comp["slo"] = str(slo)
+    comp["tool_version"] = version
+    summary["slo"] = slo.to_dict()
+    summary["steps"] = summarize(records, slo, steps)
+    for i, (kept, total) in sampled.items():
+        s = summary["steps"][i]
+        scale = total / kept if kept else 0.0
+        for key in ("achieved_rate", "input_tokens_per_s", "output_tokens_per_s", "goodput_requests_per_s", "goodput_tokens_per_s"):
+            s[key] *= scale
+        s["sampled"] = {"kept": kept, "total": total}
+    return summary, records
+
+
+def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
+    """Convert ``path`` (GuideLLM report or vLLM bench result) into ``out_dir``; returns the summary written."""
+    p = Path(path)
+    data = _load(p)
+    tool = detect(data)
+    if tool == "guidellm":
+        summary, records = _import_guidellm(data, str(p), slo)
+    elif tool == "vllm-bench":
+        summary, records = _import_vllm(data, str(p), slo)
+    else:
+        raise ConfigError(str(p), "format", "neither a GuideLLM JSON report nor a vLLM bench serve --save-result JSON")
+    summary["knee"] = knee(summary["steps"])
+    summary["source"] = {"tool": tool, "file": p.name}
+    write_run(out_dir, records, summary)
+    return summary
