@@ -19,12 +19,13 @@ from capacity.loadtest.patterns import Step
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.results import new_summary, write_run
 from capacity.loadtest.slo import Slo
-from capacity.loadtest.stats import knee, summarize
+from capacity.loadtest.stats import knee, length_stats, summarize
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["MAX_IMPORT_BYTES", "detect", "error_class", "import_run"]
 
 MAX_IMPORT_BYTES = 512 * 1024 * 1024  # checked before reading: a larger "report" is not one
+_RATE_KEYS = ("achieved_rate", "input_tokens_per_s", "output_tokens_per_s", "goodput_requests_per_s", "goodput_tokens_per_s")
 
 
 _REASONS = {s.phrase.lower(): s.value for s in HTTPStatus}
@@ -104,7 +105,9 @@ def _vllm_records(data: dict, where: str) -> list[RequestRecord] | None:
     bad = [k for k in keys if len(data[k]) != n]
     if bad:
         raise ConfigError(where, bad[0], f"has {len(data[bad[0]])} entries, start_times has {n}")
-    queue = data.get("queue_times") if isinstance(data.get("queue_times"), list) and len(data["queue_times"]) == n else [0.0] * n
+    queue = data.get("queue_times")
+    if not isinstance(queue, list) or len(queue) != n:
+        queue = [0.0] * n
     t0 = min(data["start_times"], default=0.0)
     out = []
     for i in range(n):
@@ -157,7 +160,8 @@ def _import_vllm(data: dict, where: str, slo: Slo) -> tuple[dict, list[RequestRe
             "output_tokens_per_s": float(data.get("output_throughput") or 0.0),
             "ttft_s": _stats_ms(data, "ttft"), "tpot_s": _stats_ms(data, "tpot"),
             "itl_s": _stats_ms(data, "itl"), "e2e_s": _stats_ms(data, "e2el"),
-            "errors": {"other": failed} if failed else {}, "error_rate": failed / (completed + failed) if completed + failed else 0.0,
+            "errors": {"other": failed} if failed else {},
+            "error_rate": failed / (completed + failed) if completed + failed else 0.0,
             "slo_attainment": None, "slo_terms": [], "slo_met": None,
             "goodput_requests_per_s": None, "goodput_tokens_per_s": None,
             "tool_goodput_requests_per_s": data.get("request_goodput"),
@@ -175,7 +179,9 @@ def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) ->
     start = t.get("request_start") if t.get("request_start") is not None else t.get("resolve_start")
     if start is None:
         raise ConfigError(where, f"request {req.get('request_id', index)}", "has no request_start timing")
-    first = t.get("first_output_token_iteration") if t.get("first_output_token_iteration") is not None else t.get("first_token_iteration")
+    first = t.get("first_output_token_iteration")
+    if first is None:
+        first = t.get("first_token_iteration")
     end = t.get("request_end") if t.get("request_end") is not None else t.get("resolve_end")
     err = error_class(info.get("error")) if info.get("status") == "errored" or info.get("error") else ""
     if info.get("status") == "errored" and not err:
@@ -244,7 +250,7 @@ def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[Reque
     for i, (kept, total) in sampled.items():
         s = summary["steps"][i]
         scale = total / kept if kept else 0.0
-        for key in ("achieved_rate", "input_tokens_per_s", "output_tokens_per_s", "goodput_requests_per_s", "goodput_tokens_per_s"):
+        for key in _RATE_KEYS:
             s[key] *= scale
         s["sampled"] = {"kept": kept, "total": total}
     return summary, records
@@ -263,5 +269,9 @@ def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
         raise ConfigError(str(p), "format", "neither a GuideLLM JSON report nor a vLLM bench serve --save-result JSON")
     summary["knee"] = knee(summary["steps"])
     summary["source"] = {"tool": tool, "file": p.name}
+    if records:
+        done = [r for r in records if not r.error]
+        summary["comparability"]["input_tokens"] = length_stats([r.input_tokens for r in done])
+        summary["comparability"]["output_tokens"] = length_stats([r.output_tokens for r in done])
     write_run(out_dir, records, summary)
     return summary

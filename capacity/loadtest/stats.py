@@ -17,7 +17,7 @@ import numpy as np
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.slo import Slo, SloTerm
 
-__all__ = ["PERCENTILES", "distribution", "knee", "slo_term_value", "summarize"]
+__all__ = ["PERCENTILES", "distribution", "knee", "length_stats", "slo_term_value", "summarize"]
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -30,6 +30,12 @@ def distribution(values: Sequence[float]) -> dict:
     qs = np.percentile(arr, PERCENTILES)
     figures = {f"p{p}": float(q) for p, q in zip(PERCENTILES, qs, strict=True)}
     return {**figures, "mean": float(arr.mean()), "count": int(arr.size)}
+
+
+def length_stats(tokens: Sequence[int]) -> dict:
+    """mean/p50/p90/p99 of token lengths: summary.json's ``comparability.input_tokens`` / ``output_tokens``."""
+    d = distribution(tokens)
+    return {k: d[k] for k in ("mean", "p50", "p90", "p99")} if d["count"] else {}
 
 
 def _ok(r: RequestRecord) -> bool:
