@@ -261,12 +261,15 @@ def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
     p = Path(path)
     data = _load(p)
     tool = detect(data)
-    if tool == "guidellm":
-        summary, records = _import_guidellm(data, str(p), slo)
-    elif tool == "vllm-bench":
-        summary, records = _import_vllm(data, str(p), slo)
-    else:
+    if not tool:
         raise ConfigError(str(p), "format", "neither a GuideLLM JSON report nor a vLLM bench serve --save-result JSON")
+    convert = _import_guidellm if tool == "guidellm" else _import_vllm
+    try:
+        summary, records = convert(data, str(p), slo)
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(str(p), "content", f"not the {tool} structure expected: {type(e).__name__}: {e}") from None
     summary["knee"] = knee(summary["steps"])
     summary["source"] = {"tool": tool, "file": p.name}
     if records:

@@ -109,6 +109,18 @@ def test_bad_files_are_one_line(tmp_path, content, key):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_malformed_guidellm_benchmark_is_one_line(tmp_path):
+    report = json.loads((FIX / "guidellm_report_constant.json").read_text())
+    report["benchmarks"][1]["config"]["strategy"]["rate"] = "fast"
+    report["benchmarks"][0]["requests"]["successful"][0] = 7
+    for n, broken in enumerate((report, {**report, "benchmarks": [{"scheduler_metrics": {}}]})):
+        f = tmp_path / f"bad{n}.json"
+        f.write_text(json.dumps(broken))
+        with pytest.raises(ConfigError) as err:
+            import_run(f, tmp_path / "out", parse_slo("ttft_p50=1s"))
+        assert str(err.value).startswith(str(f)) and "\n" not in str(err.value)
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
         import_run(tmp_path / "nope.json", tmp_path / "out", parse_slo("ttft_p50=1s"))
