@@ -78,9 +78,22 @@ def _load(path: Path) -> object:
     if size > MAX_IMPORT_BYTES:
         raise ConfigError(str(path), "size", f"{size} bytes is over the import limit of {MAX_IMPORT_BYTES}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(str(path), "json", f"does not parse: {e}") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), "json", f"not UTF-8 text: {e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) < 2:
+            raise ConfigError(str(path), "json", f"does not parse: {e}") from None
+    out = []  # vLLM's --append-result: one JSON result per line
+    for n, line in enumerate(lines, start=1):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ConfigError(str(path), f"line {n}", f"does not parse: {e}") from None
+    return out
 
 
 def _stats_ms(stats: dict, metric: str) -> dict:
@@ -96,8 +109,8 @@ def _stats_ms(stats: dict, metric: str) -> dict:
 
 # ---- vLLM bench serve ----
 
-def _vllm_records(data: dict, where: str) -> list[RequestRecord] | None:
-    """Per-request records from ``--save-detailed`` arrays; None when the file was saved without them."""
+def _vllm_records(data: dict, where: str, step: int, offset_s: float, first_index: int) -> list[RequestRecord] | None:
+    """Per-request records from ``--save-detailed`` arrays, on a clock starting at ``offset_s``; None without them."""
     keys = ("start_times", "ttfts", "itls", "latencies", "input_lens", "output_lens", "errors")
     if not all(isinstance(data.get(k), list) for k in keys):
         return None
@@ -112,11 +125,11 @@ def _vllm_records(data: dict, where: str) -> list[RequestRecord] | None:
     out = []
     for i in range(n):
         try:
-            sent = float(data["start_times"][i]) - t0
+            sent = float(data["start_times"][i]) - t0 + offset_s
             err = error_class(data["errors"][i])
             ok = not err
             out.append(RequestRecord(
-                index=i, step=0, scheduled_s=sent - float(queue[i] or 0.0), sent_s=sent,
+                index=first_index + i, step=step, scheduled_s=sent - float(queue[i] or 0.0), sent_s=sent,
                 first_token_s=sent + float(data["ttfts"][i]) if ok else None,
                 done_s=sent + float(data["latencies"][i]) if ok else None,
                 itl_s=[float(g) for g in (data["itls"][i] or [])] if ok else [],
@@ -128,47 +141,70 @@ def _vllm_records(data: dict, where: str) -> list[RequestRecord] | None:
     return out
 
 
-def _import_vllm(data: dict, where: str, slo: Slo) -> tuple[dict, list[RequestRecord] | None]:
+def _vllm_aggregate_step(data: dict, step: Step) -> dict:
+    """A step from vLLM's own aggregates only (no per-request data): latencies and rates, SLO figures None."""
+    completed = int(data.get("completed") or 0)
+    failed = int(data.get("failed") or 0)
+    duration = step.end_s - step.start_s
+    return {
+        "index": step.index, "label": step.label, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
+        "start_s": step.start_s, "end_s": step.end_s, "settle_s": 0.0, "measured_s": duration,
+        "requests": completed + failed, "completed": completed,
+        "achieved_rate": float(data.get("request_throughput") or 0.0),
+        "input_tokens_per_s": float(data.get("total_input_tokens") or 0) / duration if duration > 0 else 0.0,
+        "output_tokens_per_s": float(data.get("output_throughput") or 0.0),
+        "ttft_s": _stats_ms(data, "ttft"), "tpot_s": _stats_ms(data, "tpot"),
+        "itl_s": _stats_ms(data, "itl"), "e2e_s": _stats_ms(data, "e2el"),
+        "errors": {"other": failed} if failed else {},
+        "error_rate": failed / (completed + failed) if completed + failed else 0.0,
+        "slo_attainment": None, "slo_terms": [], "slo_met": None,
+        "goodput_requests_per_s": None, "goodput_tokens_per_s": None,
+        "tool_goodput_requests_per_s": data.get("request_goodput"),
+        "per_tier": {}, "server": {},
+    }
+
+
+def _import_vllm(results: list[dict], where: str, slo: Slo) -> tuple[dict, list[RequestRecord] | None]:
+    """One step per result (``--append-result`` puts one per line), laid end to end on one clock."""
     summary = new_summary("vllm-bench")
-    try:
-        duration = float(data["duration"])
-        rate = data.get("request_rate")
-        rate = None if rate in (None, "inf") or rate == float("inf") else float(rate)
-        burstiness = float(data.get("burstiness") or 1.0)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(where, "duration", f"not a number: {e}") from None
-    conc = data.get("max_concurrency")
+    steps, records, offset, rates, cvs, concs = [], [], 0.0, [], set(), []
+    detailed = True
+    for i, data in enumerate(results):
+        here = f"{where}: result {i + 1}" if len(results) > 1 else where
+        try:
+            duration = float(data["duration"])
+            rate = data.get("request_rate")
+            rate = None if rate in (None, "inf") or rate == float("inf") else float(rate)
+            burstiness = float(data.get("burstiness") or 1.0)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(here, "duration", f"not a number: {e}") from None
+        conc = data.get("max_concurrency")
+        rates.append(rate)
+        concs.append(conc)
+        cvs.add(burstiness ** -0.5)
+        label = f"rate={rate:g}" if rate is not None else (f"concurrency={conc}" if conc else "rate=inf")
+        step = Step(i, label, offset, offset + duration, 0.0, rate, conc, None)
+        mine = _vllm_records(data, here, i, offset, len(records))
+        if mine is None:
+            detailed = False
+            steps.append(_vllm_aggregate_step(data, step))
+        else:
+            records.extend(mine)
+            steps.append(summarize(mine, slo, [step])[0])
+        offset += duration
+        if not summary["comparability"]["model"]:
+            summary["comparability"]["model"] = str(data.get("model_id") or "")
     comp = summary["comparability"]
-    comp["model"] = str(data.get("model_id") or "")
-    comp["arrival"] = {"pattern": "poisson" if burstiness == 1.0 else "gamma", "rate": rate, "cv": burstiness ** -0.5}
-    comp["concurrency_steps"] = [conc] if conc else []
+    cv = cvs.pop() if len(cvs) == 1 else None  # vLLM's burstiness γ: Gamma gaps with cv 1/√γ (γ = 1: Poisson)
+    comp["arrival"] = {"pattern": "poisson" if cv == 1.0 else "gamma", "cv": cv,
+                       **({"rate": rates[0]} if len(rates) == 1 else {"rates": rates})}
+    comp["concurrency_steps"] = [c for c in concs if c]
     comp["slo"] = str(slo)
     summary["slo"] = slo.to_dict()
-    label = f"rate={rate:g}" if rate is not None else (f"concurrency={conc}" if conc else "rate=inf")
-    step = Step(0, label, 0.0, duration, 0.0, rate, conc, None)
-    records = _vllm_records(data, where)
-    if records is not None:
-        summary["steps"] = summarize(records, slo, [step])
-    else:
-        completed = int(data.get("completed") or 0)
-        failed = int(data.get("failed") or 0)
-        summary["steps"] = [{
-            "index": 0, "label": label, "offered_rate": rate, "concurrency": conc, "start_s": 0.0, "end_s": duration,
-            "settle_s": 0.0, "measured_s": duration, "requests": completed + failed, "completed": completed,
-            "achieved_rate": float(data.get("request_throughput") or 0.0),
-            "input_tokens_per_s": float(data.get("total_input_tokens") or 0) / duration if duration > 0 else 0.0,
-            "output_tokens_per_s": float(data.get("output_throughput") or 0.0),
-            "ttft_s": _stats_ms(data, "ttft"), "tpot_s": _stats_ms(data, "tpot"),
-            "itl_s": _stats_ms(data, "itl"), "e2e_s": _stats_ms(data, "e2el"),
-            "errors": {"other": failed} if failed else {},
-            "error_rate": failed / (completed + failed) if completed + failed else 0.0,
-            "slo_attainment": None, "slo_terms": [], "slo_met": None,
-            "goodput_requests_per_s": None, "goodput_tokens_per_s": None,
-            "tool_goodput_requests_per_s": data.get("request_goodput"),
-            "per_tier": {}, "server": {},
-        }]
+    summary["steps"] = steps
+    if not detailed:
         summary["invalid_reasons"].append("no per-request data (saved without --save-detailed): SLO goodput not computed")
-    return summary, records
+    return summary, records or None
 
 
 # ---- GuideLLM ----
@@ -260,12 +296,17 @@ def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
     """Convert ``path`` (GuideLLM report or vLLM bench result) into ``out_dir``; returns the summary written."""
     p = Path(path)
     data = _load(p)
-    tool = detect(data)
+    if isinstance(data, list):
+        tool = "vllm-bench" if data and all(detect(d) == "vllm-bench" for d in data) else ""
+    else:
+        tool = detect(data)
     if not tool:
         raise ConfigError(str(p), "format", "neither a GuideLLM JSON report nor a vLLM bench serve --save-result JSON")
-    convert = _import_guidellm if tool == "guidellm" else _import_vllm
     try:
-        summary, records = convert(data, str(p), slo)
+        if tool == "guidellm":
+            summary, records = _import_guidellm(data, str(p), slo)
+        else:
+            summary, records = _import_vllm(data if isinstance(data, list) else [data], str(p), slo)
     except ConfigError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:

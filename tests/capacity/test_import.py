@@ -131,3 +131,28 @@ def test_a_copy_anywhere_imports_the_same(tmp_path):
     a = import_run(tmp_path / "x.json", tmp_path / "a", parse_slo("ttft_p50=1s"))
     b = import_run(FIX / "vllm_bench_serve_detailed.json", tmp_path / "b", parse_slo("ttft_p50=1s"))
     assert a["steps"] == b["steps"]
+
+
+def test_vllm_append_result_lines_are_steps_end_to_end(tmp_path):
+    """``--append-result`` writes one result per line: a rate sweep, imported as steps laid one after the other."""
+    one = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
+    two = {**one, "request_rate": 4.0, "ttfts": [t + 1.0 for t in one["ttfts"]],
+           "latencies": [x + 1.0 for x in one["latencies"]], "start_times": [t + 500.0 for t in one["start_times"]]}
+    f = tmp_path / "sweep.json"
+    f.write_text(json.dumps(one) + "\n" + json.dumps(two) + "\n")
+    summary = import_run(f, tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
+    a, b = summary["steps"]
+    assert (a["start_s"], a["end_s"], b["start_s"], b["end_s"]) == (0.0, 4.0, 4.0, 8.0)
+    assert a["slo_met"] and not b["slo_met"] and b["goodput_requests_per_s"] == 0.0
+    assert summary["comparability"]["arrival"] == {"pattern": "poisson", "cv": 1.0, "rates": [2.0, 4.0]}
+    assert summary["knee"]["offered_rate"] == 2.0
+    table, _ = read_run(tmp_path / "run")
+    records = records_from_table(table)
+    assert [r.index for r in records] == list(range(12)) and [r.step for r in records] == [0] * 6 + [1] * 6
+    assert records[6].sent_s == pytest.approx(4.0)
+    f.write_text(json.dumps(one) + "\n" + '{"hello": 1}\n')
+    with pytest.raises(ConfigError, match="format"):
+        import_run(f, tmp_path / "bad", parse_slo("ttft_p50=1s"))
+    f.write_text(json.dumps(one) + "\n{broken\n")
+    with pytest.raises(ConfigError, match="line 2"):
+        import_run(f, tmp_path / "bad", parse_slo("ttft_p50=1s"))
