@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from capacity.loadtest.records import RequestRecord
-from capacity.loadtest.slo import Slo, SloTerm
+from capacity.loadtest.slo import Slo, SloTerm, percentile
 
 __all__ = ["PERCENTILES", "distribution", "knee", "length_stats", "slo_term_value", "summarize"]
 
@@ -58,19 +58,7 @@ def slo_term_value(term: SloTerm, records: Sequence[RequestRecord]) -> float | N
             v = term.value_of(r)
             if v is not None:
                 values.append(v)
-    return _percentile(values, term.percentile) if values else None
-
-
-def _percentile(values: Sequence[float], pct: float) -> float:
-    """numpy's linear percentile, extended to +inf values (numpy yields nan when it interpolates at weight 0 toward inf)."""
-    v = np.sort(np.asarray(values, dtype=float))
-    h = (len(v) - 1) * pct / 100.0
-    lo, hi = math.floor(h), math.ceil(h)
-    if lo == hi or v[lo] == v[hi]:
-        return float(v[lo])
-    if math.isinf(v[hi]):
-        return math.inf
-    return float(v[lo] + (v[hi] - v[lo]) * (h - lo))
+    return percentile(values, term.percentile) if values else None
 
 
 def _group(records: Sequence[RequestRecord], slo: Slo, measured_s: float) -> dict:

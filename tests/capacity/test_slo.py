@@ -60,3 +60,20 @@ def test_itl_term_uses_the_requests_own_percentile_of_gaps():
 def test_empty_slo_meets_every_success():
     slo = Slo(())
     assert slo.meets(rec(0)) and not slo.meets(rec(1, error="timeout"))
+
+
+def test_percentile_is_numpys_linear_on_short_and_long_lists_and_takes_inf():
+    import math
+
+    import numpy as np
+
+    from capacity.loadtest.slo import percentile
+
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 3, 10, 256, 257, 5000):  # 256 and below: plain Python; above: numpy's sort
+        values = list(rng.exponential(0.05, n))
+        for pct in (50.0, 90.0, 95.0, 99.0, 99.9):
+            assert percentile(values, pct) == pytest.approx(np.percentile(values, pct), rel=1e-12, abs=1e-15)
+    assert percentile([0.1, 0.2, math.inf, math.inf], 50) == math.inf
+    assert percentile([0.1, 0.2, 0.3, math.inf], 50) == pytest.approx(0.25)
+    assert percentile([0.1, 0.2, math.inf], 50) == 0.2  # numpy would give nan here (inf × 0)
