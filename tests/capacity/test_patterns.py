@@ -120,3 +120,14 @@ def test_bad_options_are_one_config_error(kwargs, names):
     with pytest.raises(ConfigError) as err:
         schedule(pattern, **kwargs)
     assert names in str(err.value) and "\n" not in str(err.value)
+
+
+def test_replay_of_an_azure_csv_is_relative_and_time_scaled(tmp_path):
+    f = tmp_path / "azure.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "2023-11-16 18:15:46.6805900,374,44\n"
+                 "2023-11-16 18:15:50.9951690,396,109\n"
+                 "2023-11-16 18:15:47.1805900,879,3\n")
+    [s] = schedule("replay", duration_s=60, trace=f, time_scale=2.0).steps
+    assert s.arrivals_s.tolist() == pytest.approx([0.0, 1.0, 2 * 4.314579])  # sorted by time, then × 2
+    assert s.input_tokens.tolist() == [374, 879, 396] and s.hash_ids is None
