@@ -89,3 +89,25 @@ def test_imported_runs_of_different_patterns_are_flagged(tmp_path):
     assert r["tools"] == ["guidellm", "vllm-bench"]
     same = compare(v, import_run(FIX / "vllm_bench_serve_detailed.json", tmp_path / "v2", slo))
     assert same["comparable"] and same["differences"] == []
+
+
+def test_two_tools_runs_of_the_same_requests_agree_after_import(tmp_path):
+    """The GuideLLM sample records the very requests of the vLLM sample. Their own TPOTs disagree (GuideLLM's
+    includes the first token); converted to goodput's definitions every figure agrees."""
+    import json
+
+    slo = parse_slo("ttft_p50=0.5s,e2e_p50=1s")
+    v = import_run(FIX / "vllm_bench_serve_detailed.json", tmp_path / "v", slo)
+    g = import_run(FIX / "guidellm_report_poisson.json", tmp_path / "g", slo)
+    r = compare(v, g)
+    assert r["comparable"] and r["differences"] == [], r["differences"]
+    [row] = r["steps"]
+    for key in ("achieved_rate", "goodput_requests_per_s", "goodput_tokens_per_s", "slo_attainment", "error_rate"):
+        assert row[key]["change"] == pytest.approx(0, abs=1e-6), key
+    for lat in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        for p in ("p50", "p90", "p95", "p99"):
+            assert row[lat][p]["a"] is not None and row[lat][p]["change"] == pytest.approx(0, abs=1e-5), (lat, p)
+    theirs = json.loads((FIX / "guidellm_report_poisson.json").read_text())["benchmarks"][0]["requests"]["successful"]
+    vllm = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
+    guidellm_tpot_ms = sum(x["time_per_output_token_ms"] for x in theirs) / len(theirs)
+    assert guidellm_tpot_ms > 1.5 * vllm["mean_tpot_ms"]  # unconverted, the two tools would disagree
