@@ -276,7 +276,6 @@ def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[Reque
         if not summary["comparability"]["model"] and isinstance(cfg.get("backend"), dict):
             summary["comparability"]["model"] = str(cfg["backend"].get("model") or "")
     comp = summary["comparability"]
-    comp["framework"] = ""
     comp["arrival"] = {"pattern": "/".join(sorted(k for k in kinds if k)), "rates": rates}
     comp["concurrency_steps"] = [c for c in concs if c]
     comp["slo"] = str(slo)
