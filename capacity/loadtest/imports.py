@@ -1,0 +1,320 @@
+"""Import other tools' load-test results into a goodput run directory, converted to goodput's definitions.
+
+Read: a GuideLLM JSON report (``GenerativeBenchmarksReport``, report schema version 2, GuideLLM 0.8.x) and a
+vLLM ``bench serve --save-result`` JSON (``vllm/benchmarks/serve.py``). Where the file carries per-request data
+(GuideLLM's request samples; vLLM's ``--save-detailed`` arrays) each request becomes a ``RequestRecord`` and the
+steps are summarized by ``stats.summarize`` exactly like a goodput run, so SLO goodput is computed for the
+``--slo`` given here. Without per-request data only the tool's own aggregates are carried over and the SLO
+figures are None. ``docs/loadtest.md`` ("Importing other tools' runs") lists each conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from http import HTTPStatus
+from pathlib import Path
+
+from capacity.loadtest.patterns import Step
+from capacity.loadtest.records import RequestRecord
+from capacity.loadtest.results import new_summary, write_run
+from capacity.loadtest.slo import Slo
+from capacity.loadtest.stats import knee, length_stats, summarize
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["MAX_IMPORT_BYTES", "detect", "error_class", "import_run"]
+
+MAX_IMPORT_BYTES = 512 * 1024 * 1024  # checked before reading: a larger "report" is not one
+_RATE_KEYS = ("achieved_rate", "input_tokens_per_s", "output_tokens_per_s", "goodput_requests_per_s", "goodput_tokens_per_s")
+
+
+_REASONS = {s.phrase.lower(): s.value for s in HTTPStatus}
+
+
+def _http_class(code: int) -> str:
+    return "http_429" if code == 429 else ("http_5xx" if code >= 500 else "http_4xx")
+
+
+def error_class(text: str | None) -> str:
+    """goodput's error class for another tool's free-text error ("" when there is none; "other" when unrecognised).
+
+    vLLM bench stores the HTTP reason phrase (``Too Many Requests``) or a Python traceback; GuideLLM an
+    exception message that usually names the status code.
+    """
+    if not text:
+        return ""
+    low = text.strip().lower()
+    code = _REASONS.get(low)
+    if code is not None and code >= 400:
+        return _http_class(code)
+    m = re.search(r"\b([45]\d\d)\b", low)
+    if m:
+        return _http_class(int(m.group(1)))
+    if "timeout" in low or "timed out" in low:
+        return "timeout"
+    if "disconnect" in low or "reset by peer" in low or "payload" in low or "closed" in low:
+        return "disconnect"
+    if "connect" in low or "refused" in low:
+        return "connect"
+    if "cancel" in low:
+        return "aborted"
+    return "other"
+
+
+def detect(data: object) -> str:
+    """``guidellm`` or ``vllm-bench`` from the document's shape; ``""`` when it is neither."""
+    if isinstance(data, dict):
+        if isinstance(data.get("benchmarks"), list) and isinstance(data.get("metadata"), dict):
+            return "guidellm"
+        if "duration" in data and "completed" in data and "request_throughput" in data:
+            return "vllm-bench"
+    return ""
+
+
+def _load(path: Path) -> object:
+    if not path.is_file():
+        raise ConfigError(str(path), "path", "file not found")
+    size = path.stat().st_size
+    if size > MAX_IMPORT_BYTES:
+        raise ConfigError(str(path), "size", f"{size} bytes is over the import limit of {MAX_IMPORT_BYTES}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), "json", f"not UTF-8 text: {e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) < 2:
+            raise ConfigError(str(path), "json", f"does not parse: {e}") from None
+    out = []  # vLLM's --append-result: one JSON result per line
+    for n, line in enumerate(lines, start=1):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ConfigError(str(path), f"line {n}", f"does not parse: {e}") from None
+    return out
+
+
+def _stats_ms(stats: dict, metric: str) -> dict:
+    """vLLM's ``mean_/median_/pNN_{metric}_ms`` aggregates as our distribution dict in seconds (None where absent)."""
+    def s(key: str) -> float | None:
+        v = stats.get(key)
+        return None if v is None else float(v) / 1000.0
+    return {
+        "p50": s(f"median_{metric}_ms"), "p90": s(f"p90_{metric}_ms"), "p95": s(f"p95_{metric}_ms"),
+        "p99": s(f"p99_{metric}_ms"), "mean": s(f"mean_{metric}_ms"), "count": None,
+    }
+
+
+# ---- vLLM bench serve ----
+
+def _vllm_records(data: dict, where: str, step: int, offset_s: float, first_index: int) -> list[RequestRecord] | None:
+    """Per-request records from ``--save-detailed`` arrays, on a clock starting at ``offset_s``; None without them."""
+    keys = ("start_times", "ttfts", "itls", "latencies", "input_lens", "output_lens", "errors")
+    if not all(isinstance(data.get(k), list) for k in keys):
+        return None
+    n = len(data["start_times"])
+    bad = [k for k in keys if len(data[k]) != n]
+    if bad:
+        raise ConfigError(where, bad[0], f"has {len(data[bad[0]])} entries, start_times has {n}")
+    queue = data.get("queue_times")
+    if not isinstance(queue, list) or len(queue) != n:
+        queue = [0.0] * n
+    t0 = min(data["start_times"], default=0.0)
+    out = []
+    for i in range(n):
+        try:
+            sent = float(data["start_times"][i]) - t0 + offset_s
+            err = error_class(data["errors"][i])
+            ok = not err
+            out.append(RequestRecord(
+                index=first_index + i, step=step, scheduled_s=sent - float(queue[i] or 0.0), sent_s=sent,
+                first_token_s=sent + float(data["ttfts"][i]) if ok else None,
+                done_s=sent + float(data["latencies"][i]) if ok else None,
+                itl_s=[float(g) for g in (data["itls"][i] or [])] if ok else [],
+                input_tokens=int(data["input_lens"][i]), output_tokens=int(data["output_lens"][i]),
+                status=200 if ok else 0, error=err, tenant="", tier="", route="", trace_id="",
+            ))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(where, f"request {i}", f"bad per-request value: {e}") from None
+    return out
+
+
+def _vllm_aggregate_step(data: dict, step: Step) -> dict:
+    """A step from vLLM's own aggregates only (no per-request data): latencies and rates, SLO figures None."""
+    completed = int(data.get("completed") or 0)
+    failed = int(data.get("failed") or 0)
+    duration = step.end_s - step.start_s
+    return {
+        "index": step.index, "label": step.label, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
+        "start_s": step.start_s, "end_s": step.end_s, "settle_s": 0.0, "measured_s": duration,
+        "requests": completed + failed, "completed": completed,
+        "achieved_rate": float(data.get("request_throughput") or 0.0),
+        "input_tokens_per_s": float(data.get("total_input_tokens") or 0) / duration if duration > 0 else 0.0,
+        "output_tokens_per_s": float(data.get("output_throughput") or 0.0),
+        "ttft_s": _stats_ms(data, "ttft"), "tpot_s": _stats_ms(data, "tpot"),
+        "itl_s": _stats_ms(data, "itl"), "e2e_s": _stats_ms(data, "e2el"),
+        "errors": {"other": failed} if failed else {},
+        "error_rate": failed / (completed + failed) if completed + failed else 0.0,
+        "slo_attainment": None, "slo_terms": [], "slo_met": None,
+        "goodput_requests_per_s": None, "goodput_tokens_per_s": None,
+        "tool_goodput_requests_per_s": data.get("request_goodput"),
+        "per_tier": {}, "server": {},
+    }
+
+
+def _import_vllm(results: list[dict], where: str, slo: Slo) -> tuple[dict, list[RequestRecord] | None]:
+    """One step per result (``--append-result`` puts one per line), laid end to end on one clock."""
+    summary = new_summary("vllm-bench")
+    steps, records, offset, rates, cvs, concs = [], [], 0.0, [], set(), []
+    detailed = True
+    for i, data in enumerate(results):
+        here = f"{where}: result {i + 1}" if len(results) > 1 else where
+        try:
+            duration = float(data["duration"])
+            rate = data.get("request_rate")
+            rate = None if rate in (None, "inf") or rate == float("inf") else float(rate)
+            burstiness = float(data.get("burstiness") or 1.0)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(here, "duration", f"not a number: {e}") from None
+        conc = data.get("max_concurrency")
+        rates.append(rate)
+        concs.append(conc)
+        cvs.add(burstiness ** -0.5)
+        label = f"rate={rate:g}" if rate is not None else (f"concurrency={conc}" if conc else "rate=inf")
+        step = Step(i, label, offset, offset + duration, 0.0, rate, conc, None)
+        mine = _vllm_records(data, here, i, offset, len(records))
+        if mine is None:
+            detailed = False
+            steps.append(_vllm_aggregate_step(data, step))
+        else:
+            records.extend(mine)
+            steps.append(summarize(mine, slo, [step])[0])
+        offset += duration
+        if not summary["comparability"]["model"]:
+            summary["comparability"]["model"] = str(data.get("model_id") or "")
+    comp = summary["comparability"]
+    cv = cvs.pop() if len(cvs) == 1 else None  # vLLM's burstiness γ: Gamma gaps with cv 1/√γ (γ = 1: Poisson)
+    comp["arrival"] = {"pattern": "poisson" if cv == 1.0 else "gamma", "cv": cv,
+                       **({"rate": rates[0]} if len(rates) == 1 else {"rates": rates})}
+    comp["concurrency_steps"] = [c for c in concs if c]
+    comp["slo"] = str(slo)
+    summary["slo"] = slo.to_dict()
+    summary["steps"] = steps
+    if not detailed:
+        summary["invalid_reasons"].append("no per-request data (saved without --save-detailed): SLO goodput not computed")
+    return summary, records or None
+
+
+# ---- GuideLLM ----
+
+def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) -> RequestRecord:
+    info = req.get("info") or {}
+    t = info.get("timings") or {}
+    start = t.get("request_start") if t.get("request_start") is not None else t.get("resolve_start")
+    if start is None:
+        raise ConfigError(where, f"request {req.get('request_id', index)}", "has no request_start timing")
+    first = t.get("first_output_token_iteration")
+    if first is None:
+        first = t.get("first_token_iteration")
+    end = t.get("request_end") if t.get("request_end") is not None else t.get("resolve_end")
+    err = error_class(info.get("error")) if info.get("status") == "errored" or info.get("error") else ""
+    if info.get("status") == "errored" and not err:
+        err = "other"
+    out_tokens = int(req.get("output_tokens") or 0)
+    ok = not err and end is not None
+    # GuideLLM keeps no per-gap times: the request's gaps are taken as equal, (last token - first token) / (n - 1).
+    last = t.get("last_token_iteration")
+    gaps = []
+    if ok and first is not None and last is not None and out_tokens > 1:
+        gaps = [(float(last) - float(first)) / (out_tokens - 1)] * (out_tokens - 1)
+    targeted = t.get("targeted_start")
+    return RequestRecord(
+        index=index, step=step, scheduled_s=float(targeted if targeted is not None else start) - t0, sent_s=float(start) - t0,
+        first_token_s=float(first) - t0 if ok and first is not None else None,
+        done_s=float(end) - t0 if ok else None, itl_s=gaps,
+        input_tokens=int(req.get("prompt_tokens") or 0), output_tokens=out_tokens,
+        status=200 if ok else 0, error=err, tenant="", tier="", route="", trace_id="",
+    )
+
+
+def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[RequestRecord]]:
+    summary = new_summary("guidellm")
+    benches = data["benchmarks"]
+    if not benches:
+        raise ConfigError(where, "benchmarks", "the report holds no benchmarks")
+    try:
+        t0 = min(float(b["scheduler_metrics"]["measure_start_time"]) for b in benches)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(where, "benchmarks[].scheduler_metrics.measure_start_time", f"missing or not a number: {e}") from None
+    version = (data.get("metadata") or {}).get("guidellm_version", "")
+    steps, records, sampled = [], [], {}
+    kinds, rates, concs = set(), [], []
+    for i, b in enumerate(benches):
+        cfg = b.get("config") or {}
+        strat = cfg.get("strategy") or {}
+        kind = strat.get("type_", "")
+        kinds.add(kind)
+        rate = float(strat["rate"]) if strat.get("rate") is not None else None
+        conc = strat.get("streams") if kind == "concurrent" else (1 if kind == "synchronous" else None)
+        rates.append(rate)
+        concs.append(conc)
+        sm = b["scheduler_metrics"]
+        start, end = float(sm["measure_start_time"]) - t0, float(sm["measure_end_time"]) - t0
+        label = f"{kind} rate={rate:g}" if rate is not None else (f"{kind} concurrency={conc}" if conc else kind)
+        steps.append(Step(i, label, start, end, 0.0, rate, conc, None))
+        reqs = b.get("requests") or {}
+        mine = [*(reqs.get("successful") or []), *(reqs.get("errored") or [])]
+        # "incomplete" requests were cancelled when the benchmark window closed; GuideLLM leaves them out, so do we.
+        for r in mine:
+            records.append(_guidellm_record(r, len(records), i, t0, f"{where}: benchmarks[{i}]"))
+        totals = ((b.get("metrics") or {}).get("request_totals") or {})
+        total = int(totals.get("successful") or 0) + int(totals.get("errored") or 0)
+        if total > len(mine):
+            sampled[i] = (len(mine), total)
+        if not summary["comparability"]["model"] and isinstance(cfg.get("backend"), dict):
+            summary["comparability"]["model"] = str(cfg["backend"].get("model") or "")
+    comp = summary["comparability"]
+    comp["arrival"] = {"pattern": "/".join(sorted(k for k in kinds if k)), "rates": rates}
+    comp["concurrency_steps"] = [c for c in concs if c]
+    comp["slo"] = str(slo)
+    comp["tool_version"] = version
+    summary["slo"] = slo.to_dict()
+    summary["steps"] = summarize(records, slo, steps)
+    for i, (kept, total) in sampled.items():
+        s = summary["steps"][i]
+        scale = total / kept if kept else 0.0
+        for key in _RATE_KEYS:
+            s[key] *= scale
+        s["sampled"] = {"kept": kept, "total": total}
+    return summary, records
+
+
+def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
+    """Convert ``path`` (GuideLLM report or vLLM bench result) into ``out_dir``; returns the summary written."""
+    p = Path(path)
+    data = _load(p)
+    if isinstance(data, list):
+        tool = "vllm-bench" if data and all(detect(d) == "vllm-bench" for d in data) else ""
+    else:
+        tool = detect(data)
+    if not tool:
+        raise ConfigError(str(p), "format", "neither a GuideLLM JSON report nor a vLLM bench serve --save-result JSON")
+    try:
+        if tool == "guidellm":
+            summary, records = _import_guidellm(data, str(p), slo)
+        else:
+            summary, records = _import_vllm(data if isinstance(data, list) else [data], str(p), slo)
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ConfigError(str(p), "content", f"not the {tool} structure expected: {type(e).__name__}: {e}") from None
+    summary["knee"] = knee(summary["steps"])
+    summary["source"] = {"tool": tool, "file": p.name}
+    if records:
+        done = [r for r in records if not r.error]
+        summary["comparability"]["input_tokens"] = length_stats([r.input_tokens for r in done])
+        summary["comparability"]["output_tokens"] = length_stats([r.output_tokens for r in done])
+    write_run(out_dir, records, summary)
+    return summary

@@ -1,0 +1,158 @@
+"""Import of GuideLLM and vLLM bench results: the numbers the samples contain, converted to goodput's definitions.
+
+The samples (tests/fixtures/loadtest/, see SOURCES.md) follow each tool's own output code; the expected figures
+below are worked out by hand from the sample's per-request values."""
+
+import json
+import shutil
+
+import pytest
+
+from capacity.loadtest.imports import error_class, import_run
+from capacity.loadtest.results import read_run, records_from_table
+from capacity.loadtest.slo import parse_slo
+from goodput.foundation.errors import ConfigError
+from tests.conftest import REPO
+
+FIX = REPO / "tests" / "fixtures" / "loadtest"
+
+
+def test_vllm_detailed_gives_its_own_figures_and_our_goodput(tmp_path):
+    src = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
+    summary = import_run(FIX / "vllm_bench_serve_detailed.json", tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
+    [s] = summary["steps"]
+    assert summary["tool"] == "vllm-bench" and summary["comparability"]["model"] == "sim-llama-8b"
+    assert summary["comparability"]["arrival"] == {"pattern": "poisson", "rate": 2.0, "cv": 1.0}
+    # vLLM's TTFT, TPOT, ITL and E2E are ours already: its aggregates come back unchanged
+    assert s["achieved_rate"] == pytest.approx(src["request_throughput"])
+    assert s["output_tokens_per_s"] == pytest.approx(src["output_throughput"])
+    assert s["ttft_s"]["p50"] == pytest.approx(src["median_ttft_ms"] / 1000)
+    assert s["tpot_s"]["p99"] == pytest.approx(src["p99_tpot_ms"] / 1000)
+    assert s["tpot_s"]["mean"] == pytest.approx(src["mean_tpot_ms"] / 1000)
+    assert s["itl_s"]["mean"] == pytest.approx(src["mean_itl_ms"] / 1000)
+    assert s["e2e_s"]["p99"] == pytest.approx(src["p99_e2el_ms"] / 1000)
+    assert (s["requests"], s["completed"], s["errors"]) == (6, 5, {"http_5xx": 1})  # "Service Unavailable" is a 503
+    # four of six meet both terms (request 3 has TTFT 0.9 s; request 4 failed): 4 req / 4 s
+    assert s["slo_attainment"] == pytest.approx(4 / 6)
+    assert s["goodput_requests_per_s"] == pytest.approx(1.0)
+    assert s["goodput_tokens_per_s"] == pytest.approx((4 + 5 + 3 + 4) / 4)
+    assert s["slo_met"] and summary["knee"]["offered_rate"] == 2.0
+    table, back = read_run(tmp_path / "run")
+    assert back == summary and table.num_rows == 6
+    assert table.column("meets_slo").to_pylist() == [True, True, True, False, False, True]
+    assert records_from_table(table)[1].itl_s == [0.03, 0.03, 0.03, 0.03]
+
+
+def test_vllm_without_details_keeps_its_aggregates_and_says_goodput_is_unknown(tmp_path):
+    src = json.loads((FIX / "vllm_bench_serve_summary.json").read_text())
+    summary = import_run(FIX / "vllm_bench_serve_summary.json", tmp_path / "run", parse_slo("ttft_p50=0.5s"))
+    [s] = summary["steps"]
+    assert s["ttft_s"]["p50"] == pytest.approx(src["median_ttft_ms"] / 1000)
+    assert s["e2e_s"]["p99"] == pytest.approx(src["p99_e2el_ms"] / 1000)
+    assert s["achieved_rate"] == 1.25 and s["requests"] == 6
+    assert s["goodput_requests_per_s"] is None and s["slo_met"] is None and summary["knee"] is None
+    assert any("--save-detailed" in r for r in summary["invalid_reasons"])
+    table, _ = read_run(tmp_path / "run")
+    assert table is None
+
+
+def test_guidellm_converted_to_our_definitions(tmp_path):
+    summary = import_run(FIX / "guidellm_report_constant.json", tmp_path / "run", parse_slo("ttft_p50=0.5s"))
+    a, b = summary["steps"]
+    assert summary["tool"] == "guidellm" and summary["comparability"]["model"] == "sim-llama-8b"
+    assert summary["comparability"]["arrival"] == {"pattern": "constant", "rates": [1.0, 4.0]}
+    assert (a["offered_rate"], a["measured_s"]) == (1.0, pytest.approx(4.0))
+    assert (b["offered_rate"], b["measured_s"]) == (4.0, pytest.approx(2.0))
+    # the cancelled ("incomplete") request is left out, the errored one counts
+    assert (a["requests"], a["completed"], a["errors"]) == (4, 3, {"http_5xx": 1})
+    assert a["ttft_s"]["p50"] == pytest.approx(0.2)
+    # our TPOT = (E2E - TTFT) / (n - 1): request a is (0.45 - 0.1) / 3, where GuideLLM's TPOT says 100 ms
+    assert a["tpot_s"]["mean"] == pytest.approx((0.35 / 3 + 0.1 + 0.1) / 3, rel=1e-6)
+    assert a["itl_s"]["mean"] == pytest.approx(0.1, rel=1e-6) and a["itl_s"]["count"] == 3 + 4 + 2
+    assert a["slo_attainment"] == pytest.approx(0.5)
+    assert a["goodput_requests_per_s"] == pytest.approx(0.5, rel=1e-6)
+    assert a["goodput_tokens_per_s"] == pytest.approx((4 + 5) / 4, rel=1e-6)
+    assert a["slo_met"]
+    # step b kept 2 of its 4 successful requests: rates are scaled up to the totals and say so
+    assert b["sampled"] == {"kept": 2, "total": 4}
+    assert b["achieved_rate"] == pytest.approx(2.0, rel=1e-6) and b["goodput_tokens_per_s"] == pytest.approx(6.0, rel=1e-6)
+    assert summary["knee"]["step"] == 1 and summary["knee"]["offered_rate"] == 4.0
+    table, _ = read_run(tmp_path / "run")
+    assert table.num_rows == 6
+
+
+@pytest.mark.parametrize(("text", "cls"), [
+    ("", ""), (None, ""), ("Too Many Requests", "http_429"), ("Bad Gateway", "http_5xx"), ("Not Found", "http_4xx"),
+    ("HTTPStatusError: Client error '429 Too Many Requests' for url", "http_429"),
+    ("Traceback ...\nasyncio.exceptions.TimeoutError", "timeout"),
+    ("aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected", "disconnect"),
+    ("aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host", "connect"),
+    ("Never received a valid chunk to calculate TTFT.", "other"),
+])
+def test_error_classes(text, cls):
+    assert error_class(text) == cls
+
+
+@pytest.mark.parametrize(("content", "key"), [
+    ("{not json", "json"),
+    ('{"hello": 1}', "format"),
+    ('{"metadata": {}, "benchmarks": []}', "benchmarks"),
+    ('{"duration": 1, "completed": 1, "request_throughput": 1, "start_times": [1], "ttfts": [0.1, 0.2], "itls": [[]], '
+     '"latencies": [1], "input_lens": [1], "output_lens": [1], "errors": [""]}', "ttfts"),
+])
+def test_bad_files_are_one_line(tmp_path, content, key):
+    f = tmp_path / "in.json"
+    f.write_text(content)
+    with pytest.raises(ConfigError) as err:
+        import_run(f, tmp_path / "out", parse_slo("ttft_p50=1s"))
+    assert str(err.value).startswith(str(f)) and key in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_guidellm_benchmark_is_one_line(tmp_path):
+    report = json.loads((FIX / "guidellm_report_constant.json").read_text())
+    report["benchmarks"][1]["config"]["strategy"]["rate"] = "fast"
+    report["benchmarks"][0]["requests"]["successful"][0] = 7
+    for n, broken in enumerate((report, {**report, "benchmarks": [{"scheduler_metrics": {}}]})):
+        f = tmp_path / f"bad{n}.json"
+        f.write_text(json.dumps(broken))
+        with pytest.raises(ConfigError) as err:
+            import_run(f, tmp_path / "out", parse_slo("ttft_p50=1s"))
+        assert str(err.value).startswith(str(f)) and "\n" not in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        import_run(tmp_path / "nope.json", tmp_path / "out", parse_slo("ttft_p50=1s"))
+
+
+def test_a_copy_anywhere_imports_the_same(tmp_path):
+    shutil.copy(FIX / "vllm_bench_serve_detailed.json", tmp_path / "x.json")
+    a = import_run(tmp_path / "x.json", tmp_path / "a", parse_slo("ttft_p50=1s"))
+    b = import_run(FIX / "vllm_bench_serve_detailed.json", tmp_path / "b", parse_slo("ttft_p50=1s"))
+    assert a["steps"] == b["steps"]
+
+
+def test_vllm_append_result_lines_are_steps_end_to_end(tmp_path):
+    """``--append-result`` writes one result per line: a rate sweep, imported as steps laid one after the other."""
+    one = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
+    two = {**one, "request_rate": 4.0, "ttfts": [t + 1.0 for t in one["ttfts"]],
+           "latencies": [x + 1.0 for x in one["latencies"]], "start_times": [t + 500.0 for t in one["start_times"]]}
+    f = tmp_path / "sweep.json"
+    f.write_text(json.dumps(one) + "\n" + json.dumps(two) + "\n")
+    summary = import_run(f, tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
+    a, b = summary["steps"]
+    assert (a["start_s"], a["end_s"], b["start_s"], b["end_s"]) == (0.0, 4.0, 4.0, 8.0)
+    assert a["slo_met"] and not b["slo_met"] and b["goodput_requests_per_s"] == 0.0
+    assert summary["comparability"]["arrival"] == {"pattern": "poisson", "cv": 1.0, "rates": [2.0, 4.0]}
+    assert summary["knee"]["offered_rate"] == 2.0
+    table, _ = read_run(tmp_path / "run")
+    records = records_from_table(table)
+    assert [r.index for r in records] == list(range(12)) and [r.step for r in records] == [0] * 6 + [1] * 6
+    assert records[6].sent_s == pytest.approx(4.0)
+    f.write_text(json.dumps(one) + "\n" + '{"hello": 1}\n')
+    with pytest.raises(ConfigError, match="format"):
+        import_run(f, tmp_path / "bad", parse_slo("ttft_p50=1s"))
+    f.write_text(json.dumps(one) + "\n{broken\n")
+    with pytest.raises(ConfigError, match="line 2"):
+        import_run(f, tmp_path / "bad", parse_slo("ttft_p50=1s"))
