@@ -96,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="replay the fleet's own workloads at this rate factor (0 = only external requests; default 1)")
     s.add_argument("--seed", type=_seed, default=None, help="random seed (default: the fleet file's seed)")
     s.add_argument("--duration", type=_positive, default=None, metavar="SECONDS", help="stop after this many wall seconds")
+    s.add_argument("--admin-port", type=_port, default=None, metavar="PORT", help="admin API port (loopback only)")
     s.set_defaults(func=_serve)
 
 
@@ -143,4 +144,4 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = load_fleet(args.fleet)
     return serve(cfg, host=args.host, base_port=args.base_port, speed=args.speed, targets=args.targets,
                  otlp_endpoint=args.otlp_endpoint, spans_file=args.spans_file, traffic=args.traffic,
-                 seed=args.seed, duration=args.duration, span_format=args.span_format)
+                 seed=args.seed, duration=args.duration, span_format=args.span_format, admin_port=args.admin_port)

@@ -23,6 +23,7 @@ import numpy as np
 import yaml
 from prometheus_client.exposition import generate_latest
 
+from simulator.admin_api import AdminError, make_admin_app
 from simulator.config import FleetConfig
 from simulator.distributions import QuantileDistribution
 from simulator.fleet import Deployment, Fleet
@@ -81,9 +82,12 @@ class ReplicaServer:
 class LiveFleet:
     def __init__(self, cfg: FleetConfig, *, host: str = "127.0.0.1", base_port: int = 8100, speed: float = 1.0,
                  traffic: float = 1.0, seed: int | None = None, targets: Path | None = None,
-                 sink: SpanSink | None = None, releases: Path | None = None, http: HttpHost | None = None) -> None:
+                 sink: SpanSink | None = None, releases: Path | None = None, http: HttpHost | None = None,
+                 admin_port: int | None = None) -> None:
+        """``admin_port``: serve the admin API (``simulator.admin_api``) there, on ``host``, for loopback peers."""
         self.cfg = cfg
         self.host, self.base_port, self.speed = host, base_port, speed
+        self.admin_port = admin_port
         self.traffic = traffic
         self.seed = cfg.seed if seed is None else seed
         self.targets_path = targets
@@ -220,6 +224,46 @@ class LiveFleet:
             self.fleet.lose_replica(self.fleet.by_name[deployment], index, now)
             self._sync_servers()
 
+    # ------------------------------------------------------------------ admin API (simulator.admin_api)
+
+    def _deployment(self, name: str) -> Deployment:
+        dep = self.fleet.by_name.get(name)
+        if dep is None:
+            raise AdminError(404, f"no deployment {name!r}; the fleet has {', '.join(sorted(self.fleet.by_name))}")
+        return dep
+
+    def _describe(self, rs: ReplicaServer) -> dict:
+        return {"deployment": rs.deployment.cfg.name, "index": rs.replica.index, "name": rs.name,
+                "url": f"http://{self.host}:{rs.port}", "alive": bool(rs.replica.alive),
+                "available_from_s": rs.replica.available_from}
+
+    def replicas(self) -> list[dict]:
+        with self.lock:
+            return [self._describe(rs) for rs in self.servers]
+
+    def lose_replica(self, deployment: str, index: int | None) -> dict:
+        """Kill replica ``index`` of ``deployment`` (default: its highest-numbered alive one) now."""
+        with self.lock:
+            dep = self._deployment(deployment)
+            alive = [r.index for r in dep.replicas if r.alive]
+            if index is None:
+                if not alive:
+                    raise AdminError(409, f"{deployment}: no replica is alive")
+                index = alive[-1]
+            elif index not in alive:
+                raise AdminError(409, f"{deployment}: replica {index} is not alive (alive: {alive})")
+            self.kill_replica(deployment, index)
+            return self._describe(next(rs for rs in self.servers if rs.deployment is dep and rs.replica.index == index))
+
+    def add_replica(self, deployment: str, cold_start_s: float = 0.0) -> dict:
+        """A new replica of ``deployment`` that serves after ``cold_start_s`` virtual seconds, on the next port."""
+        with self.lock:
+            dep = self._deployment(deployment)
+            now = self.advance()
+            self.fleet._add_replica(dep, now + cold_start_s)  # the fleet's replica_added path
+            self._sync_servers()
+            return self._describe(self.servers[-1])
+
     # ------------------------------------------------------------------ requests from HTTP
 
     def post(self, item: tuple) -> None:
@@ -297,6 +341,8 @@ class LiveFleet:
         self.http.start()
         with self.lock:
             self._sync_servers()
+        if self.admin_port is not None:
+            self.http.add(make_admin_app(self), self.host, self.admin_port)
         if self.sink is not None:
             self.sink.start()
         self.engine_thread.start()
@@ -318,10 +364,10 @@ class LiveFleet:
 
 def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets: Path | None,
           otlp_endpoint: str | None, spans_file: Path | None, traffic: float, seed: int | None,
-          duration: float | None, span_format: str = "goodput") -> int:
+          duration: float | None, span_format: str = "goodput", admin_port: int | None = None) -> int:
     sink = SpanSink(cfg, cfg.seed if seed is None else seed, otlp_endpoint, spans_file, span_format=span_format)
     live = LiveFleet(cfg, host=host, base_port=base_port, speed=speed, traffic=traffic, seed=seed,
-                     targets=targets, sink=sink)
+                     targets=targets, sink=sink, admin_port=admin_port)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -330,6 +376,8 @@ def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets:
         print(f"goodput fleet {cfg.name!r} serving since {started} (speed x{speed:g}, traffic x{traffic:g})")
         for rs in live.servers:
             print(f"  {rs.name:28s} {rs.model:16s} http://{host}:{rs.port}/v1  metrics http://{host}:{rs.port}/metrics")
+        if admin_port is not None:
+            print(f"  admin API (loopback peers only): http://{host}:{admin_port}/admin/replicas")
         if targets is not None:
             print(f"  targets file: {targets}")
         if otlp_endpoint:
