@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from dataclasses import dataclass
 
+import httpx
 import pytest
 
-from capacity.loadtest.faults import Fault, detect_and_recover, parse_faults
+from capacity.loadtest.faults import Fault, FaultDriver, detect_and_recover, parse_faults
 from capacity.loadtest.records import RequestRecord
 from goodput.foundation.errors import ConfigError
+from simulator.live import LiveFleet
+from tests.conftest import free_port_block, make_fleet
 
 
 @dataclass(frozen=True)
@@ -92,3 +98,87 @@ def test_requests_still_in_flight_are_neither_met_nor_missed():
     recs.append(RequestRecord(999, 0, 5.0, 5.0, None, None, [], 100, 0, 0, "", "acme", "P1", "chat", "0" * 32))
     assert detect_and_recover(recs, TTFT_P95, fault_at_s=5.0, window_s=2.0) == (None, None)
     assert detect_and_recover([], TTFT_P95, fault_at_s=5.0) == (None, None)
+
+
+# ---------------------------------------------------------------------------------------------- live fleet
+
+
+async def _one(client: httpx.AsyncClient, i: int, url: str, t0: float) -> RequestRecord:
+    """One streamed completion, measured as the contract's RequestRecord (the core client's job, done small here)."""
+    sent = time.monotonic() - t0
+    done = None
+    arrivals: list[float] = []
+    status, error, tokens = 0, "", 0
+    body = {"model": "Llama-3.1-8B", "prompt": "hi", "max_tokens": 32, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    try:
+        async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
+            status = resp.status_code
+            if status != 200:
+                error = "http_5xx" if status >= 500 else "http_4xx"
+            else:
+                finish = None
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    event = json.loads(line[6:])
+                    if event.get("usage"):
+                        tokens = event["usage"]["completion_tokens"]
+                    for choice in event["choices"]:
+                        finish = choice["finish_reason"] or finish
+                        if choice["text"]:
+                            arrivals.append(time.monotonic() - t0)
+                if finish != "length":
+                    error = "disconnect"
+                else:
+                    done = time.monotonic() - t0
+    except httpx.ConnectError:
+        error = "connect"
+    except httpx.HTTPError:
+        error = "disconnect"
+    first = arrivals[0] if arrivals else None
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    return RequestRecord(i, 0, sent, sent, first, done, gaps, 2, tokens, status, error, "acme", "P1", "chat", f"{i:032x}")
+
+
+def test_replica_lost_on_the_live_fleet_is_detected_and_recovered_from(tmp_path):
+    base = free_port_block(3)
+    fleet = LiveFleet(make_fleet(), base_port=base, traffic=0, admin_port=base + 2)
+    fleet.start()
+    urls = [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
+    fault_at, rate, duration = 2.0, 20.0, 6.0
+
+    async def run() -> tuple[list[RequestRecord], FaultDriver]:
+        t0 = time.monotonic()
+        driver = FaultDriver(f"http://127.0.0.1:{base + 2}", parse_faults([f"replica_lost@{fault_at}s"]),
+                             lambda: time.monotonic() - t0)
+        up = list(urls)  # round robin over the targets that still answer: a client that fails over
+        records: list[RequestRecord] = []
+
+        async def send(i: int, url: str) -> None:
+            rec = await _one(client, i, url, t0)
+            records.append(rec)
+            if rec.error and url in up and len(up) > 1:
+                up.remove(url)
+
+        async with httpx.AsyncClient(timeout=30) as client:
+            faults = asyncio.create_task(driver.run())
+            tasks = []
+            for i in range(int(rate * duration)):  # open loop: sent on schedule, never waiting for earlier ones
+                await asyncio.sleep(max(0.0, i / rate - (time.monotonic() - t0)))
+                tasks.append(asyncio.create_task(send(i, up[i % len(up)])))
+            await asyncio.gather(*tasks, faults)
+        return records, driver
+
+    try:
+        records, driver = asyncio.run(run())
+    finally:
+        fleet.close()
+    assert [(f["kind"], f.get("replica"), f.get("error")) for f in driver.fired] == [("replica_lost", "chat-1", None)]
+    failed = [r for r in records if r.error]
+    assert failed, "losing a replica failed no request"
+    assert all(r.sent_s >= fault_at - 1.0 for r in failed), "requests failed before the fault"
+    detect, recover = detect_and_recover(records, Slo((Term("ttft", 95, 1.0),)), fault_at_s=fault_at, window_s=1.0)
+    assert detect is not None, "the failures after the replica was lost were not detected"
+    assert recover is not None and recover > detect, f"no recovery after detection at +{detect} s"
+    assert recover <= duration - fault_at, "recovered after the last request"
