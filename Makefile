@@ -44,6 +44,8 @@ deps-debian:
 		echo "installing prometheus and prometheus-alertmanager (Debian packages)"; \
 		apt-get update -qq && $(APT) install prometheus prometheus-alertmanager >/dev/null; \
 	fi
+	@# tests/capacity/test_report.py opens the load-test report in headless Chromium
+	@command -v chromium >/dev/null || { apt-get update -qq && $(APT) install chromium >/dev/null; }
 
 demo: $(BUILT) deps-debian
 	$(BIN)/goodput demo
