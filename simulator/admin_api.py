@@ -19,8 +19,6 @@ from typing import Protocol
 
 from aiohttp import web
 
-from goodput.foundation.errors import ConfigError
-
 __all__ = ["AdminBackend", "AdminError", "is_loopback", "make_admin_app"]
 
 
@@ -64,8 +62,6 @@ async def _loopback_only(request: web.Request, handler) -> web.StreamResponse:
         return await handler(request)
     except AdminError as e:
         return _error(e.status, str(e))
-    except ConfigError as e:  # the new replica's port could not be had
-        return _error(409, str(e))
 
 
 def make_admin_app(backend: AdminBackend) -> web.Application:

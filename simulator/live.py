@@ -23,6 +23,7 @@ import numpy as np
 import yaml
 from prometheus_client.exposition import generate_latest
 
+from goodput.foundation.errors import ConfigError
 from simulator.admin_api import AdminError, make_admin_app
 from simulator.config import FleetConfig
 from simulator.distributions import QuantileDistribution
@@ -64,6 +65,7 @@ class ReplicaServer:
     created: int
     site: Site | None = None
     started: bool = False  # once served, a replica stays in the targets file (a dead one shows as down)
+    error: str = ""  # why it could not be served (its port could not be had)
     registry: object = field(default=None)
 
     def metrics(self) -> bytes:
@@ -88,6 +90,7 @@ class LiveFleet:
         self.cfg = cfg
         self.host, self.base_port, self.speed = host, base_port, speed
         self.admin_port = admin_port
+        self.serving = False  # set once start() has its replicas listening
         self.traffic = traffic
         self.seed = cfg.seed if seed is None else seed
         self.targets_path = targets
@@ -145,8 +148,14 @@ class LiveFleet:
             up = rs.replica.alive and rs.replica.available_from <= self.fleet.now
             if up and rs.site is None and not rs.started:
                 rs.started = True
-                rs.site = self.http.add(make_app(rs), self.host, rs.port)
                 changed = True
+                try:
+                    rs.site = self.http.add(make_app(rs), self.host, rs.port)
+                except ConfigError as e:  # at start, fleet serve says so and exits; later, the fleet serves on
+                    if not self.serving:
+                        raise
+                    rs.error = str(e)
+                    log.error("%s: %s", rs.name, e)
             elif not rs.replica.alive and rs.site is not None:
                 site, rs.site = rs.site, None
                 self.http.remove(site)
@@ -235,7 +244,7 @@ class LiveFleet:
     def _describe(self, rs: ReplicaServer) -> dict:
         return {"deployment": rs.deployment.cfg.name, "index": rs.replica.index, "name": rs.name,
                 "url": f"http://{self.host}:{rs.port}", "alive": bool(rs.replica.alive),
-                "available_from_s": rs.replica.available_from}
+                "available_from_s": rs.replica.available_from, "error": rs.error}
 
     def replicas(self) -> list[dict]:
         with self.lock:
@@ -262,7 +271,10 @@ class LiveFleet:
             now = self.advance()
             self.fleet._add_replica(dep, now + cold_start_s)  # the fleet's replica_added path
             self._sync_servers()
-            return self._describe(self.servers[-1])
+            rs = self.servers[-1]
+            if rs.error:
+                raise AdminError(409, f"{rs.name}: {rs.error}")
+            return self._describe(rs)
 
     # ------------------------------------------------------------------ requests from HTTP
 
@@ -343,6 +355,7 @@ class LiveFleet:
             self._sync_servers()
         if self.admin_port is not None:
             self.http.add(make_admin_app(self), self.host, self.admin_port)
+        self.serving = True
         if self.sink is not None:
             self.sink.start()
         self.engine_thread.start()

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
+from goodput.cli import main
 from simulator.admin_api import is_loopback, make_admin_app
 from simulator.live import LiveFleet
-from tests.conftest import free_port_block, make_fleet
+from tests.conftest import REPO, free_port_block, make_fleet
 
 GEN = {"model": "Llama-3.1-8B", "prompt": "hello", "max_tokens": 4000, "ignore_eos": True, "stream": True}
 
@@ -71,6 +78,57 @@ def test_bad_admin_requests_are_answered_and_the_fleet_keeps_serving(fleet):
         assert c.post(f"{admin}/chat/lose", params={"replica": "7"}).status_code == 409
         assert c.get(admin).status_code == 200
         assert c.get(f"http://127.0.0.1:{base + 1}/health").status_code == 200
+
+
+def test_a_new_replica_whose_port_is_taken_is_refused_and_the_fleet_serves_on(fleet):
+    lf, base, _ = fleet
+    admin = f"http://127.0.0.1:{base + 3}/admin/replicas"
+    with socket.socket() as taken, httpx.Client(timeout=30) as c:
+        taken.bind(("127.0.0.1", base + 2))
+        taken.listen()
+        now = c.post(f"{admin}/chat/add")
+        assert now.status_code == 409 and f"127.0.0.1:{base + 2}: cannot listen" in now.json()["error"]["message"]
+        # chat-3 would listen on base + 3, the admin port, once its cold start is over: in the engine thread
+        later = c.post(f"{admin}/chat/add", params={"cold_start_s": "0.2"})
+        assert later.status_code == 200 and later.json()["name"] == "chat-3", later.text
+        deadline = time.monotonic() + 30
+        while not (listed := {r["name"]: r for r in c.get(admin).json()["replicas"]})["chat-3"]["error"]:
+            assert time.monotonic() < deadline, f"chat-3 neither served nor failed: {listed['chat-3']}"
+            time.sleep(0.05)
+        assert "cannot listen" in listed["chat-3"]["error"]
+        done = c.post(f"http://127.0.0.1:{base}/v1/completions", json=GEN | {"stream": False, "max_tokens": 4})
+        assert done.status_code == 200, "the engine stopped after a replica could not listen"
+
+
+def test_fleet_serve_admin_port(tmp_path):
+    base = free_port_block(9)  # the example fleet's 8 replicas and the admin port
+    exe = Path(sys.executable).with_name("goodput")
+    proc = subprocess.Popen([str(exe), "fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--base-port", str(base),
+                             "--targets", str(tmp_path / "targets.yaml"), "--traffic", "0", "--admin-port", str(base + 8)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while not any("Ctrl-C to stop." in ln for ln in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, f"fleet serve did not start: {lines}"
+            lines.append(proc.stdout.readline())
+        assert any(f"admin API (loopback peers only): http://127.0.0.1:{base + 8}/admin/replicas" in ln for ln in lines)
+        listed = httpx.get(f"http://127.0.0.1:{base + 8}/admin/replicas", timeout=30).json()["replicas"]
+        assert len(listed) == 8 and all(r["alive"] for r in listed)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+def test_a_bad_admin_port_is_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--admin-port", "70000"])
+    assert e.value.code == 2 and "--admin-port: must be a TCP port" in capsys.readouterr().err
 
 
 def _non_loopback_address() -> str | None:
