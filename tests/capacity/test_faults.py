@@ -142,16 +142,16 @@ async def _one(client: httpx.AsyncClient, i: int, url: str, t0: float) -> Reques
 
 
 def test_replica_lost_on_the_live_fleet_is_detected_and_recovered_from(tmp_path):
-    base = free_port_block(3)
-    fleet = LiveFleet(make_fleet(), base_port=base, traffic=0, admin_port=base + 2)
+    base = free_port_block(4)  # two replicas, the one added, the admin port
+    fleet = LiveFleet(make_fleet(), base_port=base, traffic=0, admin_port=base + 3)
     fleet.start()
     urls = [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]
     fault_at, rate, duration = 2.0, 20.0, 6.0
 
     async def run() -> tuple[list[RequestRecord], FaultDriver]:
         t0 = time.monotonic()
-        driver = FaultDriver(f"http://127.0.0.1:{base + 2}", parse_faults([f"replica_lost@{fault_at}s"]),
-                             lambda: time.monotonic() - t0)
+        faults = parse_faults(["replica_added@4s:chat", f"replica_lost@{fault_at}s", "abort_rate=0.1"])
+        driver = FaultDriver(f"http://127.0.0.1:{base + 3}", faults, lambda: time.monotonic() - t0)
         up = list(urls)  # round robin over the targets that still answer: a client that fails over
         records: list[RequestRecord] = []
 
@@ -162,19 +162,21 @@ def test_replica_lost_on_the_live_fleet_is_detected_and_recovered_from(tmp_path)
                 up.remove(url)
 
         async with httpx.AsyncClient(timeout=30) as client:
-            faults = asyncio.create_task(driver.run())
+            firing = asyncio.create_task(driver.run())
             tasks = []
             for i in range(int(rate * duration)):  # open loop: sent on schedule, never waiting for earlier ones
                 await asyncio.sleep(max(0.0, i / rate - (time.monotonic() - t0)))
                 tasks.append(asyncio.create_task(send(i, up[i % len(up)])))
-            await asyncio.gather(*tasks, faults)
+            await asyncio.gather(*tasks, firing)
         return records, driver
 
     try:
         records, driver = asyncio.run(run())
     finally:
         fleet.close()
-    assert [(f["kind"], f.get("replica"), f.get("error")) for f in driver.fired] == [("replica_lost", "chat-1", None)]
+    assert [(f["kind"], f.get("replica"), f.get("error")) for f in driver.fired] == [
+        ("replica_lost", "chat-1", None), ("replica_added", "chat-2", None)]  # in time order; abort_rate is the client's
+    assert all(f["fired_s"] >= f["at_s"] for f in driver.fired)
     failed = [r for r in records if r.error]
     assert failed, "losing a replica failed no request"
     assert all(r.sent_s >= fault_at - 1.0 for r in failed), "requests failed before the fault"
@@ -182,3 +184,15 @@ def test_replica_lost_on_the_live_fleet_is_detected_and_recovered_from(tmp_path)
     assert detect is not None, "the failures after the replica was lost were not detected"
     assert recover is not None and recover > detect, f"no recovery after detection at +{detect} s"
     assert recover <= duration - fault_at, "recovered after the last request"
+
+
+def test_a_fault_the_fleet_cannot_take_is_recorded_not_raised():
+    base = free_port_block(1)  # nobody listens there
+
+    async def run() -> list[dict]:
+        driver = FaultDriver(f"http://127.0.0.1:{base}", parse_faults(["replica_lost@0s:chat"]), lambda: 0.0)
+        await driver.run()
+        return driver.fired
+
+    [fired] = asyncio.run(run())
+    assert fired["kind"] == "replica_lost" and fired["error"].startswith("ConnectError"), fired
