@@ -19,7 +19,7 @@ import numpy as np
 from capacity.loadtest.records import RequestRecord
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["TIMED_KINDS", "Fault", "FaultDriver", "detect_and_recover", "parse_faults"]
+__all__ = ["TIMED_KINDS", "Fault", "FaultDriver", "detect_and_recover", "fault_summary", "parse_faults"]
 
 TIMED_KINDS = ("replica_lost", "replica_added")
 _TIMED = re.compile(r"^(replica_lost|replica_added)@([0-9]+(?:\.[0-9]+)?)(ms|s|m)?(?::([A-Za-z0-9_.-]+))?$")
@@ -169,3 +169,17 @@ def detect_and_recover(records: Iterable[RequestRecord], slo, fault_at_s: float,
         return None, None
     recover = next((t for t in times if t > detect and meets(t)), None)
     return float(detect - fault_at_s), None if recover is None else float(recover - fault_at_s)
+
+
+def fault_summary(fired: Iterable[dict], records: Sequence[RequestRecord], slo, window_s: float = 10.0) -> list[dict]:
+    """summary.json's ``faults``: each fired fault (``FaultDriver.fired``) with its time to detect and to recover,
+    judged from when it actually fired; one the fleet refused keeps its error and has neither."""
+    out = []
+    for f in fired:
+        entry = {"kind": f["kind"], "at_s": f["at_s"], "fired_s": f.get("fired_s"), "deployment": f.get("deployment"),
+                 "replica": f.get("replica"), "error": f.get("error", ""), "detect_s": None, "recover_s": None,
+                 "window_s": window_s}
+        if not entry["error"] and entry["fired_s"] is not None:
+            entry["detect_s"], entry["recover_s"] = detect_and_recover(records, slo, entry["fired_s"], window_s)
+        out.append(entry)
+    return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from capacity.loadtest.faults import Fault, FaultDriver, detect_and_recover, parse_faults
+from capacity.loadtest.faults import Fault, FaultDriver, detect_and_recover, fault_summary, parse_faults
 from capacity.loadtest.records import RequestRecord
 from goodput.foundation.errors import ConfigError
 from simulator.live import LiveFleet
@@ -66,6 +66,15 @@ def test_failures_after_the_fault_are_detected_and_recovery_waits_for_them_to_le
     detect, recover = detect_and_recover(recs, TTFT_P95, fault_at_s=9.5, window_s=2.0)
     assert detect == 0.5  # the first failure ends at 10.0
     assert recover == 16.875 - 9.5  # the last failure (14.875) leaves the window 2 s later
+
+
+def test_the_summary_judges_each_fault_from_when_it_fired():
+    recs = steady(200, bad=lambda t: 10.0 <= t < 15.0, error="http_5xx")
+    fired = [{"kind": "replica_lost", "at_s": 9.0, "fired_s": 9.5, "deployment": "chat", "replica": "chat-1"},
+             {"kind": "replica_added", "at_s": 12.0, "fired_s": 12.0, "error": "admin API answered 409: port taken"}]
+    lost, added = fault_summary(fired, recs, TTFT_P95, window_s=2.0)
+    assert (lost["detect_s"], lost["recover_s"], lost["replica"], lost["error"]) == (0.5, 16.875 - 9.5, "chat-1", "")
+    assert (added["detect_s"], added["recover_s"]) == (None, None) and "409" in added["error"]
 
 
 def test_slow_first_tokens_breach_like_failures():
