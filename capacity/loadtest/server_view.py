@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from exporters.catalog import by_name
 from exporters.normalize import UnknownDialect, normalize
 
-__all__ = ["Round", "ServerView", "TargetScrape", "histogram_quantile", "parse_engine", "parse_gpu_utilization",
-           "step_view"]
+__all__ = ["Round", "ServerView", "TargetScrape", "histogram_quantile", "metrics_url", "parse_engine",
+           "parse_gpu_utilization", "step_view"]
 
 RUNNING = by_name("llm_requests_running").name
 WAITING = by_name("llm_requests_waiting").name
@@ -50,6 +50,12 @@ class Round:
     t: float
     targets: dict[str, TargetScrape | None]
     gpu_util: float | None = None  # mean over the GPU exporter's GPUs, when one is given and answered
+
+
+def metrics_url(target: str) -> str:
+    """The ``/metrics`` URL of a load-test target given as its base URL (``http://h:p`` or ``http://h:p/v1``)."""
+    base = target.rstrip("/")
+    return base.removesuffix("/v1") + "/metrics"
 
 
 def _le(extra: str) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from capacity.loadtest.report import write_report
@@ -52,6 +53,13 @@ def test_everything_from_the_run_is_escaped_and_nothing_is_fetched(tmp_path):
     assert "INCOMPLETE" in text and "INVALID" in text
     assert "<script src=" not in text.replace(" ", ""), "the page loads a script from elsewhere"
     assert text.count("plotly.js v") == 1, "plotly.js is not inlined exactly once"
+
+
+def test_requests_as_read_back_from_parquet_draw_the_same_distributions(tmp_path):
+    frame = records()
+    from_arrow = write_report(tmp_path / "a", summary(), pa.Table.from_pandas(frame)).read_text()
+    from_pandas = write_report(tmp_path / "b", summary(), frame).read_text()
+    assert from_arrow.count('"type":"box"') == from_pandas.count('"type":"box"') == 12
 
 
 def test_a_run_without_requests_or_steps_still_writes_a_page(tmp_path):

@@ -15,6 +15,7 @@ from capacity.loadtest.server_view import (
     ServerView,
     TargetScrape,
     histogram_quantile,
+    metrics_url,
     parse_engine,
     parse_gpu_utilization,
     step_view,
@@ -62,6 +63,11 @@ def test_a_step_differences_counters_from_its_start_and_averages_gauges_inside_i
     assert idle["scrape_rounds"] == 0 and idle["preemptions"] == 0 and idle["queue_wait_p95_s"] is None
 
 
+def test_a_target_s_metrics_url():
+    assert metrics_url("http://127.0.0.1:8100") == "http://127.0.0.1:8100/metrics"
+    assert metrics_url("http://127.0.0.1:8100/v1/") == "http://127.0.0.1:8100/metrics"
+
+
 def test_a_counter_reset_counts_from_zero():
     rounds = [Round(0.0, {"a": scrape(preempt=50)}), Round(1.0, {"a": scrape(preempt=3)})]
     assert step_view(rounds, 0.0, 1.0)["preemptions"] == 3.0
@@ -88,8 +94,7 @@ def test_the_server_view_of_the_live_fleet_shows_the_loaded_step(tmp_path):
     fleet = LiveFleet(make_fleet(deployments=[dep]), base_port=base, traffic=0)
     fleet.start()
     t0 = time.monotonic()
-    urls = [f"http://127.0.0.1:{base}/metrics", f"http://127.0.0.1:{base + 1}/metrics",
-            f"http://127.0.0.1:{base + 2}/metrics"]
+    urls = [metrics_url(f"http://127.0.0.1:{port}/v1") for port in (base, base + 1, base + 2)]
     view = ServerView(urls, 0.05, clock=lambda: time.monotonic() - t0)
     body = {"model": "Llama-3.1-8B", "prompt": " ".join(["shared prefix words"] * 100), "max_tokens": 40,
             "ignore_eos": True}
