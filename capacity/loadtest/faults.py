@@ -147,12 +147,14 @@ def detect_and_recover(records: Iterable[RequestRecord], slo, fault_at_s: float,
         vals = [_values(r, metric) for _, r in ended]
         offsets = np.cumsum([0] + [len(v) for v in vals])
         per_term.append((np.array([x for v in vals for x in v], dtype=float), offsets))
+    leaves = ends + window_s  # a request is in the window at t while end <= t < leave (compared as computed here,
+    # never as t - window_s, which rounds differently and would keep a request one event too long)
     horizon = ends[-1]
-    times = np.unique(np.concatenate([ends, ends + window_s, [fault_at_s]]))
+    times = np.unique(np.concatenate([ends, leaves, [fault_at_s]]))
     times = times[(times >= fault_at_s) & (times <= horizon)]
 
     def meets(t: float) -> bool:
-        lo, hi = np.searchsorted(ends, t - window_s, "right"), np.searchsorted(ends, t, "right")
+        lo, hi = np.searchsorted(leaves, t, "right"), np.searchsorted(ends, t, "right")
         if hi <= lo:
             return False
         for (_, pct, threshold), (flat, offsets) in zip(terms, per_term, strict=True):

@@ -77,6 +77,13 @@ def test_the_summary_judges_each_fault_from_when_it_fired():
     assert (added["detect_s"], added["recover_s"]) == (None, None) and "409" in added["error"]
 
 
+def test_recovery_is_the_instant_the_last_failure_leaves_even_where_float_sums_round():
+    # (10.1 + 2.3) - 2.3 < 10.1 in floating point: the window must still drop 10.1 at 12.4, not at the next end
+    recs = [record(k, k + 0.1, error="http_5xx" if k == 10 else "") for k in range(20)]
+    detect, recover = detect_and_recover(recs, TTFT_P95, fault_at_s=9.5, window_s=2.3)
+    assert detect == pytest.approx(0.6) and recover == pytest.approx(12.4 - 9.5)
+
+
 def test_slow_first_tokens_breach_like_failures():
     recs = steady(200, bad=lambda t: 10.0 <= t < 12.0, ttft=0.9)
     assert detect_and_recover(recs, TTFT_P95, fault_at_s=9.0, window_s=2.0) == (1.0, 13.875 - 9.0)
