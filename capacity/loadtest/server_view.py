@@ -176,6 +176,8 @@ class ServerView:
     def __post_init__(self) -> None:
         if not self.metrics_urls:
             raise ValueError("ServerView needs at least one /metrics URL")
+        if not self.interval_s > 0:
+            raise ValueError(f"ServerView: interval_s must be > 0, got {self.interval_s}")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="server-view", daemon=True)
         self._client = None

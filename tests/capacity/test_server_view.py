@@ -63,6 +63,13 @@ def test_a_step_differences_counters_from_its_start_and_averages_gauges_inside_i
     assert idle["scrape_rounds"] == 0 and idle["preemptions"] == 0 and idle["queue_wait_p95_s"] is None
 
 
+@pytest.mark.parametrize(("urls", "interval"), [([], 1.0), (["http://127.0.0.1:1/metrics"], 0.0),
+                                                (["http://127.0.0.1:1/metrics"], math.nan)])
+def test_nothing_to_scrape_or_no_interval_is_refused_before_the_run(urls, interval):
+    with pytest.raises(ValueError):
+        ServerView(urls, interval)
+
+
 def test_a_target_s_metrics_url():
     assert metrics_url("http://127.0.0.1:8100") == "http://127.0.0.1:8100/metrics"
     assert metrics_url("http://127.0.0.1:8100/v1/") == "http://127.0.0.1:8100/metrics"
