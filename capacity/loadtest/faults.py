@@ -92,6 +92,11 @@ class FaultDriver:
                     entry["error"] = f"{type(e).__name__}: {e}"
                 self.fired.append(entry)
 
+    def unfired(self) -> list[dict]:
+        """The timed faults not fired (the run ended first), as ``fired`` entries with the reason."""
+        return [f.as_dict() | {"fired_s": None, "error": "not fired: the run ended before it was due"}
+                for f in self.faults[len(self.fired):]]
+
     async def _fire(self, client, fault: Fault) -> dict:
         deployment = fault.deployment
         if deployment is None:

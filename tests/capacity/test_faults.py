@@ -212,3 +212,26 @@ def test_a_fault_the_fleet_cannot_take_is_recorded_not_raised():
 
     [fired] = asyncio.run(run())
     assert fired["kind"] == "replica_lost" and fired["error"].startswith("ConnectError"), fired
+
+
+def test_faults_due_after_the_run_are_reported_unfired():
+    base = free_port_block(1)
+
+    async def run() -> FaultDriver:
+        driver = FaultDriver(f"http://127.0.0.1:{base}", parse_faults(["replica_lost@0s", "replica_added@1000s"]),
+                             lambda: 0.0)
+        task = asyncio.create_task(driver.run())
+        deadline = time.monotonic() + 30
+        while not driver.fired:
+            assert time.monotonic() < deadline, "the first fault never fired"
+            await asyncio.sleep(0.01)
+        task.cancel()  # the run ends
+        await asyncio.gather(task, return_exceptions=True)
+        return driver
+
+    driver = asyncio.run(run())
+    assert [f["kind"] for f in driver.fired] == ["replica_lost"]
+    [late] = driver.unfired()
+    assert late["kind"] == "replica_added" and late["error"].startswith("not fired")
+    [summary_late] = fault_summary(driver.unfired(), [], TTFT_P95)
+    assert summary_late["detect_s"] is None and summary_late["error"].startswith("not fired")
