@@ -190,11 +190,12 @@ class ServerView:
 
     def stop(self) -> None:
         """Stop scraping after one last round, so the last step has an end to difference against."""
+        if self._client is None or self._stop.is_set():
+            return  # never started, or already stopped
         self._stop.set()
         self._thread.join(timeout=self.timeout_s * (len(self.metrics_urls) + 2) + self.interval_s)
-        if self._client is not None:
-            self._scrape_round()
-            self._client.close()
+        self._scrape_round()
+        self._client.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -70,6 +70,12 @@ def test_nothing_to_scrape_or_no_interval_is_refused_before_the_run(urls, interv
         ServerView(urls, interval)
 
 
+def test_stopping_a_view_that_never_started_is_harmless():
+    view = ServerView(["http://127.0.0.1:1/metrics"], 1.0)
+    view.stop()
+    assert view.rounds == [] and view.per_step([{"index": 0, "start_s": 0, "end_s": 1}])[0]["scrape_rounds"] == 0
+
+
 def test_a_target_s_metrics_url():
     assert metrics_url("http://127.0.0.1:8100") == "http://127.0.0.1:8100/metrics"
     assert metrics_url("http://127.0.0.1:8100/v1/") == "http://127.0.0.1:8100/metrics"
@@ -113,6 +119,9 @@ def test_the_server_view_of_the_live_fleet_shows_the_loaded_step(tmp_path):
             answers = list(pool.map(lambda _: c.post(f"http://127.0.0.1:{base}/v1/completions", json=body), range(12)))
         load_end = time.monotonic() - t0
         view.stop()
+        rounds = len(view.rounds)
+        view.stop()  # a second stop (an interrupted run's cleanup) changes nothing
+        assert len(view.rounds) == rounds
     finally:
         fleet.close()
     assert [a.status_code for a in answers] == [200] * 12
