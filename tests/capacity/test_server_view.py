@@ -100,7 +100,7 @@ def test_gpu_utilization_is_the_mean_over_gpus():
     assert parse_gpu_utilization("llm_gpu_up 1\n") is None
 
 
-def test_the_server_view_of_the_live_fleet_shows_the_loaded_step(tmp_path):
+def test_the_server_view_of_the_live_fleet_shows_queue_wait_rising_with_the_step(tmp_path):
     dep = copy.deepcopy(BASE_DEPLOYMENT)
     dep["engine"].update({"max_num_seqs": 4, "prefix_cache": True})
     base = free_port_block(3)  # two replicas and a port nobody serves
@@ -111,29 +111,33 @@ def test_the_server_view_of_the_live_fleet_shows_the_loaded_step(tmp_path):
     view = ServerView(urls, 0.05, clock=lambda: time.monotonic() - t0)
     body = {"model": "Llama-3.1-8B", "prompt": " ".join(["shared prefix words"] * 100), "max_tokens": 40,
             "ignore_eos": True}
+    ends, answers = [], []
     try:
         view.start()
         time.sleep(0.5)
-        idle_end = time.monotonic() - t0
-        with httpx.Client(timeout=60) as c, ThreadPoolExecutor(12) as pool:  # 12 requests for 4 seats: a queue
-            answers = list(pool.map(lambda _: c.post(f"http://127.0.0.1:{base}/v1/completions", json=body), range(12)))
-        load_end = time.monotonic() - t0
+        ends.append(time.monotonic() - t0)
+        with httpx.Client(timeout=60) as c, ThreadPoolExecutor(12) as pool:
+            for n in (3, 12):  # 3 requests for 4 seats: no queue; then 12 for 4: a queue
+                answers += pool.map(lambda _: c.post(f"http://127.0.0.1:{base}/v1/completions", json=body), range(n))
+                time.sleep(0.3)  # a few scrapes after the last answer, so the step's counters include it
+                ends.append(time.monotonic() - t0)
         view.stop()
         rounds = len(view.rounds)
         view.stop()  # a second stop (an interrupted run's cleanup) changes nothing
         assert len(view.rounds) == rounds
     finally:
         fleet.close()
-    assert [a.status_code for a in answers] == [200] * 12
-    steps = view.per_step([{"index": 0, "start_s": 0.0, "end_s": idle_end},
-                           {"index": 1, "start_s": idle_end, "end_s": load_end}])
-    idle, loaded = steps[0], steps[1]
+    assert [a.status_code for a in answers] == [200] * 15
+    steps = view.per_step([{"index": i, "start_s": start, "end_s": end}
+                           for i, (start, end) in enumerate(zip([0.0, *ends], ends, strict=False))])
+    idle, light, heavy = steps[0], steps[1], steps[2]
     assert view.failures[urls[2]] >= 1 and urls[0] not in view.failures, view.last_error
-    assert loaded["failed_scrapes"] >= 1, "the dead target's failures are not counted per step"
+    assert heavy["failed_scrapes"] >= 1, "the dead target's failures are not counted per step"
     assert idle["running_mean"] == 0 and idle["waiting_mean"] == 0 and idle["queue_wait_p95_s"] is None
-    assert loaded["running_mean"] > 0 and loaded["waiting_mean"] > 0, loaded
-    assert loaded["kv_usage_max"] > 0 and loaded["kv_usage_mean"] > 0
-    assert loaded["queue_wait_p95_s"] is not None and loaded["queue_wait_p95_s"] > 0, loaded
-    assert loaded["prefix_cache_hit_ratio"] == 0.0, loaded  # looked up, never hit: the live fleet's external
+    assert light["running_mean"] > 0 and heavy["running_mean"] > 0, (light, heavy)
+    assert heavy["waiting_mean"] > light["waiting_mean"], (light, heavy)  # light waits only for the next engine step
+    assert heavy["queue_wait_p95_s"] > light["queue_wait_p95_s"] > 0, (light, heavy)
+    assert heavy["kv_usage_max"] > 0 and heavy["kv_usage_mean"] > 0
+    assert heavy["prefix_cache_hit_ratio"] == 0.0, heavy  # looked up, never hit: the live fleet's external
     # requests carry no prefix ids (step_view's own test checks a ratio that is not zero)
-    assert loaded["gpu_util_mean"] is None
+    assert heavy["gpu_util_mean"] is None
