@@ -9,7 +9,7 @@ BUILT  := $(VENV)/.built-stamp
 PXD    := $(wildcard simulator/*.pxd)
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o=Dpkg::Use-Pty=0
 
-.PHONY: demo test bench build lint deps-debian clean
+.PHONY: demo test bench build lint deps-debian deps-test clean
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
@@ -45,11 +45,16 @@ deps-debian:
 		apt-get update -qq && $(APT) install prometheus prometheus-alertmanager >/dev/null; \
 	fi
 
+# the tests also open pages in headless Chromium (tests/capacity/test_report.py)
+deps-test: deps-debian
+	@command -v chromium >/dev/null || { echo "installing chromium (Debian package)"; \
+		apt-get update -qq && $(APT) install chromium >/dev/null; }
+
 demo: $(BUILT) deps-debian
 	$(BIN)/goodput demo
 
 # PYTEST_ARGS: extra pytest arguments (.ci/run adds a JUnit report)
-test: $(BUILT) deps-debian
+test: $(BUILT) deps-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(BUILT)

@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--seed", type=seed, default=None, help="random seed (default: the fleet file's seed)")
     s.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
                    help="stop after this many wall seconds")
+    s.add_argument("--admin-port", type=port, default=None, metavar="PORT",
+                   help="serve the admin API (lose or add replicas) on 127.0.0.1:PORT, loopback peers only")
     s.set_defaults(func=_serve)
 
 
@@ -100,4 +102,4 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = load_fleet(args.fleet)
     return serve(cfg, host=args.host, base_port=args.base_port, speed=args.speed, targets=args.targets,
                  otlp_endpoint=args.otlp_endpoint, spans_file=args.spans_file, traffic=args.traffic,
-                 seed=args.seed, duration=args.duration, span_format=args.span_format)
+                 seed=args.seed, duration=args.duration, span_format=args.span_format, admin_port=args.admin_port)

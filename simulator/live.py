@@ -23,6 +23,8 @@ import numpy as np
 import yaml
 from prometheus_client.exposition import generate_latest
 
+from goodput.foundation.errors import ConfigError
+from simulator.admin_api import AdminError, make_admin_app
 from simulator.config import FleetConfig
 from simulator.distributions import QuantileDistribution
 from simulator.fleet import Deployment, Fleet
@@ -63,6 +65,7 @@ class ReplicaServer:
     created: int
     site: Site | None = None
     started: bool = False  # once served, a replica stays in the targets file (a dead one shows as down)
+    error: str = ""  # why it could not be served (its port could not be had)
     registry: object = field(default=None)
 
     def metrics(self) -> bytes:
@@ -81,9 +84,13 @@ class ReplicaServer:
 class LiveFleet:
     def __init__(self, cfg: FleetConfig, *, host: str = "127.0.0.1", base_port: int = 8100, speed: float = 1.0,
                  traffic: float = 1.0, seed: int | None = None, targets: Path | None = None,
-                 sink: SpanSink | None = None, releases: Path | None = None, http: HttpHost | None = None) -> None:
+                 sink: SpanSink | None = None, releases: Path | None = None, http: HttpHost | None = None,
+                 admin_port: int | None = None) -> None:
+        """``admin_port``: serve the admin API (``simulator.admin_api``) there, on ``host``, for loopback peers."""
         self.cfg = cfg
         self.host, self.base_port, self.speed = host, base_port, speed
+        self.admin_port = admin_port
+        self.serving = False  # set once start() has its replicas listening
         self.traffic = traffic
         self.seed = cfg.seed if seed is None else seed
         self.targets_path = targets
@@ -141,8 +148,14 @@ class LiveFleet:
             up = rs.replica.alive and rs.replica.available_from <= self.fleet.now
             if up and rs.site is None and not rs.started:
                 rs.started = True
-                rs.site = self.http.add(make_app(rs), self.host, rs.port)
                 changed = True
+                try:
+                    rs.site = self.http.add(make_app(rs), self.host, rs.port)
+                except ConfigError as e:  # at start, fleet serve says so and exits; later, the fleet serves on
+                    if not self.serving:
+                        raise
+                    rs.error = str(e)
+                    log.error("%s: %s", rs.name, e)
             elif not rs.replica.alive and rs.site is not None:
                 site, rs.site = rs.site, None
                 self.http.remove(site)
@@ -219,6 +232,49 @@ class LiveFleet:
             now = self.advance()
             self.fleet.lose_replica(self.fleet.by_name[deployment], index, now)
             self._sync_servers()
+
+    # ------------------------------------------------------------------ admin API (simulator.admin_api)
+
+    def _deployment(self, name: str) -> Deployment:
+        dep = self.fleet.by_name.get(name)
+        if dep is None:
+            raise AdminError(404, f"no deployment {name!r}; the fleet has {', '.join(sorted(self.fleet.by_name))}")
+        return dep
+
+    def _describe(self, rs: ReplicaServer) -> dict:
+        return {"deployment": rs.deployment.cfg.name, "index": rs.replica.index, "name": rs.name,
+                "url": f"http://{self.host}:{rs.port}", "alive": bool(rs.replica.alive),
+                "available_from_s": rs.replica.available_from, "error": rs.error}
+
+    def replicas(self) -> list[dict]:
+        with self.lock:
+            return [self._describe(rs) for rs in self.servers]
+
+    def lose_replica(self, deployment: str, index: int | None) -> dict:
+        """Kill replica ``index`` of ``deployment`` (default: its highest-numbered alive one) now."""
+        with self.lock:
+            dep = self._deployment(deployment)
+            alive = [r.index for r in dep.replicas if r.alive]
+            if index is None:
+                if not alive:
+                    raise AdminError(409, f"{deployment}: no replica is alive")
+                index = alive[-1]
+            elif index not in alive:
+                raise AdminError(409, f"{deployment}: replica {index} is not alive (alive: {alive})")
+            self.kill_replica(deployment, index)
+            return self._describe(next(rs for rs in self.servers if rs.deployment is dep and rs.replica.index == index))
+
+    def add_replica(self, deployment: str, cold_start_s: float = 0.0) -> dict:
+        """A new replica of ``deployment`` that serves after ``cold_start_s`` virtual seconds, on the next port."""
+        with self.lock:
+            dep = self._deployment(deployment)
+            now = self.advance()
+            self.fleet._add_replica(dep, now + cold_start_s)  # the fleet's replica_added path
+            self._sync_servers()
+            rs = self.servers[-1]
+            if rs.error:
+                raise AdminError(409, f"{rs.name}: {rs.error}")
+            return self._describe(rs)
 
     # ------------------------------------------------------------------ requests from HTTP
 
@@ -297,6 +353,9 @@ class LiveFleet:
         self.http.start()
         with self.lock:
             self._sync_servers()
+        if self.admin_port is not None:
+            self.http.add(make_admin_app(self), self.host, self.admin_port)
+        self.serving = True
         if self.sink is not None:
             self.sink.start()
         self.engine_thread.start()
@@ -318,10 +377,10 @@ class LiveFleet:
 
 def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets: Path | None,
           otlp_endpoint: str | None, spans_file: Path | None, traffic: float, seed: int | None,
-          duration: float | None, span_format: str = "goodput") -> int:
+          duration: float | None, span_format: str = "goodput", admin_port: int | None = None) -> int:
     sink = SpanSink(cfg, cfg.seed if seed is None else seed, otlp_endpoint, spans_file, span_format=span_format)
     live = LiveFleet(cfg, host=host, base_port=base_port, speed=speed, traffic=traffic, seed=seed,
-                     targets=targets, sink=sink)
+                     targets=targets, sink=sink, admin_port=admin_port)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -330,6 +389,8 @@ def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets:
         print(f"goodput fleet {cfg.name!r} serving since {started} (speed x{speed:g}, traffic x{traffic:g})")
         for rs in live.servers:
             print(f"  {rs.name:28s} {rs.model:16s} http://{host}:{rs.port}/v1  metrics http://{host}:{rs.port}/metrics")
+        if admin_port is not None:
+            print(f"  admin API (loopback peers only): http://{host}:{admin_port}/admin/replicas")
         if targets is not None:
             print(f"  targets file: {targets}")
         if otlp_endpoint:
