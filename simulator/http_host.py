@@ -8,6 +8,7 @@ connection opens), so stalled clients cannot pile up; handlers are cancelled whe
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import socket
 import threading
@@ -41,6 +42,7 @@ class HttpHost:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._run, name="http", daemon=True)
         self.sites: list[Site] = []
+        self.removing: list[concurrent.futures.Future] = []
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -77,10 +79,22 @@ class HttpHost:
         return site
 
     def remove(self, site: Site) -> None:
-        """Stop listening and close the site's connections (in the background: the caller may hold a lock)."""
+        """Stop listening and close the site's connections, in the background (the caller may hold a lock that
+        the site's handlers need); ``settle`` waits for it."""
         if site in self.sites:
             self.sites.remove(site)
-            asyncio.run_coroutine_threadsafe(site.runner.cleanup(), self.loop)
+            self.removing = [f for f in self.removing if not f.done()]
+            self.removing.append(asyncio.run_coroutine_threadsafe(site.runner.cleanup(), self.loop))
+
+    def settle(self) -> None:
+        """Wait until every removed site has stopped listening and closed its connections, so that whoever lost
+        a replica finds its port closed (call it without holding a lock the handlers need)."""
+        pending, self.removing = self.removing, []
+        for f in pending:
+            try:
+                f.result(self.shutdown_timeout_s + 5)
+            except Exception as e:  # a cleanup that failed or hung still leaves the fleet serving
+                log.debug("http host remove: %s", e)
 
     async def _close_all(self) -> None:
         sites, self.sites = self.sites, []

@@ -232,6 +232,7 @@ class LiveFleet:
             now = self.advance()
             self.fleet.lose_replica(self.fleet.by_name[deployment], index, now)
             self._sync_servers()
+        self.http.settle()  # its port is closed when this returns
 
     # ------------------------------------------------------------------ admin API (simulator.admin_api)
 
@@ -261,8 +262,12 @@ class LiveFleet:
                 index = alive[-1]
             elif index not in alive:
                 raise AdminError(409, f"{deployment}: replica {index} is not alive (alive: {alive})")
-            self.kill_replica(deployment, index)
-            return self._describe(next(rs for rs in self.servers if rs.deployment is dep and rs.replica.index == index))
+            now = self.advance()
+            self.fleet.lose_replica(dep, index, now)
+            self._sync_servers()
+            lost = self._describe(next(rs for rs in self.servers if rs.deployment is dep and rs.replica.index == index))
+        self.http.settle()  # answer once its port is closed
+        return lost
 
     def add_replica(self, deployment: str, cold_start_s: float = 0.0) -> dict:
         """A new replica of ``deployment`` that serves after ``cold_start_s`` virtual seconds, on the next port."""

@@ -7,6 +7,11 @@ import copy
 import os
 import shutil
 import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -117,3 +122,25 @@ def make_fleet(deployments: list[dict] | None = None, workloads: list[dict] | No
 @pytest.fixture
 def fleet_factory():
     return make_fleet
+
+
+@contextmanager
+def fleet_serve(tmp_path: Path, base_port: int, *extra: str) -> Iterator[tuple[subprocess.Popen, list[str]]]:
+    """``goodput fleet serve examples/fleet.yaml`` as a real process on ports from ``base_port``, with no traffic of
+    its own: yields it and the lines it printed until it was ready; kills it if the test left it running."""
+    exe = Path(sys.executable).with_name("goodput")
+    proc = subprocess.Popen([str(exe), "fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--base-port",
+                             str(base_port), "--targets", str(tmp_path / "targets.yaml"), "--traffic", "0", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any("Ctrl-C to stop." in ln for ln in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, f"fleet serve did not start: {lines}"
+            lines.append(proc.stdout.readline())
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
+from unittest import mock
 
 import httpx
 import pytest
 import yaml
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
 from goodput.cli import main
 from simulator.admin_api import is_loopback, make_admin_app
 from simulator.live import LiveFleet
-from tests.conftest import REPO, free_port_block, make_fleet
+from tests.conftest import REPO, fleet_serve, free_port_block, make_fleet
 
 GEN = {"model": "Llama-3.1-8B", "prompt": "hello", "max_tokens": 4000, "ignore_eos": True, "stream": True}
 
@@ -102,57 +102,41 @@ def test_a_new_replica_whose_port_is_taken_is_refused_and_the_fleet_serves_on(fl
 
 def test_fleet_serve_admin_port(tmp_path):
     base = free_port_block(9)  # the example fleet's 8 replicas and the admin port
-    exe = Path(sys.executable).with_name("goodput")
-    proc = subprocess.Popen([str(exe), "fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--base-port", str(base),
-                             "--targets", str(tmp_path / "targets.yaml"), "--traffic", "0", "--admin-port", str(base + 8)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
-        lines = []
-        deadline = time.monotonic() + 60
-        while not any("Ctrl-C to stop." in ln for ln in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, f"fleet serve did not start: {lines}"
-            lines.append(proc.stdout.readline())
+    with fleet_serve(tmp_path, base, "--admin-port", str(base + 8)) as (proc, lines):
         assert any(f"admin API (loopback peers only): http://127.0.0.1:{base + 8}/admin/replicas" in ln for ln in lines)
         listed = httpx.get(f"http://127.0.0.1:{base + 8}/admin/replicas", timeout=30).json()["replicas"]
         assert len(listed) == 8 and all(r["alive"] for r in listed)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0 and "Traceback" not in err, err
 
 
 def test_a_bad_admin_port_is_one_line(capsys):
     with pytest.raises(SystemExit) as e:
         main(["fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--admin-port", "70000"])
-    assert e.value.code == 2 and "--admin-port: must be a TCP port" in capsys.readouterr().err
+    assert e.value.code == 2 and "--admin-port: must be a port in 1..65535" in capsys.readouterr().err
 
 
-def _non_loopback_address() -> str | None:
-    """The address this machine would send from off-host (a UDP connect sends nothing), if it has one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("10.255.255.255", 9))
-        except OSError:
-            return None
-        addr = s.getsockname()[0]
-    return None if is_loopback(addr) or addr == "0.0.0.0" else addr
-
-
-def test_a_peer_that_is_not_this_machines_loopback_is_refused(fleet):
+@pytest.mark.parametrize(("peer", "status"), [("192.0.2.2", 403), ("10.1.2.3", 403), ("127.0.0.1", 200)])
+def test_a_peer_that_is_not_loopback_is_refused_before_any_handler_runs(fleet, peer, status):
+    """In process, with the peer address the server would see: connecting from a non-loopback address for real
+    would send traffic off the loopback range, which tests here never do."""
     lf, _, _ = fleet
-    addr = _non_loopback_address()
-    if addr is None:
-        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
-    port = free_port_block(1)
-    lf.http.add(make_admin_app(lf), "0.0.0.0", port)  # reachable from outside, as with fleet serve --host 0.0.0.0
-    with httpx.Client(timeout=30) as c:
-        refused = c.post(f"http://{addr}:{port}/admin/replicas/chat/lose")
-        assert refused.status_code == 403 and "loopback peers only" in refused.json()["error"]["message"]
-        assert c.get(f"http://127.0.0.1:{port}/admin/replicas").status_code == 200
+    app = make_admin_app(lf)
+    ran = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        ran.append(request.remote)
+        return web.json_response({})
+
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda key, default=None: (peer, 40000) if key == "peername" else default
+    request = make_mocked_request("POST", "/admin/replicas/chat/lose", app=app, transport=transport)
+    response = asyncio.run(app.middlewares[0](request, handler))
+    assert response.status == status
+    assert ran == ([] if status == 403 else [peer])
+    if status == 403:
+        assert "loopback peers only" in json.loads(response.body)["error"]["message"]
     assert all(r["alive"] for r in lf.replicas()), "a refused request changed the fleet"
 
 

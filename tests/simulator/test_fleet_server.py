@@ -5,14 +5,10 @@ import asyncio
 import copy
 import json
 import logging
-import os
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import aiohttp
 import httpx
@@ -21,7 +17,7 @@ import pytest
 from simulator.http_host import HttpHost
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, fleet_serve, free_port_block, make_fleet
 
 MODEL = "Llama-3.1-8B"
 STREAMS = 500
@@ -191,27 +187,13 @@ def test_traceparent_reaches_the_request_meta(one_replica):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_fleet_serve_process_answers_and_stops_on_a_signal(tmp_path, sig):
     base = free_port_block(12)
-    exe = Path(sys.executable).with_name("goodput")
-    proc = subprocess.Popen([str(exe), "fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--base-port", str(base),
-                             "--targets", str(tmp_path / "targets.yaml"), "--traffic", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
-        lines = []
-        deadline = time.monotonic() + 60
-        while not any("Ctrl-C to stop." in ln for ln in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, f"fleet serve did not start: {lines}"
-            lines.append(proc.stdout.readline())
+    with fleet_serve(tmp_path, base) as (proc, _):
         r = httpx.post(f"http://127.0.0.1:{base}/v1/chat/completions", timeout=30,
                        json={"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
         assert httpx.get(f"http://127.0.0.1:{base}/metrics").text.count("vllm:num_requests_running") >= 1
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, err
     assert "goodput fleet stopped." in out
     assert "Traceback" not in err, err
