@@ -24,7 +24,7 @@ class RequestRecord:
     input_tokens: int             # usage.prompt_tokens when the server says, else the target
     output_tokens: int            # usage.completion_tokens when the server says, else counted chunks
     status: int                   # HTTP status; 0 when no response
-    error: str                    # "" ok | "timeout" | "http_429" | "http_4xx" | "http_5xx" | "disconnect" | "aborted" | "connect"
+    error: str                    # "" ok | timeout | http_429 | http_4xx | http_5xx | disconnect | aborted | connect
     tenant: str
     tier: str                     # P0 | P1 | P2
     route: str
