@@ -199,8 +199,8 @@ def sweep_rates(measure: Callable[[float], tuple[bool, float]], start: float, *,
         rate = (good + bad) / 2
         met, goodput = measure(rate)
         tried.append((rate, met, goodput))
-        if met:
-            good = rate
+        if met and goodput >= best:
+            good, best = rate, goodput
         else:
             bad = rate
     return good, tried
