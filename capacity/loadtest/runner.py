@@ -66,6 +66,13 @@ class RunResult:
     client: ClientHealth
     complete: bool
     invalid_reasons: list[str] = field(default_factory=list)
+    cut: list[int] = field(default_factory=list)  # indexes of the requests the client cut at the end (``aborted``)
+
+    def measured(self) -> list[RequestRecord]:
+        """The records that count in the summary: a request the client itself cut (Ctrl-C, or still running after
+        the drain) says nothing about the target."""
+        cut = set(self.cut)
+        return [r for r in self.records if r.index not in cut]
 
     @property
     def valid(self) -> bool:
@@ -168,14 +175,16 @@ async def run_plan(client: Client, steps: Sequence[Step], specs: Callable[[int],
         for task in list(run.tasks):
             task.cancel()
         await asyncio.gather(*run.tasks, return_exceptions=True)
+    cut = []
     for rec in run.records:
         if rec.done_s is None and not rec.error:  # cut while waiting or streaming: the client gave up on it
             rec.error = "aborted"
+            cut.append(rec.index)
     cpu, wall = time.thread_time() - cpu0, client.clock()
     lags = [r.sent_s - r.scheduled_s for r in run.records]
     tokens = sum(r.output_tokens for r in run.records)
     health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, wall, cpu / tokens * 1e6 if tokens else 0.0)
-    return RunResult(run.records, started, health, complete, health.invalid_reasons())
+    return RunResult(run.records, started, health, complete, health.invalid_reasons(), cut)
 
 
 def sweep_rates(measure: Callable[[float], tuple[bool, float]], start: float, *, factor: float = 2.0,

@@ -19,7 +19,8 @@ which is why records keep the server's ``usage.prompt_tokens`` when it reports o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from goodput.foundation.yamlfile import load_yaml
 from simulator.config import WorkloadConfig, _Reader, _tokens, parse_fleet
 from simulator.distributions import QuantileDistribution
 
-__all__ = ["CHARS_PER_TOKEN", "RequestSpec", "Workload", "load_workload", "prompt_text"]
+__all__ = ["CHARS_PER_TOKEN", "RequestSpec", "SpecStream", "Workload", "load_workload", "prompt_text"]
 
 CHARS_PER_TOKEN = 4
 CHAT_OVERHEAD_TOKENS = 7  # a one-message chat: 3 for the reply's priming + 4 for the message's framing
@@ -61,7 +62,7 @@ class Workload:
     shared_prefix_tokens: int = 0
     shared_prefix_fraction: float = 0.0
 
-    def specs(self, n: int, seed: int) -> list[RequestSpec]:
+    def specs(self, n: int, seed: int | list[int]) -> list[RequestSpec]:
         """``n`` request specs drawn with ``seed`` (the same seed gives the same requests)."""
         rng = np.random.default_rng(seed)
         inputs = self.input_tokens.sample(rng, n)
@@ -70,6 +71,31 @@ class Workload:
         shared = rng.random(n) < self.shared_prefix_fraction
         return [RequestSpec(int(i), int(o), te, ti, ro, min(self.shared_prefix_tokens, int(i)) if s else 0)
                 for i, o, ti, te, ro, s in zip(inputs, outputs, tiers, tenants, routes, shared, strict=True)]
+
+
+class SpecStream:
+    """``stream(i)``: the i-th request of a run, drawn ``BLOCK`` at a time, so a closed loop of unknown length draws
+    no more than it sends and the same seed sends the same requests. ``lengths`` (a replayed trace's input and output
+    tokens, one per arrival) override the workload's draws where given."""
+
+    BLOCK = 4096
+
+    def __init__(self, workload: Workload, seed: int,
+                 lengths: tuple[Sequence[int], Sequence[int]] | None = None) -> None:
+        self.workload, self.seed, self.lengths = workload, seed, lengths
+        self.blocks: dict[int, list[RequestSpec]] = {}
+
+    def __call__(self, i: int) -> RequestSpec:
+        b, k = divmod(i, self.BLOCK)
+        block = self.blocks.get(b)
+        if block is None:
+            block = self.blocks[b] = self.workload.specs(self.BLOCK, [self.seed, b])
+            self.blocks.pop(b - 2, None)  # requests are asked for in order: old blocks are done with
+        spec = block[k]
+        if self.lengths is not None and i < len(self.lengths[0]):
+            spec = replace(spec, input_tokens=int(self.lengths[0][i]), output_tokens=int(self.lengths[1][i]),
+                           prefix_tokens=min(spec.prefix_tokens, int(self.lengths[0][i])))
+        return spec
 
 
 def _pick(rng: np.random.Generator, mix: tuple[tuple[str, float], ...], n: int) -> list[str]:

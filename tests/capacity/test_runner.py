@@ -137,6 +137,7 @@ def test_stop_keeps_what_was_measured_and_marks_the_run_incomplete(stub):
     assert not res.complete
     assert len(res.records) == 3 and res.steps == steps[:1]
     assert all(r.error == "aborted" and r.done_s is None for r in res.records)
+    assert res.cut == [0, 1, 2] and res.measured() == []  # cut by the client: kept, but not held against the target
 
 
 def test_the_fleet_counts_what_the_client_counted(tmp_path):
