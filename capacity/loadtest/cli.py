@@ -67,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, metavar="FILE", help="Azure .csv or Mooncake .jsonl trace (replay)")
     p.add_argument("--time-scale", type=_positive, default=1.0, help="replay: multiply trace times (0.5 = twice as fast)")
     p.add_argument("--slo", required=True, metavar="TERMS", help="e.g. ttft_p95=0.8s,tpot_p95=50ms,e2e_p99=2s")
-    p.add_argument("--duration", type=_positive, required=True, metavar="SECONDS", help="length of the run")
+    p.add_argument("--duration", type=_positive, default=None, metavar="SECONDS",
+                   help="length of the run (every pattern but sweep, whose length is its steps)")
     p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
     p.add_argument("--fault", action="append", default=[], metavar="FAULT",
                    help="abort_rate=F: the client drops this fraction of streams mid-way")
@@ -113,6 +114,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.pattern == "sweep":
         _need(args.rate, "--rate", "sweep")
     else:
+        _need(args.duration, "--duration", args.pattern)
         sched = patterns.schedule(args.pattern, duration_s=args.duration, rate=args.rate, cv=args.cv,
                                   concurrency=args.concurrency, steps=args.steps, step_s=args.step_s,
                                   settle_s=args.settle, burst=args.burst, trace=args.trace, time_scale=args.time_scale,
@@ -249,8 +251,7 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     tokens = sum(r.output_tokens for r in records)
     health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, offset, cpu / tokens * 1e6 if tokens else 0)
     complete = bool(runs) and all(res.complete for _, res, _ in runs)
-    merged = RunResult(records, [], health, complete,
-                       sorted({why for _, res, _ in runs for why in res.invalid_reasons}))
+    merged = RunResult(records, [], health, complete, health.invalid_reasons())
     summary = _summary(args, merged, step_dicts, slo, workload, entry, {"pattern": "sweep", **_arrival(args)})
     summary["knee"] = stats.knee(step_dicts)
     results.write_run(args.out, records, summary)

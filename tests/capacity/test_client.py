@@ -143,3 +143,54 @@ def test_preflight(fleet, stub):
         preflight(stub.url + "/html", MODEL)
     with pytest.raises(ConfigError, match=f"'gpt-4o' is not served here; it serves {MODEL}"):
         preflight(url, "gpt-4o")
+
+
+# ---------------------------------------------------------------------------------------------- what is sent
+
+def test_a_fleet_workload_by_name_and_a_workload_of_its_own(tmp_path):
+    from capacity.loadtest.workload import SpecStream, load_workload
+
+    fleet = load_workload("examples/fleet.yaml:support-chat")
+    assert (fleet.name, fleet.chat, fleet.tiers, fleet.routes) == ("support-chat", True, (("P0", 1.0),), (("chat", 1.0),))
+    own = tmp_path / "wl.yaml"
+    own.write_text("api: completions\ninput_tokens: {p50: 100, max: 200}\noutput_tokens: {p50: 10, max: 20}\n"
+                   "tiers: {P0: 1, P2: 3}\nshared_prefix: {tokens: 50, fraction: 0.5}\n")
+    wl = load_workload(str(own))
+    specs = wl.specs(2000, seed=1)
+    assert not wl.chat and specs == wl.specs(2000, seed=1)  # seeded
+    assert all(1 <= s.input_tokens <= 200 and 1 <= s.output_tokens <= 20 for s in specs)
+    assert 0.2 < sum(s.tier == "P0" for s in specs) / 2000 < 0.3
+    assert 0.45 < sum(s.prefix_tokens > 0 for s in specs) / 2000 < 0.55
+    stream = SpecStream(wl, seed=4, lengths=([7, 8], [3, 2]))
+    assert [(stream(i).input_tokens, stream(i).output_tokens) for i in (0, 1)] == [(7, 3), (8, 2)]
+    assert stream(SpecStream.BLOCK + 5) == SpecStream(wl, seed=4)(SpecStream.BLOCK + 5)  # blocks are seeded too
+
+
+@pytest.mark.parametrize("text, says", [
+    ("input_tokens: {p50: 10}\n", "output_tokens: is required"),
+    ("input_tokens: {p50: 10}\noutput_tokens: {p50: 5}\ntiers: {P7: 1}\n", "tiers.P7: unknown key"),
+    ("input_tokens: {p50: 10}\noutput_tokens: {p50: 5}\ntenants: {a: 0}\n", "tenants: needs at least one positive"),
+    ("input_tokens: {p50: 10}\noutput_tokens: {p50: 5}\nprefix: 3\n", "prefix: unknown key"),
+    ("input_tokens: {p50: 10, p95: 5}\noutput_tokens: {p50: 5}\n", "input_tokens: p95=5 is below p50=10"),
+])
+def test_a_bad_workload_names_the_key(tmp_path, text, says):
+    from capacity.loadtest.workload import load_workload
+
+    path = tmp_path / "wl.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=says):
+        load_workload(str(path))
+    with pytest.raises(ConfigError, match="name one workload as examples/fleet.yaml:NAME; it has support-chat"):
+        load_workload("examples/fleet.yaml:nope")
+
+
+def test_prompts_are_sized_and_share_only_their_prefix():
+    from capacity.loadtest.workload import CHARS_PER_TOKEN, prompt_text
+
+    a = prompt_text(RequestSpec(300, 5, "t", "P1", "r", 100), 1, chat=False)
+    b = prompt_text(RequestSpec(300, 5, "t", "P1", "r", 100), 2, chat=False)
+    assert len(a) == len(b) == 300 * CHARS_PER_TOKEN
+    common = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    assert common >= 100 * CHARS_PER_TOKEN and common < 100 * CHARS_PER_TOKEN + 12
+    c = prompt_text(RequestSpec(300, 5, "t", "P1", "r", 0), 3, chat=True)
+    assert len(c) == (300 - 7) * CHARS_PER_TOKEN  # the chat framing's tokens come off the text
