@@ -8,6 +8,7 @@ so its trace joins the engine's. Failures become an error class on the record, n
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import secrets
@@ -45,7 +46,7 @@ def error_class(status: int) -> str:
 class ClientOptions:
     model: str
     chat: bool = True
-    timeout_s: float = 120.0  # the whole request, send to last byte
+    timeout_s: float = 120.0  # the whole request, send to last byte (and each connect/read/write)
     ignore_eos: bool = True  # ask for exactly the planned output length, as vLLM bench and GuideLLM do
     abort_rate: float = 0.0  # the fraction of requests the client drops mid-stream (a fault)
     api_key: str | None = None
@@ -104,7 +105,8 @@ class Client:
         clock = self.clock
         rec.sent_s = clock()
         try:
-            async with self.http.stream("POST", url, content=body, headers=headers) as resp:
+            async with asyncio.timeout(self.opt.timeout_s), \
+                    self.http.stream("POST", url, content=body, headers=headers) as resp:
                 rec.status = resp.status_code
                 if resp.status_code >= 400:
                     await _drain(resp)
@@ -114,9 +116,9 @@ class Client:
                 await self._read_stream(rec, resp, abort_after)
         except httpx.ConnectError:
             rec.error = "connect"
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):  # one operation, or the whole request, took too long
             rec.error = "timeout"
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+        except httpx.HTTPError:  # the connection broke or the answer was not HTTP: the stream did not complete
             rec.error = "disconnect"
         return rec
 

@@ -1,9 +1,10 @@
 """A small real HTTP server for the load-test client's tests: what the simulated fleet never answers on purpose.
 
 Its first path segment picks the behaviour, so a test's target URL is ``http://127.0.0.1:PORT/BEHAVIOUR``:
-``status-429`` / ``status-503`` answer that status, ``hang`` never answers, ``cut`` streams one chunk then drops the
-connection, ``html`` is a web page (not an OpenAI server), ``gate`` holds every answer until ``gate_open`` is set
-(counting how many requests it held at once) then streams two content chunks with usage.
+``status-429`` / ``status-503`` answer that status, ``hang`` never answers, ``trickle`` streams a chunk every
+0.2 s for 6 s, ``cut`` streams one chunk then drops the connection, ``html`` is a web page (not an OpenAI
+server), ``gate`` holds every answer until ``gate_open`` is set (counting how many requests it held at once),
+then streams two content chunks with usage.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ class StubTarget:
                     self._send(int(kind.split("-")[1]), b'{"error": {"message": "no"}}')
                 elif kind == "hang":
                     stub.closing.wait(30)
+                elif kind == "trickle":  # a chunk every 0.2 s for 6 s: no read waits long, the whole takes long
+                    self._stream_head()
+                    for _ in range(30):
+                        if stub.closing.wait(0.2):
+                            return
+                        self._event({"choices": [{"index": 0, "delta": {"content": " slow"}}]})
+                    self.wfile.write(b"data: [DONE]\n\n")
                 elif kind == "cut":
                     self._stream_head()
                     self._event({"choices": [{"index": 0, "delta": {"content": " one"}}]})

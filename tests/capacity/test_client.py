@@ -110,6 +110,8 @@ def test_error_classes_from_a_real_server(stub):
     assert cut.first_token_s is not None  # what arrived before the drop is kept
     (hung,) = _send([stub.url + "/hang"], [_spec()], timeout_s=0.5)
     assert (hung.status, hung.error, hung.done_s) == (0, "timeout", None)
+    (slow,) = _send([stub.url + "/trickle"], [_spec()], timeout_s=1.0)  # the whole request is bounded, not each read
+    assert (slow.status, slow.error, slow.done_s) == (200, "timeout", None) and slow.first_token_s is not None
     assert [error_class(s) for s in (200, 404, 429, 500)] == ["", "http_4xx", "http_429", "http_5xx"]
 
 
