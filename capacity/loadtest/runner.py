@@ -80,11 +80,15 @@ class RunResult:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (nearest rank) of ``values``; 0 for none."""
+    """The ``q``-th percentile of ``values``, linearly interpolated (numpy's default, as the step summaries use);
+    0 for none."""
     if not values:
         return 0.0
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+    h = (len(ordered) - 1) * q / 100
+    lo = math.floor(h)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (h - lo)
 
 
 class _Run:
