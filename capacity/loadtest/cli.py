@@ -126,9 +126,9 @@ def _run(args: argparse.Namespace) -> int:
                          abort_rate=abort_rate, api_key=args.api_key, seed=args.seed)
     if args.pattern == "sweep":
         return _sweep(args, opts, workload, slo, entry)
-    first = sched.steps[0] if len(sched.steps) == 1 else None
-    lengths = (first.input_tokens, first.output_tokens) if first is not None and first.input_tokens is not None else None
-    result = _drive(args, opts, sched.steps, SpecStream(workload, args.seed, lengths), sched.duration_s)
+    first = sched.steps[0]  # a replayed trace is one step; its lengths and hash ids are per arrival
+    specs = SpecStream(workload, args.seed, first.input_tokens, first.output_tokens, first.hash_ids, first.block_tokens)
+    result = _drive(args, opts, sched.steps, specs, sched.duration_s)
     return _report(args, result, slo, workload, entry, {"pattern": args.pattern, **_arrival(args)})
 
 
@@ -154,13 +154,15 @@ def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float):
     async def go(update):
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        loop.add_signal_handler(signal.SIGINT, stop.set)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or a kill: stop, and write what was measured
+            loop.add_signal_handler(sig, stop.set)
         client = Client(args.target, opts, args.max_in_flight)
         try:
             return await run_plan(client, steps, specs, max_in_flight=args.max_in_flight, stop=stop,
                                   on_record=lambda _r: update(client.clock()))
         finally:
-            loop.remove_signal_handler(signal.SIGINT)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
             await client.aclose()
 
     with progress_bar("load test", total_s) as update:

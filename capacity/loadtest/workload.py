@@ -48,6 +48,8 @@ class RequestSpec:
     tier: str
     route: str
     prefix_tokens: int  # the first tokens shared with every other request of the workload that has them (0: none)
+    blocks: tuple[int, ...] = ()  # a replayed trace's prefix hash ids: equal ids give equal text, block by block
+    block_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,14 +77,16 @@ class Workload:
 
 class SpecStream:
     """``stream(i)``: the i-th request of a run, drawn ``BLOCK`` at a time, so a closed loop of unknown length draws
-    no more than it sends and the same seed sends the same requests. ``lengths`` (a replayed trace's input and output
-    tokens, one per arrival) override the workload's draws where given."""
+    no more than it sends and the same seed sends the same requests. A replayed trace's lengths (one per arrival)
+    override the draws, and its hash ids (Mooncake) become prompt blocks shared wherever the ids are equal."""
 
     BLOCK = 4096
 
-    def __init__(self, workload: Workload, seed: int,
-                 lengths: tuple[Sequence[int], Sequence[int]] | None = None) -> None:
-        self.workload, self.seed, self.lengths = workload, seed, lengths
+    def __init__(self, workload: Workload, seed: int, inputs: Sequence[int] | None = None,
+                 outputs: Sequence[int] | None = None, hash_ids: Sequence[tuple[int, ...]] | None = None,
+                 block_tokens: int = 0) -> None:
+        self.workload, self.seed = workload, seed
+        self.inputs, self.outputs, self.hash_ids, self.block_tokens = inputs, outputs, hash_ids, block_tokens
         self.blocks: dict[int, list[RequestSpec]] = {}
 
     def __call__(self, i: int) -> RequestSpec:
@@ -92,9 +96,14 @@ class SpecStream:
             block = self.blocks[b] = self.workload.specs(self.BLOCK, [self.seed, b])
             self.blocks.pop(b - 2, None)  # requests are asked for in order: old blocks are done with
         spec = block[k]
-        if self.lengths is not None and i < len(self.lengths[0]):
-            spec = replace(spec, input_tokens=int(self.lengths[0][i]), output_tokens=int(self.lengths[1][i]),
-                           prefix_tokens=min(spec.prefix_tokens, int(self.lengths[0][i])))
+        if self.inputs is not None and i < len(self.inputs):
+            inp = int(self.inputs[i])
+            out = int(self.outputs[i]) if self.outputs is not None else spec.output_tokens
+            spec = replace(spec, input_tokens=inp, output_tokens=out, prefix_tokens=min(spec.prefix_tokens, inp))
+        if self.hash_ids is not None and i < len(self.hash_ids) and self.hash_ids[i]:
+            ids = tuple(int(h) for h in self.hash_ids[i])
+            spec = replace(spec, blocks=ids, block_tokens=self.block_tokens,
+                           prefix_tokens=min(len(ids) * self.block_tokens, spec.input_tokens))
         return spec
 
 
@@ -109,7 +118,11 @@ def prompt_text(spec: RequestSpec, index: int, chat: bool) -> str:
     requests, the rest starts with the request's index so no two requests share more than the prefix."""
     tokens = max(1, spec.input_tokens - (CHAT_OVERHEAD_TOKENS if chat else 0))
     prefix_chars = min(spec.prefix_tokens, tokens) * CHARS_PER_TOKEN
-    prefix = _fill("shared prefix: ", prefix_chars)
+    if spec.blocks:
+        size = spec.block_tokens * CHARS_PER_TOKEN
+        prefix = "".join(_fill(f"block {h}: ", size) for h in spec.blocks)[:prefix_chars]
+    else:
+        prefix = _fill("shared prefix: ", prefix_chars)
     return prefix + _fill(f"request {index}: ", tokens * CHARS_PER_TOKEN - len(prefix))
 
 

@@ -163,7 +163,7 @@ def test_a_fleet_workload_by_name_and_a_workload_of_its_own(tmp_path):
     assert all(1 <= s.input_tokens <= 200 and 1 <= s.output_tokens <= 20 for s in specs)
     assert 0.2 < sum(s.tier == "P0" for s in specs) / 2000 < 0.3
     assert 0.45 < sum(s.prefix_tokens > 0 for s in specs) / 2000 < 0.55
-    stream = SpecStream(wl, seed=4, lengths=([7, 8], [3, 2]))
+    stream = SpecStream(wl, seed=4, inputs=[7, 8], outputs=[3, 2])
     assert [(stream(i).input_tokens, stream(i).output_tokens) for i in (0, 1)] == [(7, 3), (8, 2)]
     assert stream(SpecStream.BLOCK + 5) == SpecStream(wl, seed=4)(SpecStream.BLOCK + 5)  # blocks are seeded too
 
@@ -196,3 +196,18 @@ def test_prompts_are_sized_and_share_only_their_prefix():
     assert common >= 100 * CHARS_PER_TOKEN and common < 100 * CHARS_PER_TOKEN + 12
     c = prompt_text(RequestSpec(300, 5, "t", "P1", "r", 0), 3, chat=True)
     assert len(c) == (300 - 7) * CHARS_PER_TOKEN  # the chat framing's tokens come off the text
+
+
+def test_replayed_hash_ids_share_text_block_by_block(tmp_path):
+    """Mooncake hash ids: requests whose ids agree share their prompt up to the first id that differs."""
+    from capacity.loadtest.workload import CHARS_PER_TOKEN, SpecStream, load_workload, prompt_text
+
+    own = tmp_path / "wl.yaml"
+    own.write_text("input_tokens: {p50: 100}\noutput_tokens: {p50: 10}\n")
+    stream = SpecStream(load_workload(str(own)), 0, inputs=[40, 40, 40], outputs=[5, 5, 5],
+                        hash_ids=[(1, 2, 3), (1, 2, 9), (7,)], block_tokens=10)
+    a, b, c = (prompt_text(stream(i), i, chat=False) for i in range(3))
+    assert stream(0).prefix_tokens == 30 and stream(2).prefix_tokens == 10
+    first_diff = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+    assert 20 * CHARS_PER_TOKEN <= first_diff < 20 * CHARS_PER_TOKEN + 12  # blocks 1 and 2 shared, 3 vs 9 not
+    assert a[:8] != c[:8] and len(a) == len(b) == len(c) == 40 * CHARS_PER_TOKEN
