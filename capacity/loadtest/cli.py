@@ -20,6 +20,9 @@ __all__ = ["register"]
 
 PATTERNS = ("concurrency", "step", "poisson", "gamma", "burst", "longtail", "replay", "sweep")
 DEFAULT_MAX_IN_FLIGHT = 2048
+# comparability fields the target cannot tell the client (summary.json's "comparability"), given with --comparability
+FROM_FLAGS = ("quantization", "framework", "framework_version", "hardware", "tensor_parallel", "prompt_template",
+              "cache_state")
 
 
 def _number(kind: type, low: float, strict: bool):
@@ -81,6 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, help="sent as a bearer token")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let the model stop early (default: ask for exactly the drawn output length)")
+    p.add_argument("--comparability", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"a field that makes runs comparable, as summary.json records it: {', '.join(FROM_FLAGS)}")
     p.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")
     p.set_defaults(func=_run)
 
@@ -100,6 +105,22 @@ def _abort_rate(faults: list[str]) -> float:
     return rate
 
 
+def _comparability(pairs: list[str]) -> dict:
+    out: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in FROM_FLAGS:
+            raise ConfigError("--comparability", pair, f"expected KEY=VALUE with KEY one of {', '.join(FROM_FLAGS)}")
+        if key == "tensor_parallel":
+            if not value.strip().isdigit() or int(value) < 1:
+                raise ConfigError("--comparability", pair, "tensor_parallel must be a positive integer")
+            out[key] = int(value)
+        else:
+            out[key] = value.strip()
+    return out
+
+
 def _run(args: argparse.Namespace) -> int:
     from capacity.loadtest import patterns
     from capacity.loadtest.client import ClientOptions, preflight
@@ -109,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     slo = parse_slo(args.slo)
     workload = load_workload(args.workload)
     abort_rate = _abort_rate(args.fault)
+    args.fixed = _comparability(args.comparability)
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(str(args.out), "--out", "exists and is not a directory")
     if args.pattern == "sweep":
@@ -126,6 +148,8 @@ def _run(args: argparse.Namespace) -> int:
                          abort_rate=abort_rate, api_key=args.api_key, seed=args.seed)
     if args.pattern == "sweep":
         return _sweep(args, opts, workload, slo, entry)
+    # the pool holds the largest closed-loop concurrency, so no worker waits for a connection
+    args.max_in_flight = max([args.max_in_flight] + [s.concurrency or 0 for s in sched.steps])
     first = sched.steps[0]  # a replayed trace is one step; its lengths and hash ids are per arrival
     specs = SpecStream(workload, args.seed, first.input_tokens, first.output_tokens, first.hash_ids, first.block_tokens)
     result = _drive(args, opts, sched.steps, specs, sched.duration_s)
@@ -210,6 +234,7 @@ def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> d
         "arrival": arrival, "slo": str(slo),
         "concurrency_steps": [s["concurrency"] for s in step_dicts if s.get("concurrency") is not None],
         "workload": workload.name, "api": "chat" if workload.chat else "completions",
+        **args.fixed,
     })
     c = result.client
     summary.update({

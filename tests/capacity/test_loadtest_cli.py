@@ -76,13 +76,17 @@ def _successes(url):
 def test_a_run_against_the_live_fleet_writes_its_summary(fleet, workload, tmp_path, capsys):
     before = _successes(fleet)
     rc = main(["loadtest", "run", "--target", fleet, "--workload", workload, "--pattern", "poisson", "--rate", "4",
-               "--duration", "2", "--slo", "ttft_p95=5s,tpot_p95=1s", "--out", str(tmp_path / "run"), "--format", "json"])
+               "--duration", "2", "--slo", "ttft_p95=5s,tpot_p95=1s", "--out", str(tmp_path / "run"), "--format", "json",
+               "--comparability", "hardware=H100-80GB-SXM", "--comparability", "tensor_parallel=2"])
     assert rc == 0
     printed = json.loads(capsys.readouterr().out)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert printed == summary
     (step,) = summary["steps"]
-    assert summary["complete"] and summary["comparability"]["model"] == "Llama-3.1-8B"
+    comp = summary["comparability"]
+    assert summary["complete"] and comp["model"] == "Llama-3.1-8B" and comp["framework"] == "goodput"
+    assert (comp["hardware"], comp["tensor_parallel"], comp["arrival"]) == ("H100-80GB-SXM", 2, {"pattern": "poisson",
+                                                                          "rate": 4.0, "settle": 0.0, "time_scale": 1.0})
     assert step["requests"] > 0 and step["errors"] == {} and step["completed"] == step["requests"]
     assert step["slo_attainment"] == 1.0 and step["slo_met"]  # a loose SLO at a low rate: every request meets it
     assert _successes(fleet) - before == step["requests"]  # the fleet served exactly what we counted
@@ -96,6 +100,8 @@ def test_a_run_against_the_live_fleet_writes_its_summary(fleet, workload, tmp_pa
     (["--slo", "ttft_p95=1parsec"], "goodput: error: --slo: ttft_p95=1parsec:"),
     (["--fault", "abort_rate=2"], "goodput: error: --fault: abort_rate=2: abort_rate must be a fraction"),
     (["--workload", "no-such-file.yaml"], "goodput: error: no-such-file.yaml: cannot read"),
+    (["--comparability", "gpu=H100"], "goodput: error: --comparability: gpu=H100: expected KEY=VALUE with KEY one of"),
+    (["--pattern", "gamma"], "goodput: error: --pattern: gamma: needs --cv"),
     (["--target", "UNREACHABLE"], "unreachable: ConnectError"),
     (["--target", "HTML"], "/v1/models: not OpenAI-compatible: answered HTTP 200 text/html"),
 ])
