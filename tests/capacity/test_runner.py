@@ -193,3 +193,11 @@ def test_sweep_stops_when_goodput_falls_even_if_the_slo_holds():
 def test_sweep_with_nothing_meeting_the_slo():
     knee, tried = sweep_rates(lambda r: (False, 0.0), 1.0)
     assert knee is None and len(tried) == 1
+
+
+def test_every_request_in_flight_has_its_connection_across_pools(stub):
+    """130 due at once over three pools: the stub holds all 130 before answering any, so none waited for a
+    connection (a wait the schedule lag would not show)."""
+    _open_gate_when(stub, lambda: stub.held == 130)
+    res = _run(stub.url + "/gate", [Step(0, 0.0, 0.1, arrivals_s=np.zeros(130))], max_in_flight=130)
+    assert stub.max_held == 130 and [r.error for r in res.records] == [""] * 130
