@@ -138,3 +138,14 @@ def test_ctrl_c_writes_the_partial_run_marked_incomplete(fleet, workload, tmp_pa
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["complete"] is False and summary["steps"][0]["completed"] >= 4
     assert summary["steps"][0]["errors"] == {}  # the requests cut by Ctrl-C are not held against the target
+
+
+@needs_stats
+def test_sweep_stops_at_the_first_step_that_misses_the_slo(fleet, workload, tmp_path, capsys):
+    rc = main(["loadtest", "run", "--target", fleet, "--workload", workload, "--pattern", "sweep", "--rate", "2",
+               "--step-s", "1", "--slo", "ttft_p95=1ms", "--out", str(tmp_path / "run"), "--format", "json"])
+    assert rc == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    (step,) = summary["steps"]  # 2 req/s already misses a 1 ms TTFT: no doubling, no bisection
+    assert (step["offered_rate"], step["slo_met"], summary["knee"]) == (2.0, False, None)
+    assert summary["comparability"]["arrival"]["pattern"] == "sweep" and summary["complete"]
