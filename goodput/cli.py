@@ -34,6 +34,7 @@ COMMANDS: dict[str, Command] = {
     "rules": Command("goodput.rules_cli", "Prometheus rules and Alertmanager routes"),
     "analyze": Command("analyzer.cli", "latency decomposition, regressions and triage over request traces"),
     "demo": Command("goodput.demo", "run the stack on the simulated fleet until Ctrl-C"),
+    "loadtest": Command("capacity.loadtest.cli", "load tests that measure SLO goodput"),
 }
 
 

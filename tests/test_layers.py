@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-PARTS = ("simulator", "exporters", "analyzer", "goodput")
+PARTS = ("simulator", "exporters", "analyzer", "capacity", "goodput")
 FOUNDATION = "goodput.foundation"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO
 
-PACKAGES = ["simulator", "exporters", "analyzer", "goodput"]
+PACKAGES = ["simulator", "exporters", "analyzer", "capacity", "capacity.loadtest", "goodput"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -46,7 +46,7 @@ print(json.dumps({"loaded": loaded, "exports": exports, "star": sorted(k for k i
 """
 
 
-@pytest.mark.parametrize("package", ["simulator", "exporters", "analyzer"])
+@pytest.mark.parametrize("package", ["simulator", "exporters", "analyzer", "capacity.loadtest"])
 def test_importing_a_package_loads_nothing_and_exports_stay_exports(package):
     proc = subprocess.run([sys.executable, "-c", PROBE, package], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,0 +1,317 @@
+"""``goodput loadtest run``: a load test against OpenAI-compatible targets, written to a run directory.
+
+Everything the user gave is checked before the first request (SLO, workload, pattern, faults, the targets'
+``/v1/models``), so bad input is one line and exit 2 before the run starts. Ctrl-C stops the run: what was measured
+is written, marked incomplete, and the exit code is 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+from pathlib import Path
+
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["register"]
+
+PATTERNS = ("concurrency", "step", "poisson", "gamma", "burst", "longtail", "replay", "sweep")
+DEFAULT_MAX_IN_FLIGHT = 2048
+# comparability fields the target cannot tell the client (summary.json's "comparability"), given with --comparability
+FROM_FLAGS = ("quantization", "framework", "framework_version", "hardware", "tensor_parallel", "prompt_template",
+              "cache_state")
+
+
+def _number(kind: type, low: float, strict: bool):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
+        if not math.isfinite(v) or (v <= low if strict else v < low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")
+        return v
+    return parse
+
+
+_positive, _nonneg, _count = _number(float, 0, True), _number(float, 0, False), _number(int, 0, True)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    lt = sub.add_parser("loadtest", help="load tests that measure SLO goodput",
+                        description="Load tests against OpenAI-compatible targets that measure SLO goodput.")
+    lsub = lt.add_subparsers(dest="loadtest_command", metavar="COMMAND")
+    lsub.required = True
+    p = lsub.add_parser(
+        "run", help="run a load test and write RUN_DIR/requests.parquet and summary.json",
+        description="Send requests to --target under an arrival --pattern and measure every request (TTFT, ITL, "
+                    "TPOT, E2E from when it was sent; schedule lag separately), then SLO attainment and SLO goodput "
+                    "per step. Open-loop patterns never wait for earlier requests. Ctrl-C writes what was measured, "
+                    "marked incomplete.")
+    p.add_argument("--target", action="append", required=True, metavar="URL",
+                   help="base URL of an OpenAI-compatible server (repeat for several replicas, used in turn)")
+    p.add_argument("--model", default=None, help="model to ask for (default: the first the target serves)")
+    p.add_argument("--workload", required=True, metavar="FILE|FILE:NAME",
+                   help="a workload YAML, or a fleet file's workload by name (docs/loadtest.md)")
+    p.add_argument("--pattern", required=True, choices=PATTERNS, help="arrival pattern")
+    p.add_argument("--rate", type=_positive, default=None, metavar="REQ/S",
+                   help="requests per second (poisson, gamma, burst, longtail; sweep: the first step)")
+    p.add_argument("--cv", type=_positive, default=None, help="coefficient of variation of the gaps (gamma)")
+    p.add_argument("--concurrency", type=_count, default=None, metavar="N", help="requests in flight (concurrency)")
+    p.add_argument("--steps", default=None, metavar="rate=R1,R2|concurrency=C1,C2", help="levels of the step pattern")
+    p.add_argument("--step-s", type=_positive, default=None, metavar="SECONDS",
+                   help="how long each step (or sweep step) holds (default: duration / steps; sweep: 30)")
+    p.add_argument("--settle", type=_nonneg, default=0.0, metavar="SECONDS",
+                   help="unmeasured seconds at the start of every step (default 0)")
+    p.add_argument("--burst", default=None, metavar="factor=F,length=S,period=S", help="spikes of the burst pattern")
+    p.add_argument("--trace", default=None, metavar="FILE", help="Azure .csv or Mooncake .jsonl trace (replay)")
+    p.add_argument("--time-scale", type=_positive, default=1.0, help="replay: multiply trace times (0.5 = twice as fast)")
+    p.add_argument("--slo", required=True, metavar="TERMS", help="e.g. ttft_p95=0.8s,tpot_p95=50ms,e2e_p99=2s")
+    p.add_argument("--duration", type=_positive, default=None, metavar="SECONDS",
+                   help="length of the run (every pattern but sweep, whose length is its steps)")
+    p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
+    p.add_argument("--fault", action="append", default=[], metavar="FAULT",
+                   help="abort_rate=F: the client drops this fraction of streams mid-way")
+    p.add_argument("--timeout", type=_positive, default=120.0, metavar="SECONDS",
+                   help="a request that takes longer is a timeout (default 120)")
+    p.add_argument("--max-in-flight", type=_count, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
+                   help=f"connections in the client's pool; a due request waits for one, as schedule lag "
+                        f"(default {DEFAULT_MAX_IN_FLIGHT})")
+    p.add_argument("--seed", type=_number(int, 0, False), default=0, help="seed of arrivals and requests (default 0)")
+    p.add_argument("--api-key", default=None, help="sent as a bearer token")
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                   help="let the model stop early (default: ask for exactly the drawn output length)")
+    p.add_argument("--comparability", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"a field that makes runs comparable, as summary.json records it: {', '.join(FROM_FLAGS)}")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")
+    p.set_defaults(func=_run)
+
+
+def _abort_rate(faults: list[str]) -> float:
+    rate = 0.0
+    for fault in faults:
+        name, _, value = fault.partition("=")
+        if name.strip() != "abort_rate":
+            raise ConfigError("--fault", fault, "this build knows abort_rate=F (a fraction of streams dropped mid-way)")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = math.nan
+        if not 0 <= rate <= 1:
+            raise ConfigError("--fault", fault, "abort_rate must be a fraction between 0 and 1")
+    return rate
+
+
+def _comparability(pairs: list[str]) -> dict:
+    out: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in FROM_FLAGS:
+            raise ConfigError("--comparability", pair, f"expected KEY=VALUE with KEY one of {', '.join(FROM_FLAGS)}")
+        if key == "tensor_parallel":
+            if not value.strip().isdigit() or int(value) < 1:
+                raise ConfigError("--comparability", pair, "tensor_parallel must be a positive integer")
+            out[key] = int(value)
+        else:
+            out[key] = value.strip()
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    from capacity.loadtest import patterns
+    from capacity.loadtest.client import ClientOptions, preflight
+    from capacity.loadtest.slo import parse_slo
+    from capacity.loadtest.workload import SpecStream, load_workload
+
+    slo = parse_slo(args.slo)
+    workload = load_workload(args.workload)
+    abort_rate = _abort_rate(args.fault)
+    args.fixed = _comparability(args.comparability)
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(str(args.out), "--out", "exists and is not a directory")
+    if args.pattern == "sweep":
+        _need(args.rate, "--rate", "sweep")
+    else:
+        _need(args.duration, "--duration", args.pattern)
+        sched = patterns.schedule(args.pattern, duration_s=args.duration, rate=args.rate, cv=args.cv,
+                                  concurrency=args.concurrency, steps=args.steps, step_s=args.step_s,
+                                  settle_s=args.settle, burst=args.burst, trace=args.trace, time_scale=args.time_scale,
+                                  seed=args.seed)
+    model, entry = None, {}
+    for target in args.target:
+        model, entry = preflight(target, args.model or model)
+    opts = ClientOptions(model=model, chat=workload.chat, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
+                         abort_rate=abort_rate, api_key=args.api_key, seed=args.seed)
+    if args.pattern == "sweep":
+        return _sweep(args, opts, workload, slo, entry)
+    # the pool holds the largest closed-loop concurrency, so no worker waits for a connection
+    args.max_in_flight = max([args.max_in_flight] + [s.concurrency or 0 for s in sched.steps])
+    first = sched.steps[0]  # a replayed trace is one step; its lengths and hash ids are per arrival
+    specs = SpecStream(workload, args.seed, first.input_tokens, first.output_tokens, first.hash_ids, first.block_tokens)
+    result = _drive(args, opts, sched.steps, specs, sched.duration_s)
+    return _report(args, result, slo, workload, entry, {"pattern": args.pattern, **_arrival(args)})
+
+
+def _need(value, flag: str, pattern: str) -> None:
+    if value is None:
+        raise ConfigError("--pattern", pattern, f"needs {flag}")
+
+
+def _arrival(args: argparse.Namespace) -> dict:
+    keys = ("rate", "cv", "concurrency", "steps", "step_s", "settle", "burst", "trace", "time_scale")
+    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+
+
+def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float):
+    """Run ``steps`` on one event loop with a progress bar; Ctrl-C sets the runner's stop."""
+    import asyncio
+    import signal
+
+    from capacity.loadtest.client import Client
+    from capacity.loadtest.runner import run_plan
+    from goodput.foundation.progress import progress_bar
+
+    async def go(update):
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or a kill: stop, and write what was measured
+            loop.add_signal_handler(sig, stop.set)
+        client = Client(args.target, opts, args.max_in_flight)
+        try:
+            return await run_plan(client, steps, specs, max_in_flight=args.max_in_flight, stop=stop,
+                                  on_record=lambda _r: update(client.clock()))
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await client.aclose()
+
+    with progress_bar("load test", total_s) as update:
+        return asyncio.run(go(update))
+
+
+class _Stopped(Exception):
+    """Ctrl-C during a sweep step: no more steps."""
+
+
+def _sweep(args: argparse.Namespace, opts, workload, slo, entry) -> int:
+    """Coarse rate steps, then bisection around the knee; each step a fresh Poisson window of ``--step-s``."""
+    from capacity.loadtest import patterns, stats
+    from capacity.loadtest.runner import sweep_rates
+    from capacity.loadtest.workload import SpecStream
+
+    hold = args.step_s or 30.0
+    runs = []
+
+    def measure(rate: float) -> tuple[bool, float]:
+        step = patterns.schedule("poisson", duration_s=hold, rate=rate, settle_s=args.settle,
+                                 seed=args.seed + len(runs)).steps[0]
+        result = _drive(args, opts, [step], SpecStream(workload, args.seed + len(runs)), hold)
+        (summary,) = stats.summarize(result.measured(), slo, [step])
+        runs.append((rate, result, summary))
+        if not result.complete:
+            raise _Stopped
+        return summary["slo_met"], summary["goodput_requests_per_s"]
+
+    with contextlib.suppress(_Stopped):
+        sweep_rates(measure, args.rate, max_steps=8, tolerance=0.1)
+    return _report_sweep(args, runs, slo, workload, entry)
+
+
+def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> dict:
+    from capacity.loadtest import results, stats
+
+    summary = results.new_summary("goodput")
+    sent = [r for r in result.records if r.status]
+    comp = summary["comparability"]
+    comp.update({
+        "model": args.model or entry.get("id", ""), "framework": entry.get("owned_by", ""),
+        "input_tokens": stats.distribution([r.input_tokens for r in sent]),
+        "output_tokens": stats.distribution([r.output_tokens for r in sent if not r.error]),
+        "arrival": arrival, "slo": str(slo),
+        "concurrency_steps": [s["concurrency"] for s in step_dicts if s.get("concurrency") is not None],
+        "workload": workload.name, "api": "chat" if workload.chat else "completions",
+        **args.fixed,
+    })
+    c = result.client
+    summary.update({
+        "complete": result.complete, "valid": result.valid, "invalid_reasons": result.invalid_reasons,
+        "slo": slo.to_dict(), "steps": step_dicts, "knee": stats.knee(step_dicts),
+        "client": {"schedule_lag_p50_s": c.schedule_lag_p50_s, "schedule_lag_p99_s": c.schedule_lag_p99_s,
+                   "cpu_s": c.cpu_s, "cpu_per_token_us": c.cpu_per_token_us, "wall_s": c.wall_s},
+    })
+    return summary
+
+
+def _report(args, result, slo, workload, entry, arrival: dict) -> int:
+    from capacity.loadtest import results, stats
+
+    step_dicts = stats.summarize(result.measured(), slo, result.steps)
+    summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
+    results.write_run(args.out, result.records, summary)
+    _print(args, summary)
+    return 0 if result.complete else 130
+
+
+def _report_sweep(args, runs, slo, workload, entry) -> int:
+    """One run directory for the whole sweep: step i is the i-th rate tried, on one run clock."""
+    from dataclasses import replace
+
+    from capacity.loadtest import results, stats
+    from capacity.loadtest.runner import ClientHealth, RunResult, percentile
+
+    records, step_dicts, offset = [], [], 0.0
+    for i, (_rate, result, summary) in enumerate(runs):
+        for r in result.records:
+            records.append(replace(r, index=len(records), step=i, scheduled_s=r.scheduled_s + offset,
+                                   sent_s=r.sent_s + offset, itl_s=list(r.itl_s),
+                                   first_token_s=None if r.first_token_s is None else r.first_token_s + offset,
+                                   done_s=None if r.done_s is None else r.done_s + offset))
+        step_dicts.append({**summary, "index": i, "start_s": summary["start_s"] + offset,
+                           "end_s": summary["end_s"] + offset})
+        offset += result.client.wall_s
+    lags = [r.sent_s - r.scheduled_s for r in records]
+    cpu = sum(res.client.cpu_s for _, res, _ in runs)
+    tokens = sum(r.output_tokens for r in records)
+    health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, offset, cpu / tokens * 1e6 if tokens else 0)
+    complete = bool(runs) and all(res.complete for _, res, _ in runs)
+    merged = RunResult(records, [], health, complete, health.invalid_reasons())
+    summary = _summary(args, merged, step_dicts, slo, workload, entry, {"pattern": "sweep", **_arrival(args)})
+    summary["knee"] = stats.knee(step_dicts)
+    results.write_run(args.out, records, summary)
+    _print(args, summary)
+    return 0 if complete else 130
+
+
+def _fmt(v, scale: float = 1.0, digits: int = 0) -> str:
+    return "-" if v is None else f"{v * scale:.{digits}f}"
+
+
+def _print(args: argparse.Namespace, summary: dict) -> None:
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+        return
+    head = (f"{'step':<18}{'offered':>9}{'achieved':>9}{'ttft p95':>10}{'tpot p95':>10}{'e2e p99':>10}"
+            f"{'errors':>8}{'attain':>8}{'goodput':>9}")
+    print(head + "\n" + "-" * len(head))
+    for s in summary["steps"]:
+        offered = s["offered_rate"] if s.get("offered_rate") is not None else s.get("concurrency")
+        print(f"{str(s['label'])[:17]:<18}{_fmt(offered, digits=2):>9}{_fmt(s['achieved_rate'], digits=2):>9}"
+              f"{_fmt(s['ttft_s']['p95'], 1e3) + 'ms':>10}{_fmt(s['tpot_s']['p95'], 1e3, 1) + 'ms':>10}"
+              f"{_fmt(s['e2e_s']['p99'], 1e3) + 'ms':>10}{_fmt(s['error_rate'], 100, 1) + '%':>8}"
+              f"{_fmt(s['slo_attainment'], 100, 1) + '%':>8}{_fmt(s['goodput_requests_per_s'], digits=2):>9}")
+    knee = summary.get("knee")
+    c = summary["client"]
+    print(f"SLO {summary['comparability']['slo']}: "
+          + (f"knee at step {knee['step']} ({_fmt(knee['goodput_requests_per_s'], digits=2)} req/s goodput)"
+             if knee else "no step meets it"))
+    print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
+          f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)")
+    if not summary["valid"]:
+        print("INVALID: " + "; ".join(summary["invalid_reasons"]))
+    if not summary["complete"]:
+        print("INCOMPLETE: stopped early; the figures cover what was measured", file=sys.stderr)
+    print(f"wrote {args.out}")

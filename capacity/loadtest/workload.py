@@ -1,0 +1,187 @@
+"""What each load-test request asks for: token counts, tenant/tier/route, a shared prefix, and its prompt text.
+
+A workload comes from a fleet file (``FILE:NAME``, the workload ``NAME`` of that fleet, or ``FILE`` when it has one
+workload) or from a YAML of its own::
+
+    name: support            # optional
+    api: chat                # chat | completions
+    input_tokens: {p50: 500, p95: 2000, max: 4000}
+    output_tokens: {p50: 100, p95: 400}
+    tiers: {P0: 0.5, P1: 0.5}
+    tenants: {acme: 0.7, globex: 0.3}
+    routes: {chat: 1}
+    shared_prefix: {tokens: 256, fraction: 0.5}
+
+Prompts are synthetic text sized at **4 characters per token**: the rule of thumb for English BPE tokenizers
+and exactly how the simulated fleet counts prompt tokens; a real tokenizer will count somewhat differently,
+which is why records keep the server's ``usage.prompt_tokens`` when it reports one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.yamlfile import load_yaml
+from simulator.config import WorkloadConfig, _Reader, _tokens, parse_fleet
+from simulator.distributions import QuantileDistribution
+
+__all__ = ["CHARS_PER_TOKEN", "RequestSpec", "SpecStream", "Workload", "load_workload", "prompt_text"]
+
+CHARS_PER_TOKEN = 4
+CHAT_OVERHEAD_TOKENS = 7  # a one-message chat: 3 for the reply's priming + 4 for the message's framing
+TIERS = ("P0", "P1", "P2")
+_FILLER = "the quick brown fox jumps over a lazy dog while servers stream tokens "
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request to send: how long its prompt is, how many tokens to ask for, and its labels."""
+
+    input_tokens: int
+    output_tokens: int
+    tenant: str
+    tier: str
+    route: str
+    prefix_tokens: int  # the first tokens shared with every other request of the workload that has them (0: none)
+    blocks: tuple[int, ...] = ()  # a replayed trace's prefix hash ids: equal ids give equal text, block by block
+    block_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    chat: bool
+    input_tokens: QuantileDistribution
+    output_tokens: QuantileDistribution
+    tiers: tuple[tuple[str, float], ...]
+    tenants: tuple[tuple[str, float], ...]
+    routes: tuple[tuple[str, float], ...]
+    shared_prefix_tokens: int = 0
+    shared_prefix_fraction: float = 0.0
+
+    def specs(self, n: int, seed: int | list[int]) -> list[RequestSpec]:
+        """``n`` request specs drawn with ``seed`` (the same seed gives the same requests)."""
+        rng = np.random.default_rng(seed)
+        inputs = self.input_tokens.sample(rng, n)
+        outputs = self.output_tokens.sample(rng, n)
+        tiers, tenants, routes = (_pick(rng, mix, n) for mix in (self.tiers, self.tenants, self.routes))
+        shared = rng.random(n) < self.shared_prefix_fraction
+        return [RequestSpec(int(i), int(o), te, ti, ro, min(self.shared_prefix_tokens, int(i)) if s else 0)
+                for i, o, ti, te, ro, s in zip(inputs, outputs, tiers, tenants, routes, shared, strict=True)]
+
+
+class SpecStream:
+    """``stream(i)``: the i-th request of a run, drawn ``BLOCK`` at a time, so a closed loop of unknown length draws
+    no more than it sends and the same seed sends the same requests. A replayed trace's lengths (one per arrival)
+    override the draws, and its hash ids (Mooncake) become prompt blocks shared wherever the ids are equal."""
+
+    BLOCK = 4096
+
+    def __init__(self, workload: Workload, seed: int, inputs: Sequence[int] | None = None,
+                 outputs: Sequence[int] | None = None, hash_ids: Sequence[tuple[int, ...]] | None = None,
+                 block_tokens: int = 0) -> None:
+        self.workload, self.seed = workload, seed
+        self.inputs, self.outputs, self.hash_ids, self.block_tokens = inputs, outputs, hash_ids, block_tokens
+        self.blocks: dict[int, list[RequestSpec]] = {}
+
+    def __call__(self, i: int) -> RequestSpec:
+        b, k = divmod(i, self.BLOCK)
+        block = self.blocks.get(b)
+        if block is None:
+            block = self.blocks[b] = self.workload.specs(self.BLOCK, [self.seed, b])
+            self.blocks.pop(b - 2, None)  # requests are asked for in order: old blocks are done with
+        spec = block[k]
+        if self.inputs is not None and i < len(self.inputs):
+            inp = int(self.inputs[i])
+            out = int(self.outputs[i]) if self.outputs is not None else spec.output_tokens
+            spec = replace(spec, input_tokens=inp, output_tokens=out, prefix_tokens=min(spec.prefix_tokens, inp))
+        if self.hash_ids is not None and i < len(self.hash_ids) and self.hash_ids[i]:
+            ids = tuple(int(h) for h in self.hash_ids[i])
+            spec = replace(spec, blocks=ids, block_tokens=self.block_tokens,
+                           prefix_tokens=min(len(ids) * self.block_tokens, spec.input_tokens))
+        return spec
+
+
+def _pick(rng: np.random.Generator, mix: tuple[tuple[str, float], ...], n: int) -> list[str]:
+    names = [k for k, _ in mix]
+    weights = np.array([w for _, w in mix], dtype=float)
+    return [names[i] for i in rng.choice(len(names), size=n, p=weights / weights.sum())]
+
+
+def prompt_text(spec: RequestSpec, index: int, chat: bool) -> str:
+    """Text of about ``spec.input_tokens`` tokens (4 characters each); the shared prefix is identical across
+    requests, the rest starts with the request's index so no two requests share more than the prefix."""
+    tokens = max(1, spec.input_tokens - (CHAT_OVERHEAD_TOKENS if chat else 0))
+    prefix_chars = min(spec.prefix_tokens, tokens) * CHARS_PER_TOKEN
+    if spec.blocks:
+        size = spec.block_tokens * CHARS_PER_TOKEN
+        prefix = "".join(_fill(f"block {h}: ", size) for h in spec.blocks)[:prefix_chars]
+    else:
+        prefix = _fill("shared prefix: ", prefix_chars)
+    return prefix + _fill(f"request {index}: ", tokens * CHARS_PER_TOKEN - len(prefix))
+
+
+def _fill(head: str, chars: int) -> str:
+    if chars <= 0:
+        return ""
+    text = head + _FILLER * (chars // len(_FILLER) + 1)
+    return text[:chars]
+
+
+def _mix(r: _Reader, key: str, default: dict[str, float], choices: tuple[str, ...] | None = None
+         ) -> tuple[tuple[str, float], ...]:
+    c = r.child(key, None)
+    if c is None:
+        return tuple(default.items())
+    mix = tuple((str(k), c.get(k, (int, float), minimum=0)) for k in c.data)
+    if choices is not None:
+        c.unknown(set(choices))
+    if not mix or sum(w for _, w in mix) <= 0:
+        c.fail("", "needs at least one positive weight")
+    return mix
+
+
+def _from_fleet(w: WorkloadConfig) -> Workload:
+    if w.input_tokens is None or w.output_tokens is None:
+        raise ConfigError(w.name, "input_tokens", "a trace-driven workload has no token distributions to draw from")
+    return Workload(w.name, w.operation != "text_completion", w.input_tokens, w.output_tokens, ((w.tier, 1.0),),
+                    w.tenants, ((w.route, 1.0),), w.shared_prefix_tokens, 1.0 if w.shared_prefix_tokens else 0.0)
+
+
+def _own(r: _Reader, name: str) -> Workload:
+    r.unknown({"name", "api", "input_tokens", "output_tokens", "tiers", "tenants", "routes", "shared_prefix"})
+    inputs, outputs = _tokens(r, "input_tokens"), _tokens(r, "output_tokens")
+    if inputs is None or outputs is None:
+        r.fail("input_tokens" if inputs is None else "output_tokens", "is required")
+    prefix = r.child("shared_prefix", None)
+    tokens, fraction = 0, 0.0
+    if prefix is not None:
+        prefix.unknown({"tokens", "fraction"})
+        tokens = prefix.get("tokens", int, minimum=1)
+        fraction = prefix.get("fraction", float, 1.0, minimum=0, maximum=1)
+    return Workload(r.get("name", str, name), r.get("api", str, "chat", choices=("chat", "completions")) == "chat",
+                    inputs, outputs, _mix(r, "tiers", {"P1": 1.0}, TIERS), _mix(r, "tenants", {"loadtest": 1.0}),
+                    _mix(r, "routes", {"chat": 1.0}), tokens, fraction)
+
+
+def load_workload(spec: str) -> Workload:
+    """``FILE`` (a workload YAML, or a fleet file with one workload) or ``FILE:NAME`` (a fleet file's workload)."""
+    path, _, name = spec.rpartition(":") if ":" in spec and not Path(spec).exists() else (spec, "", "")
+    data = load_yaml(path)
+    if isinstance(data, dict) and "deployments" in data:
+        fleet = parse_fleet(data, path)
+        names = [w.name for w in fleet.workloads]
+        if not name and len(names) == 1:
+            name = names[0]
+        chosen = next((w for w in fleet.workloads if w.name == name), None)
+        if chosen is None:
+            raise ConfigError(path, name or "workloads", f"name one workload as {path}:NAME; it has {', '.join(names)}")
+        return _from_fleet(chosen)
+    if name:
+        raise ConfigError(path, name, "only a fleet file has named workloads")
+    return _own(_Reader(path, data, ""), Path(path).stem)
