@@ -190,6 +190,7 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
         return out
 
     model = None
+    last_token = last_inner = last_group = ""
     label = _label
     les = _LE_CACHE
     ranked = dialect == "sglang"  # SGLang exports one series per TP / PP rank
@@ -207,12 +208,18 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
             if ranked and ("tp_rank=" in labels or "pp_rank=" in labels) and (
                     label(labels, "tp_rank") not in (None, "0") or label(labels, "pp_rank") not in (None, "0")):
                 continue
-            named = label(labels, "model_name")
-            if model is None:
-                found = named if named is not None else label(labels, "model")
-                model = cap(found) if found else None
-            if named is not None and cap(named) != model:
-                group = cap(named)
+            # the model_name of the sample before is usually this one's: a substring test, not a parse
+            if last_token and (labels.startswith(last_token) or last_inner in labels):
+                group = last_group
+            else:
+                named = label(labels, "model_name")
+                if model is None:
+                    found = named if named is not None else label(labels, "model")
+                    model = cap(found) if found else None
+                if named is not None:
+                    group = "" if cap(named) == model else cap(named)
+                    last_group, last_token = group, f'model_name="{escape(named)}"'
+                    last_inner = "," + last_token
         for op in ops:
             if op.where is not None and not _has(labels, op.where):
                 continue
@@ -278,7 +285,7 @@ def _mapped_series(text: str, table: dict[str, tuple[_Op, ...]],
     copies of one counter would invent traffic. Unmapped samples cost one dict lookup.
     """
     series: dict[str, tuple[tuple[_Op, ...], str, str]] = {}
-    samples = 0
+    samples = mapped = 0
     for line in text.split("\n"):
         if not line or line[0] == "#":
             continue
@@ -296,9 +303,10 @@ def _mapped_series(text: str, table: dict[str, tuple[_Op, ...]],
             if ops is None:
                 continue
             key, labels, rest = line[:sp], "", line[sp:]
-        if key in series:
-            errors["duplicate_series"] += 1
         series[key] = (ops, labels, rest)
+        mapped += 1
+    if mapped > len(series):
+        errors["duplicate_series"] += mapped - len(series)
     return series, samples
 
 
