@@ -168,15 +168,45 @@ def detect_dialect(text: str) -> str:
 
 
 def normalize(text: str, dialect: str = "auto") -> Normalized:
-    """Canonical samples of one engine's exposition text. Raises ``UnknownDialect`` when nothing maps."""
+    """Canonical samples of one engine's exposition text. Raises ``UnknownDialect`` when nothing maps.
+
+    A series that appears twice keeps its last sample and counts as ``duplicate_series`` (summing two copies
+    of one counter would invent traffic). Bodies without one are read in one pass; the first repeat sends the
+    body through ``_last_of_each`` and reads it again.
+    """
     if dialect == "auto":
         dialect = detect_dialect(text)
     elif dialect not in DIALECTS:
         raise UnknownDialect(f"unknown engine {dialect!r}; use auto, {', '.join(DIALECTS)}")
     table, slots = _table(dialect)
-    errors: dict[str, int] = defaultdict(int)
-    series, samples = _mapped_series(text, table, errors)
-    # per slot: (model group, sample name, extra labels) -> value; group "" is the first model named
+    lines = text.split("\n")
+    ranked = dialect == "sglang"  # SGLang exports one series per TP / PP rank
+    try:
+        errors: dict[str, int] = defaultdict(int)
+        acc, trt, model, samples = _accumulate(lines, table, slots, ranked, errors, check_repeats=True)
+    except _Repeated:
+        errors = defaultdict(int)
+        unique, samples, errors["duplicate_series"] = _last_of_each(lines, table)
+        acc, trt, model, _ = _accumulate(unique, table, slots, ranked, errors, check_repeats=False)
+    if "max" in trt:
+        size = trt.get("tokens_per")
+        slot = slots.index(("llm_kv_cache_capacity_blocks", 0))
+        acc[slot][("", "llm_kv_cache_capacity_blocks", f'block_size="{int(size) if size else ""}"')] = trt["max"]
+    families, others = _choose(slots, acc, errors)
+    if not families and not others:
+        raise UnknownDialect(f"no metric of the {dialect} engine in the text")
+    return Normalized(dialect, model, families, samples, dict(errors), others)
+
+
+class _Repeated(Exception):
+    """A series appears twice in the body (see ``normalize``)."""
+
+
+def _accumulate(lines: list[str], table: dict[str, tuple[_Op, ...]], slots: tuple[tuple[str, int], ...],
+                ranked: bool, errors: dict[str, int], check_repeats: bool
+                ) -> tuple[list[dict[tuple[str, str, str], float]], dict[str, float], str | None, int]:
+    """Per slot (model group, sample name, extra labels) -> value, TRT-LLM's KV figures, the first model named,
+    and the sample count. ``ranked``: SGLang's series repeat per TP / PP rank; only rank 0 is read."""
     acc: list[dict[tuple[str, str, str], float]] = [{} for _ in slots]
     trt: dict[str, float] = {}
     capped: dict[str, str] = {}
@@ -193,8 +223,29 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
     last_token = last_inner = last_group = ""
     label = _label
     les = _LE_CACHE
-    ranked = dialect == "sglang"  # SGLang exports one series per TP / PP rank
-    for ops, labels, rest in series.values():
+    seen: set[str] | None = set() if check_repeats else None
+    samples = 0
+    for line in lines:
+        if not line or line[0] == "#":
+            continue
+        samples += 1
+        brace = line.find("{")
+        if brace >= 0:
+            ops = table.get(line[:brace])
+            if ops is None:
+                continue
+            close = line.rfind("}")
+            key, labels, rest = line[:close + 1], line[brace + 1:close], line[close + 1:]
+        else:
+            sp = line.find(" ")
+            ops = table.get(line[:sp])
+            if ops is None:
+                continue
+            key, labels, rest = line[:sp], "", line[sp:]
+        if seen is not None:
+            if key in seen:
+                raise _Repeated
+            seen.add(key)
         try:
             value = float(rest)
         except ValueError:
@@ -267,47 +318,23 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
                 bucket[key] = v
             else:
                 bucket[key] = max(old, v) if op.agg_max else old + v
-    if "max" in trt:
-        size = trt.get("tokens_per")
-        slot = slots.index(("llm_kv_cache_capacity_blocks", 0))
-        acc[slot][("", "llm_kv_cache_capacity_blocks", f'block_size="{int(size) if size else ""}"')] = trt["max"]
-    families, others = _choose(slots, acc, errors)
-    if not families and not others:
-        raise UnknownDialect(f"no metric of the {dialect} engine in the text")
-    return Normalized(dialect, model, families, samples, dict(errors), others)
+    return acc, trt, model, samples
 
 
-def _mapped_series(text: str, table: dict[str, tuple[_Op, ...]],
-                   errors: dict[str, int]) -> tuple[dict[str, tuple[tuple[_Op, ...], str, str]], int]:
-    """Series text -> (operations, labels, value text) for every sample some rule maps, and the sample count.
-
-    A series that appears twice keeps its last sample and counts as ``duplicate_series``: summing two
-    copies of one counter would invent traffic. Unmapped samples cost one dict lookup.
-    """
-    series: dict[str, tuple[tuple[_Op, ...], str, str]] = {}
+def _last_of_each(lines: list[str], table: dict[str, tuple[_Op, ...]]) -> tuple[list[str], int, int]:
+    """The last line of every mapped series (in first-seen order), the sample count, and how many repeats."""
+    last: dict[str, str] = {}
     samples = mapped = 0
-    for line in text.split("\n"):
+    for line in lines:
         if not line or line[0] == "#":
             continue
         samples += 1
         brace = line.find("{")
-        if brace >= 0:
-            ops = table.get(line[:brace])
-            if ops is None:
-                continue
-            close = line.rfind("}")
-            key, labels, rest = line[:close + 1], line[brace + 1:close], line[close + 1:]
-        else:
-            sp = line.find(" ")
-            ops = table.get(line[:sp])
-            if ops is None:
-                continue
-            key, labels, rest = line[:sp], "", line[sp:]
-        series[key] = (ops, labels, rest)
-        mapped += 1
-    if mapped > len(series):
-        errors["duplicate_series"] += mapped - len(series)
-    return series, samples
+        name = line[:brace] if brace >= 0 else line[:line.find(" ")]
+        if name in table:
+            last[line[:line.rfind("}") + 1] if brace >= 0 else name] = line
+            mapped += 1
+    return list(last.values()), samples, mapped - len(last)
 
 
 def _choose(slots: tuple[tuple[str, int], ...], acc: list[dict[tuple[str, str, str], float]],
