@@ -89,6 +89,55 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")
     p.set_defaults(func=_run)
 
+    imp = lsub.add_parser(
+        "import", help="convert a GuideLLM or vLLM bench result into a run directory",
+        description="Read a GuideLLM JSON report (0.8.x) or a vLLM `bench serve --save-result` JSON (recognised by its "
+                    "shape) and write RUN_DIR/summary.json (and requests.parquet where the file has per-request data), "
+                    "with SLO attainment and goodput computed for --slo by goodput's own definitions.")
+    imp.add_argument("file", type=Path, metavar="FILE", help="the other tool's result JSON")
+    imp.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
+    imp.add_argument("--slo", required=True, metavar="TERMS",
+                     help="the SLO to judge the requests by, e.g. ttft_p95=0.8s,tpot_p95=50ms")
+    imp.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")
+    imp.set_defaults(func=_import)
+
+    cmp = lsub.add_parser(
+        "compare", help="may two runs be compared, and what changed",
+        description="Compare two run directories (goodput runs or imported ones): the comparability fields that "
+                    "differ (a different workload, arrival or SLO makes them not comparable; a different system is "
+                    "what is compared), then per load level the change in goodput, attainment and latency "
+                    "percentiles, and the change of the knee. Exit status: 0 when the runs are comparable, 1 when "
+                    "they are not (the report is printed either way), 2 on bad input.")
+    cmp.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline run directory")
+    cmp.add_argument("run_b", type=Path, metavar="RUN_B", help="the run directory compared with it")
+    cmp.add_argument("--format", choices=("table", "json"), default="table", help="report format on stdout")
+    cmp.set_defaults(func=_compare)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from capacity.loadtest.imports import import_run
+    from capacity.loadtest.slo import parse_slo
+
+    slo = parse_slo(args.slo)
+    if not args.file.is_file():
+        raise ConfigError(str(args.file), "FILE", "not found or not a file")
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(str(args.out), "--out", "exists and is not a directory")
+    summary = import_run(args.file, args.out, slo)
+    _print(args, summary)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from capacity.loadtest.compare import compare, render_text
+    from capacity.loadtest.results import read_run
+
+    _, a = read_run(args.run_a)
+    _, b = read_run(args.run_b)
+    result = compare(a, b)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n" if args.format == "json" else render_text(result))
+    return 0 if result["comparable"] else 1
+
 
 def _abort_rate(faults: list[str]) -> float:
     rate = 0.0
@@ -286,8 +335,12 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     return 0 if complete else 130
 
 
-def _fmt(v, scale: float = 1.0, digits: int = 0) -> str:
-    return "-" if v is None else f"{v * scale:.{digits}f}"
+def _fmt(v, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:
+    return "-" if v is None else f"{v * scale:.{digits}f}{unit}"
+
+
+def _pct(step: dict, metric: str, p: str):
+    return (step.get(metric) or {}).get(p)
 
 
 def _print(args: argparse.Namespace, summary: dict) -> None:
@@ -299,17 +352,18 @@ def _print(args: argparse.Namespace, summary: dict) -> None:
     print(head + "\n" + "-" * len(head))
     for s in summary["steps"]:
         offered = s["offered_rate"] if s.get("offered_rate") is not None else s.get("concurrency")
-        print(f"{str(s['label'])[:17]:<18}{_fmt(offered, digits=2):>9}{_fmt(s['achieved_rate'], digits=2):>9}"
-              f"{_fmt(s['ttft_s']['p95'], 1e3) + 'ms':>10}{_fmt(s['tpot_s']['p95'], 1e3, 1) + 'ms':>10}"
-              f"{_fmt(s['e2e_s']['p99'], 1e3) + 'ms':>10}{_fmt(s['error_rate'], 100, 1) + '%':>8}"
-              f"{_fmt(s['slo_attainment'], 100, 1) + '%':>8}{_fmt(s['goodput_requests_per_s'], digits=2):>9}")
+        print(f"{str(s['label'])[:17]:<18}{_fmt(offered, digits=2):>9}{_fmt(s.get('achieved_rate'), digits=2):>9}"
+              f"{_fmt(_pct(s, 'ttft_s', 'p95'), 1e3, unit='ms'):>10}{_fmt(_pct(s, 'tpot_s', 'p95'), 1e3, 1, unit='ms'):>10}"
+              f"{_fmt(_pct(s, 'e2e_s', 'p99'), 1e3, unit='ms'):>10}{_fmt(s.get('error_rate'), 100, 1, unit='%'):>8}"
+              f"{_fmt(s.get('slo_attainment'), 100, 1, unit='%'):>8}{_fmt(s.get('goodput_requests_per_s'), digits=2):>9}")
     knee = summary.get("knee")
-    c = summary["client"]
+    c = summary.get("client") or {}
     print(f"SLO {summary['comparability']['slo']}: "
           + (f"knee at step {knee['step']} ({_fmt(knee['goodput_requests_per_s'], digits=2)} req/s goodput)"
              if knee else "no step meets it"))
-    print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
-          f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)")
+    if c:  # an imported run has no client figures of ours
+        print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
+              f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)")
     if not summary["valid"]:
         print("INVALID: " + "; ".join(summary["invalid_reasons"]))
     if not summary["complete"]:

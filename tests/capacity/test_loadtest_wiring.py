@@ -1,0 +1,69 @@
+"""`goodput loadtest import|compare`, and what `run` wires in: the report, the server's view, faults, longtail."""
+
+import json
+
+import pytest
+
+from goodput.cli import main
+from tests.conftest import REPO
+
+FIX = REPO / "tests" / "fixtures" / "loadtest"
+SLO = "ttft_p50=0.5s,e2e_p50=1s"
+
+
+def _import(tmp_path, name, capsys, *extra):
+    out = tmp_path / name
+    rc = main(["loadtest", "import", str(FIX / f"{name}.json"), "--slo", SLO, "--out", str(out), *extra])
+    return rc, out, capsys.readouterr()
+
+
+def test_import_writes_the_run_dir_and_prints_its_summary(tmp_path, capsys):
+    rc, out, printed = _import(tmp_path, "vllm_bench_serve_detailed", capsys, "--format", "json")
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert json.loads(printed.out) == summary
+    assert summary["tool"] == "vllm-bench" and summary["comparability"]["slo"] == "ttft_p50=500ms,e2e_p50=1s"
+    assert (out / "requests.parquet").is_file()
+    rc, out, printed = _import(tmp_path, "guidellm_report_constant", capsys)
+    assert rc == 0
+    assert "constant rate=4" in printed.out and f"wrote {out}" in printed.out
+    assert "client:" not in printed.out  # an imported run has no client figures of ours
+
+
+def test_import_without_per_request_data_prints_dashes_not_a_traceback(tmp_path, capsys):
+    rc, _, printed = _import(tmp_path, "vllm_bench_serve_summary", capsys)
+    assert rc == 0 and "rate=2" in printed.out and printed.err == ""
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["import", "NOFILE", "--slo", SLO, "--out", "OUT"], "NOFILE: FILE: not found"),
+    (["import", str(FIX / "mooncake_small.jsonl"), "--slo", SLO, "--out", "OUT"], "format"),
+    (["import", str(FIX / "vllm_bench_serve_detailed.json"), "--slo", "ttft=1s", "--out", "OUT"], "--slo: ttft=1s"),
+    (["compare", "NOFILE", "NOFILE"], "summary.json: not found"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
+    argv = [str(tmp_path / a) if a in ("NOFILE", "OUT") else a for a in argv]
+    assert main(["loadtest", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("goodput: error: ") and says in err, err
+
+
+def test_compare_exit_0_when_comparable_and_1_when_not(tmp_path, capsys):
+    for name in ("vllm_bench_serve_detailed", "guidellm_report_poisson", "guidellm_report_constant"):
+        assert _import(tmp_path, name, capsys)[0] == 0
+    v, gp, gc = (str(tmp_path / n) for n in ("vllm_bench_serve_detailed", "guidellm_report_poisson",
+                                              "guidellm_report_constant"))
+    assert main(["loadtest", "compare", v, gp]) == 0
+    text = capsys.readouterr().out
+    assert "comparable: yes" in text and "runs: vllm-bench vs guidellm" in text
+    assert main(["loadtest", "compare", v, gc, "--format", "json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["comparable"] is False and "arrival" in [d["field"] for d in result["differences"]]
+
+
+def test_import_and_compare_have_help(capsys):
+    for cmd in ("import", "compare"):
+        with pytest.raises(SystemExit) as e:
+            main(["loadtest", cmd, "--help"])
+        assert e.value.code == 0
+    assert "1 when" in capsys.readouterr().out
