@@ -296,20 +296,31 @@ def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> d
 
 
 def _report(args, result, slo, workload, entry, arrival: dict) -> int:
-    from capacity.loadtest import results, stats
+    from capacity.loadtest import stats
 
     step_dicts = stats.summarize(result.measured(), slo, result.steps)
     summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
-    results.write_run(args.out, result.records, summary)
-    _print(args, summary)
+    _write(args, result.records, summary, slo)
     return 0 if result.complete else 130
+
+
+def _write(args, records, summary: dict, slo) -> None:
+    """The run directory (summary.json, requests.parquet, report.html), then the summary on stdout; a partial run
+    gets its report too. The report's path goes to stderr under --format json, which keeps stdout one JSON."""
+    from capacity.loadtest import results
+    from capacity.loadtest.report import write_report
+
+    results.write_run(args.out, records, summary)
+    report = write_report(args.out, summary, results.records_table(records, slo))
+    _print(args, summary)
+    print(f"report: {report}", file=sys.stderr if args.format == "json" else sys.stdout)
 
 
 def _report_sweep(args, runs, slo, workload, entry) -> int:
     """One run directory for the whole sweep: step i is the i-th rate tried, on one run clock."""
     from dataclasses import replace
 
-    from capacity.loadtest import results, stats
+    from capacity.loadtest import stats
     from capacity.loadtest.runner import ClientHealth, RunResult, percentile
 
     records, step_dicts, offset = [], [], 0.0
@@ -330,8 +341,7 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     merged = RunResult(records, [], health, complete, health.invalid_reasons())
     summary = _summary(args, merged, step_dicts, slo, workload, entry, {"pattern": "sweep", **_arrival(args)})
     summary["knee"] = stats.knee(step_dicts)
-    results.write_run(args.out, records, summary)
-    _print(args, summary)
+    _write(args, records, summary, slo)
     return 0 if complete else 130
 
 
