@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from goodput.foundation.errors import ConfigError
@@ -75,6 +76,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
     p.add_argument("--fault", action="append", default=[], metavar="FAULT",
                    help="abort_rate=F: the client drops this fraction of streams mid-way")
+    p.add_argument("--server-metrics", action="append", default=None, metavar="auto|none|URL",
+                   help="engine /metrics to scrape during the run for the server's view per step (repeat for several; "
+                        "default auto: each --target's /metrics; none: no scraping)")
+    p.add_argument("--gpu-metrics", default=None, metavar="URL", help="a GPU exporter's /metrics, for GPU utilization")
     p.add_argument("--timeout", type=_positive, default=120.0, metavar="SECONDS",
                    help="a request that takes longer is a timeout (default 120)")
     p.add_argument("--max-in-flight", type=_count, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
@@ -179,6 +184,7 @@ def _run(args: argparse.Namespace) -> int:
     slo = parse_slo(args.slo)
     workload = load_workload(args.workload)
     abort_rate = _abort_rate(args.fault)
+    beside = _Beside(_server_metrics(args), args.gpu_metrics)
     args.fixed = _comparability(args.comparability)
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(str(args.out), "--out", "exists and is not a directory")
@@ -196,13 +202,13 @@ def _run(args: argparse.Namespace) -> int:
     opts = ClientOptions(model=model, chat=workload.chat, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
                          abort_rate=abort_rate, api_key=args.api_key, seed=args.seed)
     if args.pattern == "sweep":
-        return _sweep(args, opts, workload, slo, entry)
+        return _sweep(args, opts, workload, slo, entry, beside)
     # the pool holds the largest closed-loop concurrency, so no worker waits for a connection
     args.max_in_flight = max([args.max_in_flight] + [s.concurrency or 0 for s in sched.steps])
     first = sched.steps[0]  # a replayed trace is one step; its lengths and hash ids are per arrival
     specs = SpecStream(workload, args.seed, first.input_tokens, first.output_tokens, first.hash_ids, first.block_tokens)
-    result = _drive(args, opts, sched.steps, specs, sched.duration_s)
-    return _report(args, result, slo, workload, entry, {"pattern": args.pattern, **_arrival(args)})
+    result = _drive(args, opts, sched.steps, specs, sched.duration_s, beside)
+    return _report(args, result, slo, workload, entry, {"pattern": args.pattern, **_arrival(args)}, beside)
 
 
 def _need(value, flag: str, pattern: str) -> None:
@@ -215,8 +221,53 @@ def _arrival(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
 
 
-def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float):
-    """Run ``steps`` on one event loop with a progress bar; Ctrl-C sets the runner's stop."""
+def _server_metrics(args: argparse.Namespace) -> list[str]:
+    """The /metrics URLs ``--server-metrics`` names: auto (the default) is each target's; none is none."""
+    from capacity.loadtest.server_view import metrics_url
+
+    given = args.server_metrics or ["auto"]
+    if ("none" in given or "auto" in given) and len(given) > 1:
+        raise ConfigError("--server-metrics", ",".join(given), "auto and none stand alone; give them once, without URLs")
+    if given == ["none"]:
+        return []
+    if given == ["auto"]:
+        return [metrics_url(t) for t in args.target]
+    for url in given:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError("--server-metrics", url, "expected auto, none or an http(s):// URL of a /metrics")
+    return given
+
+
+@dataclass
+class _Beside:
+    """What runs beside the load, on its clock: the server's view (a scraping thread) per run."""
+
+    metrics_urls: list[str]
+    gpu_url: str | None
+    view: object = None
+
+    def start(self, clock) -> None:
+        from capacity.loadtest.server_view import ServerView
+
+        if self.metrics_urls:
+            self.view = ServerView(self.metrics_urls, gpu_url=self.gpu_url, clock=clock)
+            self.view.start()
+
+    def stop(self) -> None:
+        if self.view is not None:
+            self.view.stop()
+
+    def per_step(self, step_dicts: list[dict]) -> None:
+        """Put the server's view of each step into the step's ``server``."""
+        if self.view is not None:
+            views = self.view.per_step(step_dicts)
+            for step in step_dicts:
+                step["server"] = views[int(step["index"])]
+
+
+def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float, beside: _Beside):
+    """Run ``steps`` on one event loop with a progress bar, ``beside`` started on the run clock; Ctrl-C sets the
+    runner's stop."""
     import asyncio
     import signal
 
@@ -232,8 +283,10 @@ def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float):
         client = Client(args.target, opts, args.max_in_flight)
         try:
             return await run_plan(client, steps, specs, max_in_flight=args.max_in_flight, stop=stop,
-                                  on_record=lambda _r: update(client.clock()))
+                                  on_record=lambda _r: update(client.clock()),
+                                  on_start=lambda: beside.start(client.clock))
         finally:
+            beside.stop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await client.aclose()
@@ -246,7 +299,7 @@ class _Stopped(Exception):
     """Ctrl-C during a sweep step: no more steps."""
 
 
-def _sweep(args: argparse.Namespace, opts, workload, slo, entry) -> int:
+def _sweep(args: argparse.Namespace, opts, workload, slo, entry, beside: _Beside) -> int:
     """Coarse rate steps, then bisection around the knee; each step a fresh Poisson window of ``--step-s``."""
     from capacity.loadtest import patterns, stats
     from capacity.loadtest.runner import sweep_rates
@@ -258,8 +311,10 @@ def _sweep(args: argparse.Namespace, opts, workload, slo, entry) -> int:
     def measure(rate: float) -> tuple[bool, float]:
         step = patterns.schedule("poisson", duration_s=hold, rate=rate, settle_s=args.settle,
                                  seed=args.seed + len(runs)).steps[0]
-        result = _drive(args, opts, [step], SpecStream(workload, args.seed + len(runs)), hold)
+        one = _Beside(beside.metrics_urls, beside.gpu_url)  # each sweep step is a run of its own clock
+        result = _drive(args, opts, [step], SpecStream(workload, args.seed + len(runs)), hold, one)
         (summary,) = stats.summarize(result.measured(), slo, [step])
+        one.per_step([summary])
         runs.append((rate, result, summary))
         if not result.complete:
             raise _Stopped
@@ -295,10 +350,11 @@ def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> d
     return summary
 
 
-def _report(args, result, slo, workload, entry, arrival: dict) -> int:
+def _report(args, result, slo, workload, entry, arrival: dict, beside: _Beside) -> int:
     from capacity.loadtest import stats
 
     step_dicts = stats.summarize(result.measured(), slo, result.steps)
+    beside.per_step(step_dicts)
     summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
     _write(args, result.records, summary, slo)
     return 0 if result.complete else 130
@@ -357,15 +413,19 @@ def _print(args: argparse.Namespace, summary: dict) -> None:
     if args.format == "json":
         print(json.dumps(summary, indent=2))
         return
+    server = any(s.get("server") for s in summary["steps"])  # the server's view, when it was scraped
     head = (f"{'step':<18}{'offered':>9}{'achieved':>9}{'ttft p95':>10}{'tpot p95':>10}{'e2e p99':>10}"
-            f"{'errors':>8}{'attain':>8}{'goodput':>9}")
+            f"{'errors':>8}{'attain':>8}{'goodput':>9}" + (f"{'srv queue p95':>14}{'kv mean':>9}" if server else ""))
     print(head + "\n" + "-" * len(head))
     for s in summary["steps"]:
         offered = s["offered_rate"] if s.get("offered_rate") is not None else s.get("concurrency")
+        view = s.get("server") or {}
         print(f"{str(s['label'])[:17]:<18}{_fmt(offered, digits=2):>9}{_fmt(s.get('achieved_rate'), digits=2):>9}"
               f"{_fmt(_pct(s, 'ttft_s', 'p95'), 1e3, unit='ms'):>10}{_fmt(_pct(s, 'tpot_s', 'p95'), 1e3, 1, unit='ms'):>10}"
               f"{_fmt(_pct(s, 'e2e_s', 'p99'), 1e3, unit='ms'):>10}{_fmt(s.get('error_rate'), 100, 1, unit='%'):>8}"
-              f"{_fmt(s.get('slo_attainment'), 100, 1, unit='%'):>8}{_fmt(s.get('goodput_requests_per_s'), digits=2):>9}")
+              f"{_fmt(s.get('slo_attainment'), 100, 1, unit='%'):>8}{_fmt(s.get('goodput_requests_per_s'), digits=2):>9}"
+              + (f"{_fmt(view.get('queue_wait_p95_s'), 1e3, unit='ms'):>14}"
+                 f"{_fmt(view.get('kv_usage_mean'), 100, 1, unit='%'):>9}" if server else ""))
     knee = summary.get("knee")
     c = summary.get("client") or {}
     print(f"SLO {summary['comparability']['slo']}: "

@@ -1,11 +1,14 @@
 """`goodput loadtest import|compare`, and what `run` wires in: the report, the server's view, faults, longtail."""
 
+import copy
 import json
 
 import pytest
 
 from goodput.cli import main
-from tests.conftest import REPO
+from simulator.live import LiveFleet
+from tests.capacity.test_loadtest_cli import WORKLOAD
+from tests.conftest import BASE_DEPLOYMENT, REPO, free_port_block, make_fleet
 
 FIX = REPO / "tests" / "fixtures" / "loadtest"
 SLO = "ttft_p50=0.5s,e2e_p50=1s"
@@ -67,3 +70,59 @@ def test_import_and_compare_have_help(capsys):
             main(["loadtest", cmd, "--help"])
         assert e.value.code == 0
     assert "1 when" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    dep = dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=1)
+    base = free_port_block(1)
+    lf = LiveFleet(make_fleet(deployments=[dep]), base_port=base, traffic=0.0)
+    lf.start()
+    yield f"http://127.0.0.1:{base}"
+    lf.close()
+
+
+@pytest.fixture
+def workload(tmp_path):
+    path = tmp_path / "workload.yaml"
+    path.write_text(WORKLOAD)
+    return str(path)
+
+
+def _run(target, workload, out, *extra):
+    return main(["loadtest", "run", "--target", target, "--workload", workload, "--pattern", "poisson", "--rate", "4",
+                 "--duration", "2.5", "--slo", "ttft_p95=5s", "--out", str(out), *extra])
+
+
+def test_the_server_view_of_each_target_is_in_the_steps_and_the_table(fleet, workload, tmp_path, capsys):
+    assert _run(fleet, workload, tmp_path / "run") == 0  # --server-metrics auto: the target's /metrics
+    out = capsys.readouterr().out
+    (step,) = json.loads((tmp_path / "run" / "summary.json").read_text())["steps"]
+    view = step["server"]
+    assert view["scrape_rounds"] >= 1 and view["failed_scrapes"] == 0, view
+    assert view["running_mean"] is not None and view["kv_usage_mean"] is not None
+    assert "srv queue p95" in out and "kv mean" in out
+    assert "The server's view per step" in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_an_unscrapable_server_is_counted_never_fatal_and_none_scrapes_nothing(fleet, workload, tmp_path, capsys):
+    dead = f"http://127.0.0.1:{free_port_block(1)}/metrics"
+    assert _run(fleet, workload, tmp_path / "dead", "--server-metrics", dead) == 0
+    (step,) = json.loads((tmp_path / "dead" / "summary.json").read_text())["steps"]
+    assert step["server"]["failed_scrapes"] == step["server"]["scrape_rounds"] >= 1
+    assert step["completed"] == step["requests"] > 0  # the load went on
+    capsys.readouterr()
+    assert _run(fleet, workload, tmp_path / "none", "--server-metrics", "none") == 0
+    (step,) = json.loads((tmp_path / "none" / "summary.json").read_text())["steps"]
+    assert step["server"] == {} and "srv queue p95" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("given, says", [
+    (["--server-metrics", "auto", "--server-metrics", "http://127.0.0.1:1/metrics"], "auto and none stand alone"),
+    (["--server-metrics", "localhost:9/metrics"], "--server-metrics: localhost:9/metrics: expected auto, none or"),
+])
+def test_bad_server_metrics_are_one_line_exit_2(fleet, workload, tmp_path, capsys, given, says):
+    assert _run(fleet, workload, tmp_path / "run", *given) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "run").exists()
