@@ -12,7 +12,7 @@ import contextlib
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from goodput.foundation.errors import ConfigError
@@ -75,7 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="length of the run (every pattern but sweep, whose length is its steps)")
     p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
     p.add_argument("--fault", action="append", default=[], metavar="FAULT",
-                   help="abort_rate=F: the client drops this fraction of streams mid-way")
+                   help="abort_rate=F: the client drops this fraction of streams mid-way; replica_lost@SECONDS[:DEP] "
+                        "or replica_added@SECONDS[:DEP]: the fleet's admin API (--admin-url) does it on the run clock")
+    p.add_argument("--admin-url", default=None, metavar="URL",
+                   help="the live fleet's admin API (fleet serve --admin-port), needed by replica faults")
+    p.add_argument("--fault-window", type=_positive, default=10.0, metavar="SECONDS",
+                   help="sliding window over which a fault's time to detect and to recover are judged (default 10)")
     p.add_argument("--server-metrics", action="append", default=None, metavar="auto|none|URL",
                    help="engine /metrics to scrape during the run for the server's view per step (repeat for several; "
                         "default auto: each --target's /metrics; none: no scraping)")
@@ -144,19 +149,24 @@ def _compare(args: argparse.Namespace) -> int:
     return 0 if result["comparable"] else 1
 
 
-def _abort_rate(faults: list[str]) -> float:
-    rate = 0.0
-    for fault in faults:
-        name, _, value = fault.partition("=")
-        if name.strip() != "abort_rate":
-            raise ConfigError("--fault", fault, "this build knows abort_rate=F (a fraction of streams dropped mid-way)")
-        try:
-            rate = float(value)
-        except ValueError:
-            rate = math.nan
-        if not 0 <= rate <= 1:
-            raise ConfigError("--fault", fault, "abort_rate must be a fraction between 0 and 1")
-    return rate
+def _faults(args: argparse.Namespace) -> tuple[float, list]:
+    """(the client's abort rate, the timed faults for the admin API); a replica fault without --admin-url, or in
+    a sweep (whose steps each start a clock of their own), is a ConfigError."""
+    from capacity.loadtest.faults import TIMED_KINDS, parse_faults
+
+    parsed = parse_faults(args.fault)
+    rates = [f.rate for f in parsed if f.kind == "abort_rate"]
+    timed = [f for f in parsed if f.kind in TIMED_KINDS]
+    if args.admin_url is not None and not args.admin_url.startswith(("http://", "https://")):
+        raise ConfigError("--admin-url", args.admin_url, "expected an http(s):// URL")
+    if timed:
+        spec = next(x for x in args.fault if not x.strip().startswith("abort_rate="))
+        if args.admin_url is None:
+            raise ConfigError("--fault", spec, "a replica fault needs --admin-url URL (the fleet's admin API, "
+                                               "fleet serve --admin-port)")
+        if args.pattern == "sweep":
+            raise ConfigError("--fault", spec, "replica faults need one run clock; a sweep starts one per step")
+    return (rates[-1] if rates else 0.0), timed
 
 
 def _comparability(pairs: list[str]) -> dict:
@@ -183,8 +193,8 @@ def _run(args: argparse.Namespace) -> int:
 
     slo = parse_slo(args.slo)
     workload = load_workload(args.workload)
-    abort_rate = _abort_rate(args.fault)
-    beside = _Beside(_server_metrics(args), args.gpu_metrics)
+    abort_rate, timed = _faults(args)
+    beside = _Beside(_server_metrics(args), args.gpu_metrics, args.admin_url, timed)
     args.fixed = _comparability(args.comparability)
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(str(args.out), "--out", "exists and is not a directory")
@@ -240,22 +250,48 @@ def _server_metrics(args: argparse.Namespace) -> list[str]:
 
 @dataclass
 class _Beside:
-    """What runs beside the load, on its clock: the server's view (a scraping thread) per run."""
+    """What runs beside the load, on its clock: the server's view (a scraping thread) and the fault driver (a task
+    on the run's event loop)."""
 
     metrics_urls: list[str]
     gpu_url: str | None
+    admin_url: str | None = None
+    timed_faults: list = field(default_factory=list)
     view: object = None
+    driver: object = None
+    firing: object = None
 
     def start(self, clock) -> None:
+        """Called on the run's event loop the moment its clock starts."""
+        import asyncio
+
+        from capacity.loadtest.faults import FaultDriver
         from capacity.loadtest.server_view import ServerView
 
         if self.metrics_urls:
             self.view = ServerView(self.metrics_urls, gpu_url=self.gpu_url, clock=clock)
             self.view.start()
+        if self.timed_faults:
+            self.driver = FaultDriver(self.admin_url, self.timed_faults, clock)
+            self.firing = asyncio.get_running_loop().create_task(self.driver.run())
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
+        """The run is over: faults not yet due stay unfired; one last scrape closes the last step."""
+        import asyncio
+
+        if self.firing is not None:
+            self.firing.cancel()
+            await asyncio.gather(self.firing, return_exceptions=True)
         if self.view is not None:
             self.view.stop()
+
+    def fault_summary(self, records, slo, window_s: float) -> list[dict]:
+        """summary.json's ``faults``: each fired fault with its time to detect and to recover, then the unfired."""
+        from capacity.loadtest.faults import fault_summary
+
+        if self.driver is None:
+            return []
+        return fault_summary(self.driver.fired + self.driver.unfired(), records, slo, window_s)
 
     def per_step(self, step_dicts: list[dict]) -> None:
         """Put the server's view of each step into the step's ``server``."""
@@ -286,7 +322,7 @@ def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float, beside:
                                   on_record=lambda _r: update(client.clock()),
                                   on_start=lambda: beside.start(client.clock))
         finally:
-            beside.stop()
+            await beside.stop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await client.aclose()
@@ -356,6 +392,7 @@ def _report(args, result, slo, workload, entry, arrival: dict, beside: _Beside) 
     step_dicts = stats.summarize(result.measured(), slo, result.steps)
     beside.per_step(step_dicts)
     summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
+    summary["faults"] = beside.fault_summary(result.measured(), slo, args.fault_window)
     _write(args, result.records, summary, slo)
     return 0 if result.complete else 130
 

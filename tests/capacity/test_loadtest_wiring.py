@@ -126,3 +126,40 @@ def test_bad_server_metrics_are_one_line_exit_2(fleet, workload, tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_replica_lost_mid_run_is_fired_on_the_run_clock_and_detected(workload, tmp_path, capsys):
+    base = free_port_block(4)  # two replicas, room for one added, the admin port
+    lf = LiveFleet(make_fleet(), base_port=base, traffic=0.0, admin_port=base + 3)
+    lf.start()
+    try:
+        rc = main(["loadtest", "run", "--target", f"http://127.0.0.1:{base}", "--target", f"http://127.0.0.1:{base + 1}",
+                   "--workload", workload, "--pattern", "poisson", "--rate", "10", "--duration", "6",
+                   "--slo", "ttft_p95=5s", "--out", str(tmp_path / "run"), "--format", "json",
+                   "--fault", "replica_lost@3s", "--fault", "abort_rate=0", "--fault", "replica_added@60s",
+                   "--admin-url", f"http://127.0.0.1:{base + 3}", "--fault-window", "1"])
+    finally:
+        lf.close()
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    lost, added = summary["faults"]
+    assert (lost["kind"], lost["deployment"], lost["replica"], lost["error"]) == ("replica_lost", "chat", "chat-1", "")
+    assert 3.0 <= lost["fired_s"] < 6.0 and lost["window_s"] == 1.0
+    # every request sent to the lost replica afterwards fails to connect: the SLO window notices within the run
+    assert lost["detect_s"] is not None and 0 <= lost["detect_s"] < 3.0, lost
+    # recover_s may honestly be None: the client keeps sending half its requests to the dead replica
+    assert added["fired_s"] is None and added["error"].startswith("not fired") and added["detect_s"] is None
+    (step,) = summary["steps"]
+    assert step["errors"].get("connect", 0) > 0
+
+
+@pytest.mark.parametrize("given, says", [
+    (["--fault", "replica_lost@3s"], "--fault: replica_lost@3s: a replica fault needs --admin-url URL"),
+    (["--fault", "replica_gone@3s"], "--fault: replica_gone@3s: expected replica_lost@SECONDS"),
+    (["--fault", "replica_lost@3s", "--admin-url", "localhost:9"], "--admin-url: localhost:9: expected an http"),
+])
+def test_bad_faults_are_one_line_exit_2(fleet, workload, tmp_path, capsys, given, says):
+    assert _run(fleet, workload, tmp_path / "run", *given) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "run").exists()
