@@ -60,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pattern", required=True, choices=PATTERNS, help="arrival pattern")
     p.add_argument("--rate", type=_positive, default=None, metavar="REQ/S",
                    help="requests per second (poisson, gamma, burst, longtail; sweep: the first step)")
+    p.add_argument("--context-limit", type=_count, default=None, metavar="TOKENS",
+                   help="longtail: the context limit its long requests approach (default: the target's max_model_len)")
+    p.add_argument("--longtail-fraction", type=_number(float, 0, False), default=0.05, metavar="F",
+                   help="longtail: the fraction of requests at 90-100%% of the context limit (default 0.05)")
     p.add_argument("--cv", type=_positive, default=None, help="coefficient of variation of the gaps (gamma)")
     p.add_argument("--concurrency", type=_count, default=None, metavar="N", help="requests in flight (concurrency)")
     p.add_argument("--steps", default=None, metavar="rate=R1,R2|concurrency=C1,C2", help="levels of the step pattern")
@@ -217,8 +221,33 @@ def _run(args: argparse.Namespace) -> int:
     args.max_in_flight = max([args.max_in_flight] + [s.concurrency or 0 for s in sched.steps])
     first = sched.steps[0]  # a replayed trace is one step; its lengths and hash ids are per arrival
     specs = SpecStream(workload, args.seed, first.input_tokens, first.output_tokens, first.hash_ids, first.block_tokens)
+    arrival = {"pattern": args.pattern, **_arrival(args)}
+    if args.pattern == "longtail":
+        specs, arrival["context_limit"] = _longtail(args, workload, specs, len(first.arrivals_s), entry)
+        arrival["longtail_fraction"] = args.longtail_fraction
     result = _drive(args, opts, sched.steps, specs, sched.duration_s, beside)
-    return _report(args, result, slo, workload, entry, {"pattern": args.pattern, **_arrival(args)}, beside)
+    return _report(args, result, slo, workload, entry, arrival, beside)
+
+
+def _longtail(args: argparse.Namespace, workload, specs, n: int, entry: dict):
+    """The longtail length mix over the run's ``n`` requests: the workload's own draws, ``--longtail-fraction`` of
+    them moved to 90-100% of the context limit (``patterns.longtail_lengths``); every request's output is capped so
+    prompt + output fit the limit, as a server would refuse more. Returns (the spec stream, the limit)."""
+    import numpy as np
+
+    from capacity.loadtest.patterns import longtail_lengths
+    from capacity.loadtest.workload import SpecStream
+
+    limit = args.context_limit or entry.get("max_model_len")
+    if not isinstance(limit, int) or limit < 2:
+        raise ConfigError("--pattern", "longtail", "needs --context-limit TOKENS (the target reports no max_model_len)")
+    if args.longtail_fraction > 1:
+        raise ConfigError("--longtail-fraction", str(args.longtail_fraction), "must be a fraction between 0 and 1")
+    drawn = [specs(i) for i in range(n)]
+    inputs = longtail_lengths([min(s.input_tokens, limit - 1) for s in drawn], np.random.default_rng(args.seed),
+                              context_limit=limit - 1, fraction=args.longtail_fraction)
+    outputs = [max(1, min(s.output_tokens, limit - int(i))) for s, i in zip(drawn, inputs, strict=True)]
+    return SpecStream(workload, args.seed, inputs, outputs), limit
 
 
 def _need(value, flag: str, pattern: str) -> None:

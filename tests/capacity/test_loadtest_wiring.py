@@ -163,3 +163,41 @@ def test_bad_faults_are_one_line_exit_2(fleet, workload, tmp_path, capsys, given
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
     assert not (tmp_path / "run").exists()
+
+
+def _longtail(fleet, workload, out, *extra):
+    return main(["loadtest", "run", "--target", fleet, "--workload", workload, "--pattern", "longtail", "--rate", "10",
+                 "--duration", "2", "--slo", "ttft_p95=5s", "--out", str(out), "--format", "json",
+                 "--server-metrics", "none", *extra])
+
+
+# None: the fleet's own max_model_len; 400: below the workload's own prompts, so nearly every request needs its cap
+@pytest.mark.parametrize("extra, limit", [(["--context-limit", "3000"], 3000), ([], None), (["--context-limit", "400"], 400)])
+def test_longtail_sends_its_fraction_near_the_context_limit_and_every_request_fits(fleet, workload, tmp_path, capsys,
+                                                                                   extra, limit):
+    import httpx
+    import pyarrow.parquet as pq
+
+    limit = limit or httpx.get(fleet + "/v1/models").json()["data"][0]["max_model_len"]
+
+    # outputs as long as the near-limit band is wide: a prompt near the limit leaves no room for them uncapped
+    long_outputs = tmp_path / "long-outputs.yaml"
+    long_outputs.write_text(WORKLOAD.replace("output_tokens: {p50: 20, p95: 60, max: 80}",
+                                             "output_tokens: {p50: 200, p95: 280, max: 300}"))
+    assert "p50: 200" in long_outputs.read_text()
+    assert _longtail(fleet, str(long_outputs), tmp_path / "run", "--longtail-fraction", "0.25", *extra) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["comparability"]["arrival"]["context_limit"] == limit
+    rows = pq.read_table(tmp_path / "run" / "requests.parquet").to_pylist()
+    long = [r for r in rows if r["input_tokens"] >= 0.9 * (limit - 1)]
+    if limit > 1000:  # above the workload's own longest prompt: exactly the fraction is near the limit
+        assert len(long) == round(0.25 * len(rows)) > 0
+    assert len(long) >= round(0.25 * len(rows)) > 0
+    assert all(r["error"] == "" for r in rows), {r["error"] for r in rows}  # prompt + output fit: none refused
+    assert all(r["input_tokens"] + r["output_tokens"] <= limit for r in rows)
+
+
+def test_longtail_bad_fraction_is_one_line_exit_2(fleet, workload, tmp_path, capsys):
+    assert _longtail(fleet, workload, tmp_path / "run", "--longtail-fraction", "1.5") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--longtail-fraction: 1.5: must be a fraction" in err, err
