@@ -1,4 +1,6 @@
-"""``goodput loadtest run``: a load test against OpenAI-compatible targets, written to a run directory.
+"""``goodput loadtest run|import|compare``: a load test against OpenAI-compatible targets, written to a run directory
+(with its report, the server's view per step and any faults fired beside it); another tool's result converted into
+one; two run directories compared.
 
 Everything the user gave is checked before the first request (SLO, workload, pattern, faults, the targets'
 ``/v1/models``), so bad input is one line and exit 2 before the run starts. Ctrl-C stops the run: what was measured
