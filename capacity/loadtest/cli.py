@@ -1,4 +1,6 @@
-"""``goodput loadtest run``: a load test against OpenAI-compatible targets, written to a run directory.
+"""``goodput loadtest run|import|compare``: a load test against OpenAI-compatible targets, written to a run directory
+(with its report, the server's view per step and any faults fired beside it); another tool's result converted into
+one; two run directories compared.
 
 Everything the user gave is checked before the first request (SLO, workload, pattern, faults, the targets'
 ``/v1/models``), so bad input is one line and exit 2 before the run starts. Ctrl-C stops the run: what was measured
@@ -12,6 +14,7 @@ import contextlib
 import json
 import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from goodput.foundation.errors import ConfigError
@@ -59,6 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pattern", required=True, choices=PATTERNS, help="arrival pattern")
     p.add_argument("--rate", type=_positive, default=None, metavar="REQ/S",
                    help="requests per second (poisson, gamma, burst, longtail; sweep: the first step)")
+    p.add_argument("--context-limit", type=_count, default=None, metavar="TOKENS",
+                   help="longtail: the context limit its long requests approach (default: the target's max_model_len)")
+    p.add_argument("--longtail-fraction", type=_number(float, 0, False), default=0.05, metavar="F",
+                   help="longtail: the fraction of requests at 90-100%% of the context limit (default 0.05)")
     p.add_argument("--cv", type=_positive, default=None, help="coefficient of variation of the gaps (gamma)")
     p.add_argument("--concurrency", type=_count, default=None, metavar="N", help="requests in flight (concurrency)")
     p.add_argument("--steps", default=None, metavar="rate=R1,R2|concurrency=C1,C2", help="levels of the step pattern")
@@ -74,7 +81,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="length of the run (every pattern but sweep, whose length is its steps)")
     p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
     p.add_argument("--fault", action="append", default=[], metavar="FAULT",
-                   help="abort_rate=F: the client drops this fraction of streams mid-way")
+                   help="abort_rate=F: the client drops this fraction of streams mid-way; replica_lost@SECONDS[:DEP] "
+                        "or replica_added@SECONDS[:DEP]: the fleet's admin API (--admin-url) does it on the run clock")
+    p.add_argument("--admin-url", default=None, metavar="URL",
+                   help="the live fleet's admin API (fleet serve --admin-port), needed by replica faults")
+    p.add_argument("--fault-window", type=_positive, default=10.0, metavar="SECONDS",
+                   help="sliding window over which a fault's time to detect and to recover are judged (default 10)")
+    p.add_argument("--server-metrics", action="append", default=None, metavar="auto|none|URL",
+                   help="engine /metrics to scrape during the run for the server's view per step (repeat for several; "
+                        "default auto: each --target's /metrics; none: no scraping)")
+    p.add_argument("--gpu-metrics", default=None, metavar="URL", help="a GPU exporter's /metrics, for GPU utilization")
     p.add_argument("--timeout", type=_positive, default=120.0, metavar="SECONDS",
                    help="a request that takes longer is a timeout (default 120)")
     p.add_argument("--max-in-flight", type=_count, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
@@ -89,20 +105,74 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")
     p.set_defaults(func=_run)
 
+    imp = lsub.add_parser(
+        "import", help="convert a GuideLLM or vLLM bench result into a run directory",
+        description="Read a GuideLLM JSON report (0.8.x) or a vLLM `bench serve --save-result` JSON (recognised by its "
+                    "shape) and write RUN_DIR/summary.json (and requests.parquet where the file has per-request data), "
+                    "with SLO attainment and goodput computed for --slo by goodput's own definitions.")
+    imp.add_argument("file", type=Path, metavar="FILE", help="the other tool's result JSON")
+    imp.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
+    imp.add_argument("--slo", required=True, metavar="TERMS",
+                     help="the SLO to judge the requests by, e.g. ttft_p95=0.8s,tpot_p95=50ms")
+    imp.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")
+    imp.set_defaults(func=_import)
 
-def _abort_rate(faults: list[str]) -> float:
-    rate = 0.0
-    for fault in faults:
-        name, _, value = fault.partition("=")
-        if name.strip() != "abort_rate":
-            raise ConfigError("--fault", fault, "this build knows abort_rate=F (a fraction of streams dropped mid-way)")
-        try:
-            rate = float(value)
-        except ValueError:
-            rate = math.nan
-        if not 0 <= rate <= 1:
-            raise ConfigError("--fault", fault, "abort_rate must be a fraction between 0 and 1")
-    return rate
+    cmp = lsub.add_parser(
+        "compare", help="may two runs be compared, and what changed",
+        description="Compare two run directories (goodput runs or imported ones): the comparability fields that "
+                    "differ (a different workload, arrival or SLO makes them not comparable; a different system is "
+                    "what is compared), then per load level the change in goodput, attainment and latency "
+                    "percentiles, and the change of the knee. Exit status: 0 when the runs are comparable, 1 when "
+                    "they are not (the report is printed either way), 2 on bad input.")
+    cmp.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline run directory")
+    cmp.add_argument("run_b", type=Path, metavar="RUN_B", help="the run directory compared with it")
+    cmp.add_argument("--format", choices=("table", "json"), default="table", help="report format on stdout")
+    cmp.set_defaults(func=_compare)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from capacity.loadtest.imports import import_run
+    from capacity.loadtest.slo import parse_slo
+
+    slo = parse_slo(args.slo)
+    if not args.file.is_file():
+        raise ConfigError(str(args.file), "FILE", "not found or not a file")
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(str(args.out), "--out", "exists and is not a directory")
+    summary = import_run(args.file, args.out, slo)
+    _print(args, summary)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from capacity.loadtest.compare import compare, render_text
+    from capacity.loadtest.results import read_run
+
+    _, a = read_run(args.run_a)
+    _, b = read_run(args.run_b)
+    result = compare(a, b)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n" if args.format == "json" else render_text(result))
+    return 0 if result["comparable"] else 1
+
+
+def _faults(args: argparse.Namespace) -> tuple[float, list]:
+    """(the client's abort rate, the timed faults for the admin API); a replica fault without --admin-url, or in
+    a sweep (whose steps each start a clock of their own), is a ConfigError."""
+    from capacity.loadtest.faults import TIMED_KINDS, parse_faults
+
+    parsed = parse_faults(args.fault)
+    rates = [f.rate for f in parsed if f.kind == "abort_rate"]
+    timed = [f for f in parsed if f.kind in TIMED_KINDS]
+    if args.admin_url is not None and not args.admin_url.startswith(("http://", "https://")):
+        raise ConfigError("--admin-url", args.admin_url, "expected an http(s):// URL")
+    if timed:
+        spec = next(x for x in args.fault if not x.strip().startswith("abort_rate="))
+        if args.admin_url is None:
+            raise ConfigError("--fault", spec, "a replica fault needs --admin-url URL (the fleet's admin API, "
+                                               "fleet serve --admin-port)")
+        if args.pattern == "sweep":
+            raise ConfigError("--fault", spec, "replica faults need one run clock; a sweep starts one per step")
+    return (rates[-1] if rates else 0.0), timed
 
 
 def _comparability(pairs: list[str]) -> dict:
@@ -129,7 +199,8 @@ def _run(args: argparse.Namespace) -> int:
 
     slo = parse_slo(args.slo)
     workload = load_workload(args.workload)
-    abort_rate = _abort_rate(args.fault)
+    abort_rate, timed = _faults(args)
+    beside = _Beside(_server_metrics(args), args.gpu_metrics, args.admin_url, timed)
     args.fixed = _comparability(args.comparability)
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(str(args.out), "--out", "exists and is not a directory")
@@ -147,13 +218,38 @@ def _run(args: argparse.Namespace) -> int:
     opts = ClientOptions(model=model, chat=workload.chat, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
                          abort_rate=abort_rate, api_key=args.api_key, seed=args.seed)
     if args.pattern == "sweep":
-        return _sweep(args, opts, workload, slo, entry)
+        return _sweep(args, opts, workload, slo, entry, beside)
     # the pool holds the largest closed-loop concurrency, so no worker waits for a connection
     args.max_in_flight = max([args.max_in_flight] + [s.concurrency or 0 for s in sched.steps])
     first = sched.steps[0]  # a replayed trace is one step; its lengths and hash ids are per arrival
     specs = SpecStream(workload, args.seed, first.input_tokens, first.output_tokens, first.hash_ids, first.block_tokens)
-    result = _drive(args, opts, sched.steps, specs, sched.duration_s)
-    return _report(args, result, slo, workload, entry, {"pattern": args.pattern, **_arrival(args)})
+    arrival = {"pattern": args.pattern, **_arrival(args)}
+    if args.pattern == "longtail":
+        specs, arrival["context_limit"] = _longtail(args, workload, specs, len(first.arrivals_s), entry)
+        arrival["longtail_fraction"] = args.longtail_fraction
+    result = _drive(args, opts, sched.steps, specs, sched.duration_s, beside)
+    return _report(args, result, slo, workload, entry, arrival, beside)
+
+
+def _longtail(args: argparse.Namespace, workload, specs, n: int, entry: dict):
+    """The longtail length mix over the run's ``n`` requests: the workload's own draws, ``--longtail-fraction`` of
+    them moved to 90-100% of the context limit (``patterns.longtail_lengths``); every request's output is capped so
+    prompt + output fit the limit, as a server would refuse more. Returns (the spec stream, the limit)."""
+    import numpy as np
+
+    from capacity.loadtest.patterns import longtail_lengths
+    from capacity.loadtest.workload import SpecStream
+
+    limit = args.context_limit or entry.get("max_model_len")
+    if not isinstance(limit, int) or limit < 2:
+        raise ConfigError("--pattern", "longtail", "needs --context-limit TOKENS (the target reports no max_model_len)")
+    if args.longtail_fraction > 1:
+        raise ConfigError("--longtail-fraction", str(args.longtail_fraction), "must be a fraction between 0 and 1")
+    drawn = [specs(i) for i in range(n)]
+    inputs = longtail_lengths([min(s.input_tokens, limit - 1) for s in drawn], np.random.default_rng(args.seed),
+                              context_limit=limit - 1, fraction=args.longtail_fraction)
+    outputs = [max(1, min(s.output_tokens, limit - int(i))) for s, i in zip(drawn, inputs, strict=True)]
+    return SpecStream(workload, args.seed, inputs, outputs), limit
 
 
 def _need(value, flag: str, pattern: str) -> None:
@@ -166,8 +262,79 @@ def _arrival(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
 
 
-def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float):
-    """Run ``steps`` on one event loop with a progress bar; Ctrl-C sets the runner's stop."""
+def _server_metrics(args: argparse.Namespace) -> list[str]:
+    """The /metrics URLs ``--server-metrics`` names: auto (the default) is each target's; none is none."""
+    from capacity.loadtest.server_view import metrics_url
+
+    given = args.server_metrics or ["auto"]
+    if ("none" in given or "auto" in given) and len(given) > 1:
+        raise ConfigError("--server-metrics", ",".join(given), "auto and none stand alone; give them once, without URLs")
+    if given == ["none"]:
+        return []
+    if given == ["auto"]:
+        return [metrics_url(t) for t in args.target]
+    for url in given:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError("--server-metrics", url, "expected auto, none or an http(s):// URL of a /metrics")
+    return given
+
+
+@dataclass
+class _Beside:
+    """What runs beside the load, on its clock: the server's view (a scraping thread) and the fault driver (a task
+    on the run's event loop)."""
+
+    metrics_urls: list[str]
+    gpu_url: str | None
+    admin_url: str | None = None
+    timed_faults: list = field(default_factory=list)
+    view: object = None
+    driver: object = None
+    firing: object = None
+
+    def start(self, clock) -> None:
+        """Called on the run's event loop the moment its clock starts."""
+        import asyncio
+
+        from capacity.loadtest.faults import FaultDriver
+        from capacity.loadtest.server_view import ServerView
+
+        if self.metrics_urls:
+            self.view = ServerView(self.metrics_urls, gpu_url=self.gpu_url, clock=clock)
+            self.view.start()
+        if self.timed_faults:
+            self.driver = FaultDriver(self.admin_url, self.timed_faults, clock)
+            self.firing = asyncio.get_running_loop().create_task(self.driver.run())
+
+    async def stop(self) -> None:
+        """The run is over: faults not yet due stay unfired; one last scrape closes the last step."""
+        import asyncio
+
+        if self.firing is not None:
+            self.firing.cancel()
+            await asyncio.gather(self.firing, return_exceptions=True)
+        if self.view is not None:
+            self.view.stop()
+
+    def fault_summary(self, records, slo, window_s: float) -> list[dict]:
+        """summary.json's ``faults``: each fired fault with its time to detect and to recover, then the unfired."""
+        from capacity.loadtest.faults import fault_summary
+
+        if self.driver is None:
+            return []
+        return fault_summary(self.driver.fired + self.driver.unfired(), records, slo, window_s)
+
+    def per_step(self, step_dicts: list[dict]) -> None:
+        """Put the server's view of each step into the step's ``server``."""
+        if self.view is not None:
+            views = self.view.per_step(step_dicts)
+            for step in step_dicts:
+                step["server"] = views[int(step["index"])]
+
+
+def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float, beside: _Beside):
+    """Run ``steps`` on one event loop with a progress bar, ``beside`` started on the run clock; Ctrl-C sets the
+    runner's stop."""
     import asyncio
     import signal
 
@@ -183,8 +350,10 @@ def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float):
         client = Client(args.target, opts, args.max_in_flight)
         try:
             return await run_plan(client, steps, specs, max_in_flight=args.max_in_flight, stop=stop,
-                                  on_record=lambda _r: update(client.clock()))
+                                  on_record=lambda _r: update(client.clock()),
+                                  on_start=lambda: beside.start(client.clock))
         finally:
+            await beside.stop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await client.aclose()
@@ -197,7 +366,7 @@ class _Stopped(Exception):
     """Ctrl-C during a sweep step: no more steps."""
 
 
-def _sweep(args: argparse.Namespace, opts, workload, slo, entry) -> int:
+def _sweep(args: argparse.Namespace, opts, workload, slo, entry, beside: _Beside) -> int:
     """Coarse rate steps, then bisection around the knee; each step a fresh Poisson window of ``--step-s``."""
     from capacity.loadtest import patterns, stats
     from capacity.loadtest.runner import sweep_rates
@@ -209,8 +378,10 @@ def _sweep(args: argparse.Namespace, opts, workload, slo, entry) -> int:
     def measure(rate: float) -> tuple[bool, float]:
         step = patterns.schedule("poisson", duration_s=hold, rate=rate, settle_s=args.settle,
                                  seed=args.seed + len(runs)).steps[0]
-        result = _drive(args, opts, [step], SpecStream(workload, args.seed + len(runs)), hold)
+        one = _Beside(beside.metrics_urls, beside.gpu_url)  # each sweep step is a run of its own clock
+        result = _drive(args, opts, [step], SpecStream(workload, args.seed + len(runs)), hold, one)
         (summary,) = stats.summarize(result.measured(), slo, [step])
+        one.per_step([summary])
         runs.append((rate, result, summary))
         if not result.complete:
             raise _Stopped
@@ -246,21 +417,34 @@ def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> d
     return summary
 
 
-def _report(args, result, slo, workload, entry, arrival: dict) -> int:
-    from capacity.loadtest import results, stats
+def _report(args, result, slo, workload, entry, arrival: dict, beside: _Beside) -> int:
+    from capacity.loadtest import stats
 
     step_dicts = stats.summarize(result.measured(), slo, result.steps)
+    beside.per_step(step_dicts)
     summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
-    results.write_run(args.out, result.records, summary)
-    _print(args, summary)
+    summary["faults"] = beside.fault_summary(result.measured(), slo, args.fault_window)
+    _write(args, result.records, summary, slo)
     return 0 if result.complete else 130
+
+
+def _write(args, records, summary: dict, slo) -> None:
+    """The run directory (summary.json, requests.parquet, report.html), then the summary on stdout; a partial run
+    gets its report too. The report's path goes to stderr under --format json, which keeps stdout one JSON."""
+    from capacity.loadtest import results
+    from capacity.loadtest.report import write_report
+
+    results.write_run(args.out, records, summary)
+    report = write_report(args.out, summary, results.records_table(records, slo))
+    _print(args, summary)
+    print(f"report: {report}", file=sys.stderr if args.format == "json" else sys.stdout)
 
 
 def _report_sweep(args, runs, slo, workload, entry) -> int:
     """One run directory for the whole sweep: step i is the i-th rate tried, on one run clock."""
     from dataclasses import replace
 
-    from capacity.loadtest import results, stats
+    from capacity.loadtest import stats
     from capacity.loadtest.runner import ClientHealth, RunResult, percentile
 
     records, step_dicts, offset = [], [], 0.0
@@ -281,35 +465,43 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     merged = RunResult(records, [], health, complete, health.invalid_reasons())
     summary = _summary(args, merged, step_dicts, slo, workload, entry, {"pattern": "sweep", **_arrival(args)})
     summary["knee"] = stats.knee(step_dicts)
-    results.write_run(args.out, records, summary)
-    _print(args, summary)
+    _write(args, records, summary, slo)
     return 0 if complete else 130
 
 
-def _fmt(v, scale: float = 1.0, digits: int = 0) -> str:
-    return "-" if v is None else f"{v * scale:.{digits}f}"
+def _fmt(v, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:
+    return "-" if v is None else f"{v * scale:.{digits}f}{unit}"
+
+
+def _pct(step: dict, metric: str, p: str):
+    return (step.get(metric) or {}).get(p)
 
 
 def _print(args: argparse.Namespace, summary: dict) -> None:
     if args.format == "json":
         print(json.dumps(summary, indent=2))
         return
+    server = any(s.get("server") for s in summary["steps"])  # the server's view, when it was scraped
     head = (f"{'step':<18}{'offered':>9}{'achieved':>9}{'ttft p95':>10}{'tpot p95':>10}{'e2e p99':>10}"
-            f"{'errors':>8}{'attain':>8}{'goodput':>9}")
+            f"{'errors':>8}{'attain':>8}{'goodput':>9}" + (f"{'srv queue p95':>14}{'kv mean':>9}" if server else ""))
     print(head + "\n" + "-" * len(head))
     for s in summary["steps"]:
         offered = s["offered_rate"] if s.get("offered_rate") is not None else s.get("concurrency")
-        print(f"{str(s['label'])[:17]:<18}{_fmt(offered, digits=2):>9}{_fmt(s['achieved_rate'], digits=2):>9}"
-              f"{_fmt(s['ttft_s']['p95'], 1e3) + 'ms':>10}{_fmt(s['tpot_s']['p95'], 1e3, 1) + 'ms':>10}"
-              f"{_fmt(s['e2e_s']['p99'], 1e3) + 'ms':>10}{_fmt(s['error_rate'], 100, 1) + '%':>8}"
-              f"{_fmt(s['slo_attainment'], 100, 1) + '%':>8}{_fmt(s['goodput_requests_per_s'], digits=2):>9}")
+        view = s.get("server") or {}
+        print(f"{str(s['label'])[:17]:<18}{_fmt(offered, digits=2):>9}{_fmt(s.get('achieved_rate'), digits=2):>9}"
+              f"{_fmt(_pct(s, 'ttft_s', 'p95'), 1e3, unit='ms'):>10}{_fmt(_pct(s, 'tpot_s', 'p95'), 1e3, 1, unit='ms'):>10}"
+              f"{_fmt(_pct(s, 'e2e_s', 'p99'), 1e3, unit='ms'):>10}{_fmt(s.get('error_rate'), 100, 1, unit='%'):>8}"
+              f"{_fmt(s.get('slo_attainment'), 100, 1, unit='%'):>8}{_fmt(s.get('goodput_requests_per_s'), digits=2):>9}"
+              + (f"{_fmt(view.get('queue_wait_p95_s'), 1e3, unit='ms'):>14}"
+                 f"{_fmt(view.get('kv_usage_mean'), 100, 1, unit='%'):>9}" if server else ""))
     knee = summary.get("knee")
-    c = summary["client"]
+    c = summary.get("client") or {}
     print(f"SLO {summary['comparability']['slo']}: "
           + (f"knee at step {knee['step']} ({_fmt(knee['goodput_requests_per_s'], digits=2)} req/s goodput)"
              if knee else "no step meets it"))
-    print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
-          f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)")
+    if c:  # an imported run has no client figures of ours
+        print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
+              f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)")
     if not summary["valid"]:
         print("INVALID: " + "; ".join(summary["invalid_reasons"]))
     if not summary["complete"]:

@@ -153,13 +153,17 @@ class _Run:
 
 async def run_plan(client: Client, steps: Sequence[Step], specs: Callable[[int], RequestSpec], *,
                    max_in_flight: int, stop: asyncio.Event | None = None, drain_s: float | None = None,
-                   on_record: Callable[[RequestRecord], None] | None = None) -> RunResult:
+                   on_record: Callable[[RequestRecord], None] | None = None,
+                   on_start: Callable[[], None] | None = None) -> RunResult:
     """Run ``steps`` in order on a run clock that starts now; ``specs(i)`` is the i-th request to send. Setting
     ``stop`` ends the run early (incomplete); requests still in flight ``drain_s`` after the last step (default: the
-    client's timeout) are cut."""
+    client's timeout) are cut. ``on_start()`` is called the moment the run clock starts, so what runs beside the run
+    (a server view, a fault driver) shares its time 0."""
     stop = stop or asyncio.Event()
     run = _Run(client, specs, max_in_flight, stop, on_record)
     client.start_clock()
+    if on_start is not None:
+        on_start()
     cpu0 = time.thread_time()
     started: list[Step] = []
     for step in steps:

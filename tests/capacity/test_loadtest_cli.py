@@ -75,7 +75,10 @@ def test_a_run_against_the_live_fleet_writes_its_summary(fleet, workload, tmp_pa
                "--duration", "2", "--slo", "ttft_p95=5s,tpot_p95=1s", "--out", str(tmp_path / "run"), "--format", "json",
                "--comparability", "hardware=H100-80GB-SXM", "--comparability", "tensor_parallel=2"])
     assert rc == 0
-    printed = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)  # stdout stays one JSON document; the report's path goes to stderr
+    report = tmp_path / "run" / "report.html"
+    assert f"report: {report}" in captured.err and "plotly" in report.read_text()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert printed == summary
     (step,) = summary["steps"]
@@ -129,6 +132,8 @@ def test_ctrl_c_writes_the_partial_run_marked_incomplete(fleet, workload, tmp_pa
     assert proc.returncode == 130, err
     assert "INCOMPLETE" in err and "Traceback" not in err
     assert "concurrency=2" in out and "schedule lag" in out  # the table
+    report = tmp_path / "run" / "report.html"
+    assert f"report: {report}" in out and "INCOMPLETE (interrupted" in report.read_text()  # a partial run's report
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["complete"] is False and summary["steps"][0]["completed"] >= 4
     assert summary["steps"][0]["errors"] == {}  # the requests cut by Ctrl-C are not held against the target
