@@ -1,6 +1,5 @@
 """`goodput loadtest run` as a user runs it: against the live fleet, bad input as one line (exit 2), Ctrl-C partial."""
 
-import copy
 import json
 import os
 import signal
@@ -13,19 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from goodput.cli import main
-from simulator.live import LiveFleet
 from tests.capacity.stub_target import StubTarget
-from tests.conftest import BASE_DEPLOYMENT, REPO, free_port_block, make_fleet
-
-WORKLOAD = """\
-api: chat
-input_tokens: {p50: 200, p95: 600, max: 1000}
-output_tokens: {p50: 20, p95: 60, max: 80}
-tiers: {P0: 0.5, P1: 0.5}
-tenants: {acme: 1}
-routes: {chat: 1}
-shared_prefix: {tokens: 64, fraction: 0.5}
-"""
+from tests.conftest import REPO, free_port_block
 
 
 def test_run_help_lists_its_options(capsys):
@@ -38,24 +26,8 @@ def test_run_help_lists_its_options(capsys):
         assert option in out
 
 
-# a run needs the stats engineer's slo/patterns/stats/results (merged separately): skipped until they are here
 
 
-@pytest.fixture(scope="module")
-def fleet():
-    dep = dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=1)
-    base = free_port_block(1)
-    lf = LiveFleet(make_fleet(deployments=[dep]), base_port=base, traffic=0.0)
-    lf.start()
-    yield f"http://127.0.0.1:{base}"
-    lf.close()
-
-
-@pytest.fixture
-def workload(tmp_path):
-    path = tmp_path / "workload.yaml"
-    path.write_text(WORKLOAD)
-    return str(path)
 
 
 def _cli(*argv, **kw):

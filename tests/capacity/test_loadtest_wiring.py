@@ -1,14 +1,13 @@
 """`goodput loadtest import|compare`, and what `run` wires in: the report, the server's view, faults, longtail."""
 
-import copy
 import json
 
 import pytest
 
 from goodput.cli import main
 from simulator.live import LiveFleet
-from tests.capacity.test_loadtest_cli import WORKLOAD
-from tests.conftest import BASE_DEPLOYMENT, REPO, free_port_block, make_fleet
+from tests.capacity.conftest import WORKLOAD
+from tests.conftest import REPO, free_port_block, make_fleet
 
 FIX = REPO / "tests" / "fixtures" / "loadtest"
 SLO = "ttft_p50=0.5s,e2e_p50=1s"
@@ -72,21 +71,6 @@ def test_import_and_compare_have_help(capsys):
     assert "1 when" in capsys.readouterr().out
 
 
-@pytest.fixture(scope="module")
-def fleet():
-    dep = dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=1)
-    base = free_port_block(1)
-    lf = LiveFleet(make_fleet(deployments=[dep]), base_port=base, traffic=0.0)
-    lf.start()
-    yield f"http://127.0.0.1:{base}"
-    lf.close()
-
-
-@pytest.fixture
-def workload(tmp_path):
-    path = tmp_path / "workload.yaml"
-    path.write_text(WORKLOAD)
-    return str(path)
 
 
 def _run(target, workload, out, *extra):
