@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from goodput.foundation.args import non_negative_number, positive_int, positive_number, seed
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
@@ -28,19 +28,6 @@ FROM_FLAGS = ("quantization", "framework", "framework_version", "hardware", "ten
               "cache_state")
 
 
-def _number(kind: type, low: float, strict: bool):
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
-        if not math.isfinite(v) or (v <= low if strict else v < low):
-            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low:g}, got {text}")
-        return v
-    return parse
-
-
-_positive, _nonneg, _count = _number(float, 0, True), _number(float, 0, False), _number(int, 0, True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,24 +47,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", required=True, metavar="FILE|FILE:NAME",
                    help="a workload YAML, or a fleet file's workload by name (docs/loadtest.md)")
     p.add_argument("--pattern", required=True, choices=PATTERNS, help="arrival pattern")
-    p.add_argument("--rate", type=_positive, default=None, metavar="REQ/S",
+    p.add_argument("--rate", type=positive_number, default=None, metavar="REQ/S",
                    help="requests per second (poisson, gamma, burst, longtail; sweep: the first step)")
-    p.add_argument("--context-limit", type=_count, default=None, metavar="TOKENS",
+    p.add_argument("--context-limit", type=positive_int, default=None, metavar="TOKENS",
                    help="longtail: the context limit its long requests approach (default: the target's max_model_len)")
-    p.add_argument("--longtail-fraction", type=_number(float, 0, False), default=0.05, metavar="F",
+    p.add_argument("--longtail-fraction", type=non_negative_number, default=0.05, metavar="F",
                    help="longtail: the fraction of requests at 90-100%% of the context limit (default 0.05)")
-    p.add_argument("--cv", type=_positive, default=None, help="coefficient of variation of the gaps (gamma)")
-    p.add_argument("--concurrency", type=_count, default=None, metavar="N", help="requests in flight (concurrency)")
+    p.add_argument("--cv", type=positive_number, default=None, help="coefficient of variation of the gaps (gamma)")
+    p.add_argument("--concurrency", type=positive_int, default=None, metavar="N", help="requests in flight (concurrency)")
     p.add_argument("--steps", default=None, metavar="rate=R1,R2|concurrency=C1,C2", help="levels of the step pattern")
-    p.add_argument("--step-s", type=_positive, default=None, metavar="SECONDS",
+    p.add_argument("--step-s", type=positive_number, default=None, metavar="SECONDS",
                    help="how long each step (or sweep step) holds (default: duration / steps; sweep: 30)")
-    p.add_argument("--settle", type=_nonneg, default=0.0, metavar="SECONDS",
+    p.add_argument("--settle", type=non_negative_number, default=0.0, metavar="SECONDS",
                    help="unmeasured seconds at the start of every step (default 0)")
     p.add_argument("--burst", default=None, metavar="factor=F,length=S,period=S", help="spikes of the burst pattern")
     p.add_argument("--trace", default=None, metavar="FILE", help="Azure .csv or Mooncake .jsonl trace (replay)")
-    p.add_argument("--time-scale", type=_positive, default=1.0, help="replay: multiply trace times (0.5 = twice as fast)")
+    p.add_argument("--time-scale", type=positive_number, default=1.0, help="replay: multiply trace times (0.5 = twice as fast)")
     p.add_argument("--slo", required=True, metavar="TERMS", help="e.g. ttft_p95=0.8s,tpot_p95=50ms,e2e_p99=2s")
-    p.add_argument("--duration", type=_positive, default=None, metavar="SECONDS",
+    p.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
                    help="length of the run (every pattern but sweep, whose length is its steps)")
     p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
     p.add_argument("--fault", action="append", default=[], metavar="FAULT",
@@ -85,18 +72,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "or replica_added@SECONDS[:DEP]: the fleet's admin API (--admin-url) does it on the run clock")
     p.add_argument("--admin-url", default=None, metavar="URL",
                    help="the live fleet's admin API (fleet serve --admin-port), needed by replica faults")
-    p.add_argument("--fault-window", type=_positive, default=10.0, metavar="SECONDS",
+    p.add_argument("--fault-window", type=positive_number, default=10.0, metavar="SECONDS",
                    help="sliding window over which a fault's time to detect and to recover are judged (default 10)")
     p.add_argument("--server-metrics", action="append", default=None, metavar="auto|none|URL",
                    help="engine /metrics to scrape during the run for the server's view per step (repeat for several; "
                         "default auto: each --target's /metrics; none: no scraping)")
     p.add_argument("--gpu-metrics", default=None, metavar="URL", help="a GPU exporter's /metrics, for GPU utilization")
-    p.add_argument("--timeout", type=_positive, default=120.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_number, default=120.0, metavar="SECONDS",
                    help="a request that takes longer is a timeout (default 120)")
-    p.add_argument("--max-in-flight", type=_count, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
+    p.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
                    help=f"connections in the client's pool; a due request waits for one, as schedule lag "
                         f"(default {DEFAULT_MAX_IN_FLIGHT})")
-    p.add_argument("--seed", type=_number(int, 0, False), default=0, help="seed of arrivals and requests (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of arrivals and requests (default 0)")
     p.add_argument("--api-key", default=None, help="sent as a bearer token")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                    help="let the model stop early (default: ask for exactly the drawn output length)")
