@@ -86,6 +86,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the fleet process, and kill it if it has not stopped within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process, all its threads (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -143,12 +153,7 @@ def measure(runner: str, args: list[str], port: int, streams: int, max_tokens: i
         results = asyncio.run(_load(f"http://127.0.0.1:{port}/v1/chat/completions", streams, max_tokens, timeout_s))
         cpu, wall = cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
     outcomes = Counter(r[0] for r in results)
     tokens = sum(r[1] for r in results)
     ttfts = sorted(r[2] for r in results if r[2] == r[2])

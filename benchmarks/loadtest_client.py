@@ -29,7 +29,7 @@ import httpx
 import numpy as np
 import yaml
 
-from benchmarks.fleet_server import FLEET, MODEL, NEW_RUNNER, REPO, _load, free_port
+from benchmarks.fleet_server import FLEET, MODEL, NEW_RUNNER, REPO, _load, free_port, stop
 from benchmarks.report import emit
 from capacity.loadtest.client import Client, ClientOptions
 from capacity.loadtest.runner import run_plan
@@ -117,12 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
                     url, arrivals, args.duration, args.tokens, 4096),
             }
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
     return emit("load-test client: schedule lag and CPU per streamed token (fleet in another process)", out, args.json)
 
 
