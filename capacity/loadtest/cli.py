@@ -399,7 +399,8 @@ def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> d
         "complete": result.complete, "valid": result.valid, "invalid_reasons": result.invalid_reasons,
         "slo": slo.to_dict(), "steps": step_dicts, "knee": stats.knee(step_dicts),
         "client": {"schedule_lag_p50_s": c.schedule_lag_p50_s, "schedule_lag_p99_s": c.schedule_lag_p99_s,
-                   "cpu_s": c.cpu_s, "cpu_per_token_us": c.cpu_per_token_us, "wall_s": c.wall_s},
+                   "cpu_s": c.cpu_s, "cpu_per_token_us": c.cpu_per_token_us, "wall_s": c.wall_s,
+                   "cpu_wait_s": c.cpu_wait_s},
     })
     return summary
 
@@ -447,7 +448,9 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     lags = [r.sent_s - r.scheduled_s for r in records]
     cpu = sum(res.client.cpu_s for _, res, _ in runs)
     tokens = sum(r.output_tokens for r in records)
-    health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, offset, cpu / tokens * 1e6 if tokens else 0)
+    waits = [res.client.cpu_wait_s for _, res, _ in runs]
+    health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, offset, cpu / tokens * 1e6 if tokens else 0,
+                          None if None in waits else sum(waits))
     complete = bool(runs) and all(res.complete for _, res, _ in runs)
     merged = RunResult(records, [], health, complete, health.invalid_reasons())
     summary = _summary(args, merged, step_dicts, slo, workload, entry, {"pattern": "sweep", **_arrival(args)})
@@ -488,7 +491,8 @@ def _print(args: argparse.Namespace, summary: dict) -> None:
              if knee else "no step meets it"))
     if c:  # an imported run has no client figures of ours
         print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
-              f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)")
+              f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)"
+              + (f"; waited {c['cpu_wait_s']:.2f} s for a CPU" if c.get("cpu_wait_s") is not None else ""))
     if not summary["valid"]:
         print("INVALID: " + "; ".join(summary["invalid_reasons"]))
     if not summary["complete"]:

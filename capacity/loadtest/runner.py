@@ -25,11 +25,13 @@ from capacity.loadtest.client import Client
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.workload import RequestSpec
 
-__all__ = ["MAX_CPU_BUSY", "MAX_LAG_P99_S", "ClientHealth", "RunResult", "Step", "percentile", "run_plan", "sweep_rates"]
+__all__ = ["MAX_CPU_BUSY", "MAX_CPU_WAIT", "MAX_LAG_P99_S", "ClientHealth", "RunResult", "Step", "cpu_wait_s", "percentile",
+           "run_plan", "sweep_rates"]
 
 MAX_LAG_P99_S = 0.025  # schedule lag p99 above this: the client could not keep the schedule
 SHORT_WAIT_S = 0.05  # waits shorter than this are plain sleeps (a stop is noticed at the next arrival)
 MAX_CPU_BUSY = 0.9  # the client's event loop busy this fraction of the wall time: it was the bottleneck
+MAX_CPU_WAIT = 0.5  # the client's thread ready to run but given no CPU this fraction of the time: the machine was
 
 
 class Step(Protocol):
@@ -49,6 +51,7 @@ class ClientHealth:
     cpu_s: float
     wall_s: float
     cpu_per_token_us: float
+    cpu_wait_s: float | None = None  # ready to run but waiting for a CPU (Linux schedstat; None elsewhere)
 
     def invalid_reasons(self) -> list[str]:
         out = []
@@ -56,6 +59,9 @@ class ClientHealth:
             out.append(f"client schedule lag p99 {self.schedule_lag_p99_s * 1e3:.1f} ms > {MAX_LAG_P99_S * 1e3:g} ms")
         if self.wall_s > 0 and self.cpu_s / self.wall_s > MAX_CPU_BUSY:
             out.append(f"client event loop busy {self.cpu_s / self.wall_s:.0%} of the run (> {MAX_CPU_BUSY:.0%})")
+        if self.cpu_wait_s is not None and self.wall_s > 0 and self.cpu_wait_s / self.wall_s > MAX_CPU_WAIT:
+            out.append(f"client waited {self.cpu_wait_s / self.wall_s:.0%} of the run for a CPU (> {MAX_CPU_WAIT:.0%}): "
+                       f"the machine, busy with other work, set the pace")
         return out
 
 
@@ -89,6 +95,16 @@ def percentile(values: Sequence[float], q: float) -> float:
     lo = math.floor(h)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (h - lo)
+
+
+def cpu_wait_s() -> float | None:
+    """Seconds the calling thread has spent ready to run but waiting for a CPU (Linux ``schedstat``), None where
+    the kernel does not say. On a shared machine this, not the client's own CPU, is what delays a schedule."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class _Run:
@@ -164,7 +180,7 @@ async def run_plan(client: Client, steps: Sequence[Step], specs: Callable[[int],
     client.start_clock()
     if on_start is not None:
         on_start()
-    cpu0 = time.thread_time()
+    cpu0, wait0 = time.thread_time(), cpu_wait_s()
     started: list[Step] = []
     for step in steps:
         if stop.is_set():
@@ -188,10 +204,11 @@ async def run_plan(client: Client, steps: Sequence[Step], specs: Callable[[int],
         if rec.done_s is None and not rec.error:  # cut while waiting or streaming: the client gave up on it
             rec.error = "aborted"
             cut.append(rec.index)
-    cpu, wall = time.thread_time() - cpu0, client.clock()
+    cpu, wall, wait1 = time.thread_time() - cpu0, client.clock(), cpu_wait_s()
     lags = [r.sent_s - r.scheduled_s for r in run.records]
     tokens = sum(r.output_tokens for r in run.records)
-    health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, wall, cpu / tokens * 1e6 if tokens else 0.0)
+    health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, wall, cpu / tokens * 1e6 if tokens else 0.0,
+                          None if wait0 is None or wait1 is None else wait1 - wait0)
     return RunResult(run.records, started, health, complete, health.invalid_reasons(), cut)
 
 

@@ -98,6 +98,10 @@ def test_client_health_reasons():
     assert ok.invalid_reasons() == []
     busy = ClientHealth(0.001, 0.004, cpu_s=9.5, wall_s=10.0, cpu_per_token_us=5.0)
     assert busy.invalid_reasons() == ["client event loop busy 95% of the run (> 90%)"]
+    starved = ClientHealth(0.001, 0.004, cpu_s=1.0, wall_s=10.0, cpu_per_token_us=5.0, cpu_wait_s=6.0)
+    assert starved.invalid_reasons() == ["client waited 60% of the run for a CPU (> 50%): the machine, busy with "
+                                         "other work, set the pace"]
+    assert ClientHealth(0.001, 0.004, 1.0, 10.0, 5.0, cpu_wait_s=4.0).invalid_reasons() == []
     assert percentile([], 99) == 0.0
     assert percentile(list(range(1, 101)), 99) == pytest.approx(float(np.percentile(range(1, 101), 99)))
     assert percentile([3, 1, 2], 50) == 2 and percentile([5], 99) == 5 and percentile([1, 2], 100) == 2
@@ -159,6 +163,7 @@ def test_the_fleet_counts_what_the_client_counted(tmp_path):
     assert after - before == 8
     assert all(r.output_tokens == 4 and r.ttft_s > 0 for r in res.records)
     assert res.client.cpu_s > 0 and res.client.cpu_per_token_us > 0
+    assert res.client.cpu_wait_s is not None and 0 <= res.client.cpu_wait_s <= res.client.wall_s  # Linux schedstat
 
 
 def test_sweep_finds_the_knee_within_tolerance_in_few_steps():
@@ -191,9 +196,9 @@ def test_sweep_with_nothing_meeting_the_slo():
     assert knee is None and len(tried) == 1
 
 
-def test_every_request_in_flight_has_its_connection_across_pools(stub):
-    """130 due at once over three pools: the stub holds all 130 before answering any, so none waited for a
-    connection (a wait the schedule lag would not show)."""
+def test_every_request_in_flight_has_its_connection(stub):
+    """130 due at once: the stub holds all 130 before answering any, so the one connector has a connection for
+    each request in flight and none waited for one (a wait the schedule lag would not show)."""
     _open_gate_when(stub, lambda: stub.held == 130)
     res = _run(stub.url + "/gate", [_step(0, 0.0, 0.1, arrivals_s=np.zeros(130))], max_in_flight=130)
     assert stub.max_held == 130 and [r.error for r in res.records] == [""] * 130
