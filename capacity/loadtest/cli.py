@@ -372,10 +372,10 @@ def _sweep(args: argparse.Namespace, opts, workload, slo, entry, beside: _Beside
         runs.append((rate, result, summary))
         if not result.complete:
             raise _Stopped
-        return summary["slo_met"], summary["goodput_requests_per_s"]
+        return summary["slo_met"], summary["goodput_requests_per_s"], stats.served_rate(result.measured(), step)
 
     with contextlib.suppress(_Stopped):
-        sweep_rates(measure, args.rate, max_steps=8, tolerance=0.1)
+        sweep_rates(measure, args.rate, max_steps=8)
     return _report_sweep(args, runs, slo, workload, entry)
 
 

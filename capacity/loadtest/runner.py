@@ -31,6 +31,7 @@ __all__ = ["MAX_CPU_BUSY", "MAX_CPU_WAIT", "MAX_LAG_P99_S", "ClientHealth", "Run
 MAX_LAG_P99_S = 0.025  # schedule lag p99 above this: the client could not keep the schedule
 SHORT_WAIT_S = 0.05  # waits shorter than this are plain sleeps (a stop is noticed at the next arrival)
 MAX_CPU_BUSY = 0.9  # the client's event loop busy this fraction of the wall time: it was the bottleneck
+SATURATED = 0.9  # a step that completed less than this fraction of its offered rate was limited by the target
 MAX_CPU_WAIT = 0.5  # the client's thread ready to run but given no CPU this fraction of the time: the machine was
 
 
@@ -212,17 +213,23 @@ async def run_plan(client: Client, steps: Sequence[Step], specs: Callable[[int],
     return RunResult(run.records, started, health, complete, health.invalid_reasons(), cut)
 
 
-def sweep_rates(measure: Callable[[float], tuple[bool, float]], start: float, *, factor: float = 2.0,
-                max_steps: int = 8, tolerance: float = 0.1) -> tuple[float | None, list[tuple[float, bool, float]]]:
+def sweep_rates(measure: Callable[[float], tuple[bool, float, float | None]], start: float, *, factor: float = 2.0,
+                max_steps: int = 8, tolerance: float = 0.05) -> tuple[float | None, list[tuple[float, bool, float]]]:
     """The highest rate whose step meets the SLO: coarse steps (``start``, ×``factor``, …) until a step misses the
-    SLO or its goodput falls, then bisection between the last good rate and the first bad one until they are within
-    ``tolerance`` (relative) or ``max_steps`` steps are spent. ``measure(rate)`` runs a step and returns
-    (SLO met, goodput). Returns (the knee or None, every (rate, met, goodput) measured)."""
+    SLO or its goodput falls, then a search between the last good rate and the first bad one until they are within
+    ``tolerance`` (relative) or ``max_steps`` steps are spent. ``measure(rate)`` runs a step and returns (SLO met,
+    goodput, the rate at which the target completed requests during the step, or None).
+
+    A saturated target completes no more than its capacity, however much is offered, so a bad step that completed
+    clearly less than it offered bounds the knee near what it completed: the next probe is that rate (kept at least
+    ``tolerance`` above the good rate) instead of the midpoint, when it is lower. Without it a doubling that overshot
+    by far leaves a wide interval that bisection narrows only one halving per step.
+    Returns (the knee or None, every (rate, met, goodput) measured)."""
     tried: list[tuple[float, bool, float]] = []
-    good, bad, best = None, None, -math.inf
+    good, bad, best, served = None, None, -math.inf, None
     rate = start
     while len(tried) < max_steps:
-        met, goodput = measure(rate)
+        met, goodput, served = measure(rate)
         tried.append((rate, met, goodput))
         if not met or goodput < best:
             bad = rate
@@ -231,10 +238,12 @@ def sweep_rates(measure: Callable[[float], tuple[bool, float]], start: float, *,
         rate *= factor
     while good is not None and bad is not None and len(tried) < max_steps and bad - good > tolerance * good:
         rate = (good + bad) / 2
-        met, goodput = measure(rate)
+        if served is not None and served < SATURATED * bad:
+            rate = min(rate, max(served, good * (1 + tolerance)))
+        met, goodput, served = measure(rate)
         tried.append((rate, met, goodput))
         if met and goodput >= best:
-            good, best = rate, goodput
+            good, best, served = rate, goodput, None
         else:
             bad = rate
     return good, tried

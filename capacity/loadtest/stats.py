@@ -17,7 +17,7 @@ import numpy as np
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.slo import Slo, SloTerm, percentile
 
-__all__ = ["PERCENTILES", "distribution", "knee", "length_stats", "slo_term_value", "summarize"]
+__all__ = ["PERCENTILES", "distribution", "knee", "length_stats", "served_rate", "slo_term_value", "summarize"]
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -122,6 +122,16 @@ def summarize(records: Iterable[RequestRecord], slo: Slo, steps) -> list[dict]:
             "server": {},
         })
     return out
+
+
+def served_rate(records: Iterable[RequestRecord], step) -> float | None:
+    """Requests the target completed per second *during* the step's measured window, whichever step sent them: under
+    overload this is the target's capacity, where ``achieved_rate`` (the step's own requests, however late they
+    finished) is the offered rate again. None for an empty window."""
+    start = step.start_s + step.settle_s
+    if step.end_s <= start:
+        return None
+    return sum(1 for r in records if _ok(r) and start <= r.done_s < step.end_s) / (step.end_s - start)
 
 
 def _load(step: dict) -> float | None:

@@ -172,11 +172,27 @@ def test_sweep_finds_the_knee_within_tolerance_in_few_steps():
 
     def measure(rate):
         calls.append(rate)
-        return rate <= capacity, min(rate, capacity)
+        return rate <= capacity, min(rate, capacity), None  # no completion rate: plain bisection
     knee, tried = sweep_rates(measure, 5.0, max_steps=8, tolerance=0.1)
     assert len(tried) <= 8 and calls == [t[0] for t in tried]
     assert knee <= capacity and knee >= 0.9 * capacity
     assert [t[0] for t in tried[:4]] == [5.0, 10.0, 20.0, 40.0]  # coarse doubling until the SLO is missed
+
+
+def test_a_saturated_step_guides_the_sweep_to_the_knee():
+    """Doubling from 1 overshoots a capacity of 37 at 64: bisection alone would still be 5 probes from 5% after
+    8 steps; the rate the saturated step completed (its capacity) is probed next and the knee is found in 8."""
+    capacity = 37.0
+
+    def measure(rate):
+        return rate <= 0.97 * capacity, min(rate, capacity), min(rate, capacity)
+    knee, tried = sweep_rates(measure, 1.0, max_steps=8)
+    assert [t[0] for t in tried[:8]][:7] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    assert tried[7][0] == capacity  # what the 64 req/s step completed, not the midpoint 48
+    assert knee == 32.0 and len(tried) == 8
+    knee, tried = sweep_rates(measure, 5.0, max_steps=8)
+    assert [t[0] for t in tried[:5]] == [5.0, 10.0, 20.0, 40.0, 30.0]  # 40 completed 37: the midpoint is lower
+    assert 0.95 * 0.97 * capacity <= knee <= 0.97 * capacity and len(tried) <= 8
 
 
 def test_sweep_stops_when_goodput_falls_even_if_the_slo_holds():
@@ -184,15 +200,15 @@ def test_sweep_stops_when_goodput_falls_even_if_the_slo_holds():
 
     def measure(rate):
         tried_rates.append(rate)
-        return True, rate if rate < 15 else 30 - rate
-    knee, tried = sweep_rates(measure, 4.0, max_steps=8)
+        return True, rate if rate < 15 else 30 - rate, rate
+    knee, tried = sweep_rates(measure, 4.0, max_steps=8, tolerance=0.1)
     assert [t[0] for t in tried[:4]] == [4.0, 8.0, 16.0, 32.0] and 64.0 not in tried_rates  # 32 fell: no 64
     assert all(16.0 < t[0] < 32.0 for t in tried[4:])  # then bisection between the best and the fall
     assert knee == pytest.approx(15.0, rel=0.1)  # goodput peaks at 15
 
 
 def test_sweep_with_nothing_meeting_the_slo():
-    knee, tried = sweep_rates(lambda r: (False, 0.0), 1.0)
+    knee, tried = sweep_rates(lambda r: (False, 0.0, 0.0), 1.0)
     assert knee is None and len(tried) == 1
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from capacity.loadtest.patterns import Step
 from capacity.loadtest.slo import parse_slo
-from capacity.loadtest.stats import distribution, knee, summarize
+from capacity.loadtest.stats import distribution, knee, served_rate, summarize
 from tests.capacity.loadtest_records import rec
 
 
@@ -137,3 +137,11 @@ def test_step_percentile_equals_numpys_on_finite_values():
         records = [rec(i, ttft=float(t), e2e=float(t) + 1.0) for i, t in enumerate(ttfts)]
         for pct in (50.0, 90.0, 95.0, 99.0, 99.9):
             assert slo_term_value(SloTerm("ttft", pct, 1.0), records) == pytest.approx(np.percentile(ttfts, pct))
+
+
+def test_served_rate_counts_completions_inside_the_window():
+    """Under overload the step's own requests finish late; the served rate counts what finished in the window."""
+    recs = [rec(i, sched=0.0, e2e=t) for i, t in enumerate([1.0, 3.0, 5.0, 9.9, 10.0, 30.0])]
+    recs.append(rec(9, sched=4.0, e2e=None, error="timeout"))
+    assert served_rate(recs, step(end=10.0, settle=2.0, rate=5.0)) == pytest.approx(3 / 8)  # 3.0, 5.0, 9.9
+    assert served_rate(recs, step(end=2.0, settle=2.0, rate=5.0)) is None
