@@ -78,6 +78,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine /metrics to scrape during the run for the server's view per step (repeat for several; "
                         "default auto: each --target's /metrics; none: no scraping)")
     p.add_argument("--gpu-metrics", default=None, metavar="URL", help="a GPU exporter's /metrics, for GPU utilization")
+    p.add_argument("--prometheus", default=None, metavar="URL",
+                   help="take the server's view from this Prometheus (scraping goodput's engine exporter, and its GPU "
+                        "exporter for utilization) instead of scraping /metrics")
+    p.add_argument("--prometheus-selector", default="", metavar="{LABEL=\"VALUE\",...}",
+                   help="label matchers for every Prometheus series, e.g. '{deployment=\"chat\"}' (default: all)")
     p.add_argument("--timeout", type=positive_number, default=120.0, metavar="SECONDS",
                    help="a request that takes longer is a timeout (default 120)")
     p.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
@@ -187,7 +192,8 @@ def _run(args: argparse.Namespace) -> int:
     slo = parse_slo(args.slo)
     workload = load_workload(args.workload)
     abort_rate, timed = _faults(args)
-    beside = _Beside(_server_metrics(args), args.gpu_metrics, args.admin_url, timed)
+    beside = _Beside(_server_metrics(args), args.gpu_metrics, args.admin_url, timed, args.prometheus,
+                     args.prometheus_selector)
     args.fixed = _comparability(args.comparability)
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(str(args.out), "--out", "exists and is not a directory")
@@ -253,6 +259,17 @@ def _server_metrics(args: argparse.Namespace) -> list[str]:
     """The /metrics URLs ``--server-metrics`` names: auto (the default) is each target's; none is none."""
     from capacity.loadtest.server_view import metrics_url
 
+    if args.prometheus is not None:
+        from capacity.loadtest.prometheus_view import check_prometheus
+
+        if args.server_metrics not in (None, ["none"]) or args.gpu_metrics is not None:
+            raise ConfigError("--prometheus", args.prometheus, "the server's view comes from one source: give "
+                                                               "--prometheus or --server-metrics/--gpu-metrics, not both")
+        if args.prometheus_selector and not (args.prometheus_selector.startswith("{")
+                                             and args.prometheus_selector.endswith("}")):
+            raise ConfigError("--prometheus-selector", args.prometheus_selector, "expected {label=\"value\",...}")
+        check_prometheus(args.prometheus)
+        return []
     given = args.server_metrics or ["auto"]
     if ("none" in given or "auto" in given) and len(given) > 1:
         raise ConfigError("--server-metrics", ",".join(given), "auto and none stand alone; give them once, without URLs")
@@ -275,6 +292,8 @@ class _Beside:
     gpu_url: str | None
     admin_url: str | None = None
     timed_faults: list = field(default_factory=list)
+    prometheus: str | None = None
+    prometheus_selector: str = ""
     view: object = None
     driver: object = None
     firing: object = None
@@ -286,7 +305,12 @@ class _Beside:
         from capacity.loadtest.faults import FaultDriver
         from capacity.loadtest.server_view import ServerView
 
-        if self.metrics_urls:
+        if self.prometheus is not None:
+            from capacity.loadtest.prometheus_view import PrometheusView
+
+            self.view = PrometheusView(self.prometheus, self.prometheus_selector, clock=clock)
+            self.view.start()
+        elif self.metrics_urls:
             self.view = ServerView(self.metrics_urls, gpu_url=self.gpu_url, clock=clock)
             self.view.start()
         if self.timed_faults:
@@ -365,7 +389,9 @@ def _sweep(args: argparse.Namespace, opts, workload, slo, entry, beside: _Beside
     def measure(rate: float) -> tuple[bool, float]:
         step = patterns.schedule("poisson", duration_s=hold, rate=rate, settle_s=args.settle,
                                  seed=args.seed + len(runs)).steps[0]
-        one = _Beside(beside.metrics_urls, beside.gpu_url)  # each sweep step is a run of its own clock
+        # each sweep step is a run of its own clock
+        one = _Beside(beside.metrics_urls, beside.gpu_url, prometheus=beside.prometheus,
+                      prometheus_selector=beside.prometheus_selector)
         result = _drive(args, opts, [step], SpecStream(workload, args.seed + len(runs)), hold, one)
         (summary,) = stats.summarize(result.measured(), slo, [step])
         one.per_step([summary])
