@@ -431,13 +431,21 @@ def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> d
     return summary
 
 
+def _aborts(args, records, slo) -> list[dict]:
+    """The ``abort_rate`` fault's entry in summary.json's ``faults`` (none without one)."""
+    from capacity.loadtest.faults import abort_summary
+
+    rate, _ = _faults(args)
+    return [abort_summary(rate, records, slo, args.fault_window)] if rate else []
+
+
 def _report(args, result, slo, workload, entry, arrival: dict, beside: _Beside) -> int:
     from capacity.loadtest import stats
 
     step_dicts = stats.summarize(result.measured(), slo, result.steps)
     beside.per_step(step_dicts)
     summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
-    summary["faults"] = beside.fault_summary(result.measured(), slo, args.fault_window)
+    summary["faults"] = beside.fault_summary(result.measured(), slo, args.fault_window) + _aborts(args, result.measured(), slo)
     _write(args, result.records, summary, slo)
     return 0 if result.complete else 130
 
@@ -461,9 +469,12 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     from capacity.loadtest import stats
     from capacity.loadtest.runner import ClientHealth, RunResult, percentile
 
-    records, step_dicts, offset = [], [], 0.0
+    records, measured, step_dicts, offset = [], [], [], 0.0
     for i, (_rate, result, summary) in enumerate(runs):
+        cut = set(result.cut)
         for r in result.records:
+            if r.index not in cut:  # the client's own cut at a Ctrl-C says nothing about the target
+                measured.append(len(records))
             records.append(replace(r, index=len(records), step=i, scheduled_s=r.scheduled_s + offset,
                                    sent_s=r.sent_s + offset, itl_s=list(r.itl_s),
                                    first_token_s=None if r.first_token_s is None else r.first_token_s + offset,
@@ -481,6 +492,7 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     merged = RunResult(records, [], health, complete, health.invalid_reasons())
     summary = _summary(args, merged, step_dicts, slo, workload, entry, {"pattern": "sweep", **_arrival(args)})
     summary["knee"] = stats.knee(step_dicts)
+    summary["faults"] = _aborts(args, [records[i] for i in measured], slo)
     _write(args, records, summary, slo)
     return 0 if complete else 130
 
@@ -491,6 +503,15 @@ def _fmt(v, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:
 
 def _pct(step: dict, metric: str, p: str):
     return (step.get(metric) or {}).get(p)
+
+
+def _fault_line(f: dict) -> str:
+    if f["kind"] == "abort_rate":
+        return (f"fault abort_rate={f['rate']:g}: {f['aborted']} of {f['requests']} streams dropped mid-way"
+                f" ({_fmt(f['aborted_rate'], 100, 1, unit='%')})")
+    when = f"fired at {f['fired_s']:.1f} s" if f.get("fired_s") is not None else f"not fired ({f.get('error', '')})"
+    return (f"fault {f['kind']}@{f['at_s']:g}s {f.get('replica') or ''}: {when}; detect "
+            f"{_fmt(f.get('detect_s'), digits=1, unit=' s')}, recover {_fmt(f.get('recover_s'), digits=1, unit=' s')}")
 
 
 def _print(args: argparse.Namespace, summary: dict) -> None:
@@ -519,6 +540,8 @@ def _print(args: argparse.Namespace, summary: dict) -> None:
         print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
               f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)"
               + (f"; waited {c['cpu_wait_s']:.2f} s for a CPU" if c.get("cpu_wait_s") is not None else ""))
+    for f in summary.get("faults") or ():
+        print(_fault_line(f))
     if not summary["valid"]:
         print("INVALID: " + "; ".join(summary["invalid_reasons"]))
     if not summary["complete"]:

@@ -19,7 +19,7 @@ import numpy as np
 from capacity.loadtest.records import RequestRecord
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["TIMED_KINDS", "Fault", "FaultDriver", "detect_and_recover", "fault_summary", "parse_faults"]
+__all__ = ["TIMED_KINDS", "Fault", "FaultDriver", "abort_summary", "detect_and_recover", "fault_summary", "parse_faults"]
 
 TIMED_KINDS = ("replica_lost", "replica_added")
 _TIMED = re.compile(r"^(replica_lost|replica_added)@([0-9]+(?:\.[0-9]+)?)(ms|s|m)?(?::([A-Za-z0-9_.-]+))?$")
@@ -190,3 +190,16 @@ def fault_summary(fired: Iterable[dict], records: Sequence[RequestRecord], slo, 
             entry["detect_s"], entry["recover_s"] = detect_and_recover(records, slo, entry["fired_s"], window_s)
         out.append(entry)
     return out
+
+
+def abort_summary(rate: float, records: Sequence[RequestRecord], slo, window_s: float = 10.0) -> dict:
+    """summary.json's entry for ``abort_rate``: how many streams the client dropped mid-way (``aborted`` among the
+    measured records; those cut at a Ctrl-C are not measured), of how many sent, and whether the SLO was missed
+    over any window of the run because of them or anything else (``detect_s``/``recover_s`` from the start)."""
+    sent = [r for r in records if r.status or r.error]
+    aborted = sum(1 for r in sent if r.error == "aborted")
+    detect, recover = detect_and_recover(records, slo, 0.0, window_s)
+    return {"kind": "abort_rate", "at_s": 0.0, "fired_s": 0.0, "deployment": None, "replica": None, "error": "",
+            "rate": rate, "requests": len(sent), "aborted": aborted,
+            "aborted_rate": aborted / len(sent) if sent else None, "detect_s": detect, "recover_s": recover,
+            "window_s": window_s}

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from capacity.loadtest.patterns import Step
 from capacity.loadtest.records import RequestRecord
-from capacity.loadtest.results import new_summary, write_run
+from capacity.loadtest.report import write_report
+from capacity.loadtest.results import new_summary, records_table, write_run
 from capacity.loadtest.slo import Slo
 from capacity.loadtest.stats import knee, length_stats, summarize
 from goodput.foundation.errors import ConfigError
@@ -317,4 +318,5 @@ def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
         summary["comparability"]["input_tokens"] = length_stats([r.input_tokens for r in done])
         summary["comparability"]["output_tokens"] = length_stats([r.output_tokens for r in done])
     write_run(out_dir, records, summary)
+    write_report(Path(out_dir), summary, records_table(records or [], slo))
     return summary

@@ -26,8 +26,9 @@ def test_import_writes_the_run_dir_and_prints_its_summary(tmp_path, capsys):
     assert json.loads(printed.out) == summary
     assert summary["tool"] == "vllm-bench" and summary["comparability"]["slo"] == "ttft_p50=500ms,e2e_p50=1s"
     assert (out / "requests.parquet").is_file()
+    assert "Per-step distributions" in (out / "report.html").read_text()  # per-request data: the distributions too
     rc, out, printed = _import(tmp_path, "guidellm_report_constant", capsys)
-    assert rc == 0
+    assert rc == 0 and (out / "report.html").is_file()
     assert "constant rate=4" in printed.out and f"wrote {out}" in printed.out
     assert "client:" not in printed.out  # an imported run has no client figures of ours
 
@@ -185,3 +186,17 @@ def test_longtail_bad_fraction_is_one_line_exit_2(fleet, workload, tmp_path, cap
     assert _longtail(fleet, workload, tmp_path / "run", "--longtail-fraction", "1.5") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--longtail-fraction: 1.5: must be a fraction" in err, err
+
+
+def test_abort_rate_is_reported_in_the_summary_faults_and_the_table(fleet, workload, tmp_path, capsys):
+    assert _run(fleet, workload, tmp_path / "run", "--fault", "abort_rate=0.5", "--server-metrics", "none") == 0
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    (fault,) = summary["faults"]
+    (step,) = summary["steps"]
+    import pyarrow.parquet as pq
+    errors = pq.read_table(tmp_path / "run" / "requests.parquet").column("error").to_pylist()
+    assert fault["kind"] == "abort_rate" and fault["rate"] == 0.5 and fault["requests"] == len(errors)
+    assert fault["aborted"] == errors.count("aborted") == step["errors"]["aborted"] > 0, (fault, step["errors"])
+    assert fault["aborted_rate"] == fault["aborted"] / fault["requests"]
+    assert f"fault abort_rate=0.5: {fault['aborted']} of {fault['requests']} streams dropped mid-way" in out
