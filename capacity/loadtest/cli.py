@@ -98,11 +98,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
     imp = lsub.add_parser(
-        "import", help="convert a GuideLLM or vLLM bench result into a run directory",
-        description="Read a GuideLLM JSON report (0.8.x) or a vLLM `bench serve --save-result` JSON (recognised by its "
-                    "shape) and write RUN_DIR/summary.json (and requests.parquet where the file has per-request data), "
-                    "with SLO attainment and goodput computed for --slo by goodput's own definitions.")
-    imp.add_argument("file", type=Path, metavar="FILE", help="the other tool's result JSON")
+        "import", help="convert a GuideLLM, vLLM bench or AIPerf result into a run directory",
+        description="Read a GuideLLM JSON report (0.8.x), a vLLM `bench serve --save-result` JSON or an AIPerf export "
+                    "(profile_export.jsonl per request, profile_export_aiperf.json/.csv aggregates), recognised by its "
+                    "shape, and write RUN_DIR/summary.json, report.html and requests.parquet where the file has "
+                    "per-request data, with SLO attainment and goodput computed for --slo by goodput's own definitions.")
+    imp.add_argument("file", type=Path, metavar="FILE", help="the other tool's result file")
     imp.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
     imp.add_argument("--slo", required=True, metavar="TERMS",
                      help="the SLO to judge the requests by, e.g. ttft_p95=0.8s,tpot_p95=50ms")

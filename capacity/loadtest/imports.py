@@ -1,8 +1,9 @@
 """Import other tools' load-test results into a goodput run directory, converted to goodput's definitions.
 
-Read: a GuideLLM JSON report (``GenerativeBenchmarksReport``, report schema version 2, GuideLLM 0.8.x) and a
-vLLM ``bench serve --save-result`` JSON (``vllm/benchmarks/serve.py``). Where the file carries per-request data
-(GuideLLM's request samples; vLLM's ``--save-detailed`` arrays) each request becomes a ``RequestRecord`` and the
+Read: a GuideLLM JSON report (``GenerativeBenchmarksReport``, report schema version 2, GuideLLM 0.8.x), a
+vLLM ``bench serve --save-result`` JSON (``vllm/benchmarks/serve.py``), and AIPerf's exports: its per-request
+``profile_export.jsonl`` and its aggregate ``profile_export_aiperf.json`` / ``.csv``. Where the file carries per-request data
+(GuideLLM's request samples; vLLM's ``--save-detailed`` arrays; AIPerf's JSONL) each request becomes a ``RequestRecord`` and the
 steps are summarized by ``stats.summarize`` exactly like a goodput run, so SLO goodput is computed for the
 ``--slo`` given here. Without per-request data only the tool's own aggregates are carried over and the SLO
 figures are None. ``docs/loadtest.md`` ("Importing other tools' runs") lists each conversion.
@@ -63,7 +64,11 @@ def error_class(text: str | None) -> str:
 
 
 def detect(data: object) -> str:
-    """``guidellm`` or ``vllm-bench`` from the document's shape; ``""`` when it is neither."""
+    """``guidellm``, ``vllm-bench`` or ``aiperf`` from the document's shape; ``""`` when it is none of them."""
+    if isinstance(data, dict) and isinstance(data.get("metadata"), dict) and "metrics" in data:
+        return "aiperf"  # one line of profile_export.jsonl
+    if isinstance(data, dict) and isinstance(data.get("request_throughput"), dict):
+        return "aiperf"  # profile_export_aiperf.json: every metric a {unit, avg, ...} block
     if isinstance(data, dict):
         if isinstance(data.get("benchmarks"), list) and isinstance(data.get("metadata"), dict):
             return "guidellm"
@@ -73,6 +78,8 @@ def detect(data: object) -> str:
 
 
 def _load(path: Path) -> object:
+    """The file's JSON (a list for JSON lines), or for AIPerf's CSV export the ``(metric, row)`` pairs of its
+    sections (rows as ``{column: text}``)."""
     if not path.is_file():
         raise ConfigError(str(path), "path", "file not found")
     size = path.stat().st_size
@@ -82,6 +89,8 @@ def _load(path: Path) -> object:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(str(path), "json", f"not UTF-8 text: {e}") from None
+    if text.startswith("Metric,"):
+        return _aiperf_csv(text)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -208,6 +217,164 @@ def _import_vllm(results: list[dict], where: str, slo: Slo) -> tuple[dict, list[
     return summary, records or None
 
 
+# ---- AIPerf ----
+
+_AIPERF_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
+# AIPerf's aggregate metric (tag, CSV label) -> our distribution; its inter_token_latency is our TPOT
+_AIPERF_DISTRIBUTIONS = {"time_to_first_token": ("Time to First Token", "ttft_s"),
+                         "inter_token_latency": ("Inter Token Latency", "tpot_s"),
+                         "inter_chunk_latency": ("Inter Chunk Latency", "itl_s"),
+                         "request_latency": ("Request Latency", "e2e_s")}
+_AIPERF_SCALARS = {"benchmark_duration": "Benchmark Duration", "request_throughput": "Request Throughput",
+                   "request_count": "Request Count", "error_request_count": "Error Request Count",
+                   "output_token_throughput": "Output Token Throughput", "goodput": "Goodput"}
+
+
+class _AiperfCsv(list):
+    """The rows of AIPerf's ``profile_export_aiperf.csv``, a list of ``{column: text}`` with ``Metric`` in each."""
+
+
+def _aiperf_csv(text: str) -> _AiperfCsv:
+    """AIPerf's CSV sections (blank-line separated, each with its own header row) as one list of rows."""
+    import csv
+    import io
+
+    rows, header = _AiperfCsv(), None
+    for line in csv.reader(io.StringIO(text)):
+        if not line:
+            header = None
+        elif header is None:
+            header = line
+        else:
+            rows.append(dict(zip(header, line, strict=False)))
+    return rows
+
+
+def _seconds(block: object, where: str, name: str) -> float | None:
+    """A ``{"value": V, "unit": U}`` (or an aggregate's ``avg``) in seconds; None when absent."""
+    if not isinstance(block, dict):
+        return None
+    unit = block.get("unit", "ms")
+    if unit not in _AIPERF_UNITS:
+        raise ConfigError(where, name, f"unit {unit!r} is not a time unit ({', '.join(_AIPERF_UNITS)})")
+    return float(block["value"]) * _AIPERF_UNITS[unit]
+
+
+def _aiperf_record(line: dict, index: int, t0: int, where: str) -> RequestRecord:
+    meta, metrics, error = line["metadata"], line.get("metrics") or {}, line.get("error")
+    start, end = int(meta["request_start_ns"]), meta.get("request_end_ns")
+    sent = (start - t0) / 1e9
+    if meta.get("was_cancelled"):
+        err = "aborted"  # --request-cancellation-rate: the client dropped it, as our abort_rate does
+    elif error:
+        code = error.get("code")
+        err = _http_class(int(code)) if isinstance(code, int) and code >= 400 else (
+            error_class(f"{error.get('type', '')} {error.get('message', '')}") or "other")
+    else:
+        err = ""
+    ttft = _seconds(metrics.get("time_to_first_token"), where, "time_to_first_token")
+    ok = not err and end is not None
+    gaps = (metrics.get("inter_chunk_latency") or {})
+    scale = _AIPERF_UNITS.get(gaps.get("unit", "ms"), 1e-3)
+    tokens = metrics.get("output_sequence_length") or metrics.get("output_token_count") or {}
+    isl = metrics.get("input_sequence_length") or metrics.get("error_isl") or {}
+    return RequestRecord(
+        index=index, step=0, scheduled_s=sent, sent_s=sent,  # AIPerf records no schedule: lag unknown, taken as 0
+        first_token_s=sent + ttft if ok and ttft is not None else None,
+        done_s=(int(end) - t0) / 1e9 if ok else None,
+        itl_s=[float(g) * scale for g in gaps.get("value") or []] if ok else [],
+        input_tokens=int(isl.get("value") or 0), output_tokens=int(tokens.get("value") or 0),
+        status=200 if ok else (int(error["code"]) if error and isinstance(error.get("code"), int) else 0),
+        error=err, tenant="", tier="", route="", trace_id="",
+    )
+
+
+def _import_aiperf_records(lines: list[dict], where: str, slo: Slo) -> tuple[dict, list[RequestRecord]]:
+    """profile_export.jsonl: one step over AIPerf's benchmark duration (first request start to last response)."""
+    lines = [x for x in lines if (x.get("metadata") or {}).get("benchmark_phase", "profiling") == "profiling"]
+    if not lines:
+        raise ConfigError(where, "metadata.benchmark_phase", "no profiling-phase records")
+    t0 = min(int(x["metadata"]["request_start_ns"]) for x in lines)
+    records = [_aiperf_record(x, i, t0, f"{where}: line {i + 1}") for i, x in enumerate(lines)]
+    end = max((int(x["metadata"].get("request_end_ns") or 0) - t0) / 1e9 for x in lines)
+    summary = new_summary("aiperf")
+    summary["comparability"].update({"arrival": {"pattern": "aiperf"}, "slo": str(slo)})
+    summary["slo"] = slo.to_dict()
+    summary["steps"] = summarize(records, slo, [Step(0, "aiperf", 0.0, max(end, 1e-9), 0.0, None, None, None)])
+    return summary, records
+
+
+def _aiperf_aggregates(data: object, where: str) -> tuple[dict, dict]:
+    """(our distribution dicts by key, AIPerf's scalars by tag) from profile_export_aiperf.json or its CSV."""
+    dists, scalars = {}, {}
+    if isinstance(data, _AiperfCsv):
+        by_label = {}
+        for row in data:
+            label, _, unit = row.get("Metric", "").partition(" (")
+            by_label[label] = (row, unit.rstrip(")"))
+        for label, key in _AIPERF_DISTRIBUTIONS.values():
+            if label in by_label:
+                row, unit = by_label[label]
+                dists[key] = {"unit": unit, **{k: float(v) for k, v in row.items() if k != "Metric" and v}}
+        for tag, label in _AIPERF_SCALARS.items():
+            if label in by_label and by_label[label][0].get("Value"):
+                scalars[tag] = float(by_label[label][0]["Value"])
+    else:
+        for tag, (_, key) in _AIPERF_DISTRIBUTIONS.items():
+            if isinstance(data.get(tag), dict):
+                dists[key] = data[tag]
+        scalars = {tag: float(data[tag]["avg"]) for tag in _AIPERF_SCALARS if isinstance(data.get(tag), dict)}
+    out = {}
+    for key, block in dists.items():
+        unit = block.get("unit", "ms")
+        if unit not in _AIPERF_UNITS:
+            raise ConfigError(where, key, f"unit {unit!r} is not a time unit")
+        scale = _AIPERF_UNITS[unit]
+        out[key] = {**{f"p{p}": (float(block[f"p{p}"]) * scale if block.get(f"p{p}") is not None else None)
+                       for p in (50, 90, 95, 99)},
+                    "mean": float(block["avg"]) * scale if block.get("avg") is not None else None,
+                    "count": int(block["count"]) if block.get("count") is not None else None}
+    return out, scalars
+
+
+def _import_aiperf_aggregate(data: object, where: str, slo: Slo) -> dict:
+    """profile_export_aiperf.json or .csv: AIPerf's own aggregates, one step; SLO figures None (no requests)."""
+    dists, sc = _aiperf_aggregates(data, where)
+    if "benchmark_duration" not in sc:
+        raise ConfigError(where, "benchmark_duration", "missing: not an AIPerf profile export")
+    duration = sc["benchmark_duration"]
+    loadgen = ((data.get("input_config") or {}).get("loadgen") or {}) if isinstance(data, dict) else {}
+    rate, conc = loadgen.get("request_rate"), loadgen.get("concurrency")
+    completed, failed = int(sc.get("request_count", 0)), int(sc.get("error_request_count", 0))
+    empty = {**{f"p{p}": None for p in (50, 90, 95, 99)}, "mean": None, "count": None}
+    label = f"rate={rate:g}" if rate is not None else (f"concurrency={conc}" if conc else "aiperf")
+    step = {
+        "index": 0, "label": label, "offered_rate": rate, "concurrency": conc, "start_s": 0.0, "end_s": duration,
+        "settle_s": 0.0, "measured_s": duration, "requests": completed + failed, "completed": completed,
+        "achieved_rate": sc.get("request_throughput", completed / duration if duration > 0 else 0.0),
+        "input_tokens_per_s": None, "output_tokens_per_s": sc.get("output_token_throughput"),
+        **{k: dists.get(k, empty) for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s")},
+        "errors": {"other": failed} if failed else {},
+        "error_rate": failed / (completed + failed) if completed + failed else 0.0,
+        "slo_attainment": None, "slo_terms": [], "slo_met": None,
+        "goodput_requests_per_s": None, "goodput_tokens_per_s": None,
+        "tool_goodput_requests_per_s": sc.get("goodput"), "per_tier": {}, "server": {},
+    }
+    summary = new_summary("aiperf")
+    comp = summary["comparability"]
+    models = ((data.get("input_config") or {}).get("endpoint") or {}).get("model_names") if isinstance(data, dict) else None
+    comp.update({"model": str(models[0]) if models else "", "slo": str(slo),
+                 "arrival": {"pattern": loadgen.get("request_rate_mode", "aiperf"),
+                             **({"rate": rate} if rate is not None else {})},
+                 "concurrency_steps": [conc] if conc else [],
+                 "tool_version": str(data.get("aiperf_version", "")) if isinstance(data, dict) else ""})
+    summary["slo"] = slo.to_dict()
+    summary["steps"] = [step]
+    summary["invalid_reasons"].append("no per-request data (AIPerf's aggregate export; import its profile_export.jsonl "
+                                      "for SLO goodput)")
+    return summary
+
+
 # ---- GuideLLM ----
 
 def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) -> RequestRecord:
@@ -296,15 +463,24 @@ def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
     """Convert ``path`` (GuideLLM report or vLLM bench result) into ``out_dir``; returns the summary written."""
     p = Path(path)
     data = _load(p)
-    if isinstance(data, list):
-        tool = "vllm-bench" if data and all(detect(d) == "vllm-bench" for d in data) else ""
+    if isinstance(data, _AiperfCsv):
+        tool = "aiperf-csv"
+    elif isinstance(data, list):
+        tools = {detect(d) for d in data}
+        tool = tools.pop() if len(tools) == 1 and tools <= {"vllm-bench", "aiperf"} else ""
     else:
         tool = detect(data)
     if not tool:
-        raise ConfigError(str(p), "format", "neither a GuideLLM JSON report nor a vLLM bench serve --save-result JSON")
+        raise ConfigError(str(p), "format", "not a GuideLLM JSON report, a vLLM bench serve --save-result JSON or an "
+                                            "AIPerf profile export (profile_export.jsonl, profile_export_aiperf.json/.csv)")
     try:
         if tool == "guidellm":
             summary, records = _import_guidellm(data, str(p), slo)
+        elif tool == "aiperf" and (isinstance(data, list) or "metadata" in data):  # per-request JSON lines
+            summary, records = _import_aiperf_records(data if isinstance(data, list) else [data], str(p), slo)
+        elif tool.startswith("aiperf"):
+            summary, records = _import_aiperf_aggregate(data, str(p), slo), None
+            tool = "aiperf"
         else:
             summary, records = _import_vllm(data if isinstance(data, list) else [data], str(p), slo)
     except ConfigError:

@@ -96,6 +96,9 @@ def test_error_classes(text, cls):
 @pytest.mark.parametrize(("content", "key"), [
     ("{not json", "json"),
     ('{"hello": 1}', "format"),
+    ('{"metadata": {"request_start_ns": 1}, "metrics": {"time_to_first_token": {"value": 5, "unit": "furlong"}}}',
+     "time_to_first_token"),
+    ('{"request_throughput": {"unit": "requests/sec", "avg": 1.0}}', "benchmark_duration"),
     ('{"metadata": {}, "benchmarks": []}', "benchmarks"),
     ('{"duration": 1, "completed": 1, "request_throughput": 1, "start_times": [1], "ttfts": [0.1, 0.2], "itls": [[]], '
      '"latencies": [1], "input_lens": [1], "output_lens": [1], "errors": [""]}', "ttfts"),
@@ -156,3 +159,39 @@ def test_vllm_append_result_lines_are_steps_end_to_end(tmp_path):
     f.write_text(json.dumps(one) + "\n{broken\n")
     with pytest.raises(ConfigError, match="line 2"):
         import_run(f, tmp_path / "bad", parse_slo("ttft_p50=1s"))
+
+
+def test_aiperf_records_give_its_own_figures_and_our_goodput(tmp_path):
+    """profile_export.jsonl: AIPerf's per-request TTFT, chunk gaps and lengths become records; its own aggregates
+    (the fixture's profile_export_aiperf.json, worked out from the same requests) come back, and goodput agrees."""
+    agg = json.loads((FIX / "aiperf_profile_export_aiperf.json").read_text())
+    summary = import_run(FIX / "aiperf_profile_export.jsonl", tmp_path / "run", parse_slo("ttft_p90=1s,tpot_p95=35ms"))
+    [s] = summary["steps"]
+    assert summary["tool"] == "aiperf" and (tmp_path / "run" / "requests.parquet").is_file()
+    assert (s["requests"], s["completed"]) == (6, 4)
+    assert s["errors"] == {"aborted": 1, "http_5xx": 1}  # --request-cancellation-rate's 499, a 503
+    assert s["measured_s"] == pytest.approx(agg["benchmark_duration"]["avg"])  # first start to last response
+    assert s["achieved_rate"] == pytest.approx(agg["request_throughput"]["avg"])
+    assert s["ttft_s"]["p50"] == pytest.approx(agg["time_to_first_token"]["p50"] / 1000)
+    assert s["e2e_s"]["p90"] == pytest.approx(agg["request_latency"]["p90"] / 1000, abs=1e-6)
+    assert s["tpot_s"]["p50"] == pytest.approx(agg["inter_token_latency"]["p50"] / 1000)  # AIPerf's ITL is our TPOT
+    assert s["itl_s"]["count"] == 16 and s["itl_s"]["p50"] == pytest.approx(0.0235)  # its chunk gaps are our ITL
+    # every completed request meets TPOT (<= 35 ms); TTFT p90 over six with two failed (+inf) misses 1 s
+    assert s["slo_attainment"] == pytest.approx(4 / 6) and not s["slo_met"]
+    assert s["goodput_requests_per_s"] == pytest.approx(4 / 2.8)
+
+
+@pytest.mark.parametrize("name", ["aiperf_profile_export_aiperf.json", "aiperf_profile_export_aiperf.csv"])
+def test_aiperf_aggregates_keep_its_figures_and_say_goodput_is_unknown(tmp_path, name):
+    agg = json.loads((FIX / "aiperf_profile_export_aiperf.json").read_text())
+    summary = import_run(FIX / name, tmp_path / "run", parse_slo("ttft_p95=1s"))
+    [s] = summary["steps"]
+    assert summary["tool"] == "aiperf" and not (tmp_path / "run" / "requests.parquet").exists()
+    assert (s["requests"], s["completed"], s["error_rate"]) == (6, 4, pytest.approx(2 / 6))
+    assert s["achieved_rate"] == pytest.approx(agg["request_throughput"]["avg"], abs=0.01)  # the CSV has 2 decimals
+    assert s["ttft_s"]["p95"] == pytest.approx(agg["time_to_first_token"]["p95"] / 1000, abs=1e-5)
+    assert s["tpot_s"]["p50"] == pytest.approx(agg["inter_token_latency"]["p50"] / 1000, abs=1e-5)
+    assert s["e2e_s"]["mean"] == pytest.approx(agg["request_latency"]["avg"] / 1000, abs=1e-5)
+    assert s["goodput_requests_per_s"] is None and s["tool_goodput_requests_per_s"] == pytest.approx(3 / 2.8, abs=0.01)
+    assert "no per-request data" in summary["invalid_reasons"][0]
+    assert (tmp_path / "run" / "report.html").is_file()
