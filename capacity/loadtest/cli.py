@@ -395,11 +395,12 @@ def _sweep(args: argparse.Namespace, opts, workload, slo, entry, beside: _Beside
                       prometheus_selector=beside.prometheus_selector)
         result = _drive(args, opts, [step], SpecStream(workload, args.seed + len(runs)), hold, one)
         (summary,) = stats.summarize(result.measured(), slo, [step])
+        summary["served_rate"] = stats.served_rate(result.measured(), step)
         one.per_step([summary])
         runs.append((rate, result, summary))
         if not result.complete:
             raise _Stopped
-        return summary["slo_met"], summary["goodput_requests_per_s"], stats.served_rate(result.measured(), step)
+        return summary["slo_met"], summary["goodput_requests_per_s"], summary["served_rate"]
 
     with contextlib.suppress(_Stopped):
         sweep_rates(measure, args.rate, max_steps=8)

@@ -122,4 +122,5 @@ def test_sweep_stops_at_the_first_step_that_misses_the_slo(fleet, workload, tmp_
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     (step,) = summary["steps"]  # 2 req/s already misses a 1 ms TTFT: no doubling, no bisection
     assert (step["offered_rate"], step["slo_met"], summary["knee"]) == (2.0, False, None)
+    assert step["served_rate"] is not None and step["served_rate"] >= 0  # what the target completed in the window
     assert summary["comparability"]["arrival"]["pattern"] == "sweep" and summary["complete"]
