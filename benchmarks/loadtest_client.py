@@ -105,7 +105,8 @@ def _bare(url: str, streams: int, tokens: int) -> dict:
             "client_cpu_us_per_token": round(cpu / streamed * 1e6, 1) if streamed else None}
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen) -> None:
+    """Until the fleet at ``url`` answers /health (it is ``proc``); SystemExit if it dies or takes over 60 s."""
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:
-            _wait_healthy(url, proc)
+            wait_healthy(url, proc)
             for name, cls in clients.items():
                 out[f"burst: {name}, {args.streams} due at once x {args.burst_tokens} tokens"] = _measure(
                     cls, url, proc.pid, np.zeros(args.streams), 0.0, args.burst_tokens, max(args.streams, 1))

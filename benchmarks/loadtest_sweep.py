@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import yaml
 
 from benchmarks.fleet_server import REPO, free_port, stop
+from benchmarks.loadtest_client import wait_healthy
 from benchmarks.report import emit
 from goodput.cli import main as goodput
 from simulator.config import parse_fleet
@@ -69,14 +69,7 @@ def live_sweep(fleet_file: Path, tmp: Path, speed: float, step_s: float, settle_
     proc = subprocess.Popen([sys.executable, "-c", SERVE, str(fleet_file), str(port), str(tmp / "t.yaml"), str(speed)],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the fleet did not start")
-            time.sleep(0.2)
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
         with contextlib.redirect_stdout(io.StringIO()):
             code = goodput(["loadtest", "run", "--target", f"http://127.0.0.1:{port}", "--workload",
                             f"{fleet_file}:chat", "--pattern", "sweep", "--rate", str(start * speed),

@@ -30,10 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import yaml
 
 from benchmarks.fleet_server import FLEET, MODEL, NEW_RUNNER, REPO, free_port, stop
+from benchmarks.loadtest_client import wait_healthy
 from benchmarks.report import emit
 from goodput.cli import main as goodput
 
@@ -54,17 +54,6 @@ tok.save(str(out / "tokenizer.json"))
                                            '"eos_token": "</s>", "unk_token": "[UNK]", "model_max_length": 131072}')
 """
 WORKLOAD = "api: chat\ninput_tokens: {{p50: {p}, p95: {p}, max: {p}}}\noutput_tokens: {{p50: {o}, p95: {o}, max: {o}}}\n"
-
-
-def _wait(url: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the fleet did not start")
-        time.sleep(0.2)
 
 
 def _figures(summary: dict) -> dict:
@@ -98,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:
-            _wait(url, proc)
+            wait_healthy(url, proc)
             gl_dir = tmp_path / "guidellm"
             gl_dir.mkdir()
             t0 = time.monotonic()
