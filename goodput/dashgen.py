@@ -309,7 +309,8 @@ def variable_queries(n: Names) -> dict[str, str]:
 
 def annotation_queries(n: Names) -> dict[str, str]:
     return {
-        "Releases": f'{n.r(RELEASE_RULE)}{{deployment=~"$deployment|\\\\*"}}',
+        # Grafana takes the value as the event time in milliseconds ("series value as timestamp")
+        "Releases": f'{n.r(RELEASE_RULE)}{{deployment=~"$deployment|\\\\*"}} * 1000',
         "Firing alerts": 'ALERTS{alertstate="firing",alertname!="Watchdog",deployment=~"$deployment"}',
     }
 
