@@ -192,3 +192,18 @@ def test_the_linked_panel_shows_what_the_alert_watches(alert):
              if r.get("alert") == alert]
     watched = {n for r in rules for n in _metric_names(r["expr"])}
     assert shown & watched, (alert, panel["title"], shown, watched)
+
+
+def test_provisioning_files_fit_the_dashboards():
+    """Grafana's provisioning format (apiVersion 1): one Prometheus datasource, the type every dashboard's
+    `datasource` variable selects, and a file provider that refuses edits made in the UI (the JSON is generated)."""
+    prov = DASHBOARDS / "provisioning"
+    (ds,) = yaml.safe_load((prov / "datasources" / "goodput.yaml").read_text())["datasources"]
+    assert ds["type"] == "prometheus" and ds["access"] == "proxy" and ds["url"].startswith("http")
+    for doc in boards().values():
+        (var,) = [v for v in doc["templating"]["list"] if v["name"] == "datasource"]
+        assert var["type"] == "datasource" and var["query"] == ds["type"]
+    (provider,) = yaml.safe_load((prov / "dashboards" / "goodput.yaml").read_text())["providers"]
+    assert provider["type"] == "file" and provider["allowUiUpdates"] is False and provider["options"]["path"]
+    for f in (prov / "datasources" / "goodput.yaml", prov / "dashboards" / "goodput.yaml"):
+        assert yaml.safe_load(f.read_text())["apiVersion"] == 1, f
