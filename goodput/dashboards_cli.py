@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from goodput.foundation.generated import report_stale
+
 __all__ = ["register"]
 
 
@@ -37,13 +39,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     if args.check:
-        stale = [name for name, text in build(spec).items()
-                 if not (args.out / name).exists() or (args.out / name).read_text() != text]
-        for name in stale:
-            print(f"stale: {args.out / name}", file=sys.stderr)
-        if stale:
-            print("run `goodput dashboards generate` and commit the result", file=sys.stderr)
-        return 1 if stale else 0
+        return report_stale(build(spec), args.out, "goodput dashboards generate")
     for path in write(spec, args.out):
         print(f"wrote {path}")
     return 0
