@@ -24,6 +24,11 @@ class Board:
         """Grafana's URL slug of the title (lower case, runs of other characters become one ``-``)."""
         return re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-")
 
+    @property
+    def file(self) -> str:
+        """Its file in dashboards/."""
+        return f"{self.uid.removeprefix('goodput-')}.json"
+
 
 FLEET = Board("goodput-fleet", "LLM fleet", ("model", "deployment", "tier", "route"))
 DEPLOYMENT = Board("goodput-deployment", "LLM deployment", ("model", "deployment", "tier"))

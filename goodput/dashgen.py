@@ -55,7 +55,6 @@ class Panel:
     kind: str = "timeseries"  # or "table" (instant)
     threshold: float | None = None  # a line drawn at this value (an alert or autoscaling target)
     max: float | None = None
-    width: int = 12
 
 
 class Names:
@@ -83,10 +82,9 @@ def _rule_docs(spec: Spec) -> list[dict]:
     return [yaml.safe_load(text[f]) for f in RULE_FILES]
 
 
-def _sel(*labels: str, **fixed: str) -> str:
+def _sel(*labels: str) -> str:
     """A label selector filtering on the dashboard variables named in ``labels`` (each a regex of its values)."""
-    parts = [f'{x}=~"${x}"' for x in labels] + [f'{k}="{v}"' for k, v in fixed.items()]
-    return "{" + ",".join(parts) + "}"
+    return "{" + ",".join(f'{x}=~"${x}"' for x in labels) + "}"
 
 
 def _quantile(q: float, metric: str, by: str, sel: str) -> str:
@@ -98,8 +96,8 @@ def _quantile(q: float, metric: str, by: str, sel: str) -> str:
 
 def _fleet(n: Names) -> list[Panel]:
     dtr = _sel("deployment", "tier", "route")
-    burn_windows = sorted({long for _, severity, long, _, _, _ in BURN_WINDOWS if severity == "page"},
-                          key=lambda w: int(w[:-1]) * {"m": 60, "h": 3600, "d": 86400}[w[-1]])
+    burn_windows = dict.fromkeys(long for _, _, long, _, _, _ in BURN_WINDOWS)
+    burn_alerts = "; ".join(f"{alert} {factor:g}x over {long}" for alert, _, long, _, factor, _ in BURN_WINDOWS)
     att = {s: n.r(f"deployment_tier_route:llm_slo_{s}:attainment_5m") for s in ("ttft", "tpot")}
     joint = (f'min by (deployment, tier) (label_replace({att["ttft"]}, "sli", "ttft", "", "") or '
              f'label_replace({att["tpot"]}, "sli", "tpot", "", ""))')
@@ -115,7 +113,7 @@ def _fleet(n: Names) -> list[Panel]:
               (Query(f"{att['tpot']}{dtr}", "{{deployment}} {{tier}} {{route}}"),), max=1),
         Panel(ids.FLEET_BURN_RATE, "SLO error-budget burn rate",
               "How many times faster than the objective allows the error budget burns, per SLI, over the long windows "
-              "of the page alerts (LLMSLOBurnRateFast pages at 14.4x over 1h and 6x over 6h). 1 = on budget.", "x",
+              f"of the burn-rate alerts ({burn_alerts}; each also over a short window). 1 = on budget.", "x",
               tuple(Query(f"{n.r(f'deployment_tier_route:llm_slo_{s}_errors:ratio_rate{w}')}{dtr}"
                           f" / on (tier, route) group_left () (1 - {objective})",
                           f"{s} {w} {{{{deployment}}}} {{{{tier}}}} {{{{route}}}}")
@@ -154,7 +152,11 @@ def _deployment(n: Names) -> list[Panel]:
               "p95 is above the tier's threshold, rising, and replicas are short.", "s",
               pct("llm_gateway_queue_wait_seconds", ("p50", "p95"))),
         Panel(ids.DEPLOYMENT_TTFT, "TTFT p50 / p95 / p99", "Client-edge time to first token per tier (histogram "
-              "quantiles over 5 minutes).", "s", pct("llm_gateway_time_to_first_token_seconds", ("p50", "p95", "p99"))),
+              "quantiles over 5 minutes), and p99 per route, which LLMTTFTSLOBreachWithRejects holds against the "
+              "route's SLO threshold.", "s",
+              (*pct("llm_gateway_time_to_first_token_seconds", ("p50", "p95", "p99")),
+               Query(f"{n.r('deployment_tier_route:llm_gateway_time_to_first_token_seconds:p99_5m')}{dt}",
+                     "p99 {{deployment}} {{tier}} {{route}}"))),
         Panel(3, "TPOT p50 / p95 / p99", "Time per output token after the first, per tier (histogram quantiles over "
               "5 minutes).", "s", pct("llm_gateway_time_per_output_token_seconds", ("p50", "p95", "p99"))),
         Panel(4, "E2E latency p50 / p95 / p99", "Client-edge request latency per tier (histogram quantiles over "
@@ -325,8 +327,10 @@ ANNOTATION_EXTRAS = {
 }
 
 
+WIDTH, HEIGHT = 12, 8  # two panels a row on Grafana's 24-column grid
+
+
 def _panel(p: Panel, x: int, y: int):
-    height = 8
     if p.kind == "table":
         b = table.Panel().align(common.FieldTextAlignment.AUTO).inspect(False)
     else:
@@ -338,7 +342,7 @@ def _panel(p: Panel, x: int, y: int):
                  .thresholds(gd.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
                      [dm.Threshold(value=None, color="green"), dm.Threshold(value=p.threshold, color="red")])))
     b = (b.id(p.id).title(p.title).description(p.description).unit(p.unit).datasource(DATASOURCE)
-         .grid_pos(dm.GridPos(h=height, w=p.width, x=x, y=y)).min(0))
+         .grid_pos(dm.GridPos(h=HEIGHT, w=WIDTH, x=x, y=y)).min(0))
     if p.max is not None:
         b = b.max(p.max)
     for i, q in enumerate(p.queries):
@@ -372,13 +376,8 @@ def dashboard(board: ids.Board, n: Names) -> dict:
     for name, expr in annotation_queries(n).items():
         b = b.annotation(gd.AnnotationQuery().name(name).datasource(DATASOURCE).enable(True)
                          .icon_color("blue" if name == "Releases" else "red").expr(expr))
-    panels = PANELS[board](n)
-    x = y = 0
-    for p in panels:
-        if x + p.width > 24:
-            x, y = 0, y + 8
-        b = b.with_panel(_panel(p, x, y))
-        x += p.width
+    for i, p in enumerate(PANELS[board](n)):
+        b = b.with_panel(_panel(p, WIDTH * (i % 2), HEIGHT * (i // 2)))
     doc = json.loads(json.dumps(b.build(), cls=JSONEncoder))
     for a in doc["annotations"]["list"]:
         a.update(ANNOTATION_EXTRAS[a["name"]])
@@ -388,8 +387,7 @@ def dashboard(board: ids.Board, n: Names) -> dict:
 def build(spec: Spec) -> dict[str, str]:
     """File name -> JSON text of every dashboard."""
     n = Names(spec)
-    return {f"{board.uid.removeprefix('goodput-')}.json": json.dumps(dashboard(board, n), indent=2, sort_keys=True) + "\n"
-            for board in ids.BOARDS}
+    return {board.file: json.dumps(dashboard(board, n), indent=2, sort_keys=True) + "\n" for board in ids.BOARDS}
 
 
 def write(spec: Spec, out: Path) -> list[Path]:
