@@ -32,6 +32,7 @@ COMMANDS: dict[str, Command] = {
     "fleet": Command("simulator.cli", "the live simulated fleet"),
     "exporter": Command("exporters.cli", "the GPU, engine and request exporters"),
     "rules": Command("goodput.rules_cli", "Prometheus rules and Alertmanager routes"),
+    "dashboards": Command("goodput.dashboards_cli", "Grafana dashboards generated from the metric catalog"),
     "analyze": Command("analyzer.cli", "latency decomposition, regressions and triage over request traces"),
     "demo": Command("goodput.demo", "run the stack on the simulated fleet until Ctrl-C"),
     "loadtest": Command("capacity.loadtest.cli", "load tests that measure SLO goodput"),

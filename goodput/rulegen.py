@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from exporters.catalog import GATEWAY_BUCKETS
+from goodput.dashboard_ids import alert_link
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 
@@ -165,16 +166,13 @@ class _Builder:
         return re.sub(r"\[(\d+[smhd])\]", lambda m: f"[{_dur(m.group(1), self.scale)}]", text)
 
     def alert(self, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
-              labels: dict[str, str] | None = None, per_deployment: bool = True) -> dict:
+              labels: dict[str, str] | None = None) -> dict:
         base = self.spec.links
         rule = {"alert": name, "expr": self.d(expr), "for": _dur(for_, self.scale),
                 "labels": {"severity": severity, **(labels or {})},
                 "annotations": {"summary": summary, "description": description,
-                                "runbook_url": f"{base['runbook_base']}{name}.md"}}
-        if base["dashboard_base"]:
-            # a GPU without a known deployment fires without the label: then no empty var-deployment=
-            rule["annotations"]["dashboard"] = base["dashboard_base"] + (
-                "{{ with $labels.deployment }}?var-deployment={{ . }}{{ end }}" if per_deployment else "")
+                                "runbook_url": f"{base['runbook_base']}{name}.md",
+                                "dashboard": alert_link(base["dashboard_base"], name)}}
         return rule
 
     def record(self, name: str, expr: str, labels: dict[str, str] | None = None) -> dict:
@@ -363,10 +361,9 @@ def _alert_rules(b: _Builder) -> dict:
                 "the engine exporter for 2 minutes."),
         b.alert("LLMExporterDown", f'up{{job=~"{th["exporter_jobs"]}"}} == 0', "5m", "ticket",
                 "A goodput exporter is down: its part of the fleet is invisible.",
-                "Prometheus cannot scrape {{ $labels.job }} at {{ $labels.instance }}.", per_deployment=False),
+                "Prometheus cannot scrape {{ $labels.job }} at {{ $labels.instance }}."),
         b.alert("Watchdog", "vector(1)", "0m", "info", "Always firing: proves the alerting pipeline works.",
-                "This alert fires all the time. If it stops arriving, Prometheus or Alertmanager is broken.",
-                per_deployment=False),
+                "This alert fires all the time. If it stops arriving, Prometheus or Alertmanager is broken."),
     ]
     return {"groups": [{"name": "llm.alerts", "rules": alerts}]}
 

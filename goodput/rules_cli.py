@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from goodput.foundation.args import positive_number
+from goodput.foundation.generated import report_stale
 
 __all__ = ["register"]
 
@@ -33,13 +33,7 @@ def _generate(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     out = args.out or args.spec.parent
     if args.check:
-        stale = [name for name, text in build(spec, args.scale_durations).items()
-                 if not (out / name).exists() or (out / name).read_text() != text]
-        for name in stale:
-            print(f"stale: {out / name}", file=sys.stderr)
-        if stale:
-            print("run `goodput rules generate` and commit the result", file=sys.stderr)
-        return 1 if stale else 0
+        return report_stale(build(spec, args.scale_durations), out, "goodput rules generate")
     for path in write(spec, out, args.scale_durations):
         print(f"wrote {path}")
     return 0

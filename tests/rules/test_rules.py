@@ -176,52 +176,6 @@ def test_every_runbook_url_resolves_to_a_runbook_in_this_repository():
     assert {p.name for p in folder.glob("*.md")} == linked, "a runbook without an alert, or an alert without one"
 
 
-DASHBOARD_LINK = re.compile(r"/d/(?P<uid>[a-z0-9-]+)/(?P<slug>[a-z0-9-]+)(?P<query>.*)")
-ALWAYS_VAR = re.compile(r"\?var-(\w+)=\{\{ \$labels\.\1 \}\}")  # the alert always has the label
-OPTIONAL_VAR = re.compile(r"\{\{ with \$labels\.(\w+) \}\}\?var-\1=\{\{ \. \}\}\{\{ end \}\}")  # only when it has it
-
-
-def _planned_dashboards() -> dict[str, tuple[str, set[str]]]:
-    """uid -> (slug, template variables), from the table in docs/design.md (the dashboards are not built yet)."""
-    section = (REPO / "docs" / "design.md").read_text().split("## Dashboards (planned)", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `([a-z0-9-]+)` \| `([a-z0-9-]+)` \| ([^|]*)\|", section, re.M)
-    return {uid: (slug, set(re.findall(r"`(\w+)`", variables))) for uid, slug, variables in rows}
-
-
-def _alert_test_labels() -> dict[str, list[dict]]:
-    """Alert name -> the label sets promtool's unit tests expect it to fire with."""
-    out: dict[str, list[dict]] = {}
-    for f in (RULES / "tests").glob("*.yaml"):
-        for test in yaml.safe_load(f.read_text())["tests"]:
-            for case in test.get("alert_rule_test", []):
-                out.setdefault(case["alertname"], []).extend(e.get("exp_labels", {}) for e in case.get("exp_alerts", []))
-    return out
-
-
-def test_every_dashboard_annotation_names_a_planned_dashboard():
-    """Dashboards do not exist yet, so this checks the links' form: `/d/<uid>/<slug>` of a dashboard planned in
-    docs/design.md, and each `var-X` is one of its variables, filled from a label the alert really fires with."""
-    planned = _planned_dashboards()
-    assert "goodput-deployment" in planned, planned
-    base = load_spec(RULES / "slos.yaml").links["dashboard_base"]
-    fired = _alert_test_labels()
-    for a in (r for r in _rules() if "alert" in r):
-        link = a["annotations"]["dashboard"]
-        m = DASHBOARD_LINK.fullmatch(link)
-        assert m and link.startswith(base), f"{a['alert']}: {link!r}"
-        assert m["uid"] in planned and planned[m["uid"]][0] == m["slug"], f"{a['alert']}: {link!r} is no planned dashboard"
-        if not m["query"]:
-            continue
-        always, optional = ALWAYS_VAR.fullmatch(m["query"]), OPTIONAL_VAR.fullmatch(m["query"])
-        assert always or optional, f"{a['alert']}: {m['query']!r} is not a dashboard variable filled from a label"
-        var = (always or optional)[1]
-        assert var in planned[m["uid"]][1], f"{a['alert']}: var-{var} is not a variable of {m['uid']}"
-        assert fired[a["alert"]], a["alert"]
-        if always:  # an alert firing without the label would link to an empty var-{var}=
-            missing = [labels for labels in fired[a["alert"]] if var not in labels]
-            assert not missing, f"{a['alert']} links var-{var}, but its unit tests fire it without {var}: {missing}"
-
-
 def _keda_scaled_object() -> dict:
     text = (REPO / "docs" / "autoscaling.md").read_text()
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
