@@ -97,11 +97,16 @@ def test_weights_match_model_loading_took(row):
     assert row.ours.weights / GIB == pytest.approx(row.published["weights_gib"], rel=0.01)
 
 
-def test_docs_carry_the_current_table():
+def docs_table(begin: str, end: str) -> str:
+    """The generated table docs/capacity.md carries between two markers."""
     text = (REPO / "docs" / "capacity.md").read_text()
-    assert BEGIN in text and END in text, "docs/capacity.md lacks the memory-fidelity table markers"
-    table = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert table == render_table(), "docs/capacity.md is stale: python -m tests.simulator.test_memory_published"
+    assert begin in text and end in text, f"docs/capacity.md lacks the markers {begin} ... {end}"
+    return text.split(begin, 1)[1].split(end, 1)[0].strip()
+
+
+def test_docs_carry_the_current_table():
+    assert docs_table(BEGIN, END) == render_table(), (
+        "docs/capacity.md is stale: python -m tests.simulator.test_memory_published")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from simulator.run import simulate
-from tests.conftest import FIXTURES, REPO, make_fleet
+from tests.conftest import FIXTURES, make_fleet
+from tests.simulator.test_memory_published import docs_table
 
 BENCHMARKS = FIXTURES / "published" / "vllm_benchmarks.yaml"
 GOAL = 0.10
@@ -89,10 +90,8 @@ def test_fitted_step_costs_bring_every_row_within_the_goal():
 
 
 def test_docs_carry_the_current_table():
-    text = (REPO / "docs" / "capacity.md").read_text()
-    assert BEGIN in text and END in text, "docs/capacity.md lacks the latency-fidelity table markers"
-    table = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert table == render_table(), "docs/capacity.md is stale: python -m tests.simulator.test_memory_published_latency"
+    assert docs_table(BEGIN, END) == render_table(), (
+        "docs/capacity.md is stale: python -m tests.simulator.test_memory_published_latency")
 
 
 if __name__ == "__main__":
