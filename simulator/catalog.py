@@ -77,10 +77,6 @@ class ModelSpec:
     def parameters(self) -> int:
         return self.embedding_parameters + self.layers * self.layer_linear_parameters + self.small_parameters
 
-    def weight_bytes(self, weight_dtype: str) -> float:
-        """All weights in ``weight_dtype`` (what the roofline streams per step, summed over the TP group)."""
-        return self.parameters * DTYPE_BYTES[weight_dtype]
-
 
 @dataclass(frozen=True)
 class GpuSpec:

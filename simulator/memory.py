@@ -82,7 +82,8 @@ ENGINE_PROFILES = (
     EngineProfile((0, 12), 14.75, 0.25, (1.82, 1.88), 0.0,
                   "llm-d-planner docs/accuracy/vllm-v0.19.0-accuracy-report.md (H100)"),
     EngineProfile((0, 21), 14.75, 0.25, (1.82, 1.88), 0.3,
-                  "vLLM >= 0.21 logs 'CUDA graph memory profiling is enabled (default since v0.21.0)'"),
+                  "llm-d-planner docs/accuracy/vllm-v0.19.0-accuracy-report.md (H100), plus the CUDA graph estimate "
+                  "vLLM logs from 0.21 ('Estimated CUDA graph memory', 0.13-0.36 GiB for dense models)"),
 )
 VOCAB_PADDING = 64
 INT4_GROUP = 128
@@ -152,12 +153,11 @@ class MemoryBudget:
     max_num_batched_tokens: int
     max_num_seqs: int
     engine_version: str
+    evidence: str  # the published logs the engine version's constants were fitted on
 
     @property
     def requested(self) -> float:
         return self.total * self.gpu_memory_utilization
-
-    usable = requested  # the name the simulator's callers know it by
 
     @property
     def reserve(self) -> float:
@@ -269,4 +269,5 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, setup: MemorySetup, source: st
         max_model_len=setup.max_model_len or model.max_position_embeddings,
         max_position_embeddings=model.max_position_embeddings, vocab_size=model.vocab_size,
         max_num_batched_tokens=tokens, max_num_seqs=seqs, engine_version=setup.engine_version,
+        evidence=profile.evidence,
     )

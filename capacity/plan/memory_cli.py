@@ -103,7 +103,8 @@ def format_budget(b: MemoryBudget) -> str:
               f"Available KV cache memory: {_gib(b.kv):.2f} GiB",
               f"KV blocks: {b.num_blocks:,} of {b.block_size} tokens ({int(b.kv_bytes_per_token):,} bytes per token)",
               f"GPU KV cache size: {b.kv_tokens:,} tokens",
-              f"Maximum concurrency for {b.max_model_len:,} tokens per request: {b.max_concurrency:.2f}x"]
+              f"Maximum concurrency for {b.max_model_len:,} tokens per request: {b.max_concurrency:.2f}x",
+              "", f"(activation and non-torch constants for this vLLM version fitted on: {b.evidence})"]
     return "\n".join(lines)
 
 
