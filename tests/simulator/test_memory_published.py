@@ -54,6 +54,16 @@ def rows() -> tuple[Row, ...]:
     return tuple(out)
 
 
+@pytest.mark.parametrize("check", yaml.safe_load(STARTUP.read_text())["kv_bytes_checks"], ids=lambda c: c["id"])
+def test_kv_bytes_per_token_match_the_logged_pool_over_its_tokens(check):
+    model = models()[check["model"]]
+    dtype = None if check["kv_cache_dtype"] == "auto" else check["kv_cache_dtype"]
+    # bytes per token do not depend on the GPU; any catalog GPU serves
+    ours = memory_budget(model, gpus()["H100-80GB-SXM"], MemorySetup(tp=check["tp"], kv_dtype=dtype)).kv_bytes_per_token
+    theirs = check["available_kv_cache_gib"] * GIB / check["gpu_kv_cache_tokens"]
+    assert ours == pytest.approx(theirs, rel=0.005)  # the GiB figure is rounded to 0.01
+
+
 def _pair(published: dict, key: str, ours: float) -> str:
     return f"{published[key]:.2f} / {ours / GIB:.2f}" if key in published else f"- / {ours / GIB:.2f}"
 
@@ -83,7 +93,7 @@ def test_the_fixture_covers_enough_set_ups():
     assert len({s["model"] for s in setups}) >= 4 and {1, 2, 4} <= {s["tp"] for s in setups}
     assert sum(s["role"] == "held-out" for s in setups) >= 6
     doc = yaml.safe_load(STARTUP.read_text())
-    assert all(s["source"] in doc["sources"] for s in setups)
+    assert all(s["source"] in doc["sources"] for s in [*setups, *doc["kv_bytes_checks"]])
 
 
 @pytest.mark.parametrize("row", rows(), ids=lambda r: r.setup["id"])
