@@ -1,7 +1,8 @@
-"""Model and GPU catalog, and the memory arithmetic that decides how many KV blocks a replica has.
+"""Model and GPU catalog: the architecture and device numbers the memory budget and the roofline rest on.
 
-The numbers live in ``simulator/data/*.yaml`` (with their sources); this module only loads them
-and does the pure math. Bytes and FLOP/s are base units throughout.
+The numbers live in ``simulator/data/*.yaml``, each with its source; this module only loads them and
+derives what follows from them (parameter counts from the architecture, KV bytes per token). Bytes and
+FLOP/s are base units throughout. The memory budget itself is ``simulator.memory``.
 """
 
 from __future__ import annotations
@@ -19,22 +20,25 @@ __all__ = [
     "DTYPE_BYTES",
     "GIB",
     "GpuSpec",
-    "MemoryBudget",
     "ModelSpec",
     "gpus",
     "kv_bytes_per_token",
     "lookup_gpu",
     "lookup_model",
-    "memory_budget",
     "models",
 ]
 
 GIB = 2**30
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# what every catalog model may be deployed as (weights) and cached as (KV)
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int4")
+KV_DTYPES = ("bf16", "fp16", "fp8")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A dense decoder's config.json, as far as memory and speed depend on it."""
+
     name: str
     layers: int
     hidden_size: int
@@ -42,19 +46,42 @@ class ModelSpec:
     kv_heads: int
     head_dim: int
     intermediate_size: int
-    parameters: float
+    vocab_size: int
+    tie_word_embeddings: bool
     max_position_embeddings: int
-    weight_dtypes: tuple[str, ...]
-    kv_dtypes: tuple[str, ...]
+    torch_dtype: str
+    attention_bias: bool = False
+    source: str = ""
+    weight_dtypes: tuple[str, ...] = WEIGHT_DTYPES
+    kv_dtypes: tuple[str, ...] = KV_DTYPES
 
-    def weight_bytes(self, weight_dtype: str) -> float:
-        return self.parameters * DTYPE_BYTES[weight_dtype]
+    @property
+    def embedding_parameters(self) -> int:
+        """Input embedding plus the LM head unless it is the same tensor (tie_word_embeddings)."""
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def layer_linear_parameters(self) -> int:
+        """The GEMM weights of one decoder layer: q, k, v, o projections and the gated MLP (gate, up, down)."""
+        q = self.attention_heads * self.head_dim
+        kv = 2 * self.kv_heads * self.head_dim
+        return self.hidden_size * (q + kv) + q * self.hidden_size + 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def small_parameters(self) -> int:
+        """Norms and attention biases: replicated on every TP rank, never quantized."""
+        bias = (self.attention_heads + 2 * self.kv_heads) * self.head_dim if self.attention_bias else 0
+        return self.layers * (2 * self.hidden_size + bias) + self.hidden_size
+
+    @property
+    def parameters(self) -> int:
+        return self.embedding_parameters + self.layers * self.layer_linear_parameters + self.small_parameters
 
 
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
-    memory_bytes: int
+    memory_bytes: int  # as CUDA reports total memory: what gpu_memory_utilization multiplies
     hbm_bandwidth_bytes_per_s: float
     bf16_flops: float
     fp8_flops: float
@@ -74,9 +101,10 @@ def _load(filename: str) -> dict:
 
 @cache
 def models() -> dict[str, ModelSpec]:
+    """Every catalog model by name and by alias (an alias maps to the same spec)."""
     out = {}
     for name, d in _load("models.yaml").items():
-        out[name] = ModelSpec(
+        spec = ModelSpec(
             name=name,
             layers=int(d["layers"]),
             hidden_size=int(d["hidden_size"]),
@@ -84,11 +112,16 @@ def models() -> dict[str, ModelSpec]:
             kv_heads=int(d["kv_heads"]),
             head_dim=int(d["head_dim"]),
             intermediate_size=int(d["intermediate_size"]),
-            parameters=float(d["parameters"]),
+            vocab_size=int(d["vocab_size"]),
+            tie_word_embeddings=bool(d["tie_word_embeddings"]),
             max_position_embeddings=int(d["max_position_embeddings"]),
-            weight_dtypes=tuple(d["weight_dtypes"]),
-            kv_dtypes=tuple(d["kv_dtypes"]),
+            torch_dtype=str(d["torch_dtype"]),
+            attention_bias=bool(d.get("attention_bias", False)),
+            source=str(d["source"]),
         )
+        out[name] = spec
+        for alias in d.get("aliases", ()):
+            out[alias] = spec
     return out
 
 
@@ -97,7 +130,7 @@ def gpus() -> dict[str, GpuSpec]:
     return {
         name: GpuSpec(
             name=name,
-            memory_bytes=int(d["memory_bytes"]),
+            memory_bytes=round(float(d["memory_gib"]) * GIB),
             hbm_bandwidth_bytes_per_s=float(d["hbm_bandwidth_bytes_per_s"]),
             bf16_flops=float(d["bf16_flops"]),
             fp8_flops=float(d["fp8_flops"]),
@@ -106,56 +139,14 @@ def gpus() -> dict[str, GpuSpec]:
     }
 
 
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """KV heads one TP rank holds: split across ranks, replicated once there are more ranks than heads."""
+    return math.ceil(model.kv_heads / tp)
+
+
 def kv_bytes_per_token(model: ModelSpec, tp: int, kv_dtype: str) -> float:
     """KV bytes one token occupies on one GPU: 2 (K and V) x layers x ceil(kv_heads / TP) x head_dim x bytes."""
-    return 2 * model.layers * math.ceil(model.kv_heads / tp) * model.head_dim * DTYPE_BYTES[kv_dtype]
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    """Per-GPU memory terms, in bytes, and the KV blocks they leave."""
-
-    usable: float
-    weights: float
-    reserve: float
-    kv: float
-    kv_bytes_per_token: float
-    block_size: int
-
-    @property
-    def num_blocks(self) -> int:
-        return max(0, int(self.kv // (self.kv_bytes_per_token * self.block_size)))
-
-    def describe(self) -> str:
-        return (
-            f"usable {self.usable / GIB:.2f} GiB = weights {self.weights / GIB:.2f} GiB "
-            f"+ reserve {self.reserve / GIB:.2f} GiB + KV {self.kv / GIB:.2f} GiB"
-        )
-
-
-def memory_budget(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    *,
-    tp: int,
-    weight_dtype: str,
-    kv_dtype: str,
-    gpu_memory_utilization: float,
-    activation_reserve_bytes: float,
-    block_size: int = 16,
-) -> MemoryBudget:
-    """KV capacity = GPU memory x utilization - weights / TP - activation reserve (per GPU)."""
-    usable = gpu.memory_bytes * gpu_memory_utilization
-    weights = model.weight_bytes(weight_dtype) / tp
-    kv = usable - weights - activation_reserve_bytes
-    return MemoryBudget(
-        usable=usable,
-        weights=weights,
-        reserve=activation_reserve_bytes,
-        kv=kv,
-        kv_bytes_per_token=kv_bytes_per_token(model, tp, kv_dtype),
-        block_size=block_size,
-    )
+    return 2 * model.layers * kv_heads_per_gpu(model, tp) * model.head_dim * DTYPE_BYTES[kv_dtype]
 
 
 def lookup_model(name: str, source: str, key: str) -> ModelSpec:

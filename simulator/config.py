@@ -16,8 +16,9 @@ from typing import Any
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
-from simulator.catalog import DTYPE_BYTES, GIB, MemoryBudget, lookup_gpu, lookup_model, memory_budget
+from simulator.catalog import DTYPE_BYTES, lookup_gpu, lookup_model
 from simulator.distributions import QuantileDistribution
+from simulator.memory import MemoryBudget, MemorySetup, memory_budget
 
 __all__ = [
     "DeploymentConfig",
@@ -50,7 +51,6 @@ class EngineConfig:
     prefill_chunk_tokens: int = 2048
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
-    activation_reserve_gib: float = 5.0
     max_model_len: int = 32768
     prefix_cache: bool = False
     prefix_cache_fraction: float = 0.3
@@ -241,23 +241,21 @@ def _deployment(r: _Reader) -> DeploymentConfig:
         raise ConfigError(r.source, ek("weight_dtype"), f"{model.name} is not offered in {engine.weight_dtype}")
     if engine.kv_dtype not in model.kv_dtypes:
         raise ConfigError(r.source, ek("kv_dtype"), f"{model.name} KV cache cannot be {engine.kv_dtype}")
-    budget = memory_budget(
-        model, gpu, tp=tp, weight_dtype=engine.weight_dtype, kv_dtype=engine.kv_dtype,
-        gpu_memory_utilization=engine.gpu_memory_utilization,
-        activation_reserve_bytes=engine.activation_reserve_gib * GIB, block_size=engine.block_size,
-    )
-    if budget.kv <= 0:
-        raise ConfigError(
-            r.source, r.key("model"),
-            f"{model.name} ({engine.weight_dtype}) does not fit {tp}x {gpu.name}: {budget.describe()}; "
-            "the weights and reserve exceed usable memory",
-        )
-    if budget.num_blocks * engine.block_size < engine.max_model_len:
-        raise ConfigError(
-            r.source, ek("max_model_len"),
-            f"KV cache holds {budget.num_blocks * engine.block_size} tokens, less than max_model_len "
-            f"{engine.max_model_len} ({budget.describe()})",
-        )
+    try:
+        budget = memory_budget(model, gpu, MemorySetup(
+            tp=tp, weight_dtype=engine.weight_dtype, kv_dtype=engine.kv_dtype,
+            gpu_memory_utilization=engine.gpu_memory_utilization, max_model_len=engine.max_model_len,
+            max_num_batched_tokens=engine.max_num_batched_tokens, max_num_seqs=engine.max_num_seqs,
+            block_size=engine.block_size), r.source)
+    except ConfigError as e:  # the budget names the knob; say where it sits in the fleet file
+        raise ConfigError(r.source, r.key("tp") if e.key == "tp" else ek(e.key), e.problem) from None
+    problem = budget.problem()
+    if problem is not None and problem[0] != "max_model_len":
+        raise ConfigError(r.source, r.key("model"),
+                          f"{model.name} ({engine.weight_dtype}) does not fit {tp}x {gpu.name}: {problem[1]}; "
+                          f"{budget.describe()}")
+    if problem is not None:
+        raise ConfigError(r.source, ek("max_model_len"), f"{problem[1]} ({budget.describe()})")
     return DeploymentConfig(
         name=name, model=model.name, gpu=gpu.name, tp=tp,
         replicas=r.get("replicas", int, 1, minimum=0),

@@ -1,0 +1,82 @@
+"""``goodput plan memory`` as a user runs it: vLLM's start-up terms on stdout, one line and exit 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from goodput.cli import main
+from simulator.catalog import gpus, models
+
+
+def plan(capsys, *argv: str) -> tuple[int, str, str]:
+    """Exit code, stdout, stderr; argparse's own errors exit from the parser, the budget's come back as 2."""
+    try:
+        rc = main(["plan", "memory", *argv])
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_the_table_speaks_vllms_start_up_log(capsys):
+    rc, out, err = plan(capsys, "--model", "Llama-3.1-8B", "--gpu", "H100-80GB-SXM", "--max-model-len", "16000",
+                        "--engine-version", "0.11")
+    assert rc == 0, err
+    assert '"Model loading took 14.99 GiB"' in out
+    assert "Available KV cache memory: 51.38 GiB" in out  # llm-d's H100 log: 51.38 GiB
+    assert "GPU KV cache size: 420,928 tokens" in out
+    assert "Maximum concurrency for 16,000 tokens per request: 26.31x" in out
+    for term in ("model weights", "activation peak", "non-torch memory", "CUDA graph reserve"):
+        assert term in out
+
+
+def test_json_carries_every_term(capsys):
+    rc, out, _ = plan(capsys, "--model", "Llama-3.3-70B", "--gpu", "H100-80GB-SXM", "--tp", "2", "--quantization",
+                      "fp8", "--kv-cache-dtype", "fp8", "--max-model-len", "16000", "--format", "json")
+    assert rc == 0
+    doc = json.loads(out)
+    gib = doc["gib_per_gpu"]
+    assert gib["weights"] == pytest.approx(33.87, abs=0.02)
+    assert gib["requested"] == pytest.approx(
+        gib["weights"] + gib["activation_peak"] + gib["non_torch"] + gib["cudagraph_reserve"] + gib["available_kv_cache"],
+        abs=0.03)
+    assert doc["kv_bytes_per_token"] == 80 * 2 * 4 * 128  # fp8: one byte, 4 of 8 KV heads per GPU
+    assert doc["gpu_kv_cache_tokens"] == doc["num_gpu_blocks"] * 16
+    assert doc["maximum_concurrency"] == pytest.approx(doc["num_gpu_blocks"] / 1000, abs=0.01)
+
+
+def test_a_model_that_does_not_fit_names_the_term_in_one_line(capsys):
+    rc, out, err = plan(capsys, "--model", "Llama-3.1-70B", "--gpu", "L4-24GB")
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("goodput: error: Llama-3.1-70B does not fit 1x L4-24GB: weights: model weights 131.")
+
+
+def test_too_long_a_context_names_max_model_len(capsys):
+    rc, _, err = plan(capsys, "--model", "Llama-3.1-8B", "--gpu", "L4-24GB")
+    assert rc == 2
+    assert ": max_model_len: KV cache holds 31264 tokens, less than max_model_len 131072: one request needs 16.00 GiB" in err
+
+
+@pytest.mark.parametrize(("flag", "known"), [("--model", lambda: models()), ("--gpu", lambda: gpus())])
+def test_an_unknown_name_lists_the_known_ones(capsys, flag, known):
+    argv = {"--model": "Llama-3.1-8B", "--gpu": "H100-80GB-SXM"}
+    argv[flag] = "GPT-5"
+    rc, _, err = plan(capsys, *[x for kv in argv.items() for x in kv])
+    assert rc == 2 and err.count("\n") == 1
+    assert f"{flag}: unknown" in err
+    assert all(name in err for name in known())
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [(["--tp", "3"], "tp: Llama-3.1-8B has 32 attention heads"),
+     (["--engine-version", "0.6.3"], "engine_version: vLLM 0.6.3 runs the V0 engine"),
+     (["--gpu-memory-utilization", "1.5"], "must be in (0, 1]")],
+)
+def test_bad_knobs_are_one_line(capsys, argv, fragment):
+    rc, _, err = plan(capsys, "--model", "Llama-3.1-8B", "--gpu", "H100-80GB-SXM", *argv)
+    assert rc == 2
+    assert fragment in err and err.count("\n") == 1
