@@ -35,6 +35,7 @@ COMMANDS: dict[str, Command] = {
     "analyze": Command("analyzer.cli", "latency decomposition, regressions and triage over request traces"),
     "demo": Command("goodput.demo", "run the stack on the simulated fleet until Ctrl-C"),
     "loadtest": Command("capacity.loadtest.cli", "load tests that measure SLO goodput"),
+    "plan": Command("capacity.plan.cli", "capacity plans: memory, replicas, autoscaling"),
 }
 
 

@@ -1,0 +1,1 @@
+"""``goodput plan``: capacity plans from measured SLO goodput, autoscaling policies, and their proof in the simulator."""
