@@ -6,7 +6,8 @@ Signals, per deployment, over the last ``window_s`` (the recording rules' rate w
 
 - demand  ceil(tokens/s / per-replica SLO goodput x redundancy)   input tokens at arrival, output at completion
 - kv      ceil(ready replicas x mean KV usage / KV target)
-- queue   ceil(ready replicas x max(p95 queue wait / target, 1))  queue waits of requests finished in the window
+- queue   ceil(ready replicas x p95 queue wait / target), only while the p95 is over its target (queue waits
+          of requests finished in the window)
 - waiting ceil(requests waiting in the engines / target per replica)
 - inflight ceil(requests in the engines, running or waiting / what one replica held at its SLO knee)
 - utilisation  ceil(ready replicas x mean GPU utilisation / target)  (the policy we compare against)
@@ -159,7 +160,9 @@ class Autoscaler:
         return max(
             math.ceil(s["tokens_per_s"] / p.goodput_tokens_per_s * p.redundancy - 1e-9),
             math.ceil(n * s["kv_usage"] / p.kv_target_ratio - 1e-9),
-            math.ceil(n * max(s["queue_wait_p95_s"] / p.queue_target_s, 1.0) - 1e-9),
+            # only a queue over its target votes: "max(wait / target, 1)" would never let the count fall
+            math.ceil(n * s["queue_wait_p95_s"] / p.queue_target_s - 1e-9) if s["queue_wait_p95_s"] > p.queue_target_s
+            else 1,
             math.ceil(s["waiting"] / p.waiting_per_replica - 1e-9),
             math.ceil(s["inflight"] / p.inflight_per_replica - 1e-9) if p.inflight_per_replica > 0 else 1,
             1,
