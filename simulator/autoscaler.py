@@ -6,8 +6,8 @@ Signals, per deployment, over the last ``window_s`` (the recording rules' rate w
 
 - demand  ceil(tokens/s / per-replica SLO goodput x redundancy)   input tokens at arrival, output at completion
 - kv      ceil(ready replicas x mean KV usage / KV target)
-- queue   ceil(ready replicas x p95 queue wait / target), only while the p95 is over its target (queue waits
-          of requests finished in the window)
+- queue   ceil(ready replicas x p95 queue wait / target), only while the p95 is over its target (the p95 as
+          histogram_quantile reads it from the queue-wait buckets of requests finished in the window)
 - waiting ceil(requests waiting in the engines / target per replica)
 - inflight ceil(requests in the engines, running or waiting / what one replica held at its SLO knee)
 - utilisation  ceil(ready replicas x mean GPU utilisation / target)  (the policy we compare against)
@@ -30,6 +30,8 @@ import numpy as np
 __all__ = ["KINDS", "Autoscaler", "ScalingPolicy", "Sample", "gpu_utilisation"]
 
 KINDS = ("signals", "utilisation", "static")
+# queue-wait histogram bounds when the caller has none (the request exporter's are passed in by goodput plan)
+DEFAULT_WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 def gpu_utilisation(running: int) -> float:
@@ -81,7 +83,7 @@ class _Window:
     tokens: deque = field(default_factory=deque)
     waits: deque = field(default_factory=deque)
 
-    def push(self, tokens: float, waits: list[float]) -> None:
+    def push(self, tokens: float, waits) -> None:
         self.tokens.append(tokens)
         self.waits.append(waits)
         while len(self.tokens) > self.span:
@@ -92,10 +94,12 @@ class _Window:
 class Autoscaler:
     """Drives ``fleet`` one scrape interval at a time, scaling deployment ``name`` by ``policy``."""
 
-    def __init__(self, fleet, name: str, policy: ScalingPolicy, tp: int = 1) -> None:
+    def __init__(self, fleet, name: str, policy: ScalingPolicy, tp: int = 1,
+                 wait_buckets: tuple[float, ...] = DEFAULT_WAIT_BUCKETS) -> None:
         if policy.kind not in KINDS:
             raise ValueError(f"policy kind must be one of {KINDS}, got {policy.kind!r}")
         self.fleet, self.policy, self.tp = fleet, policy, tp
+        self._bounds = np.asarray(wait_buckets, dtype=float)
         self.dep = fleet.by_name[name]
         self.samples: list[Sample] = []
         self.gpu_seconds = 0.0
@@ -125,30 +129,45 @@ class Autoscaler:
     def _observe(self, t: float) -> dict[str, float]:
         p, dep_index = self.policy, self.dep.index
         done = self.fleet.done
-        out_tokens, waits = 0.0, []
+        out_tokens, waits = 0, []
         for r in done[self._done_seen:]:
-            if r.deployment != dep_index:
-                continue
-            out_tokens += r.generated
-            if r.scheduled == r.scheduled:  # not NaN: it left the queue
-                waits.append(r.scheduled - r.queue_start)
+            if r.deployment == dep_index:
+                out_tokens += r.generated
+                w = r.scheduled - r.queue_start
+                if w == w:  # not NaN: it left the queue
+                    waits.append(w)
         self._done_seen = len(done)
         end = self.fleet.next_arrival
         in_tokens = float(self._arr_prompt[self._arr_seen:end].sum())
         self._arr_seen = end
-        self._win.push(in_tokens + out_tokens, waits)
+        counts = np.bincount(np.searchsorted(self._bounds, waits), minlength=len(self._bounds) + 1) if waits else None
+        self._win.push(in_tokens + out_tokens, counts)
         span_s = len(self._win.tokens) * p.scrape_interval_s
         tokens_per_s = sum(self._win.tokens) / span_s
-        all_waits = [w for ws in self._win.waits for w in ws]
-        q95 = float(np.percentile(all_waits, 95)) if all_waits else 0.0
         ready = [r for r in self._serving() if r.available_from <= t]
         n = len(ready)
         kv = sum(r.kv_usage for r in ready) / n if n else 0.0
         waiting = sum(r.n_waiting for r in ready)
         inflight = waiting + sum(len(r.running) for r in ready)
         util = sum(gpu_utilisation(len(r.running)) for r in ready) / n if n else 0.0
-        return {"tokens_per_s": tokens_per_s, "queue_wait_p95_s": q95, "kv_usage": kv, "waiting": float(waiting),
-                "inflight": float(inflight), "utilisation": util, "ready": float(n)}
+        return {"tokens_per_s": tokens_per_s, "queue_wait_p95_s": self._wait_quantile(0.95), "kv_usage": kv,
+                "waiting": float(waiting), "inflight": float(inflight), "utilisation": util, "ready": float(n)}
+
+    def _wait_quantile(self, q: float) -> float:
+        """``histogram_quantile`` over the window's queue-wait buckets: linear within the bucket, the highest
+        finite bound when the quantile falls in +Inf, 0 without observations."""
+        hists = [h for h in self._win.waits if h is not None]
+        if not hists:
+            return 0.0
+        cum = np.cumsum(np.sum(hists, axis=0))
+        rank = q * cum[-1]
+        i = int(np.searchsorted(cum, rank))
+        bounds = self._bounds
+        if i >= len(bounds):
+            return float(bounds[-1])
+        lo, below = (bounds[i - 1], cum[i - 1]) if i > 0 else (0.0, 0.0)
+        in_bucket = cum[i] - below
+        return float(lo + (bounds[i] - lo) * ((rank - below) / in_bucket if in_bucket else 1.0))
 
     def recommend(self, s: dict[str, float]) -> int:
         """The raw replica count the policy asks for, before stabilisation and limits."""
