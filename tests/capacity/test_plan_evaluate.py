@@ -77,3 +77,14 @@ def test_bad_policy_keys_are_named(planned, tmp_path, capsys):
                  "--scenario", "burst"]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: deployments.rag.scale_up_replicaz: unknown key" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("scenario", ["diurnal", "release", "replica_loss"])
+def test_every_scenario_reports_every_policy(planned, capsys, scenario):
+    capsys.readouterr()
+    assert main(["plan", "evaluate", "--plan", str(planned / "plan.yaml"), "--policy", str(planned / "policy.yaml"),
+                 "--scenario", scenario, "--duration", "1200"]) == 0
+    out = capsys.readouterr().out
+    assert f"scenario {scenario} (1200 s" in out
+    for label in ("static peak", "policy", "utilisation 80%"):
+        assert label in out
