@@ -43,7 +43,7 @@ SIX = [
 ]
 # (2): long answers, so a day is ~10^6 requests rather than ~10^7
 DAY_STREAMS = [
-    {"scene": "chat", "tier": "P0", "peak_rps": 21, "input_tokens": {"p50": 700, "p95": 2600, "max": 6000},
+    {"scene": "chat", "tier": "P0", "peak_rps": 28, "input_tokens": {"p50": 700, "p95": 2600, "max": 6000},
      "output_tokens": {"p50": 400, "p95": 900, "max": 1200}},
 ]
 DAY_CANDIDATE = {"name": "70b-h100-tp4", "model": "Llama-3.1-70B", "gpu": "H100-80GB-SXM", "tp": 4}
