@@ -11,6 +11,7 @@ from typing import Any
 
 from exporters.fake_nvml import FakeNvml
 from exporters.gpu import DeploymentMapping
+from simulator.autoscaler import gpu_utilisation
 from simulator.catalog import gpus
 from simulator.live import LiveFleet
 
@@ -39,7 +40,7 @@ def fleet_gpus(live: LiveFleet) -> tuple[FakeNvml, DeploymentMapping]:
         if not rep.alive:
             return {"lost": True}
         running = len(rep.running)
-        util = 0.0 if not running else min(0.99, 0.55 + 0.45 * min(1.0, running / 48))
+        util = gpu_utilisation(running)
         b = dep.cfg.budget
         used = b.weights + b.reserve + b.kv * rep.kv_usage
         return {"utilization": util, "memory_used_bytes": int(used), "power_watts": 90 + 600 * util,

@@ -1,3 +1,1 @@
-"""Capacity plans: the memory budget of one deployment (``goodput plan memory``)."""
-
-__all__: list[str] = []
+"""``goodput plan``: capacity plans from measured SLO goodput, autoscaling policies, and their proof in the simulator."""

@@ -1,17 +1,159 @@
-"""``goodput plan``: capacity plans; each subcommand's module adds its own parser."""
+"""``goodput plan``: ``replicas`` (a capacity plan), ``autoscale`` (a policy and its KEDA / HPA manifests) and
+``evaluate`` (the policy replayed in the simulator against static and utilisation policies); ``memory`` (the
+memory budget) adds its own parser from ``capacity.plan.memory_cli``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 
 from capacity.plan import memory_cli
+from goodput.foundation.args import non_negative_int, positive_int, positive_number, seed
 
 __all__ = ["register"]
 
 
+def _duration(text: str) -> float:
+    """Seconds: ``180``, ``180s``, ``3m``, ``1h``."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    t = text.strip()
+    scale = units.get(t[-1:])
+    try:
+        v = float(t[:-1] if scale else t) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration (180, 180s, 3m): {text!r}") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite duration >= 0, got {text!r}")
+    return v
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     plan = sub.add_parser("plan", help="capacity plans: memory budget, replicas and autoscaling policies",
-                          description="Capacity plans for LLM deployments.")
+                          description="Capacity plans: the memory budget, replicas from measured SLO goodput, an autoscaling policy, "
+                                      "and that policy replayed in the simulator.")
     psub = plan.add_subparsers(dest="plan_command", metavar="COMMAND")
     psub.required = True
     memory_cli.add_parser(psub)
+
+    r = psub.add_parser(
+        "replicas", help="replicas per deployment from demand and per-replica SLO goodput; writes plan.yaml",
+        description="Size every candidate configuration of every deployment in DEMAND.yaml: replicas = ceil(peak "
+                    "tokens/s / per-replica SLO goodput), prefill and decode checked apart, then each headroom term "
+                    "(growth, N+k, release surge, cold-start buffer); cost from GPU prices. The cheapest candidate "
+                    "goes into plan.yaml, which the engine exporter reads with --plan.")
+    r.add_argument("--demand", type=Path, required=True, metavar="DEMAND.yaml", help="demand file (docs/capacity.md)")
+    src = r.add_mutually_exclusive_group(required=True)
+    src.add_argument("--runs", nargs="+", metavar="CANDIDATE=RUN_DIR",
+                     help="load-test run directories, each of one replica of the named candidate")
+    src.add_argument("--simulate", action="store_true", help="measure each candidate with a simulator knee search")
+    r.add_argument("--out", type=Path, required=True, metavar="plan.yaml", help="the plan to write")
+    r.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default table)")
+    r.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
+    r.add_argument("--allow-mixed", action="store_true", help="plan with runs whose workloads differ")
+    r.add_argument("--jobs", type=non_negative_int, default=0, help="--simulate: processes (default: all cores)")
+    r.add_argument("--sim-duration", type=positive_number, default=120.0, metavar="SECONDS",
+                   help="--simulate: virtual seconds per knee probe (default 120)")
+    r.add_argument("--seed", type=seed, default=0, help="--simulate: random seed (default 0)")
+    r.add_argument("--report", type=Path, default=None, metavar="FILE.html", help="also write an HTML report")
+    r.set_defaults(func=_replicas)
+
+    a = psub.add_parser(
+        "autoscale", help="an autoscaling policy from a plan: policy.yaml, KEDA ScaledObject, HPA v2",
+        description="From plan.yaml and the cold-start time: min/max replicas, the scale-up signal (the recorded "
+                    "rules' desired-replica series), thresholds, stabilisation windows, scale-down cooldown and "
+                    "drain, warm-pool size; written as policy.yaml, a KEDA ScaledObject and an HPA v2 manifest.")
+    a.add_argument("--plan", type=Path, required=True, metavar="plan.yaml")
+    a.add_argument("--cold-start", type=_duration, required=True, metavar="DURATION",
+                   help="time from scale-up to a serving replica, e.g. 180s")
+    a.add_argument("--out", type=Path, default=Path("autoscale"), metavar="DIR", help="output directory (default autoscale/)")
+    a.add_argument("--namespace", default="llm-serving", help="Kubernetes namespace of the manifests")
+    a.add_argument("--prometheus", default="http://prometheus.monitoring.svc:9090", metavar="URL",
+                   help="the Prometheus KEDA queries")
+    a.add_argument("--format", choices=("table", "json"), default="table")
+    a.set_defaults(func=_autoscale)
+
+    e = psub.add_parser(
+        "evaluate", help="replay a scenario: static peak vs the policy vs a GPU-utilisation policy",
+        description="Replay a scenario in the simulator with the autoscaler in the loop and report, per policy, "
+                    "SLO attainment per tier, time to recover, GPU-hours and rejected requests.")
+    e.add_argument("--plan", type=Path, required=True, metavar="plan.yaml")
+    e.add_argument("--policy", type=Path, required=True, metavar="policy.yaml", help="from `goodput plan autoscale`")
+    e.add_argument("--scenario", required=True, choices=("burst", "diurnal", "release", "replica_loss"))
+    e.add_argument("--deployment", default=None, help="which deployment of the plan (default: the first)")
+    e.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
+                   help="scenario length (default: 2 h; diurnal 24 h)")
+    e.add_argument("--seed", type=seed, default=0)
+    e.add_argument("--format", choices=("table", "json"), default="table")
+    e.add_argument("--report", type=Path, default=None, metavar="FILE.html", help="write the HTML report")
+    e.add_argument("--max-replicas", type=positive_int, default=None, help="override the policy's maximum")
+    e.set_defaults(func=_evaluate)
+
+
+def _replicas(args: argparse.Namespace) -> int:
+    import yaml
+
+    from capacity.plan.demand import load_demand
+    from capacity.plan.planner import build_plan, plan_dict
+    from capacity.plan.prices import load_prices
+    from capacity.plan.runs import load_runs, parse_run_args
+    from capacity.plan.tables import render_plan
+    from goodput.foundation.progress import progress_bar
+
+    demand = load_demand(args.demand)
+    prices = load_prices(args.prices)
+    runs = load_runs(parse_run_args(args.runs), args.allow_mixed) if args.runs else None
+    n = sum(len(d.candidates) for d in demand.deployments)
+    with progress_bar("knee search", n, unit="candidates", enabled=None if args.simulate else False) as update:
+        plans = build_plan(demand, prices, runs=runs, jobs=args.jobs, sim_duration_s=args.sim_duration,
+                           progress=update, seed=args.seed)
+    plan = plan_dict(demand, plans)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("# written by `goodput plan replicas`; the engine exporter reads it with --plan\n"
+                        + yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
+    if args.report:
+        from capacity.plan.report import write_plan_report
+        write_plan_report(args.report, plan)
+    print(json.dumps(plan, indent=2) if args.format == "json" else render_plan(plan))
+    return 0
+
+
+def _autoscale(args: argparse.Namespace) -> int:
+    from capacity.plan.autoscale import derive_policies, write_outputs
+    from capacity.plan.planfile import load_plan_file
+
+    planned = load_plan_file(args.plan)
+    policies = derive_policies(planned, args.cold_start)
+    paths = write_outputs(policies, args.out, namespace=args.namespace, prometheus=args.prometheus)
+    if args.format == "json":
+        print(json.dumps({"policies": [p.as_dict() for p in policies], "files": [str(p) for p in paths]}, indent=2))
+    else:
+        from capacity.plan.tables import table
+        rows = [p.summary_row() for p in policies]
+        print(table(rows, list(rows[0])))
+        for p in paths:
+            print(f"wrote {p}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from capacity.plan.evaluate import evaluate
+    from capacity.plan.planfile import load_plan_file
+    from capacity.plan.policyfile import load_policy_file
+    from capacity.plan.tables import render_evaluation
+    from goodput.foundation.progress import progress_bar
+
+    planned = load_plan_file(args.plan)
+    policies = load_policy_file(args.policy)
+    with progress_bar(f"evaluate {args.scenario}", 3, unit="policies") as update:
+        result = evaluate(planned, policies, args.scenario, deployment=args.deployment, duration_s=args.duration,
+                          seed=args.seed, max_replicas=args.max_replicas, progress=update)
+    if args.report:
+        from capacity.plan.report import write_evaluation_report
+        write_evaluation_report(args.report, result)
+    out = dict(result)
+    out.pop("timelines", None)
+    print(json.dumps(out, indent=2) if args.format == "json" else render_evaluation(result), file=sys.stdout)
+    return 0

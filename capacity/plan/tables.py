@@ -1,0 +1,59 @@
+"""Plain-text tables for ``goodput plan`` (``--format table``): one row per candidate, the headroom terms apart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["render_evaluation", "render_plan", "table"]
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths, strict=True)))
+              for row in cells]
+    return "\n".join(lines)
+
+
+def render_plan(plan: Mapping[str, Any]) -> str:
+    out = []
+    for name, d in plan["deployments"].items():
+        out.append(f"deployment {name}: peak {d['peak_tokens_per_second']:,.0f} tokens/s x growth {d['growth']:g}; "
+                   f"chosen {d['candidate']['name']}: {d['desired_replicas']} replicas")
+        rows = []
+        for c in d["compared"]:
+            ch = c["checks"]
+            rows.append({
+                "candidate": c["name"], "goodput/replica": c["replica_goodput_tokens_per_second"], **c["headroom"],
+                "replicas": c["replicas"], "gpus": c["gpus"], "$/hour": c["usd_per_hour"],
+                "$/M tokens": c["usd_per_million_tokens"],
+                "prefill": ch["prefill"]["replicas"], "decode": f"{ch['decode']['replicas']} ({ch['decode']['limited_by']})",
+                "binding": ch["binding"] + (" (raised base)" if ch["raised_base"] else ""),
+            })
+        out.append(table(rows, list(rows[0])))
+        if d["unmeasured_candidates"]:
+            out.append(f"  no run for: {', '.join(d['unmeasured_candidates'])}")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_evaluation(result: Mapping[str, Any]) -> str:
+    rows = []
+    for name, r in result["policies"].items():
+        row = {"policy": name, "gpu_hours": r["gpu_hours"], "rejected": r["rejected"],
+               "time_to_recover_s": r["time_to_recover_s"], "max_replicas": r["max_replicas"]}
+        row.update({f"{t} attainment": v for t, v in r["attainment"].items()})
+        rows.append(row)
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    return f"scenario {result['scenario']} ({result['duration_s']:g} s, deployment {result['deployment']})\n" + \
+        table(rows, cols) + "\n"
