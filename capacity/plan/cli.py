@@ -32,8 +32,8 @@ def _duration(text: str) -> float:
 
 def register(sub: argparse._SubParsersAction) -> None:
     plan = sub.add_parser("plan", help="capacity plans: memory budget, replicas and autoscaling policies",
-                          description="Capacity plans: the memory budget, replicas from measured SLO goodput, an autoscaling policy, "
-                                      "and that policy replayed in the simulator.")
+                          description="Capacity plans: the memory budget, replicas from measured SLO goodput, an "
+                                      "autoscaling policy, and that policy replayed in the simulator.")
     psub = plan.add_subparsers(dest="plan_command", metavar="COMMAND")
     psub.required = True
     memory_cli.add_parser(psub)
