@@ -46,7 +46,7 @@ def _chg(before, after) -> float | None:
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:+.0f}%"
+    return "n/a" if x is None else f"{round(x * 100):+d}%"  # round first: -0.1% is "+0%", never "-0%"
 
 
 def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,

@@ -89,11 +89,12 @@ BASE_WORKLOAD = {
 
 
 def stress_pool(**deployment) -> dict:
-    """Two replicas with little KV, long outputs, an 8 s queue limit, shared prefixes and bursty arrivals, and a
-    release mid-run: the run preempts, times out and hits the prefix cache, for comparing two timelines."""
+    """Two replicas with little KV (3.8 GiB, 31k tokens each), long outputs, an 8 s queue limit, shared prefixes and
+    bursty arrivals, and a release mid-run: the run preempts, times out and hits the prefix cache, for comparing two
+    timelines."""
     return {
         "deployments": [dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=2,
-                             engine={"max_num_seqs": 48, "gpu_memory_utilization": 0.3, "max_model_len": 8192,
+                             engine={"max_num_seqs": 48, "gpu_memory_utilization": 0.257, "max_model_len": 8192,
                                      "prefix_cache": True, "max_queue_time_s": 8}, **deployment)],
         "workloads": [dict(copy.deepcopy(BASE_WORKLOAD), shared_prefix_tokens=256, max_tokens=4096,
                            output_tokens={"p50": 600, "p95": 1500, "p99": 2000, "max": 3000},
