@@ -60,8 +60,9 @@ def _figures(summary: dict) -> dict:
     (s,) = summary["steps"][:1]
     pick = {"ttft": "ttft_s", "itl": "itl_s", "tpot": "tpot_s", "e2e": "e2e_s"}
     return {f"{k}_{p}_ms": None if s[key][p] is None else round(s[key][p] * 1e3, 2)
-            for k, key in pick.items() for p in ("p50", "p95")} | {"requests": s["requests"], "errors": s["errors"],
-                                                                  "achieved_rate": round(s["achieved_rate"], 3)}
+            for k, key in pick.items() for p in ("p50", "p95")} | {
+        "requests": s["requests"], "errors": s["errors"], "achieved_rate": round(s["achieved_rate"], 3),
+        "input_tokens_p50": (summary["comparability"].get("input_tokens") or {}).get("p50")}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -118,10 +119,11 @@ def main(argv: list[str] | None = None) -> dict:
             stop(proc)
         theirs = _figures(json.loads((tmp_path / "gl_run" / "summary.json").read_text()))
         ours = _figures(json.loads((tmp_path / "our_run" / "summary.json").read_text()))
-    ratios = {k: round(ours[k] / theirs[k], 3) for k in ("ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "itl_p95_ms")
-              if ours.get(k) and theirs.get(k)}
+    # GuideLLM's ITL is a per-request mean gap, as our TPOT is; our ITL pools every gap (a wider p95)
+    ratios = {k: round(ours[k] / theirs[k], 3) for k in ("ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "itl_p95_ms",
+                                                         "tpot_p50_ms", "tpot_p95_ms") if ours.get(k) and theirs.get(k)}
     out = {"guidellm (imported: our definitions)": theirs, "goodput loadtest": ours, "ours / guidellm": ratios,
-           "within_10_percent": all(abs(r - 1) <= 0.1 for r in ratios.values()) and len(ratios) == 4,
+           "within_10_percent": {k: abs(r - 1) <= 0.1 for k, r in ratios.items()},
            "guidellm_wall_s": round(gl_wall, 1)}
     return emit(f"GuideLLM vs goodput loadtest: constant {args.rate:g} req/s, {args.prompt_tokens} -> "
                 f"{args.output_tokens} tokens, one replica", out, args.json)
