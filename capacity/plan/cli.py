@@ -89,6 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--format", choices=("table", "json"), default="table")
     e.add_argument("--report", type=Path, default=None, metavar="FILE.html", help="write the HTML report")
     e.add_argument("--max-replicas", type=positive_int, default=None, help="override the policy's maximum")
+    e.add_argument("--jobs", type=non_negative_int, default=0,
+                   help="processes: the three policies replay in parallel (default 0: up to the cores; 1: in turn)")
     e.set_defaults(func=_evaluate)
 
 
@@ -149,7 +151,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     policies = load_policy_file(args.policy)
     with progress_bar(f"evaluate {args.scenario}", 3, unit="policies") as update:
         result = evaluate(planned, policies, args.scenario, deployment=args.deployment, duration_s=args.duration,
-                          seed=args.seed, max_replicas=args.max_replicas, progress=update)
+                          seed=args.seed, max_replicas=args.max_replicas, progress=update, jobs=args.jobs)
     if args.report:
         from capacity.plan.report import write_evaluation_report
         write_evaluation_report(args.report, result)

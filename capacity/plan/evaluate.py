@@ -14,7 +14,9 @@ rejected, aborted or outside its tier's TTFT / TPOT misses.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -140,8 +142,9 @@ def _run(d: PlannedDeployment, p: ScalingPolicy, workloads: list[dict], events: 
 def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy], scenario_name: str, *,
              deployment: str | None = None, duration_s: float | None = None, seed: int = 0,
              max_replicas: int | None = None, progress: Callable[[float], None] | None = None,
-             policies_to_run: str | None = None) -> dict[str, Any]:
-    """The scenario for each policy (or only ``policies_to_run``, one label), side by side."""
+             policies_to_run: str | None = None, jobs: int = 1) -> dict[str, Any]:
+    """The scenario for each policy (or only ``policies_to_run``, one label), side by side; ``jobs`` processes
+    (0: one per policy, up to the cores)."""
     if scenario_name not in SCENARIOS:
         raise ConfigError("--scenario", scenario_name, f"must be one of {', '.join(SCENARIOS)}")
     by_name = {d.name: d for d in planned}
@@ -156,13 +159,22 @@ def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy
     workloads, events, t_d = scenario(scenario_name, d, duration)
     static = replace(ours, kind="static", min_replicas=d.desired_replicas, max_replicas=d.desired_replicas, warm_pool=0)
     util = replace(ours, kind="utilisation", utilisation_target=UTILISATION_TARGET)
-    results = {}
     runs = [(label, p) for label, p in (("static peak", static), ("policy", ours), ("utilisation 80%", util))
             if policies_to_run in (None, label)]
-    for i, (label, p) in enumerate(runs):
-        results[label] = _run(d, p, workloads, events, duration, t_d, seed)
-        if progress is not None:
-            progress(i + 1)
+    results = {}
+    args = [(d, p, workloads, events, duration, t_d, seed) for _, p in runs]
+    if jobs == 1 or len(runs) == 1:
+        for i, ((label, _), a) in enumerate(zip(runs, args, strict=True)):
+            results[label] = _run(*a)
+            if progress is not None:
+                progress(i + 1)
+    else:  # the policies are independent replays: one process each
+        with ProcessPoolExecutor(max_workers=min(len(runs), jobs or os.cpu_count() or 1)) as pool:
+            futures = [pool.submit(_run, *a) for a in args]
+            for i, ((label, _), f) in enumerate(zip(runs, futures, strict=True)):
+                results[label] = f.result()
+                if progress is not None:
+                    progress(i + 1)
     return {"scenario": scenario_name, "deployment": name, "duration_s": duration, "disturbance_s": t_d,
             "slo_objectives": {t: d.slos[t].objective for t in d.demand.tiers()}, "policies": results,
             "headroom": d.headroom}
