@@ -35,6 +35,8 @@ COMMANDS: dict[str, Command] = {
     "analyze": Command("analyzer.cli", "latency decomposition, regressions and triage over request traces"),
     "demo": Command("goodput.demo", "run the stack on the simulated fleet until Ctrl-C"),
     "loadtest": Command("capacity.loadtest.cli", "load tests that measure SLO goodput"),
+    "review": Command("capacity.review.cli", "the weekly capacity review from Prometheus or a trace store"),
+    "week": Command("capacity.review.cli", "a compressed simulated week as OpenMetrics, backfilled into a TSDB"),
 }
 
 
