@@ -1,8 +1,10 @@
-"""Weekly peak demand, forecast: a linear trend plus an hour-of-week profile, fitted by least squares.
+"""Weekly peak demand, forecast: a growth trend times an hour-of-week profile, fitted by least squares.
 
-y(t) = a + b t + s[hour of week] + e, with the profile summing to zero. The forecast of week k is the
-highest fitted hour of that week; its interval combines the residual spread with the trend's
-uncertainty at that distance (normal, 90 % by default). Pure numpy; the fit needs at least a week.
+log y(t) = a + b t + s[hour of week] + e, with the profile summing to zero: demand that grows by a
+share per week and whose daily peaks grow with it (an additive trend under-forecasts peaks). The
+forecast of week k is the highest fitted hour of that week; its interval combines the residual spread
+with the uncertainty of the fit at that hour (normal on the log scale, 90 % by default). Pure numpy;
+the fit needs at least a week of hours with demand.
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ class WeekPeak:
 
 @dataclass(frozen=True)
 class Forecast:
-    trend_per_week: float  # units of y per week
-    level: float  # fitted value (without the profile) at the end of the history
-    residual_sd: float
+    growth_per_week: float  # fitted growth, as a share per week (0.05 = 5 %)
+    residual_sd: float  # of log y
     weeks: tuple[WeekPeak, ...]
     history_peaks: tuple[tuple[float, float], ...]  # (week start, observed peak) per full week of history
 
@@ -38,8 +39,8 @@ def forecast_peaks(times: np.ndarray, values: np.ndarray, origin: float, horizon
                    coverage: float = 0.9) -> Forecast | None:
     """``times`` hourly (unix seconds), ``values`` the demand; weeks are counted from ``origin`` (a Monday 00:00)
     and the forecast starts at the first week after the history. None with less than a week of hours."""
-    ok = np.isfinite(values)
-    t, y = np.asarray(times, float)[ok], np.asarray(values, float)[ok]
+    ok = np.isfinite(values) & (np.asarray(values, float) > 0)
+    t, y = np.asarray(times, float)[ok], np.log(np.asarray(values, float)[ok])
     if len(t) < WEEK_H or t[-1] - t[0] < (WEEK_H - 1) * 3600:
         return None
     hours = np.floor((t - origin) / 3600).astype(int)
@@ -57,7 +58,7 @@ def forecast_peaks(times: np.ndarray, values: np.ndarray, origin: float, horizon
     cov = sd ** 2 * np.linalg.pinv(design.T @ design)
     profile = np.append(coef[2:], -coef[2:].sum())
     z = Z.get(coverage, 1.6449)
-    last_week = int(np.floor((t[-1] - origin) / (WEEK_H * 3600)))
+    last_week = int(np.floor((t[-1] - 1 - origin) / (WEEK_H * 3600)))  # a point at a week's end is that week's
     weeks = []
     for k in range(1, horizon_weeks + 1):
         start = origin + (last_week + k) * WEEK_H * 3600
@@ -72,8 +73,9 @@ def forecast_peaks(times: np.ndarray, values: np.ndarray, origin: float, horizon
         else:
             g[2:] = -1.0
         se = float(np.sqrt(sd ** 2 + g @ cov @ g))
-        weeks.append(WeekPeak(start, float(fitted[i]), float(fitted[i] - z * se), float(fitted[i] + z * se)))
-    week_idx = np.floor((t - origin) / (WEEK_H * 3600)).astype(int)
-    hist = tuple((origin + w * WEEK_H * 3600, float(y[week_idx == w].max())) for w in np.unique(week_idx)
+        weeks.append(WeekPeak(start, float(np.exp(fitted[i])), float(np.exp(fitted[i] - z * se)),
+                              float(np.exp(fitted[i] + z * se))))
+    week_idx = np.floor((t - 1 - origin) / (WEEK_H * 3600)).astype(int)
+    hist = tuple((origin + w * WEEK_H * 3600, float(np.exp(y[week_idx == w].max()))) for w in np.unique(week_idx)
                  if (week_idx == w).sum() >= WEEK_H * 0.9)
-    return Forecast(float(coef[1]), float(coef[0]), sd, tuple(weeks), hist)
+    return Forecast(float(np.expm1(coef[1])), sd, tuple(weeks), hist)

@@ -142,7 +142,8 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
                 "slo": _slo(raw, grid, dep, tier),
                 "latency_p95_s": {k.removesuffix("_p95"): round(float(np.percentile(v.values, 95)), 4)
                                   for k in lat if (v := lat[k].get(key)) is not None and len(v.values)},
-                "ttft_p95_series": np.round(_grid(lat["ttft_p95"].get(key), grid), 4).tolist(),
+                "latency_p95_series": {k.removesuffix("_p95"): np.round(_grid(lat[k].get(key), grid), 4).tolist()
+                                       for k in lat},
                 "rejections": {rs: round(v) for (d2, t2, rs), v in rejections.items() if (d2, t2) == key and v >= 1},
                 "timeouts": round(weeks["timeouts_week"].get(key, 0.0)),
             }
@@ -175,7 +176,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
         h = history.get((dep,))
         fc = forecast_peaks(h.times, h.values, origin=start - 4 * WEEK_S) if h is not None else None
         entry["forecast"] = None if fc is None else {
-            "trend_tokens_per_second_per_week": round(fc.trend_per_week, 1), "residual_sd": round(fc.residual_sd, 1),
+            "growth_per_week_pct": round(100 * fc.growth_per_week, 2), "residual_sd_log": round(fc.residual_sd, 4),
             "history": [{"week_start": _iso(t), "peak": round(v, 1)} for t, v in fc.history_peaks],
             "weeks": [{"week_start": _iso(w.week_start), "peak": round(w.peak, 1), "low": round(w.low, 1),
                        "high": round(w.high, 1),
