@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 import numpy as np
 import pytest
