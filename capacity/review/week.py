@@ -17,10 +17,11 @@ import yaml
 from capacity.review.backfill import backfill, rule_names
 from capacity.review.openmetrics import GOODPUT_SHARE, write_openmetrics
 from capacity.review.queries import RECORDED, alert_rules
+from goodput.foundation.errors import ConfigError
 from simulator.config import FleetConfig
 from simulator.week import WeekModel, WeekSpec, simulate_week
 
-__all__ = ["plan_of", "write_week"]
+__all__ = ["demo_week", "plan_of", "write_week"]
 
 
 def plan_of(model: WeekModel) -> dict:
@@ -48,3 +49,34 @@ def write_week(fleet: FleetConfig, spec: WeekSpec, out: Path, backfill_port: int
         backfill(paths["openmetrics"], paths["tsdb"], files, model.week_start, model.week_start + timedelta(weeks=1),
                  backfill_port, wanted, progress=progress)
     return paths
+
+
+def demo_week(fleet_path: Path, week: str, out: Path, port: int, plan: Path | None = None,
+              duration: float | None = None, spec: WeekSpec | None = None) -> int:
+    """``goodput demo --week``: simulate the week, backfill it, serve it with Prometheus on ``port``, write the
+    review against it, and keep Prometheus up until Ctrl-C (or ``duration`` seconds) for a look around."""
+    from capacity.review.backfill import serve_tsdb  # noqa: PLC0415
+    from capacity.review.report import write_review  # noqa: PLC0415
+    from capacity.review.review import prometheus_review  # noqa: PLC0415
+    from goodput.foundation.http import serve_until_signal  # noqa: PLC0415
+    from simulator.config import load_fleet  # noqa: PLC0415
+
+    if (out / "tsdb").exists():
+        raise ConfigError(str(out / "tsdb"), "--out", "holds a backfilled week already; remove it or pick another --out")
+    spec = spec or WeekSpec(week, tenants=50)
+    paths = write_week(load_fleet(fleet_path), spec, out, backfill_port=port)
+    served = serve_tsdb(paths["tsdb"], port)
+    try:
+        review = prometheus_review(served.url, week, plan=plan or paths["plan"], releases=paths["releases"])
+        files = write_review(review, out / "review")
+        print(f"Prometheus serving the week: {served.url}/graph (data {paths['tsdb']})")
+        for k, v in files.items():
+            print(f"  review.{k:5s} {v}")
+        for r in review["recommendations"]:
+            print(f"  {r['deployment']}: {r['action']}")
+        print(f"Again: goodput review --prometheus {served.url} --week {week} --plan {plan or paths['plan']} "
+              f"--releases {paths['releases']} --out DIR.  Ctrl-C to stop.", flush=True)
+        serve_until_signal(lambda: None, duration)
+    finally:
+        served.stop()
+    return 0
