@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     con = connect(db, read_only=True, threads=2)
     con.register("slo", load_slos(DEFAULT_RULES / "slos.yaml"))
     floor_s, _ = _timed(lambda: con.execute(resources.files("capacity.review").joinpath("sql", "week_buckets.sql")
-                                            .read_text(), {"start": "2026-11-02", "end": "2026-11-30"}).fetchall())
+                                            .read_text(), {"start": "2026-11-02", "end": "2026-11-30"}).fetchdf())
     con.close()
     figures["duckdb"] = {"requests": args.requests, "review_s": db_s, "floor_bucketing_query_alone_s": floor_s,
                          "target_s": 10}

@@ -15,7 +15,7 @@ __all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "review", help="the weekly capacity review: demand, capacity, SLOs, pages, forecast, recommendations",
+        "review", help="the weekly capacity review from Prometheus or a trace store",
         description="Write DIR/review.html (self-contained), DIR/review.md (charts as SVG in DIR/charts/) and "
                     "DIR/review.json for one ISO week, from a Prometheus with the goodput rules (recorded or "
                     "backfilled) or from a DuckDB trace store. See docs/review.md.")
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_review)
 
     w = sub.add_parser(
-        "week", help="a compressed simulated week as OpenMetrics, optionally backfilled into a Prometheus TSDB",
+        "week", help="a compressed simulated week as OpenMetrics, backfilled into a TSDB",
         description="Model FLEET.yaml over one ISO week (and weeks of demand history before it) step by step "
                     "and write DIR/week.om (the catalog's series), DIR/releases.yaml, DIR/plan.yaml and "
                     "DIR/truth.json. With --backfill, promtool writes it and the recording rules into DIR/tsdb; "

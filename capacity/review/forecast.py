@@ -1,6 +1,6 @@
 """Weekly peak demand, forecast: a growth trend times an hour-of-week profile, fitted by least squares.
 
-log y(t) = a + b t + s[hour of week] + e, with the profile summing to zero: demand that grows by a
+log y(t) = b t + s[hour of week] + e (a level per hour of the week): demand that grows by a
 share per week and whose daily peaks grow with it (an additive trend under-forecasts peaks). The
 forecast of week k is the highest fitted hour of that week; its interval combines the residual spread
 with the uncertainty of the fit at that hour (normal on the log scale, 90 % by default). Pure numpy;
@@ -43,39 +43,32 @@ def forecast_peaks(times: np.ndarray, values: np.ndarray, origin: float, horizon
     t, y = np.asarray(times, float)[ok], np.log(np.asarray(values, float)[ok])
     if len(t) < WEEK_H or t[-1] - t[0] < (WEEK_H - 1) * 3600:
         return None
-    hours = np.floor((t - origin) / 3600).astype(int)
-    how = hours % WEEK_H
+    how = np.floor((t - origin) / 3600).astype(int) % WEEK_H
     x = (t - t[-1]) / (WEEK_H * 3600.0)  # weeks before the end of the history
-    # design: intercept, trend, 167 profile columns (hour 167 = minus the sum of the others)
-    prof = np.zeros((len(t), WEEK_H - 1))
-    prof[np.arange(len(t)), np.minimum(how, WEEK_H - 2)] = 1.0
-    prof[how == WEEK_H - 1] = -1.0
-    design = np.column_stack([np.ones(len(t)), x, prof])
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    resid = y - design @ coef
-    dof = max(len(t) - np.linalg.matrix_rank(design), 1)
+    # least squares with one level per hour of week, solved within hours (no matrix to factor): the trend is
+    # the slope of y on x once each hour's mean is taken out, each hour's level its mean less the trend
+    n_h = np.bincount(how, minlength=WEEK_H).astype(float)
+    seen = n_h > 0
+    xbar = np.bincount(how, x, WEEK_H) / np.maximum(n_h, 1)
+    ybar = np.bincount(how, y, WEEK_H) / np.maximum(n_h, 1)
+    xd, yd = x - xbar[how], y - ybar[how]
+    sxx = float(xd @ xd)
+    slope = float(xd @ yd) / sxx if sxx > 0 else 0.0
+    resid = yd - slope * xd
+    dof = max(len(t) - int(seen.sum()) - 1, 1)
     sd = float(np.sqrt(resid @ resid / dof))
-    cov = sd ** 2 * np.linalg.pinv(design.T @ design)
-    profile = np.append(coef[2:], -coef[2:].sum())
     z = Z.get(coverage, 1.6449)
     last_week = int(np.floor((t[-1] - 1 - origin) / (WEEK_H * 3600)))  # a point at a week's end is that week's
     weeks = []
     for k in range(1, horizon_weeks + 1):
         start = origin + (last_week + k) * WEEK_H * 3600
-        hw = np.arange(WEEK_H)
-        xs = (start + hw * 3600 - t[-1]) / (WEEK_H * 3600.0)
-        fitted = coef[0] + coef[1] * xs + profile
+        xs = (start + np.arange(WEEK_H) * 3600 - t[-1]) / (WEEK_H * 3600.0)
+        fitted = np.where(seen, ybar + slope * (xs - xbar), -np.inf)
         i = int(np.argmax(fitted))
-        g = np.zeros(len(coef))
-        g[0], g[1] = 1.0, xs[i]
-        if hw[i] < WEEK_H - 1:
-            g[2 + hw[i]] = 1.0
-        else:
-            g[2:] = -1.0
-        se = float(np.sqrt(sd ** 2 + g @ cov @ g))
+        se = sd * float(np.sqrt(1 + 1 / n_h[i] + ((xs[i] - xbar[i]) ** 2 / sxx if sxx > 0 else 0.0)))
         weeks.append(WeekPeak(start, float(np.exp(fitted[i])), float(np.exp(fitted[i] - z * se)),
                               float(np.exp(fitted[i] + z * se))))
     week_idx = np.floor((t - 1 - origin) / (WEEK_H * 3600)).astype(int)
     hist = tuple((origin + w * WEEK_H * 3600, float(np.exp(y[week_idx == w].max()))) for w in np.unique(week_idx)
                  if (week_idx == w).sum() >= WEEK_H * 0.9)
-    return Forecast(float(np.expm1(coef[1])), sd, tuple(weeks), hist)
+    return Forecast(float(np.expm1(slope)), sd, tuple(weeks), hist)

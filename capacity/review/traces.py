@@ -53,7 +53,7 @@ def _instant(frame: pd.DataFrame, keys: list[str], col: str, t: float) -> list[S
                    np.array([float(v)])) for k, v in g.items()]
 
 
-def _raw(rows: pd.DataFrame, slos: pd.DataFrame, start: float) -> dict[str, list[Series]]:
+def _raw(rows: pd.DataFrame, tenants: pd.DataFrame, slos: pd.DataFrame, start: float) -> dict[str, list[Series]]:
     end = start + WEEK_S
     rows = rows.assign(t=rows["bucket"].map(lambda b: b.timestamp()) + STEP_S)
     week = rows[(rows.t > start) & (rows.t <= end)]
@@ -81,8 +81,8 @@ def _raw(rows: pd.DataFrame, slos: pd.DataFrame, start: float) -> dict[str, list
         "alerts": [],
         "preemptions": _series(week, ["deployment"], rate("preemptions")),
         "kv_rejections": _series(week, ["deployment"], rate("kv_rejections")),
-        "tenant_requests": _instant(week, dt + ["tenant"], "requests", end),
-        "tenant_tokens": _instant(week.assign(tok=week_tokens), dt + ["tenant"], "tok", end),
+        "tenant_requests": _instant(tenants, dt + ["tenant"], "requests", end),
+        "tenant_tokens": _instant(tenants, dt + ["tenant"], "tokens", end),
         "requests_week": _instant(week, dt, "requests", end), "requests_prev": _instant(prev, dt, "requests", end),
         "tokens_week": _instant(week.assign(tok=week_tokens), dt, "tok", end),
         "tokens_prev": _instant(prev_tokens, dt, "tok", end),
@@ -101,9 +101,10 @@ def db_review(db: Path, week: str, *, plan: Path | None = None, releases: Path |
     con = connect(db, read_only=True)
     try:
         con.register("slo", slo)
-        rows = con.execute(resources.files("capacity.review").joinpath("sql", "week_buckets.sql").read_text(),
-                           {"start": datetime.fromtimestamp(start - history_weeks * WEEK_S, UTC),
-                            "end": datetime.fromtimestamp(start + WEEK_S, UTC)}).fetchdf()
+        end = datetime.fromtimestamp(start + WEEK_S, UTC)
+        rows = con.execute(_sql("week_buckets"), {"start": datetime.fromtimestamp(start - history_weeks * WEEK_S, UTC),
+                                                  "end": end}).fetchdf()
+        tenants = con.execute(_sql("week_tenants"), {"start": datetime.fromtimestamp(start, UTC), "end": end}).fetchdf()
         rel_objs = load_releases(releases) if releases is not None else []
         regs = find_regressions(con, rel_objs, since=datetime.fromtimestamp(start, UTC),
                                 until=datetime.fromtimestamp(start + WEEK_S, UTC))
@@ -111,7 +112,7 @@ def db_review(db: Path, week: str, *, plan: Path | None = None, releases: Path |
         con.close()
     if len(rows):
         rows["bucket"] = pd.to_datetime(rows["bucket"], utc=True)
-    raw = _raw(rows, slo, start) if len(rows) else {k: [] for k in _raw_keys()}
+    raw = _raw(rows, tenants, slo, start) if len(rows) else {k: [] for k in _raw_keys()}
     review = summarize(raw, week, start, the_plan, [], redundancy)
     review["source"] = f"DuckDB {db}"
     review["page_source"] = "none (a trace store has no alerts; review Prometheus for pages)"
@@ -122,6 +123,10 @@ def db_review(db: Path, week: str, *, plan: Path | None = None, releases: Path |
             e.setdefault("regressions", []).append(r.record())
     review["recommendations"] = recommend(review)
     return review
+
+
+def _sql(name: str) -> str:
+    return resources.files("capacity.review").joinpath("sql", f"{name}.sql").read_text()
 
 
 def _raw_keys() -> tuple[str, ...]:

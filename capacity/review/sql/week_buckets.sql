@@ -1,8 +1,8 @@
--- The review's week from the trace store: per 5-minute bucket, deployment, tier, route and tenant, the
--- requests, tokens, outcomes and how many met their tier/route's TTFT and TPOT thresholds (table slo).
+-- The review's weeks from the trace store: per 5-minute bucket, deployment, tier and route, the requests,
+-- tokens, outcomes and how many met their tier/route's TTFT and TPOT thresholds (table slo).
 SELECT
     time_bucket(INTERVAL 5 MINUTE, r.ts) AS bucket,
-    r.deployment, r.tier, r.route, coalesce(r.tenant, 'unknown') AS tenant,
+    r.deployment, r.tier, r.route,
     count(*) AS requests,
     sum(coalesce(r.input_tokens, 0)) FILTER (WHERE r.outcome <> 'rejected') AS input_tokens,
     sum(coalesce(r.output_tokens, 0)) FILTER (WHERE r.outcome = 'ok') AS output_tokens,
