@@ -88,23 +88,34 @@ def _svg(chart: dict, n_default: int, width: int = 760, height: int = 240) -> st
     return "".join(parts)
 
 
-def _figure(chart: dict, grid: list[str], releases: list[dict], loss_windows: list[tuple[str, str]]):
-    import plotly.graph_objects as go  # noqa: PLC0415 (plotly is slow to import; only the HTML needs it)
+def _figure(chart: dict, grid: list[str], releases: list[dict], loss_windows: list[tuple[str, str]]) -> dict:
+    """The chart as plotly.js data and layout (built as plain JSON: plotly's Python figures cost seconds here)."""
     x = chart.get("x", grid)
-    fig = go.Figure()
-    for name, line in chart["lines"].items():
-        fig.add_trace(go.Scatter(x=x, y=line, name=html.escape(name, quote=False), mode="lines+markers"
-                                 if "x" in chart else "lines"))
+    mode = "lines+markers" if "x" in chart else "lines"
+    data = [{"type": "scatter", "x": x, "y": line, "name": html.escape(name, quote=False), "mode": mode}
+            for name, line in chart["lines"].items()]
+    shapes, notes = [], []
     if "x" not in chart:
         for r in releases:
-            fig.add_vline(x=r["time"], line_dash="dash", line_color="#888")
-            fig.add_annotation(x=r["time"], y=1, yref="paper", text=html.escape(r["label"], quote=False),
-                               showarrow=False, font={"size": 10})
+            shapes.append({"type": "line", "x0": r["time"], "x1": r["time"], "yref": "paper", "y0": 0, "y1": 1,
+                           "line": {"dash": "dash", "color": "#888"}})
+            notes.append({"x": r["time"], "y": 1, "yref": "paper", "text": html.escape(r["label"], quote=False),
+                          "showarrow": False, "font": {"size": 10}})
         for a, b in loss_windows:
-            fig.add_vrect(x0=a, x1=b, fillcolor="#d62728", opacity=0.12, line_width=0)
-    fig.update_layout(title=html.escape(chart["title"], quote=False), yaxis_title=chart["y"], height=320,
-                      margin={"l": 60, "r": 20, "t": 40, "b": 30}, legend={"orientation": "h"})
-    return fig
+            shapes.append({"type": "rect", "x0": a, "x1": b, "yref": "paper", "y0": 0, "y1": 1, "fillcolor": "#d62728",
+                           "opacity": 0.12, "line": {"width": 0}})
+    layout = {"title": {"text": html.escape(chart["title"], quote=False)}, "yaxis": {"title": {"text": chart["y"]}},
+              "height": 320, "margin": {"l": 60, "r": 20, "t": 40, "b": 30}, "legend": {"orientation": "h"},
+              "shapes": shapes, "annotations": notes}
+    return {"data": data, "layout": layout}
+
+
+def _plot(div_id: str, fig: dict) -> str:
+    """A div and the script that draws ``fig`` in it; '</' is escaped so no string can close the script."""
+    payload = json.dumps(fig, separators=(",", ":")).replace("</", "<\\/")
+    return (f'<div class="plotly-graph-div" id="{_e(div_id)}" style="height:320px;width:100%"></div>'
+            f'<script>(function(f){{Plotly.newPlot({json.dumps(div_id)}, f.data, f.layout, '
+            f'{{"displaylogo": false, "responsive": true}});}})({payload});</script>')
 
 
 def _table(rows: list[dict], cols: list[str]) -> tuple[str, str]:
@@ -169,7 +180,9 @@ def write_review(review: dict, out: Path) -> dict[str, Path]:
     title = f"Weekly capacity review {review['week']} ({review['start'][:10]} .. {review['end'][:10]})"
     releases = [{"time": r["time"], "label": f"{r['deployment']}: {r['kind']} {r['from']} -> {r['to']}"}
                 for r in review.get("releases", [])]
-    h = [f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{CSS}</style></head>"
+    from plotly.offline import get_plotlyjs  # noqa: PLC0415 (only the HTML needs the bundle)
+    h = [f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{CSS}</style>"
+         f"<script>{get_plotlyjs()}</script></head>"
          f"<body><h1>{_e(title)}</h1><p>source: {_e(review['source'])}; pages from {_e(review['page_source'])}</p>"]
     md = [f"# {title}\n\nsource: {review['source']}; pages from {review['page_source']}\n"]
     if not review["has_data"]:
@@ -189,7 +202,6 @@ def write_review(review: dict, out: Path) -> dict[str, Path]:
     th, tm = _table(rel_rows, ["time", "deployment", "kind", "from", "to", "note"])
     h.append(f"<h2>Releases</h2>{th if rel_rows else '<p>none given (--releases FILE)</p>'}")
     md.append("\n## Releases\n\n" + (tm if rel_rows else "none given (--releases FILE)\n"))
-    first_fig = True
     for dep in review["deployments"]:
         h.append(f"<h2>{_e(dep)}</h2>")
         md.append(f"\n## {dep}\n")
@@ -201,10 +213,7 @@ def write_review(review: dict, out: Path) -> dict[str, Path]:
         dep_rel = [r for r, raw in zip(releases, review.get("releases", []), strict=True)
                    if raw["deployment"] in (dep, "*")]
         for chart in _charts(review, dep):
-            fig = _figure(chart, review["grid"], dep_rel, losses)
-            h.append(fig.to_html(full_html=False, include_plotlyjs=first_fig, config={"displaylogo": False},
-                                 div_id=f"chart-{dep}-{chart['id']}"))
-            first_fig = False
+            h.append(_plot(f"chart-{dep}-{chart['id']}", _figure(chart, review["grid"], dep_rel, losses)))
             name = f"{dep}-{chart['id']}.svg".replace("/", "_")
             (out / "charts" / name).write_text(_svg(chart, len(review["grid"])))
             md.append(f"\n![{chart['title']}](charts/{name})\n")
