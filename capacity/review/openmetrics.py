@@ -116,13 +116,14 @@ def _gateway_histograms(w: _Writer, wls: list[WorkloadSeries]) -> None:
 
 
 def _engine(w: _Writer, model: WeekModel) -> None:
-    reps = []  # (deployment series, replica index, labels, mask of steps it is up)
+    reps = []  # (deployment series, replica index, mask of steps it is up, labels)
     for d in model.deployments.values():
         for r in range(d.config.replicas):
             up = w.week.copy()
             if d.lost_replica == r and model.loss is not None:
                 up &= ~((model.times > model.loss["start"]) & (model.times <= model.loss["end"]))
-            reps.append((d, up, _labels(model=d.config.model, deployment=d.config.name, replica=f"{d.config.name}-{r}")))
+            reps.append((d, r, up, _labels(model=d.config.model, deployment=d.config.name,
+                                           replica=f"{d.config.name}-{r}")))
     wl_by_dep = defaultdict(list)
     for s in model.workloads:
         wl_by_dep[s.workload.deployment].append(s)
@@ -131,20 +132,27 @@ def _engine(w: _Writer, model: WeekModel) -> None:
         return np.where(up, total / d.available, 0.0)
 
     w.family("llm_engine_up")
-    for _, up, lab in reps:
+    for _, _, up, lab in reps:
         w.series("llm_engine_up", lab, up.astype(float))  # 0 while lost, at every step of the week
     w.family("llm_kv_cache_usage_ratio")
-    for d, up, lab in reps:
+    for d, _, up, lab in reps:
         w.series("llm_kv_cache_usage_ratio", lab, d.kv_usage, 4, up)
     w.family("llm_requests_waiting")
-    for d, up, lab in reps:
+    for d, _, up, lab in reps:
         w.series("llm_requests_waiting", lab, per_replica(d, up, d.backlog), 1, up)
     for name, fn in (("llm_preemptions_total", lambda d: d.preemptions),
                      ("llm_prompt_tokens_total", lambda d: sum(s.input_tokens for s in wl_by_dep[d.config.name])),
                      ("llm_generation_tokens_total", lambda d: sum(s.output_tokens for s in wl_by_dep[d.config.name]))):
         w.family(name)
-        for d, up, lab in reps:
+        for d, _, up, lab in reps:
             w.series(name, lab, np.cumsum(per_replica(d, up, fn(d))), mask=up)
+    w.family("llm_gpu_deployment_info")  # the GPUs of each replica (its TP group), for GPU-hours
+    gpu = 0
+    for d, r, up, _ in reps:
+        for _ in range(d.config.tp):
+            w.series("llm_gpu_deployment_info", _labels(gpu=str(gpu), uuid=f"GPU-sim-{gpu:04d}", deployment=d.config.name,
+                                                         replica=f"{d.config.name}-{r}"), up.astype(float), mask=up)
+            gpu += 1
     w.family("llm_deployment_replicas")
     for d in model.deployments.values():
         w.series("llm_deployment_replicas", _labels(deployment=d.config.name, state="desired"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 from analyzer.releases import load_releases
@@ -39,8 +38,3 @@ def prometheus_review(url: str, week: str, *, plan: Path | None = None, releases
     review["releases"] = rel
     review["recommendations"] = recommend(review)
     return review
-
-
-def week_range(week: str) -> tuple[float, float]:
-    start = parse_week(week)
-    return start.timestamp(), (start + timedelta(weeks=1)).timestamp()

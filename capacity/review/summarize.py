@@ -15,7 +15,7 @@ import numpy as np
 
 from capacity.review.forecast import forecast_peaks
 from capacity.review.prom import Series
-from capacity.review.queries import STEP_S, WEEK_S, Page
+from capacity.review.queries import STEP_S, WEEK_S, Page, pages_from_series
 
 __all__ = ["summarize"]
 
@@ -83,7 +83,6 @@ def _slo(raw: dict, grid: np.ndarray, dep: str, tier: str) -> list[dict]:
 
 
 def _pages(raw: dict, rules: list) -> tuple[list[Page], str]:
-    from capacity.review.queries import pages_from_series  # noqa: PLC0415 (kept beside its one caller)
     if raw.get("alerts"):
         return [p for s in raw["alerts"] for p in pages_from_series(s.labels.get("alertname", "?"), [s], 0.0)], "ALERTS"
     pages = [p for i, a in enumerate(rules) for p in pages_from_series(a.name, raw.get(f"alert:{i}", []), a.for_s)]

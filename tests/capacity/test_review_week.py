@@ -65,7 +65,7 @@ def week(tmp_path_factory):
 @pytest.fixture(scope="module")
 def review(week):
     url, _, paths = week
-    return prometheus_review(url, WEEK, plan=paths["plan"], releases=paths["releases"])
+    return prometheus_review(url, WEEK, plan=paths["plan"], releases=paths["releases"], gpu_hour_cost=2.0)
 
 
 def _t(iso: str) -> float:
@@ -142,6 +142,12 @@ def test_capacity_forecast_and_recommendations_follow_the_plan(review, week):
     actions = [r["action"] for r in review["recommendations"] if r["deployment"] == "chat-8b-h100"]
     assert any(a.startswith("keep a warm pool of 1") for a in actions), actions
     assert all(r["reason"] and r["numbers"] for r in review["recommendations"])
+    # GPU-hours from llm_gpu_deployment_info (TP 1 and TP 2), cost at 2 USD per GPU-hour
+    batch = review["deployments"]["batch-32b-a100"]
+    assert chat["usage"]["gpus_per_replica"] == 1 and batch["usage"]["gpus_per_replica"] == 2
+    assert batch["usage"]["gpu_hours"] == pytest.approx(2 * 2 * 168, rel=0.01)
+    assert chat["usage"]["replica_hours"] == pytest.approx(3 * 168 - 3, rel=0.01)  # one replica lost for 3 h
+    assert batch["capacity"]["cost"]["used"] == pytest.approx(2 * 2 * 168 * 2.0, rel=0.01)
 
 
 def test_without_a_plan_capacity_says_so_and_the_rest_is_written(week, tmp_path):
