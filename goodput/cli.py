@@ -37,6 +37,8 @@ COMMANDS: dict[str, Command] = {
     "demo": Command("goodput.demo", "run the stack on the simulated fleet until Ctrl-C"),
     "loadtest": Command("capacity.loadtest.cli", "load tests that measure SLO goodput"),
     "plan": Command("capacity.plan.cli", "capacity plans: memory budget, replicas and autoscaling policies"),
+    "review": Command("capacity.review.cli", "the weekly capacity review from Prometheus or a trace store"),
+    "week": Command("capacity.review.cli", "a compressed simulated week as OpenMetrics, backfilled into a TSDB"),
 }
 
 

@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus and Alertmanager")
     p.add_argument("--speed", type=positive_number, default=1.0, help="virtual seconds per wall second (default 1)")
     p.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS", help="stop after this long")
+    p.add_argument("--week", default=None, metavar="YYYY-Www",
+                   help="instead of the live stack: simulate that week, backfill it into Prometheus (--prometheus-port), "
+                        "write OUT/week/review/ and serve the week until Ctrl-C (docs/review.md)")
     p.set_defaults(func=_demo)
 
 
@@ -166,6 +169,9 @@ class Demo:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.week:
+        from capacity.review.week import demo_week
+        return demo_week(args.fleet, args.week, args.out / "week", args.prometheus_port, duration=args.duration)
     demo = Demo(args).start()
     try:
         print(f"goodput demo: fleet {demo.live.cfg.name!r} from {args.fleet}", flush=True)

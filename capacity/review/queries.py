@@ -1,0 +1,144 @@
+"""What the review asks Prometheus: recorded rule series where the rules record them, raw catalog series
+where they do not, and the page-severity alert expressions of the rule files evaluated over the week.
+
+Names are the rules' and the catalog's (``tests/capacity/test_review_queries.py`` checks each against
+``rules/*.rules.yaml`` and ``exporters.catalog``). ``ALERTS`` has no history after a backfill, so pages
+come from ``ALERTS`` when Prometheus has them and otherwise from the alert expressions, their ``for``
+applied to the evaluated series (``pages_from_series``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from capacity.review.prom import Query, Series
+
+__all__ = ["RECORDED", "AlertRule", "Page", "alert_rules", "build_queries", "pages_from_series"]
+
+WEEK_S = 7 * 86400
+STEP_S = 300.0
+ALERT_STEP_S = 60.0
+
+RECORDED = {  # key -> recorded series (rules/*.rules.yaml)
+    "requests": "deployment_tier:llm_gateway_requests:rate5m",
+    "input": "deployment_tier:llm_gateway_input_tokens:rate5m",
+    "output": "deployment_tier:llm_gateway_output_tokens:rate5m",
+    "tokens": "deployment:llm_gateway_tokens:rate5m",
+    "ttft_errors": "deployment_tier_route:llm_slo_ttft_errors:ratio_rate5m",
+    "tpot_errors": "deployment_tier_route:llm_slo_tpot_errors:ratio_rate5m",
+    "objective": "tier_route:llm_slo_objective:config",
+    "queue_p95": "deployment_tier:llm_gateway_queue_wait_seconds:p95_5m",
+    "ttft_p95": "deployment_tier:llm_gateway_time_to_first_token_seconds:p95_5m",
+    "tpot_p95": "deployment_tier:llm_gateway_time_per_output_token_seconds:p95_5m",
+    "kv_max": "deployment:llm_kv_cache_usage_ratio:max",
+    "preemptions": "deployment:llm_preemptions:rate5m",
+    "kv_rejections": "deployment:llm_gateway_kv_capacity_rejections:rate5m",
+    "available": "deployment:llm_replicas_available:max",
+}
+RAW = {  # catalog families the review reads directly
+    "requests": "llm_gateway_requests_total",
+    "rejections": "llm_gateway_rejections_total",
+    "input": "llm_gateway_input_tokens_total",
+    "output": "llm_gateway_output_tokens_total",
+    "replicas": "llm_deployment_replicas",
+    "gpus": "llm_gpu_deployment_info",
+}
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    name: str
+    expr: str
+    for_s: float
+    severity: str
+
+
+@dataclass(frozen=True)
+class Page:
+    alert: str
+    labels: dict[str, str]
+    start: float
+    end: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+def _seconds(text: str | None) -> float:
+    if not text:
+        return 0.0
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    total, num = 0.0, ""
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c.isdigit():
+            num += c
+            i += 1
+            continue
+        u = "ms" if text[i:i + 2] == "ms" else c
+        total += float(num) * units[u]
+        num, i = "", i + len(u)
+    return total
+
+
+def alert_rules(rule_files: list[Path], severities: tuple[str, ...] = ("page",)) -> list[AlertRule]:
+    out = []
+    for f in rule_files:
+        for g in (yaml.safe_load(f.read_text()) or {}).get("groups", []):
+            for r in g.get("rules", []):
+                if "alert" in r and r.get("labels", {}).get("severity") in severities:
+                    out.append(AlertRule(r["alert"], r["expr"], _seconds(r.get("for")), r["labels"]["severity"]))
+    return out
+
+
+def build_queries(start: float, history_weeks: int, rules: list[AlertRule]) -> list[Query]:
+    """The week [start, start + 7 d] at a 5-minute step, totals at its end, hourly demand history before it."""
+    end = start + WEEK_S
+    r, raw = RECORDED, RAW
+    qs = [Query(k, r[k], start, end, STEP_S) for k in ("requests", "input", "output", "tokens", "ttft_errors",
+                                                         "tpot_errors", "queue_p95", "ttft_p95", "tpot_p95", "kv_max",
+                                                         "preemptions", "kv_rejections", "available")]
+    qs += [
+        Query("by_route", f"sum by (deployment, tier, route) (rate({raw['requests']}[5m]))", start, end, STEP_S),
+        Query("desired", f'max by (deployment) ({raw["replicas"]}{{state="desired"}})', start, end, STEP_S),
+        Query("objective", r["objective"], end, end),
+        Query("tenant_requests", f"sum by (deployment, tier, tenant) (increase({raw['requests']}[7d]))", end, end),
+        Query("tenant_tokens", f"sum by (deployment, tier, tenant) (increase({raw['input']}[7d])) + "
+                               f"sum by (deployment, tier, tenant) (increase({raw['output']}[7d]))", end, end),
+        Query("requests_week", f"sum by (deployment, tier) (increase({raw['requests']}[7d]))", end, end),
+        Query("requests_prev", f"sum by (deployment, tier) (increase({raw['requests']}[7d] offset 7d))", end, end),
+        Query("tokens_week", f"sum by (deployment, tier) (increase({raw['input']}[7d])) + "
+                             f"sum by (deployment, tier) (increase({raw['output']}[7d]))", end, end),
+        Query("tokens_prev", f"sum by (deployment, tier) (increase({raw['input']}[7d] offset 7d)) + "
+                             f"sum by (deployment, tier) (increase({raw['output']}[7d] offset 7d))", end, end),
+        Query("rejections_week", f"sum by (deployment, tier, reason) (increase({raw['rejections']}[7d]))", end, end),
+        Query("timeouts_week", f'sum by (deployment, tier) (increase({raw["requests"]}{{outcome="timeout"}}[7d]))',
+              end, end),
+        Query("gpus", f"count by (deployment, replica) ({raw['gpus']})", start, end, STEP_S),
+        Query("history", f"sum by (deployment) (rate({raw['input']}[1h])) + sum by (deployment) (rate({raw['output']}[1h]))",
+              start - history_weeks * WEEK_S + 3600, end, 3600.0),
+        Query("alerts", 'ALERTS{alertstate="firing",severity="page"}', start, end, ALERT_STEP_S),
+    ]
+    qs += [Query(f"alert:{i}", a.expr, start, end, ALERT_STEP_S) for i, a in enumerate(rules)]
+    return qs
+
+
+def pages_from_series(name: str, series: list[Series], for_s: float, step: float = ALERT_STEP_S) -> list[Page]:
+    """Firing intervals: runs of consecutive points where the expression held, once they lasted ``for_s``."""
+    pages = []
+    for s in series:
+        if not len(s.times):
+            continue
+        breaks = np.flatnonzero(np.diff(s.times) > step * 1.5)
+        for run in np.split(s.times, breaks + 1):
+            fire = run[0] + for_s
+            if run[-1] >= fire:
+                labels = {k: v for k, v in s.labels.items() if k not in ("__name__", "alertstate")}
+                pages.append(Page(name, labels, float(fire), float(run[-1] + step)))
+    return pages
