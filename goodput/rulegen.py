@@ -233,8 +233,10 @@ def _llm_rules(b: _Builder) -> dict:
                  f"ceil(deployment:llm_replicas_available:max * on (deployment) deployment:llm_kv_cache_usage_ratio:avg"
                  f" / {th['autoscale_kv_target_ratio']})", {"signal": "kv"}),
         b.record("deployment_signal:llm_autoscale_desired_replicas:ceil",
-                 "ceil(\n  deployment:llm_replicas_available:max\n  * on (deployment)\n  clamp_min(max by (deployment) "
-                 f"(deployment_tier:llm_gateway_queue_wait_seconds:p95_5m) / {th['autoscale_queue_target_seconds']}, 1)\n)",
+                 # votes only while the queue is over its target: a vote of "as many as now" would hold the
+                 # maximum at the available count and the deployment could never scale down
+                 "ceil(\n  deployment:llm_replicas_available:max\n  * on (deployment)\n  (max by (deployment) "
+                 f"(deployment_tier:llm_gateway_queue_wait_seconds:p95_5m) / {th['autoscale_queue_target_seconds']} > 1)\n)",
                  {"signal": "queue"}),
         b.record("deployment:llm_autoscale_desired_replicas:max",
                  "clamp_min(max by (deployment) (deployment_signal:llm_autoscale_desired_replicas:ceil), 1)"),
