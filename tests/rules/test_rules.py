@@ -191,7 +191,8 @@ def test_keda_scaled_object_reads_a_recorded_rule():
     assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
     assert spec["scaleTargetRef"]["name"] == obj["metadata"]["name"]
     (trigger,) = spec["triggers"]
-    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue" and trigger["metadata"]["threshold"] == "1"
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"]["threshold"] == "1"
     query = trigger["metadata"]["query"]
     recorded = {r["record"] for r in _rules() if "record" in r}
     used = _metric_names(query)
