@@ -35,6 +35,7 @@ COMMANDS: dict[str, Command] = {
     "analyze": Command("analyzer.cli", "latency decomposition, regressions and triage over request traces"),
     "demo": Command("goodput.demo", "run the stack on the simulated fleet until Ctrl-C"),
     "loadtest": Command("capacity.loadtest.cli", "load tests that measure SLO goodput"),
+    "console": Command("console.cli", "the triage console (Streamlit) on 127.0.0.1:8501"),
 }
 
 
