@@ -86,9 +86,11 @@ def check_incident(demo) -> int:
         verdicts = _wait(demo, "the Releases page blaming the prompt-template release", blamed, RESOLVE_BY_S,
                          every_s=3.0)
         print(f"  {_now(demo)}: Releases blames the release: {verdicts[0]}", flush=True)
-        resolved = _wait(demo, f"{ALERT} resolved after the replica add", lambda: _log_lines(demo, "resolved", dep),
-                         RESOLVE_BY_S)
+        resolved = _wait(demo, f"{ALERT} resolved", lambda: _log_lines(demo, "resolved", dep), RESOLVE_BY_S)
+        at = demo.live.virtual_now()
         print(f"  {_now(demo)}: RESOLVED {resolved[0]}", flush=True)
+        if at < RESCUE_AT_S:
+            raise TimeoutError(f"{ALERT} resolved at virtual {at:.0f} s, before the replicas were added: it flapped")
     except TimeoutError as e:
         print(f"goodput demo --headless: FAILED: {e}", flush=True)
         log = demo.alerts_log.read_text() if demo.alerts_log.exists() else "(no alerts yet)"

@@ -1,7 +1,9 @@
 """The demo's scripted incident, as events in the fleet file it runs.
 
-A few minutes in, a prompt-template release doubles the RAG deployment's input length; its replicas fall
-behind (queue wait, KV preemptions), the composite alert ``LLMQueueWaitRisingReplicasShort`` pages, and later a
+The RAG deployment runs on ``REPLICAS`` replica at ``RATE`` requests per second, enough with a little room (p95
+queue wait under a second). A few minutes in, a prompt-template release doubles its input length; it falls behind
+(its queue timeout is raised to an hour, so the backlog shows as a queue wait that keeps rising rather than as
+timeouts; KV usage climbs), the composite alert ``LLMQueueWaitRisingReplicasShort`` pages, and later a
 scheduled replica add (standing in for the autoscaler until the plan issue lands) brings it back. Times are
 virtual seconds from the fleet's start.
 """
@@ -18,6 +20,9 @@ ALERT = "LLMQueueWaitRisingReplicasShort"
 INCIDENT_AT_S = 480.0  # eight one-minute buckets before the release, enough for a change point
 RESCUE_AT_S = INCIDENT_AT_S + 900.0
 INPUT_SCALE = 2.0
+REPLICAS = 1
+RATE = 1.8  # requests/s: one replica serves it with a p95 queue wait under a second, and not twice the input
+QUEUE_TIMEOUT_S = 3600.0  # the backlog shows as queue wait that keeps rising, not as timeouts at a plateau
 ADDED_REPLICAS = 3
 COLD_START_S = 120.0
 
@@ -36,6 +41,13 @@ def incident_fleet(fleet: dict, source: str, only_rag: bool = False) -> dict:
     and its workloads alone (the compressed run)."""
     dep = rag_deployment(fleet, source)
     out = copy.deepcopy(fleet)
+    for d in out["deployments"]:
+        if d.get("name") == dep:
+            d["replicas"] = REPLICAS
+            d.setdefault("engine", {})["max_queue_time_s"] = QUEUE_TIMEOUT_S
+    for w in out["workloads"]:
+        if w.get("deployment") == dep and isinstance(w.get("arrival"), dict):
+            w["arrival"]["rate"] = RATE
     if only_rag:
         out["deployments"] = [d for d in out["deployments"] if d.get("name") == dep]
         out["workloads"] = [w for w in out["workloads"] if w.get("deployment") == dep]

@@ -59,7 +59,7 @@ def store(tmp_path_factory) -> Path:
 
 # the small exporter: every value known, the counters growing at a known rate
 KV = {"rag-0": 0.5, "rag-1": 0.9, "chat-0": 0.25}
-TOKENS_PER_S = {("rag", "P1", "rag"): 30_000.0, ("chat", "P0", "chat"): 2_000.0}
+TOKENS_PER_S = {("rag", "P1", "rag"): 25_000.0, ("chat", "P0", "chat"): 2_000.0}
 
 
 def exposition(t0: float) -> str:
@@ -76,6 +76,9 @@ def exposition(t0: float) -> str:
               "# TYPE llm_gateway_input_tokens_total counter"]
     lines += [f'llm_gateway_input_tokens_total{{model="m",deployment="{d}",tenant="t",tier="{t}",route="{r}"}} '
               f"{rate * dt:.3f}" for (d, t, r), rate in TOKENS_PER_S.items()]
+    lines += ["# TYPE llm_gateway_output_tokens_total counter"]  # none: the demand is the input tokens alone
+    lines += [f'llm_gateway_output_tokens_total{{model="m",deployment="{d}",tenant="t",tier="{t}",route="{r}"}} 0'
+              for d, t, r in TOKENS_PER_S]
     return "\n".join(lines) + "\n"
 
 
