@@ -4,6 +4,8 @@ box and no console error, and saves a screenshot of each to out/test-artifacts/c
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from console.pages import PAGES
@@ -11,6 +13,10 @@ from goodput.stack import start_console
 from tests.conftest import REPO, free_port_block, needs
 
 ARTIFACTS = REPO / "out" / "test-artifacts" / "console"
+# Streamlit's own frontend, opened on a page's path, first probes its server under that path and falls back to
+# the root: those two 404s (and the browser's line for each) are Streamlit's, not the console's.
+PROBE = re.compile(r"/[a-z]+/_stcore/(health|host-config)$")
+PROBE_LINE = "Failed to load resource: the server responded with a status of 404 (Not Found)"
 RENDERED = """() => {
   const main = document.querySelector('[data-testid="stMain"]');
   const running = document.querySelector('[data-testid="stStatusWidget"]');
@@ -45,9 +51,12 @@ def test_every_page_loads_in_chromium_without_errors(console):
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+            probes: list[str] = []
+            page.on("response", lambda r: (probes if PROBE.search(r.url) and r.status == 404 else errors).append(
+                f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
             for i, (title, path, _) in enumerate(PAGES):
                 errors.clear()
+                probes.clear()
                 page.goto(f"{console.url}/{'' if i == 0 else path}?range=all&deployment=rag")  # the first is at /
                 page.wait_for_function(RENDERED, timeout=90_000)
                 page.wait_for_timeout(1500)  # the charts draw after the script run ends
@@ -57,6 +66,9 @@ def test_every_page_loads_in_chromium_without_errors(console):
                 url = page.url
                 page.screenshot(path=str(ARTIFACTS / f"{path}.png"), full_page=True)
                 found = list(errors)
+                for _ in probes:
+                    if PROBE_LINE in found:
+                        found.remove(PROBE_LINE)
                 if not h1.startswith(title.split(" ")[0]):
                     found.append(f"heading {h1!r}")
                 if boxes:
