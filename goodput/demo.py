@@ -169,13 +169,16 @@ class Demo:
         a, out = self.args, self.args.out
         spec = load_spec(Path("rules/slos.yaml"))
         spec.alertmanager["receivers"] = {r: f"{self.hook.url}/{r}" for r in ("pager", "ticket", "log")}
-        rules, interval, resend = Path("rules"), "5s", "1m"
+        if not a.no_console:  # alerts link to this demo's console (where it would run, when headless)
+            spec.links["console_base"] = f"http://{a.host}:{a.console_port}"
+        scale, interval, resend = 1.0, "5s", "1m"
         if a.speed > 1:  # the compressed clock: every window, `for` and wait divided by the speed
             scale = 1.0 / a.speed
-            rules, interval, resend = out / "rules", "1s", f"{max(1, round(60 * scale))}s"
-            write(spec, rules, scale)
+            interval, resend = "1s", f"{max(1, round(60 * scale))}s"
             for key, default in (("group_wait", 30), ("group_interval", 300)):
                 spec.alertmanager[key] = f"{max(1, round(default * scale))}s"
+        rules = out / "rules"
+        write(spec, rules, scale)
         (out / "alertmanager.yaml").write_text(build(spec)["alertmanager.yaml"])
         am = start_alertmanager(out / "alertmanager", a.alertmanager_port, out / "alertmanager.yaml", a.host)
         self.processes.append(am)

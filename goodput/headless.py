@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
 
 from analyzer.regressions import scan_regressions
 from analyzer.releases import load_releases
 from console import traces
+from console.filters import Filters
 from console.prom import Alertmanager, Unreachable
 from console.tables import alert_rows, verdict_table
 from goodput.foundation.yamlfile import load_mapping
@@ -64,15 +66,22 @@ def check_incident(demo) -> int:
                      lambda: _log_lines(demo, "firing", dep), PAGE_BY_S)
         print(f"  {_now(demo)}: PAGE {page[0]}", flush=True)
 
-        def overview() -> bool:
+        def overview() -> list[dict]:
             try:
-                rows = alert_rows(Alertmanager(am).alerts(), dep, None)
+                alerts = Alertmanager(am).alerts()
             except Unreachable:
-                return False
-            return bool((rows["alert"] == ALERT).any())
+                return []
+            rows = alert_rows(alerts, dep, None)
+            return [x for x in alerts if x["labels"].get("alertname") == ALERT] if (rows["alert"] == ALERT).any() else []
 
-        _wait(demo, "the alert in the console's Overview (Alertmanager's API)", overview, PAGE_BY_S)
-        print(f"  {_now(demo)}: the Overview lists {ALERT} for {dep}", flush=True)
+        shown = _wait(demo, "the alert in the console's Overview (Alertmanager's API)", overview, PAGE_BY_S)
+        link = shown[0]["annotations"].get("console", "")
+        print(f"  {_now(demo)}: the Overview lists {ALERT} for {dep}; the alert links to {link}", flush=True)
+        if not a.no_console:
+            query = parse_qs(urlsplit(link).query)
+            filters, bad = Filters.from_query(query)
+            if bad or filters.deployment != dep or filters.tier != "P1":
+                raise TimeoutError(f"the alert's console link {link!r} does not select {dep} tier P1")
 
         def blamed() -> list[str]:
             releases = load_releases(a.out / "releases.yaml") if (a.out / "releases.yaml").exists() else []

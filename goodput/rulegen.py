@@ -137,7 +137,8 @@ def load_spec(path: str | Path) -> Spec:
             raise ConfigError(src, f"alertmanager.{k}", f"expected a duration like 30s, 5m, 4h; got {am[k]!r}")
     links = _section(data, "links", src)
     return Spec(tuple(slos), th, am, {"runbook_base": links.get("runbook_base", "docs/runbooks/"),
-                                      "dashboard_base": links.get("dashboard_base", "")})
+                                      "dashboard_base": links.get("dashboard_base", ""),
+                                      "console_base": links.get("console_base", "")})
 
 
 # ---------------------------------------------------------------------- helpers
@@ -175,6 +176,10 @@ class _Builder:
             # a GPU without a known deployment fires without the label: then no empty var-deployment=
             rule["annotations"]["dashboard"] = base["dashboard_base"] + (
                 "{{ with $labels.deployment }}?var-deployment={{ . }}{{ end }}" if per_deployment else "")
+        if base["console_base"]:  # the triage console's Overview with the alert's deployment and tier as its filters
+            rule["annotations"]["console"] = base["console_base"].rstrip("/") + "/?range=1h" + (
+                "{{ with $labels.deployment }}&deployment={{ . | urlquery }}{{ end }}"
+                "{{ with $labels.tier }}&tier={{ . | urlquery }}{{ end }}" if per_deployment else "")
         return rule
 
     def record(self, name: str, expr: str, labels: dict[str, str] | None = None) -> dict:
