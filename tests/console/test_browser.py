@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from console.pages import PAGES
+from console.routes import ROUTES, url
 from goodput.stack import start_console
 from tests.conftest import REPO, free_port_block, needs
 
@@ -54,16 +54,16 @@ def test_every_page_loads_in_chromium_without_errors(console):
             probes: list[str] = []
             page.on("response", lambda r: (probes if PROBE.search(r.url) and r.status == 404 else errors).append(
                 f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
-            for i, (title, path, _) in enumerate(PAGES):
+            for title, path in ROUTES:
                 errors.clear()
                 probes.clear()
-                page.goto(f"{console.url}/{'' if i == 0 else path}?range=all&deployment=rag")  # the first is at /
+                page.goto(url(console.url, path) + "?range=all&deployment=rag")
                 page.wait_for_function(RENDERED, timeout=90_000)
                 page.wait_for_timeout(1500)  # the charts draw after the script run ends
                 page.wait_for_function(RENDERED, timeout=90_000)
                 h1 = page.locator('[data-testid="stMain"] h1').first.inner_text()
                 boxes = page.locator('[data-testid="stException"]').count()
-                url = page.url
+                shown_url = page.url
                 page.screenshot(path=str(ARTIFACTS / f"{path}.png"), full_page=True)
                 found = list(errors)
                 for _ in probes:
@@ -73,11 +73,11 @@ def test_every_page_loads_in_chromium_without_errors(console):
                     found.append(f"heading {h1!r}")
                 if boxes:
                     found.append(f"{boxes} exception box(es)")
-                if "deployment=rag" not in url or "range=all" not in url:
-                    found.append(f"filters lost from the URL: {url}")
+                if "deployment=rag" not in shown_url or "range=all" not in shown_url:
+                    found.append(f"filters lost from the URL: {shown_url}")
                 if found:
                     problems[path] = found
         finally:
             browser.close()
     assert problems == {}, problems
-    assert all((ARTIFACTS / f"{path}.png").stat().st_size > 20_000 for _, path, _ in PAGES)
+    assert all((ARTIFACTS / f"{path}.png").stat().st_size > 20_000 for _, path in ROUTES)
