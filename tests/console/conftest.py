@@ -36,6 +36,10 @@ FLEET = {
          "input_tokens": {"p50": 3000, "p95": 8000, "p99": 12000, "max": 14000},
          "output_tokens": {"p50": 200, "p95": 500, "p99": 700, "max": 900}, "max_tokens": 1024,
          "arrival": {"process": "poisson", "rate": 2}},
+        {"name": "rag-chat", "scene": "chat", "route": "chat", "tier": "P0", "deployment": "rag",
+         "tenants": {"acme": 1.0}, "input_tokens": {"p50": 600, "p95": 2000, "p99": 3000, "max": 4000},
+         "output_tokens": {"p50": 150, "p95": 400, "p99": 600, "max": 800}, "max_tokens": 1024,
+         "arrival": {"process": "poisson", "rate": 0.5}},  # a second tier on rag, so each filter selects alone
         {"name": "chat", "scene": "chat", "route": "chat", "tier": "P0", "deployment": "chat",
          "tenants": {"acme": 1.0}, "input_tokens": {"p50": 600, "p95": 2000, "p99": 3000, "max": 4000},
          "output_tokens": {"p50": 150, "p95": 400, "p99": 600, "max": 800}, "max_tokens": 1024,
