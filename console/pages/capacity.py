@@ -24,6 +24,7 @@ __all__ = ["plan_table", "render", "runs"]
 
 MAX_RUNS = 50
 DEFAULT_MODEL, DEFAULT_GPU = "Llama-3.1-8B", "H100-80GB-SXM"
+ASSUMED_DEMAND = 10_000.0  # tokens/s, when Prometheus has no demand for the deployment
 
 
 def _index(options: list[str], preferred: str) -> int:
@@ -91,8 +92,10 @@ def render(ctx: Context) -> None:
     c1, c2 = st.columns(2)
     with c1:
         deps = sorted(plan.goodput) if plan else []
-        dep = st.selectbox("deployment", deps or ["(none)"], key="cap_dep")
-        base = demand.get(dep, 10_000.0)
+        dep = st.selectbox("deployment", deps or ["(none)"], key="cap_dep",
+                           index=deps.index(ctx.filters.deployment) if ctx.filters.deployment in deps else 0)
+        live = dep in demand
+        base = demand.get(dep, ASSUMED_DEMAND)
         factor = st.slider("demand x", 0.25, 4.0, 1.0, 0.25, key="cap_factor")
         per = st.number_input("per-replica goodput (tok/s at the SLO)", 1.0, 1e7,
                               float(plan.goodput.get(dep, 5000.0)) if plan else 5000.0, key="cap_goodput")
@@ -100,7 +103,8 @@ def render(ctx: Context) -> None:
         need = required_replicas(base * factor, per, red)
         st.metric("replicas required", need, delta=None if dep not in avail else int(need - avail[dep]),
                   delta_color="inverse")
-        st.caption(f"demand {base * factor:,.0f} tok/s (live {base:,.0f} x {factor:g})")
+        st.caption(f"demand {base * factor:,.0f} tok/s ({'live' if live else 'no live demand; assumed'} "
+                   f"{base:,.0f} x {factor:g})")
     with c2:
         names, kinds = sorted(models()), sorted(gpus())
         model = st.selectbox("model", names, index=_index(names, DEFAULT_MODEL), key="cap_model")
