@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -11,7 +12,7 @@ from console import data
 from console.prom import Unreachable
 from console.ui import Context, prom_down, step_for
 
-__all__ = ["bucket_for", "prom_charts"]
+__all__ = ["bucket_for", "bucketed", "prom_charts"]
 
 BUCKETS = ((timedelta(minutes=1), "1 minute"), (timedelta(minutes=5), "5 minutes"), (timedelta(minutes=15), "15 minutes"),
            (timedelta(hours=1), "1 hour"), (timedelta(days=1), "1 day"))
@@ -21,6 +22,13 @@ def bucket_for(since: datetime | None, until: datetime, first: datetime | None, 
     """The smallest bucket that gives at most about 4 x ``points`` buckets over the window."""
     span = until - (since or first or until - timedelta(hours=1))
     return next((name for width, name in BUCKETS if span / width <= 4 * points), BUCKETS[-1][1])
+
+
+def bucketed(ctx: Context, name: str) -> tuple[str, pd.DataFrame]:
+    """``console/sql/<name>.sql`` over the filters, per time bucket sized to the window; the bucket's name."""
+    since, until = ctx.window()
+    bucket = bucket_for(since, until, ctx.first)
+    return bucket, data.store_query(ctx.db, ctx.db_version, name, {**ctx.sql_params(), "bucket": bucket})
 
 
 def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:

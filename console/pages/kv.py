@@ -6,8 +6,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from console import data, promql
-from console.pages.charts import bucket_for, prom_charts
+from console import promql
+from console.pages.charts import bucketed, prom_charts
 from console.ui import Context
 
 __all__ = ["render"]
@@ -19,9 +19,7 @@ def render(ctx: Context) -> None:
     st.subheader("From the traces")
     if not ctx.store_ready():
         return
-    since, until = ctx.window()
-    bucket = bucket_for(since, until, ctx.first)
-    df = data.store_query(ctx.db, ctx.db_version, "kv", {**ctx.sql_params(), "bucket": bucket})
+    bucket, df = bucketed(ctx, "kv")
     fig = go.Figure()
     for dep, g in df.groupby("deployment", sort=True):
         fig.add_trace(go.Scatter(x=g["bucket"], y=g["preemptions"] / g["requests"], name=f"{dep} preemptions/request",

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from console import data
-from console.pages.charts import bucket_for
+from console.pages.charts import bucketed
 from console.tables import shift_table
 from console.ui import Context
 
@@ -19,9 +19,7 @@ def render(ctx: Context) -> None:
     st.title("Workload")
     if not ctx.store_ready():
         return
-    since, until = ctx.window()
-    bucket = bucket_for(since, until, ctx.first)
-    series = data.store_query(ctx.db, ctx.db_version, "workload", {**ctx.sql_params(), "bucket": bucket})
+    bucket, series = bucketed(ctx, "workload")
     if series.empty:
         st.info("No requests match these filters in this time range.")
         return
@@ -34,6 +32,7 @@ def render(ctx: Context) -> None:
     lengths.update_layout(title="request lengths (tokens)", height=300, margin={"t": 40, "b": 20})
     st.plotly_chart(lengths, width="stretch", key="lengths")
 
+    since, until = ctx.window()
     start = since or ctx.first
     split = start + (until - start) * 3 / 4
     st.subheader(f"Now (from {split:%H:%M}) against before")
