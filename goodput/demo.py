@@ -244,8 +244,9 @@ def _demo(args: argparse.Namespace) -> int:
                   "prometheus-alertmanager, or drop --no-prometheus)")
         print(f"  targets file             {demo.targets_path}")
         print(f"  trace store              {args.out / 'traces'}")
-        db, traces, rel = args.out / "analyzer.duckdb", args.out / "traces", args.out / "releases.yaml"
-        print("Analyze the stored traces (works while the demo runs; re-run ingest to add new ones):")
+        # a database of your own: the console's (demo.db) is replaced by the ingest loop as it refreshes
+        db, traces, rel = args.out / "my-analysis.duckdb", args.out / "traces", args.out / "releases.yaml"
+        print("Analyze the stored traces yourself (works while the demo runs; re-run ingest to add new ones):")
         print(f"  .venv/bin/goodput analyze ingest {traces} --db {db}")
         print(f"  .venv/bin/goodput analyze decompose --db {db} --by deployment,tier")
         print(f"  .venv/bin/goodput analyze regressions --db {db} --releases {rel}")
