@@ -40,6 +40,7 @@ def console(tmp_path_factory, store, live):
 
 
 @needs("chromium")
+@pytest.mark.timeout(900)  # seven pages, each a fresh script run of Streamlit: minutes on a loaded 2-core machine
 def test_every_page_loads_in_chromium_without_errors(console):
     playwright = pytest.importorskip("playwright.sync_api")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

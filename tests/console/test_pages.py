@@ -157,6 +157,9 @@ def test_kv_routing_and_capacity_pages_render_from_both_sources(monkeypatch, sto
     routing = show(at, "routing")
     per_replica = frame(routing, "replica", "queue_p95_s")
     assert set(per_replica["replica"]) == {"rag-0", "rag-1", "chat-0"}
+    counts = dict(duckdb.connect(str(store / "db.duckdb"), read_only=True).execute(
+        "SELECT replica, count(*) FROM requests GROUP BY replica").fetchall())
+    assert dict(zip(per_replica["replica"], per_replica["requests"], strict=True)) == counts
     plan = frame(show(at, "capacity"), "per-replica goodput tok/s", "required now").set_index("deployment")
     assert set(plan.index) == {"chat-8b-h100", "rag-70b-h200", "batch-32b-a100"}  # examples/plan.yaml
 
