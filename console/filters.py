@@ -6,7 +6,6 @@ values that reach SQL only as parameters and PromQL only through ``label_matcher
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -78,7 +77,3 @@ def label_matchers(filters: Filters, labels: tuple[str, ...] = ("deployment", "t
     """``deployment="x",tier="y"`` for the filters set among ``labels`` (a series without that label is not matched)."""
     return ",".join(f"{d}={_quote(getattr(filters, d))}" for d in labels if getattr(filters, d))
 
-
-def safe_name(value: str) -> bool:
-    """A label value that may be shown in a link without escaping (deployments, tiers, tenants usually are)."""
-    return re.fullmatch(r"[A-Za-z0-9_.:-]+", value) is not None
