@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -182,33 +180,11 @@ def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
     assert list(Path(out / "traces").glob("date=*/hour=*/*.parquet"))
 
 
-def _block_below_ephemeral(n: int) -> int:
-    """Like free_port_block, but below the kernel's ephemeral range: the incident binds its added replicas' ports
-    a minute in, and a port there could meanwhile be the source port of any outgoing connection on the machine."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(10_000, low - n)
-        socks = []
-        try:
-            for p in range(base, base + n):
-                sock = socket.socket()
-                sock.bind(("127.0.0.1", p))
-                socks.append(sock)
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free port block below the ephemeral range")
-
-
 @pytest.mark.slow
 def test_headless_incident_pages_is_attributed_and_resolves(tmp_path):
     """CI's run of the scripted incident at speed 20 (rules at 1/20 of their durations: goodput/demo.py)."""
     require("prometheus", "prometheus-alertmanager")
-    base = _block_below_ephemeral(12)
+    base = free_port_block(12, below_ephemeral=True)  # its added replicas bind a minute in
     ports = [a for k, p in {"gpu": 6, "engine": 7, "requests": 8, "otlp": 9, "prometheus": 10, "alertmanager": 11,
                             "webhook": 5}.items() for a in (f"--{k}-port", str(base + p))]
     r = subprocess.run([sys.executable, "-m", "goodput", "demo", "--headless", "--speed", "20", "--out",
