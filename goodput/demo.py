@@ -1,8 +1,15 @@
 """``goodput demo``: the whole stack on the embedded default, the simulated fleet of examples/fleet.yaml.
 
 One process runs the live fleet, the three exporters (GPU on fake GPUs that follow the fleet's load,
-engine scraping every replica, requests receiving the fleet's spans over OTLP/HTTP) and prints where
-everything is. Ctrl-C or SIGTERM stops it, flushing the trace store.
+engine scraping every replica, requests receiving the fleet's spans over OTLP/HTTP), Prometheus,
+Alertmanager, an ingest loop that keeps the analyzer's database current, and the triage console, and
+prints where everything is. Unless ``--no-incident``, the fleet runs the scripted incident of
+goodput/incident.py. Ctrl-C or SIGTERM stops it, flushing the trace store.
+
+At ``--speed`` above 1 the fleet's clock runs that much faster than Prometheus': the rules are generated
+with every window and ``for`` divided by the speed (into DIR/rules), Alertmanager's waits likewise, and the
+plan's per-replica goodput is multiplied by it (tokens per wall second are that many virtual seconds' worth).
+``--headless`` runs the incident on the RAG deployment alone and checks it (goodput/headless.py).
 """
 
 from __future__ import annotations
@@ -11,7 +18,9 @@ import argparse
 import threading
 from pathlib import Path
 
-from exporters.config import load_plan, load_targets
+import yaml
+
+from exporters.config import Plan, load_plan, load_targets
 from exporters.engine import EngineExporter
 from exporters.fleet_gpus import fleet_gpus
 from exporters.gpu import GpuCollector, Sampler
@@ -19,8 +28,18 @@ from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceive
 from exporters.trace_store import TraceStore
 from goodput.foundation.args import port, positive_number
 from goodput.foundation.http import Server, metrics_routes, serve_until_signal
-from goodput.rulegen import build, load_spec
-from goodput.stack import Process, alertmanager_available, prometheus_available, start_alertmanager, start_prometheus
+from goodput.foundation.yamlfile import load_mapping
+from goodput.incident import INCIDENT_AT_S, RESCUE_AT_S, incident_fleet
+from goodput.ingest_loop import IngestLoop
+from goodput.rulegen import build, load_spec, write
+from goodput.stack import (
+    Process,
+    alertmanager_available,
+    prometheus_available,
+    start_alertmanager,
+    start_console,
+    start_prometheus,
+)
 from goodput.webhook import WebhookReceiver
 from simulator.config import load_fleet
 from simulator.live import LiveFleet
@@ -52,6 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus and Alertmanager")
     p.add_argument("--speed", type=positive_number, default=1.0, help="virtual seconds per wall second (default 1)")
     p.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS", help="stop after this long")
+    p.add_argument("--console-port", type=port, default=8501, help="the triage console (default 8501)")
+    p.add_argument("--no-console", action="store_true", help="do not start the triage console")
+    p.add_argument("--no-incident", action="store_true", help="run the fleet file as it is, without the scripted incident")
+    p.add_argument("--headless", action="store_true",
+                   help="run the incident on the RAG deployment alone, check that it pages, that the release is blamed "
+                        "and that it resolves, and exit 0 (1 when a check fails); use with --speed 20")
     p.add_argument("--week", default=None, metavar="YYYY-Www",
                    help="instead of the live stack: simulate that week, backfill it into Prometheus (--prometheus-port), "
                         "write OUT/week/review/ and serve the week until Ctrl-C (docs/review.md)")
@@ -63,9 +88,15 @@ class Demo:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        cfg = load_fleet(args.fleet)
         out = args.out
         out.mkdir(parents=True, exist_ok=True)
+        self.fleet_path = args.fleet
+        if not args.no_incident:
+            self.fleet_path = out / "fleet.yaml"
+            fleet = incident_fleet(load_mapping(args.fleet, "a fleet"), str(args.fleet), only_rag=args.headless)
+            self.fleet_path.write_text("# the demo's fleet: " + str(args.fleet) + " with the scripted incident "
+                                       "(goodput/incident.py)\n" + yaml.safe_dump(fleet, sort_keys=False))
+        cfg = load_fleet(self.fleet_path)
         host = args.host
         self.metrics = RequestMetrics()
         self.store = TraceStore(out / "traces", flush_interval_s=2.0)
@@ -87,7 +118,10 @@ class Demo:
             lambda: self.engine.heartbeat.problem() if self.engine else None))
         self.sampler: Sampler | None = None
         self._watch = threading.Event()
-        self.plan = load_plan(args.plan) if args.plan and args.plan.exists() else None
+        plan = load_plan(args.plan) if args.plan and args.plan.exists() else None
+        self.plan = plan and Plan({d: g * args.speed for d, g in plan.goodput.items()}, plan.desired)
+        self.db = out / "analyzer.duckdb"
+        self.ingester = IngestLoop(out / "traces", self.db, interval_s=10.0 / min(args.speed, 5.0))
         self.alerts_log = out / "alerts.log"
         self.hook = WebhookReceiver(host, args.webhook_port, on_alert=self._log_alert)
         self.processes: list[Process] = []
@@ -105,7 +139,21 @@ class Demo:
             self._start_prometheus()
         self.sampler = Sampler(self.gpu, 2.0).start()
         threading.Thread(target=self._follow_targets, daemon=True).start()
+        self.ingester.start()
+        if not self.args.no_console and not self.args.headless:
+            self._start_console()
         return self
+
+    def _start_console(self) -> None:
+        a = self.args
+        urls = {p.name: p.url for p in self.processes}
+        env = {"GOODPUT_DB": str(self.db.resolve()), "GOODPUT_RELEASES": str((a.out / "releases.yaml").resolve()),
+               "GOODPUT_PLAN": str(a.plan.resolve()),
+               "GOODPUT_PROMETHEUS_URL": urls.get("prometheus", f"http://{a.host}:{a.prometheus_port}"),
+               "GOODPUT_ALERTMANAGER_URL": urls.get("alertmanager", f"http://{a.host}:{a.alertmanager_port}")}
+        console = start_console(a.out / "console", a.console_port, env, a.host)
+        self.processes.append(console)
+        console.ready("/_stcore/health", timeout=60)
 
     def _follow_targets(self) -> None:
         """Replicas come and go (lost, added after a cold start): keep the engine exporter's targets current."""
@@ -124,13 +172,23 @@ class Demo:
         a, out = self.args, self.args.out
         spec = load_spec(Path("rules/slos.yaml"))
         spec.alertmanager["receivers"] = {r: f"{self.hook.url}/{r}" for r in ("pager", "ticket", "log")}
+        if not a.no_console:  # alerts link to this demo's console (where it would run, when headless)
+            spec.links["console_base"] = f"http://{a.host}:{a.console_port}"
+        scale, interval, resend = 1.0, "5s", "1m"
+        if a.speed > 1:  # the compressed clock: every window, `for` and wait divided by the speed
+            scale = 1.0 / a.speed
+            interval, resend = "1s", f"{max(1, round(60 * scale))}s"
+            for key, default in (("group_wait", 30), ("group_interval", 300)):
+                spec.alertmanager[key] = f"{max(1, round(default * scale))}s"
+        rules = out / "rules"
+        write(spec, rules, scale)
         (out / "alertmanager.yaml").write_text(build(spec)["alertmanager.yaml"])
         am = start_alertmanager(out / "alertmanager", a.alertmanager_port, out / "alertmanager.yaml", a.host)
         self.processes.append(am)
         hp = lambda s: s.url.removeprefix("http://")  # noqa: E731
         prom = start_prometheus(out / "prometheus", a.prometheus_port, {
             "llm-gpu": [hp(self.gpu_srv)], "llm-engine": [hp(self.eng_srv)], "llm-requests": [hp(self.req_srv)]},
-            Path("rules"), hp(am), interval="5s", host=a.host)
+            rules, hp(am), interval=interval, host=a.host, resend_delay=resend)
         self.processes.append(prom)
         am.ready("/-/ready")
         prom.ready("/-/ready")
@@ -154,6 +212,7 @@ class Demo:
 
     def stop(self) -> None:
         self._watch.set()
+        self.ingester.stop()
         for proc in self.processes:
             proc.stop()
         self.hook.stop()
@@ -173,8 +232,15 @@ def _demo(args: argparse.Namespace) -> int:
         from capacity.review.week import demo_week
         return demo_week(args.fleet, args.week, args.out / "week", args.prometheus_port, duration=args.duration)
     demo = Demo(args).start()
+    if args.headless:
+        from goodput.headless import check_incident
+
+        try:
+            return check_incident(demo)
+        finally:
+            demo.stop()
     try:
-        print(f"goodput demo: fleet {demo.live.cfg.name!r} from {args.fleet}", flush=True)
+        print(f"goodput demo: fleet {demo.live.cfg.name!r} from {demo.fleet_path}", flush=True)
         for rs in demo.live.servers:
             print(f"  {rs.name:24s} {rs.model:14s} http://{args.host}:{rs.port}/v1   /metrics")
         for name, url in demo.urls().items():
@@ -184,13 +250,19 @@ def _demo(args: argparse.Namespace) -> int:
                   "prometheus-alertmanager, or drop --no-prometheus)")
         print(f"  targets file             {demo.targets_path}")
         print(f"  trace store              {args.out / 'traces'}")
-        db, traces, rel = args.out / "analyzer.duckdb", args.out / "traces", args.out / "releases.yaml"
-        print("Analyze the stored traces (works while the demo runs; re-run ingest to add new ones):")
+        # a database of your own: the console's (demo.db) is replaced by the ingest loop as it refreshes
+        db, traces, rel = args.out / "my-analysis.duckdb", args.out / "traces", args.out / "releases.yaml"
+        print("Analyze the stored traces yourself (works while the demo runs; re-run ingest to add new ones):")
         print(f"  .venv/bin/goodput analyze ingest {traces} --db {db}")
         print(f"  .venv/bin/goodput analyze decompose --db {db} --by deployment,tier")
         print(f"  .venv/bin/goodput analyze regressions --db {db} --releases {rel}")
         first = demo.live.cfg.deployments[0].name
         print(f"  .venv/bin/goodput analyze triage --db {db} --deployment {first} --releases {rel}")
+        if not args.no_incident:
+            print(f"Scripted incident (goodput/incident.py; --no-incident to skip): a prompt-template release at "
+                  f"{INCIDENT_AT_S / args.speed:.0f} s doubles the RAG deployment's input; replicas are added at "
+                  f"{RESCUE_AT_S / args.speed:.0f} s. Watch the console's Overview and Releases pages.")
+        print(f"The analyzer database {demo.db} is refreshed every {demo.ingester.interval_s:g} s.")
         print("Ctrl-C to stop.", flush=True)
         serve_until_signal(lambda: None, args.duration)
     except KeyboardInterrupt:

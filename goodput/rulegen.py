@@ -138,7 +138,8 @@ def load_spec(path: str | Path) -> Spec:
             raise ConfigError(src, f"alertmanager.{k}", f"expected a duration like 30s, 5m, 4h; got {am[k]!r}")
     links = _section(data, "links", src)
     return Spec(tuple(slos), th, am, {"runbook_base": links.get("runbook_base", "docs/runbooks/"),
-                                      "dashboard_base": links.get("dashboard_base", "")})
+                                      "dashboard_base": links.get("dashboard_base", ""),
+                                      "console_base": links.get("console_base", "")})
 
 
 # ---------------------------------------------------------------------- helpers
@@ -173,6 +174,10 @@ class _Builder:
                 "annotations": {"summary": summary, "description": description,
                                 "runbook_url": f"{base['runbook_base']}{name}.md",
                                 "dashboard": alert_link(base["dashboard_base"], name)}}
+        if base["console_base"]:  # the triage console's Overview with the alert's deployment and tier as its filters
+            rule["annotations"]["console"] = base["console_base"].rstrip("/") + "/?range=1h" + (
+                "{{ with $labels.deployment }}&deployment={{ . | urlquery }}{{ end }}"
+                "{{ with $labels.tier }}&tier={{ . | urlquery }}{{ end }}")
         return rule
 
     def record(self, name: str, expr: str, labels: dict[str, str] | None = None) -> dict:

@@ -1,11 +1,12 @@
-"""The real Prometheus and Alertmanager (Debian's packages) as child processes, with generated configs.
+"""The real Prometheus and Alertmanager (Debian's packages) and the triage console as child processes.
 
-Used by ``goodput demo`` and by the live alerting tests. Each gets a loopback port, a temporary data
+Used by ``goodput demo`` and by the live alerting and console tests. Each gets a loopback port, a temporary data
 directory and our rule files; ``rules_dir`` may hold a test-only variant with scaled durations.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -15,9 +16,11 @@ from pathlib import Path
 import httpx
 import yaml
 
+from console.cli import APP, streamlit_command
 from goodput.rulegen import RULE_FILES
 
-__all__ = ["Process", "alertmanager_available", "prometheus_available", "start_alertmanager", "start_prometheus"]
+__all__ = ["Process", "alertmanager_available", "prometheus_available", "start_alertmanager", "start_console",
+           "start_prometheus"]
 
 PROMETHEUS = "prometheus"
 ALERTMANAGER = "prometheus-alertmanager"  # Debian's name; upstream tarballs call it alertmanager
@@ -91,3 +94,12 @@ def start_alertmanager(workdir: Path, port: int, config: Path, host: str = "127.
          f"--web.listen-address={host}:{port}", "--cluster.listen-address=", "--log.level=warn"],
         stdout=subprocess.DEVNULL, stderr=log.open("w"))
     return Process("alertmanager", f"http://{host}:{port}", proc, log)
+
+
+def start_console(workdir: Path, port: int, env: dict[str, str], host: str = "127.0.0.1") -> Process:
+    """``streamlit run app.py`` with ``env`` (GOODPUT_* variables) added to this process' environment."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / "console.log"
+    proc = subprocess.Popen(streamlit_command(host, port), env={**os.environ, **env}, cwd=APP.parent,
+                            stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    return Process("console", f"http://{host}:{port}", proc, log)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -51,12 +52,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require(*mark.args)
 
 
-def free_port_block(n: int) -> int:
-    """A base port such that base .. base+n-1 are all free on 127.0.0.1 right now."""
+def free_port_block(n: int, below_ephemeral: bool = False) -> int:
+    """A base port such that base .. base+n-1 are all free on 127.0.0.1 right now. ``below_ephemeral``: below the
+    kernel's ephemeral range, for ports bound long after (there any outgoing connection may take one meanwhile)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) if below_ephemeral else 0
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
+        if below_ephemeral:
+            base = random.randrange(10_000, low - n)
+        else:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                base = s.getsockname()[1]
         if base + n >= 65000:
             continue
         socks = []

@@ -1,9 +1,10 @@
-"""`make demo` runs `goodput demo`: the fleet, the three exporters and the stack behave, not just print.
+"""`make demo` runs `goodput demo`: the fleet, the three exporters, the stack and the console behave, not just print.
 
 One demo process on a small fleet of its own (two busy replicas, one of them lost at 30 virtual seconds, and a
-quiet replica that only this test loads) on free ports: the fake GPUs follow the engine's load, a lost
-replica's GPU reads lost, the analyzer commands the demo prints work on the traces it stored, and SIGTERM
-stops it cleanly.
+quiet replica that only this test loads) on free ports, without the scripted incident: the fake GPUs follow the
+engine's load, a lost replica's GPU reads lost, the analyzer commands the demo prints work on the traces it
+stored, the console it prints answers, and SIGTERM stops it cleanly. Then the scripted incident, compressed
+(`goodput demo --headless --speed 20`): it pages, the release is blamed, it resolves after the replica add.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import REPO, free_port_block
+from goodput.incident import RESCUE_AT_S
+from tests.conftest import REPO, free_port_block, require
 
 LOST_AT_S = 30  # virtual = wall seconds after the fleet starts; leaves room for a slow start under load
 FLEET = {
@@ -78,14 +80,14 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
 def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
     fleet, out = tmp_path / "fleet.yaml", tmp_path / "out"
     fleet.write_text(yaml.safe_dump(FLEET))
-    base = free_port_block(10)
+    base = free_port_block(11)
     ports = {"gpu": base + 3, "engine": base + 4, "requests": base + 5, "otlp": base + 6, "prometheus": base + 7,
-             "alertmanager": base + 8, "webhook": base + 9}
+             "alertmanager": base + 8, "webhook": base + 9, "console": base + 10}
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with stdout.open("w") as so, stderr.open("w") as se:
         p = subprocess.Popen([sys.executable, "-m", "goodput", "demo", "--fleet", str(fleet), "--out", str(out),
                               "--base-port", str(base), *(a for k, v in ports.items() for a in (f"--{k}-port", str(v))),
-                              "--duration", "300"], cwd=REPO, stdout=so, stderr=se, text=True)
+                              "--duration", "300", "--no-incident"], cwd=REPO, stdout=so, stderr=se, text=True)
     try:
         printed = _wait("the demo to print its endpoints", lambda: "Ctrl-C to stop." in stdout.read_text()
                         and stdout.read_text(), 60)
@@ -139,6 +141,11 @@ def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
         else:
             assert not os.environ.get("CI"), "CI runs the demo with Prometheus and Alertmanager (Debian packages)"
 
+        # the console it printed answers (its pages are tested in tests/console/)
+        console = re.search(r"^  console +(http://\S+)", printed, re.M)
+        assert console and console.group(1) == f"http://127.0.0.1:{ports['console']}", printed
+        assert httpx.get(f"{console.group(1)}/_stcore/health", timeout=10).text == "ok"
+
         # the analyzer commands the demo printed, run as printed, on the traces the running demo stored
         goodput = [sys.executable, "-m", "goodput"]
         ingest, decompose, regressions, triage = advertised
@@ -171,3 +178,24 @@ def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
     assert p.returncode == 0, stderr.read_text()[-3000:]
     assert stdout.read_text().rstrip().endswith("goodput demo stopped.")
     assert list(Path(out / "traces").glob("date=*/hour=*/*.parquet"))
+
+
+@pytest.mark.slow
+def test_headless_incident_pages_is_attributed_and_resolves(tmp_path):
+    """CI's run of the scripted incident at speed 20 (rules at 1/20 of their durations: goodput/demo.py)."""
+    require("prometheus", "prometheus-alertmanager")
+    base = free_port_block(12, below_ephemeral=True)  # its added replicas bind a minute in
+    ports = [a for k, p in {"gpu": 6, "engine": 7, "requests": 8, "otlp": 9, "prometheus": 10, "alertmanager": 11,
+                            "webhook": 5}.items() for a in (f"--{k}-port", str(base + p))]
+    r = subprocess.run([sys.executable, "-m", "goodput", "demo", "--headless", "--speed", "20", "--out",
+                        str(tmp_path / "out"), "--base-port", str(base), *ports],
+                       cwd=REPO, capture_output=True, text=True, timeout=420)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    out = r.stdout
+    assert re.search(r"PAGE .* pager +firing +LLMQueueWaitRisingReplicasShort deployment=rag-70b-h200", out), out
+    assert "the Overview lists LLMQueueWaitRisingReplicasShort for rag-70b-h200" in out
+    assert re.search(r"Releases blames the release: .* after prompt_template rag-v3 -> rag-v4", out), out
+    resolved = re.search(r"virtual +(\d+) s: RESOLVED .* resolved +LLMQueueWaitRisingReplicasShort", out)
+    assert resolved and int(resolved.group(1)) >= RESCUE_AT_S, out
+    log = (tmp_path / "out" / "alerts.log").read_text()
+    assert re.search(r" pager +resolved +LLMQueueWaitRisingReplicasShort .*deployment=rag-70b-h200", log), log

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-PARTS = ("simulator", "exporters", "analyzer", "capacity", "goodput")
+PARTS = ("simulator", "exporters", "analyzer", "capacity", "console", "goodput")
 FOUNDATION = "goodput.foundation"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO
 
-PACKAGES = ["simulator", "exporters", "analyzer", "capacity", "capacity.loadtest", "goodput"]
+PACKAGES = ["simulator", "exporters", "analyzer", "capacity", "capacity.loadtest", "console", "goodput"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

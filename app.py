@@ -1,0 +1,28 @@
+"""The goodput triage console: ``streamlit run app.py`` (or ``goodput console``).
+
+Reads its sources from the environment (console/settings.py: GOODPUT_DB, GOODPUT_PROMETHEUS_URL,
+GOODPUT_ALERTMANAGER_URL, GOODPUT_PLAN, GOODPUT_RUNS, GOODPUT_RELEASES); the sidebar's filters travel in the
+URL's query string, so an alert can link to a page with its deployment and tier set.
+"""
+
+import streamlit as st
+
+from console.pages import PAGES
+from console.settings import Settings
+from console.ui import sidebar
+
+st.set_page_config(page_title="goodput console", page_icon="📟", layout="wide")
+ctx = sidebar(Settings.from_env())
+
+
+def _page(render, name):
+    def run() -> None:
+        render(ctx)
+
+    run.__name__ = name
+    return run
+
+
+nav = st.navigation([st.Page(_page(render, path), title=title, url_path=path, default=i == 0)
+                     for i, (title, path, render) in enumerate(PAGES)])
+nav.run()

@@ -1,0 +1,54 @@
+"""``goodput console``: the triage console (``streamlit run app.py``) on 127.0.0.1:8501.
+
+The flags set the environment the app reads (console/settings.py), so both ways of starting it agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from console.settings import DEFAULTS, ENV
+from goodput.foundation.args import port
+
+__all__ = ["APP", "environment", "register", "streamlit_command"]
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+FLAGS = {"db": "--db", "prometheus_url": "--prometheus-url", "alertmanager_url": "--alertmanager-url",
+         "plan": "--plan", "runs": "--runs", "releases": "--releases", "slos": "--slos"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("console", help="the triage console (Streamlit) on 127.0.0.1:8501",
+                       description="Start the triage console: `streamlit run app.py` with its sources set from these "
+                                   "flags (each also read from its environment variable).")
+    for key, flag in FLAGS.items():
+        p.add_argument(flag, default=None, help=f"{ENV[key]} (default {DEFAULTS[key]})")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=port, default=8501, help="port (default 8501)")
+    p.set_defaults(func=_console)
+
+
+def streamlit_command(host: str, port_: int) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port_),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+
+
+def environment(args: argparse.Namespace, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for key in FLAGS:
+        value = getattr(args, key)
+        if value is not None:
+            env[ENV[key]] = str(value)
+    return env
+
+
+def _console(args: argparse.Namespace) -> int:
+    print(f"goodput console: http://{args.host}:{args.port}/", flush=True)
+    try:
+        return subprocess.call(streamlit_command(args.host, args.port), env=environment(args), cwd=APP.parent)
+    except KeyboardInterrupt:
+        return 0

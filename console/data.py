@@ -1,0 +1,81 @@
+"""Every read the pages make, cached per query for a few seconds (Streamlit's ``cache_data``).
+
+A database read is keyed by the file's identity (inode and mtime) as well, so a new snapshot renamed into
+place is seen at once; errors are never cached, so a server that comes back is seen at the next rerun.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from analyzer.decompose import decompose
+from analyzer.regressions import scan_regressions
+from analyzer.releases import load_releases
+from analyzer.store import sql as analyzer_sql
+from console import traces
+from console.prom import Alertmanager, Prometheus, Sample, Series
+
+__all__ = ["alerts", "bucket_series", "decomposition", "prom_instant", "prom_range", "regressions", "store_query",
+           "store_version"]
+
+PROM_TTL_S = 10
+STORE_TTL_S = 15
+
+
+def store_version(db: Path) -> tuple[int, int] | None:
+    """The database file's identity; None when there is none."""
+    try:
+        st_ = db.stat()
+    except OSError:
+        return None
+    return st_.st_ino, st_.st_mtime_ns
+
+
+@st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=256)
+def store_query(db: str, version: tuple, name: str, params: dict) -> pd.DataFrame:
+    with traces.snapshot(Path(db)) as con:
+        return traces.query(con, name, params)
+
+
+@st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
+def decomposition(db: str, version: tuple, by: tuple[str, ...], since: datetime | None, until: datetime,
+                  deployment: str | None) -> list[dict]:
+    with traces.snapshot(Path(db)) as con:
+        return decompose(con, list(by), since=since, until=until, deployment=deployment).records()
+
+
+@st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
+def bucket_series(db: str, version: tuple, bucket: str, since: datetime | None, until: datetime,
+                  deployment: str | None) -> pd.DataFrame:
+    """The analyzer's own p95-per-bucket series (``analyzer/sql/bucket_series.sql``), the input of its verdicts."""
+    with traces.snapshot(Path(db)) as con:
+        return con.execute(analyzer_sql("bucket_series"), {"bucket": bucket, "since": since, "until": until,
+                                                           "deployment": deployment}).fetchdf()
+
+
+@st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
+def regressions(db: str, version: tuple, releases: str | None, releases_version: tuple | None, bucket: str,
+                since: datetime | None, until: datetime, deployment: str | None) -> tuple[list[dict], str]:
+    rel = load_releases(releases) if releases else []
+    with traces.snapshot(Path(db)) as con:
+        scan = scan_regressions(con, rel, bucket=bucket, since=since, until=until, deployment=deployment)
+    return [r.record() for r in scan.found], scan.describe()
+
+
+@st.cache_data(ttl=PROM_TTL_S, show_spinner=False, max_entries=256)
+def prom_instant(url: str, expr: str) -> list[Sample]:
+    return Prometheus(url).query(expr)
+
+
+@st.cache_data(ttl=PROM_TTL_S, show_spinner=False, max_entries=256)
+def prom_range(url: str, expr: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
+    return Prometheus(url).query_range(expr, start, end, step_s)
+
+
+@st.cache_data(ttl=PROM_TTL_S, show_spinner=False)
+def alerts(url: str) -> list[dict]:
+    return Alertmanager(url).alerts()

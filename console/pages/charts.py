@@ -1,0 +1,53 @@
+"""Charts the pages share: Prometheus range series as lines, and a bucket width for a time window."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from console import data
+from console.prom import Unreachable
+from console.ui import Context, prom_down, step_for
+
+__all__ = ["bucket_for", "bucketed", "prom_charts"]
+
+BUCKETS = ((timedelta(minutes=1), "1 minute"), (timedelta(minutes=5), "5 minutes"), (timedelta(minutes=15), "15 minutes"),
+           (timedelta(hours=1), "1 hour"), (timedelta(days=1), "1 day"))
+
+
+def bucket_for(since: datetime | None, until: datetime, first: datetime | None, points: int = 20) -> str:
+    """The smallest bucket that gives at most about 4 x ``points`` buckets over the window."""
+    span = until - (since or first or until - timedelta(hours=1))
+    return next((name for width, name in BUCKETS if span / width <= 4 * points), BUCKETS[-1][1])
+
+
+def bucketed(ctx: Context, name: str) -> tuple[str, pd.DataFrame]:
+    """``console/sql/<name>.sql`` over the filters, per time bucket sized to the window; the bucket's name."""
+    since, until = ctx.window()
+    bucket = bucket_for(since, until, ctx.first)
+    return bucket, data.store_query(ctx.db, ctx.db_version, name, {**ctx.sql_params(), "bucket": bucket})
+
+
+def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:
+    """One line chart per query over the time range; one banner if Prometheus is down."""
+    start, end = ctx.prom_window()
+    step = step_for(start, end)
+    try:
+        results = {title: data.prom_range(ctx.settings.prometheus_url, q, start, end, step) for title, q in queries.items()}
+    except Unreachable as e:
+        prom_down("Prometheus", e)
+        return
+    for i, (title, series) in enumerate(results.items()):
+        fig = go.Figure()
+        for s in series:
+            name = " ".join(str(v) for k, v in sorted(s.labels.items()) if k != "__name__") or title
+            fig.add_trace(go.Scatter(x=[datetime.fromtimestamp(t, UTC) for t in s.times], y=s.values, mode="lines",
+                                     name=name))
+        fig.update_layout(title=title, height=280, margin={"t": 40, "b": 20})
+        if not series:
+            fig.add_annotation(text="no data for these filters", showarrow=False, x=0.5, y=0.5, xref="paper",
+                               yref="paper")
+        st.plotly_chart(fig, width="stretch", key=f"{key}{i}")

@@ -1,0 +1,32 @@
+"""KV & scheduler: KV-cache usage per replica, preemptions and KV-capacity rejections, waiting against running
+(Prometheus); preemptions per request over time (traces)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from console import promql
+from console.pages.charts import bucketed, prom_charts
+from console.ui import Context
+
+__all__ = ["render"]
+
+
+def render(ctx: Context) -> None:
+    st.title("KV cache & scheduler")
+    prom_charts(ctx, promql.kv(ctx.filters), "kv")
+    st.subheader("From the traces")
+    if not ctx.store_ready():
+        return
+    bucket, df = bucketed(ctx, "kv")
+    fig = go.Figure()
+    for dep, g in df.groupby("deployment", sort=True):
+        fig.add_trace(go.Scatter(x=g["bucket"], y=g["preemptions"] / g["requests"], name=f"{dep} preemptions/request",
+                                 mode="lines+markers"))
+        fig.add_trace(go.Bar(x=g["bucket"], y=g["kv_rejections"], name=f"{dep} KV rejections", yaxis="y2",
+                             opacity=0.4))
+    fig.update_layout(title=f"preemptions per request and KV-capacity rejections (per {bucket})", height=320,
+                      margin={"t": 40, "b": 20}, yaxis2={"overlaying": "y", "side": "right"})
+    st.plotly_chart(fig, width="stretch", key="kv_traces")
+    st.dataframe(df, hide_index=True, width="stretch", key="kv_table")

@@ -1,0 +1,36 @@
+"""Routing: does the router spread load — requests and p95 queue wait per replica, their skew, prefix-cache hits,
+retries and fallbacks (traces); live load and cache hits per replica, rejections (Prometheus)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from console import data, promql
+from console.pages.charts import prom_charts
+from console.tables import skew
+from console.ui import Context
+
+__all__ = ["render"]
+
+
+
+def render(ctx: Context) -> None:
+    st.title("Routing")
+    st.subheader("From the traces")
+    if ctx.store_ready():
+        df = data.store_query(ctx.db, ctx.db_version, "routing", ctx.sql_params())
+        if df.empty:
+            st.info("No requests with a replica match these filters.")
+        else:
+            st.dataframe(skew(df), hide_index=True, width="stretch", key="skew")
+            label = df["deployment"] + " / " + df["replica"]
+            fig = go.Figure([go.Bar(x=label, y=df["requests"], name="requests"),
+                             go.Scatter(x=label, y=df["queue_p95_s"], name="p95 queue wait (s)", yaxis="y2",
+                                        mode="markers", marker={"size": 10})])
+            fig.update_layout(title="requests and p95 queue wait per replica", height=320, margin={"t": 40, "b": 20},
+                              yaxis2={"overlaying": "y", "side": "right"})
+            st.plotly_chart(fig, width="stretch", key="replicas")
+            st.dataframe(df, hide_index=True, width="stretch", key="routing_table")
+    st.subheader("Live (Prometheus)")
+    prom_charts(ctx, promql.routing(ctx.filters), "routing")

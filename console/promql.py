@@ -1,0 +1,76 @@
+"""The PromQL each page runs. Raw metric names come from the catalog (``exporters/catalog.py``); recorded
+series are the rules' (``rules/*.rules.yaml``), listed in ``RECORDED`` so a test checks they exist."""
+
+from __future__ import annotations
+
+from console.filters import Filters, label_matchers
+from exporters.catalog import by_name
+
+__all__ = ["RECORDED", "kv", "overview", "routing"]
+
+RECORDED = (
+    "deployment_tier_route:llm_slo_ttft:attainment_5m", "deployment_tier_route:llm_slo_tpot:attainment_5m",
+    "deployment_tier_route:llm_slo_ttft_errors:ratio_rate1h", "deployment_tier_route:llm_slo_tpot_errors:ratio_rate1h",
+    "tier_route:llm_slo_objective:config", "deployment:llm_replicas_available:max",
+    "deployment:llm_replicas_required:ceil", "deployment_tier:llm_gateway_queue_wait_seconds:p95_5m",
+    "deployment:llm_kv_cache_usage_ratio:avg", "deployment:llm_gateway_tokens:rate5m",
+    "deployment:llm_preemptions:rate5m", "deployment:llm_gateway_kv_capacity_rejections:rate5m",
+    "deployment_tier_reason:llm_gateway_rejections:ratio_rate5m",
+)
+
+
+def _m(name: str) -> str:
+    return by_name(name).name  # KeyError for a name that is not in the catalog
+
+
+def _sel(f: Filters, labels: tuple[str, ...] = ("deployment", "tier")) -> str:
+    m = label_matchers(f, labels)
+    return "{" + m + "}" if m else ""
+
+
+def overview(f: Filters) -> dict[str, str]:
+    """Instant queries, each giving one value per (deployment[, tier[, route]])."""
+    dt, d = _sel(f), _sel(f, ("deployment",))
+    burn = "deployment_tier_route:llm_slo_{sli}_errors:ratio_rate1h{sel} / on (tier, route) group_left () " \
+           "(1 - tier_route:llm_slo_objective:config)"
+    goodput = _m("llm_capacity_replica_goodput_tokens_per_second")
+    return {
+        "ttft_attainment": f"deployment_tier_route:llm_slo_ttft:attainment_5m{dt}",
+        "tpot_attainment": f"deployment_tier_route:llm_slo_tpot:attainment_5m{dt}",
+        "ttft_burn_1h": burn.format(sli="ttft", sel=dt),
+        "tpot_burn_1h": burn.format(sli="tpot", sel=dt),
+        "replicas_available": f"deployment:llm_replicas_available:max{d}",
+        "replicas_required": f"deployment:llm_replicas_required:ceil{d}",
+        "queue_wait_p95_s": f"deployment_tier:llm_gateway_queue_wait_seconds:p95_5m{dt}",
+        "kv_usage": f"deployment:llm_kv_cache_usage_ratio:avg{d}",
+        "demand_tokens_per_s": f"deployment:llm_gateway_tokens:rate5m{d}",
+        "capacity_tokens_per_s": f"deployment:llm_replicas_available:max{d} * on (deployment) "
+                                 f"max by (deployment) ({goodput}{d})",
+    }
+
+
+def kv(f: Filters) -> dict[str, str]:
+    """Range queries for the KV & scheduler page."""
+    d = _sel(f, ("deployment",))
+    return {
+        "KV usage per replica": f"max by (deployment, replica) ({_m('llm_kv_cache_usage_ratio')}{d})",
+        "preemptions /s": f"deployment:llm_preemptions:rate5m{d}",
+        "KV-capacity rejections /s": f"deployment:llm_gateway_kv_capacity_rejections:rate5m{d}",
+        "waiting": f"sum by (deployment) ({_m('llm_requests_waiting')}{d})",
+        "running": f"sum by (deployment) ({_m('llm_requests_running')}{d})",
+    }
+
+
+def routing(f: Filters) -> dict[str, str]:
+    """Range queries for the Routing page."""
+    d, dt = _sel(f, ("deployment",)), _sel(f)
+    hit, asked = _m("llm_prefix_cache_hit_tokens_total"), _m("llm_prefix_cache_queried_tokens_total")
+    return {
+        "load per replica (running + waiting)":
+            f"sum by (deployment, replica) ({_m('llm_requests_running')}{d}) + "
+            f"sum by (deployment, replica) ({_m('llm_requests_waiting')}{d})",
+        "prefix-cache hit ratio per replica":
+            f"sum by (deployment, replica) (rate({hit}{d}[5m])) / "
+            f"sum by (deployment, replica) (rate({asked}{d}[5m]))",
+        "rejections by reason (share of requests)": f"deployment_tier_reason:llm_gateway_rejections:ratio_rate5m{dt}",
+    }

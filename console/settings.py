@@ -1,0 +1,43 @@
+"""Where the console reads from: the environment ``goodput console`` sets and ``streamlit run app.py`` reads.
+
+Every source has the demo's default, so ``make demo`` and a bare ``streamlit run app.py`` agree.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DEFAULTS", "ENV", "Settings"]
+
+# field -> environment variable
+ENV = {"db": "GOODPUT_DB", "prometheus_url": "GOODPUT_PROMETHEUS_URL", "alertmanager_url": "GOODPUT_ALERTMANAGER_URL",
+       "plan": "GOODPUT_PLAN", "runs": "GOODPUT_RUNS", "releases": "GOODPUT_RELEASES", "slos": "GOODPUT_SLOS"}
+DEFAULTS = {"db": "demo-out/analyzer.duckdb", "prometheus_url": "http://127.0.0.1:9090",
+            "alertmanager_url": "http://127.0.0.1:9093", "plan": "examples/plan.yaml", "runs": "loadtest-runs",
+            "releases": "demo-out/releases.yaml", "slos": "rules/slos.yaml"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    db: Path
+    prometheus_url: str
+    alertmanager_url: str
+    plan: Path
+    runs: Path
+    releases: Path
+    slos: Path
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        v = {k: env.get(var) or DEFAULTS[k] for k, var in ENV.items()}
+        return cls(db=Path(v["db"]), prometheus_url=v["prometheus_url"].rstrip("/"),
+                   alertmanager_url=v["alertmanager_url"].rstrip("/"), plan=Path(v["plan"]), runs=Path(v["runs"]),
+                   releases=Path(v["releases"]), slos=Path(v["slos"]))
+
+    def environment(self) -> dict[str, str]:
+        """The variables that make ``streamlit run app.py`` read these settings."""
+        return {var: str(getattr(self, k)) for k, var in ENV.items()}

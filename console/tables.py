@@ -1,0 +1,102 @@
+"""The tables the pages show, built from what the sources return: pure functions, no Streamlit, so the demo's
+headless check and the tests read them exactly as the pages do."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analyzer.regressions import LENGTH_SHIFT, RATE_SHIFT
+from console.prom import Sample
+
+__all__ = ["alert_rows", "live_table", "shift_table", "skew", "trace_table", "verdict_table"]
+
+# how each live query folds onto a (deployment, tier) row: min attainment and max burn over the routes
+FOLD = {"ttft_attainment": "min", "tpot_attainment": "min", "ttft_burn_1h": "max", "tpot_burn_1h": "max"}
+VERDICT_COLUMNS = ["deployment", "tier", "metric", "time", "change", "before_p95_s", "after_p95_s", "segment", "cause",
+                   "release", "blamed"]
+
+
+def live_table(results: dict[str, list[Sample]]) -> pd.DataFrame:
+    """One row per (deployment, tier); per-deployment figures repeat on each of its tiers."""
+    rows: dict[tuple[str, str], dict] = {}
+    per_dep: dict[str, dict] = {}
+    for key, samples in results.items():
+        for s in samples:
+            dep, tier = s.labels.get("deployment"), s.labels.get("tier")
+            if dep is None or math.isnan(s.value):
+                continue
+            if tier is None:
+                per_dep.setdefault(dep, {})[key] = s.value
+                continue
+            row = rows.setdefault((dep, tier), {})
+            fold = FOLD.get(key)
+            row[key] = s.value if key not in row or fold is None else (min if fold == "min" else max)(row[key], s.value)
+    for dep in per_dep:
+        if not any(d == dep for d, _ in rows):
+            rows[(dep, "")] = {}
+    out = [{"deployment": d, "tier": t, **r, **per_dep.get(d, {})} for (d, t), r in sorted(rows.items())]
+    cols = ["deployment", "tier", *results]
+    return pd.DataFrame(out, columns=cols)
+
+
+def alert_rows(alerts: list[dict], deployment: str | None, tier: str | None) -> pd.DataFrame:
+    rows = []
+    for a in alerts:
+        lab, ann = a.get("labels", {}), a.get("annotations", {})
+        if deployment and lab.get("deployment") not in (None, deployment) or tier and lab.get("tier") not in (None, tier):
+            continue
+        link = ann.get("runbook_url", "")
+        rows.append({"alert": lab.get("alertname", ""), "severity": lab.get("severity", ""),
+                     "deployment": lab.get("deployment", ""), "tier": lab.get("tier", ""),
+                     "since": a.get("startsAt", ""), "summary": ann.get("summary", ""),
+                     "runbook": link if link.startswith(("http://", "https://")) else ""})
+    return pd.DataFrame(rows, columns=["alert", "severity", "deployment", "tier", "since", "summary", "runbook"])
+
+
+def trace_table(df: pd.DataFrame, seconds: float) -> pd.DataFrame:
+    """The traces' per (deployment, tier) figures: attainment shares and tokens per second within the SLO."""
+    out = df[["deployment", "tier", "requests"]].copy()
+    with_slo = df["with_slo"].where(df["with_slo"] > 0)
+    out["TTFT attainment"] = df["ttft_met"] / with_slo
+    out["TPOT attainment"] = df["tpot_met"] / with_slo
+    out["p95 TTFT s"] = df["ttft_p95_s"]
+    out["p95 queue wait s"] = df["queue_p95_s"]
+    out["demand tok/s"] = df["tokens"] / seconds
+    out["goodput tok/s"] = df["good_tokens"].fillna(0) / seconds
+    out["preemptions"] = df["preemptions"]
+    return out
+
+
+def verdict_table(found: list[dict], tier: str | None) -> pd.DataFrame:
+    rows = [r for r in found if not tier or r["tier"] == tier]
+    return pd.DataFrame([{c: r[c] for c in VERDICT_COLUMNS} for r in rows], columns=VERDICT_COLUMNS)
+
+
+def shift_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Before, now, change and whether it counts as a shift, per measure."""
+    by = {p: r for p, r in zip(df["period"], df.to_dict("records"), strict=True)}
+    b, n = by.get("before", {}), by.get("now", {})
+    rate = lambda r: (r.get("requests") or 0) / max(r.get("seconds") or 0, 1.0)  # noqa: E731
+    rows = [("arrival rate (req/s)", rate(b) if b else None, rate(n) if n else None, RATE_SHIFT)]
+    for col in ("input_mean", "input_p50", "input_p95", "output_mean", "output_p50", "output_p95"):
+        rows.append((col.replace("_", " ") + " (tokens)", b.get(col), n.get(col), LENGTH_SHIFT))
+    out = []
+    for name, before, now, limit in rows:
+        change = now / before - 1 if before and now is not None else None
+        out.append({"measure": name, "before": before, "now": now, "change": change,
+                    "shift": change is not None and abs(change) >= limit})
+    return pd.DataFrame(out)
+
+
+def skew(df: pd.DataFrame) -> pd.DataFrame:
+    """Per deployment: replicas, max/min of requests and of p95 queue wait, share retried."""
+    rows = []
+    for dep, g in df.groupby("deployment", sort=True):
+        q = g["queue_p95_s"].dropna()
+        rows.append({"deployment": dep, "replicas": len(g),
+                     "requests max/min": g["requests"].max() / max(g["requests"].min(), 1),
+                     "p95 queue wait max/min": q.max() / max(q.min(), 1e-3) if len(q) > 1 else 1.0,
+                     "retried share": g["retried"].sum() / max(g["requests"].sum(), 1)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,200 @@
+"""Each page of app.py under Streamlit's AppTest: no exception, and the figures shown are the ones the analyzer
+and Prometheus give for the same filters (read here independently: the analyzer's functions, SQL over the same
+database, PromQL over Prometheus' HTTP API)."""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import pandas as pd
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+from streamlit.util import calc_hash
+
+from analyzer.decompose import decompose
+from analyzer.regressions import scan_regressions
+from analyzer.releases import load_releases
+from console import promql
+from console.filters import Filters
+from console.pages import PAGES
+from tests.conftest import REPO
+from tests.console.conftest import KV, RELEASE_AT_S, TOKENS_PER_S
+
+DEAD = "http://127.0.0.1:9"  # discard port: nothing listens
+
+
+def app(monkeypatch, db, prometheus=DEAD, alertmanager=DEAD, releases=None, **query) -> AppTest:
+    monkeypatch.setenv("GOODPUT_DB", str(db))
+    monkeypatch.setenv("GOODPUT_PROMETHEUS_URL", prometheus)
+    monkeypatch.setenv("GOODPUT_ALERTMANAGER_URL", alertmanager)
+    monkeypatch.setenv("GOODPUT_RELEASES", str(releases or db.parent / "releases.yaml"))
+    monkeypatch.setenv("GOODPUT_RUNS", str(db.parent / "no-runs"))
+    st.cache_data.clear()
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.query_params.update(query)
+    return at
+
+
+def show(at: AppTest, page: str) -> AppTest:
+    """Run ``page`` (its url path). AppTest switches pages by file; these pages are functions registered under a
+    url path, and Streamlit names a page by the hash of that path."""
+    at._page_hash = calc_hash(page)
+    return at.run()
+
+
+def frame(at: AppTest, *columns: str) -> pd.DataFrame:
+    """The one dataframe on the page with these columns."""
+    found = [d.value for d in at.dataframe if set(columns) <= set(d.value.columns)]
+    assert len(found) == 1, f"{len(found)} dataframes with {columns}: {[list(d.value.columns) for d in at.dataframe]}"
+    return found[0]
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+@pytest.fixture
+def con(store):
+    c = duckdb.connect(str(store / "db.duckdb"), read_only=True)
+    yield c
+    c.close()
+
+
+def test_every_page_renders_with_its_title_and_no_exception(monkeypatch, store, live):
+    at = app(monkeypatch, store / "db.duckdb", live.prometheus, live.alertmanager, range="all")
+    at.run()
+    for title, path, _ in PAGES:
+        show(at, path)
+        no_exception(at)
+        assert at.title[0].value.startswith(title.split(" ")[0]), (path, [t.value for t in at.title])
+        assert not at.warning or all("unreachable" not in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_overview_live_figures_equal_promql(monkeypatch, store, live):
+    at = app(monkeypatch, store / "db.duckdb", live.prometheus, live.alertmanager, range="all")
+    show(at, "overview")
+    no_exception(at)
+    table = frame(at, "replicas_available", "replicas_required").set_index("deployment")
+    queries = promql.overview(Filters())
+    for key in ("replicas_available", "replicas_required", "kv_usage", "capacity_tokens_per_s"):
+        expected = {r["metric"]["deployment"]: float(r["value"][1]) for r in live.query(queries[key])}
+        assert expected, key
+        shown = table[key].groupby(level=0).first().to_dict()
+        assert shown == pytest.approx(expected), key
+    # and the values are the exporter's: KV usage averaged over the replicas, the plan's goodput x replicas
+    assert table.loc["rag", "kv_usage"] == pytest.approx((KV["rag-0"] + KV["rag-1"]) / 2)
+    assert table.loc["rag", "capacity_tokens_per_s"] == pytest.approx(2 * 9000)
+    assert table.loc["rag", "status"] == "replicas short"  # 25k tok/s x 1.2 / 9000 -> 4 > 2
+    demand = table.loc["rag", "demand_tokens_per_s"]
+    assert math.isclose(demand, TOKENS_PER_S[("rag", "P1", "rag")], rel_tol=0.2), demand
+    alerts = frame(at, "alert", "runbook")
+    assert "Watchdog" in set(alerts["alert"])  # Alertmanager's API, read live
+
+
+def test_overview_trace_figures_equal_sql_over_the_store(monkeypatch, store, con):
+    at = app(monkeypatch, store / "db.duckdb", range="all", deployment="rag", tier="P1")
+    show(at, "overview")
+    no_exception(at)
+    assert [w.value for w in at.warning if "unreachable" in w.value], "no banner for the dead Prometheus"
+    t = frame(at, "TTFT attainment", "goodput tok/s")
+    assert list(zip(t["deployment"], t["tier"], strict=True)) == [("rag", "P1")]
+    n, met = con.execute("SELECT count(*), count(*) FILTER (WHERE outcome = 'ok' AND ttft_s <= 2.0) FROM requests "
+                         "WHERE deployment = 'rag' AND tier = 'P1' AND route = 'rag'").fetchone()
+    assert t["requests"].iloc[0] == n
+    assert t["TTFT attainment"].iloc[0] == pytest.approx(met / n)  # rules/slos.yaml: P1 rag TTFT 2.0 s
+
+
+def test_latency_shows_the_analyzers_decomposition_for_the_filters(monkeypatch, store, con):
+    at = app(monkeypatch, store / "db.duckdb", range="all", deployment="rag", tier="P1")
+    show(at, "latency")
+    no_exception(at)
+    shown = frame(at, "queue_s", "e2e_p95_s").to_dict("records")
+    expected = [r for r in decompose(con, ["deployment", "tier"], deployment="rag").records() if r["tier"] == "P1"]
+    assert len(shown) == len(expected) == 1
+    for key in ("requests", "queue_s", "prefill_s", "decode_s", "e2e_p95_s", "e2e_p95_top_segment"):
+        assert shown[0][key] == pytest.approx(expected[0][key]), key
+    slow = frame(at, "trace_id", "e2e_s")
+    top = con.execute("SELECT max(e2e_s) FROM requests WHERE deployment = 'rag' AND tier = 'P1'").fetchone()[0]
+    assert slow["e2e_s"].iloc[0] == pytest.approx(top) and (slow["deployment"] == "rag").all()
+    assert len(at.get("plotly_chart")) == 3  # stacked segments, the waterfall, the slowest request's trace
+
+
+def test_releases_page_shows_the_analyzers_verdict_blaming_the_release(monkeypatch, store, con):
+    at = app(monkeypatch, store / "db.duckdb", range="all", deployment="rag")
+    show(at, "releases")
+    no_exception(at)
+    verdicts = frame(at, "cause", "blamed")
+    found = scan_regressions(con, load_releases(store / "releases.yaml"), bucket="1 minute", deployment="rag").found
+    assert list(verdicts["metric"]) == [r.metric for r in found]
+    assert list(verdicts["change"]) == pytest.approx([r.change for r in found])
+    blamed = verdicts[verdicts["blamed"]]
+    assert len(blamed) and blamed["release"].str.startswith("prompt_template").all()
+    assert any("after release prompt_template rag-v1 -> rag-v2" in e.value for e in at.error)
+    at_release = pd.Timestamp(found[0].release_time).timestamp()
+    start = con.execute("SELECT epoch(min(ts)) FROM requests").fetchone()[0]
+    assert at_release - start == pytest.approx(RELEASE_AT_S, abs=1)
+
+
+def test_workload_page_flags_the_input_shift(monkeypatch, store, con):
+    at = app(monkeypatch, store / "db.duckdb", range="all", deployment="rag")
+    show(at, "workload")
+    no_exception(at)
+    shift = frame(at, "measure", "shift").set_index("measure")
+    assert shift.loc["input mean (tokens)", "shift"] and not shift.loc["arrival rate (req/s)", "shift"]
+    first, last = con.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
+    split = first + (last + pd.Timedelta(microseconds=1) - first) * 3 / 4
+    now = con.execute("SELECT avg(input_tokens) FROM requests WHERE deployment = 'rag' AND ts >= ?", [split]).fetchone()[0]
+    assert shift.loc["input mean (tokens)", "now"] == pytest.approx(now)
+
+
+def test_kv_routing_and_capacity_pages_render_from_both_sources(monkeypatch, store, live):
+    at = app(monkeypatch, store / "db.duckdb", live.prometheus, live.alertmanager, range="all")
+    for path in ("kv", "routing", "capacity"):
+        show(at, path)
+        no_exception(at)
+    routing = show(at, "routing")
+    per_replica = frame(routing, "replica", "queue_p95_s")
+    assert set(per_replica["replica"]) == {"rag-0", "rag-1", "chat-0"}
+    counts = dict(duckdb.connect(str(store / "db.duckdb"), read_only=True).execute(
+        "SELECT replica, count(*) FROM requests GROUP BY replica").fetchall())
+    assert dict(zip(per_replica["replica"], per_replica["requests"], strict=True)) == counts
+    plan = frame(show(at, "capacity"), "per-replica goodput tok/s", "required now").set_index("deployment")
+    assert set(plan.index) == {"chat-8b-h100", "rag-70b-h200", "batch-32b-a100"}  # examples/plan.yaml
+
+
+def test_filters_travel_in_the_url_and_bad_values_are_ignored(monkeypatch, store):
+    at = app(monkeypatch, store / "db.duckdb", range="bogus", deployment="rag", tier="P1")
+    at.run()
+    assert at.selectbox(key="f_deployment").value == "rag" and at.selectbox(key="f_range").value == "1h"
+    assert any("ignored from the link: range" in w.value for w in at.sidebar.warning)
+    show(at, "routing")
+    assert at.query_params.get("deployment") == "rag" and at.query_params.get("tier") == "P1"
+    at.selectbox(key="f_tier").set_value("(all)").run()
+    assert "tier" not in at.query_params and at.query_params.get("deployment") == "rag"
+
+
+def test_a_hostile_value_in_the_link_is_data(monkeypatch, store):
+    evil = '<img src=x onerror="alert(1)">"}) or vector(1) #'
+    at = app(monkeypatch, store / "db.duckdb", range="all", tenant=evil)
+    for path in ("overview", "latency", "workload", "kv", "routing", "releases"):
+        show(at, path)
+        no_exception(at)
+    assert at.selectbox(key="f_tenant").value == evil
+    assert "tenant" not in promql.overview(Filters(tenant=evil))["kv_usage"]  # no Prometheus series has a tenant
+
+
+def test_no_store_or_an_empty_one_says_what_to_run(monkeypatch, tmp_path):
+    at = app(monkeypatch, tmp_path / "none.duckdb")
+    for path in ("overview", "latency", "releases"):
+        show(at, path)
+        no_exception(at)
+        assert any("goodput analyze ingest" in i.value for i in at.info), [i.value for i in at.info]
+    from analyzer.store import connect
+
+    connect(tmp_path / "empty.duckdb").close()
+    at = app(monkeypatch, tmp_path / "empty.duckdb")
+    show(at, "workload")
+    no_exception(at)
+    assert any("holds no requests yet" in i.value for i in at.info)
