@@ -5,8 +5,18 @@ Each takes its own options when run alone: ``python -m benchmarks.NAME --help``.
 
 import argparse
 
-from benchmarks import (analyzer, cli_startup, console, exporters, fleet_server, loadtest_client, loadtest_sweep, plan,
-                        review, sim_speed)
+from benchmarks import (
+    analyzer,
+    cli_startup,
+    console,
+    exporters,
+    fleet_server,
+    loadtest_client,
+    loadtest_sweep,
+    plan,
+    review,
+    sim_speed,
+)
 
 BENCHMARKS = {"sim_speed": sim_speed.main, "exporters": exporters.main, "analyzer": analyzer.main,
               "fleet_server": fleet_server.main, "cli_startup": cli_startup.main, "loadtest_client": loadtest_client.main,
