@@ -14,11 +14,12 @@ from capacity.loadtest.results import SUMMARY_FILE, read_run
 from console import data, promql
 from console.prom import Unreachable
 from console.ui import Context, prom_down
-from console.whatif import kv_budget, required_replicas
+from console.whatif import kv_budget, plan_terms, required_replicas
 from exporters.config import load_plan
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
-from simulator.catalog import DTYPE_BYTES, gpus, models
+from simulator.catalog import gpus, models
+from simulator.memory import LINEAR_BYTES
 
 __all__ = ["plan_table", "render", "runs"]
 
@@ -105,23 +106,39 @@ def render(ctx: Context) -> None:
                   delta_color="inverse")
         st.caption(f"demand {base * factor:,.0f} tok/s ({'live' if live else 'no live demand; assumed'} "
                    f"{base:,.0f} x {factor:g})")
+        growth = st.slider("growth (x peak)", 1.0, 2.0, 1.0, 0.05, key="cap_growth")
+        cold = st.number_input("cold start (s)", 0.0, 3600.0, 180.0, 30.0, key="cap_cold")
+        burst = st.slider("burst (x peak within 5 min)", 1.0, 3.0, 1.0, 0.1, key="cap_burst")
+        terms_r = plan_terms(base * factor, per, growth, cold, burst)
+        st.dataframe(pd.DataFrame([{"term": k, "replicas": v} for k, v in terms_r.as_dict().items()]
+                                  + [{"term": "total (goodput plan replicas)", "replicas": terms_r.total}]),
+                     hide_index=True, width="stretch", key="cap_terms")
     with c2:
         names, kinds = sorted(models()), sorted(gpus())
         model = st.selectbox("model", names, index=_index(names, DEFAULT_MODEL), key="cap_model")
         gpu = st.selectbox("GPU", kinds, index=_index(kinds, DEFAULT_GPU), key="cap_gpu")
         tp = st.selectbox("tensor parallel", [1, 2, 4, 8], key="cap_tp")
-        wd = st.selectbox("weights", [d for d in models()[model].weight_dtypes if d in DTYPE_BYTES], key="cap_wd")
-        kd = st.selectbox("KV cache", [d for d in models()[model].kv_dtypes if d in DTYPE_BYTES], key="cap_kd")
+        wd = st.selectbox("weights", [d for d in models()[model].weight_dtypes if d in LINEAR_BYTES], key="cap_wd")
+        kd = st.selectbox("KV cache", list(models()[model].kv_dtypes), key="cap_kd")
         util = st.slider("gpu_memory_utilization", 0.5, 0.98, 0.9, 0.01, key="cap_util")
-        budget, terms = kv_budget(model, gpu, tp, wd, kd, util, 5.0)
-        fig = go.Figure(go.Bar(x=["weights", "reserve", "KV cache"],
-                               y=[terms["weights GiB"], terms["reserve GiB"], max(terms["KV GiB"], 0)]))
-        fig.update_layout(title=f"per-GPU memory (GiB): {budget.describe()}", height=300, margin={"t": 40, "b": 20})
-        st.plotly_chart(fig, width="stretch", key="memory")
-        if budget.kv <= 0:
-            st.error("The weights do not fit: no room for the KV cache.")
+        try:
+            budget, terms = kv_budget(model, gpu, tp, wd, kd, util)
+        except ConfigError as e:
+            st.error(str(e))
         else:
-            st.caption(f"{terms['KV tokens']:,.0f} tokens of KV cache per replica ({terms['KV blocks']:,.0f} blocks)")
+            parts = ["weights GiB", "activation GiB", "non-torch GiB", "CUDA graphs GiB"]
+            fig = go.Figure(go.Bar(x=[p.removesuffix(" GiB") for p in parts] + ["KV cache"],
+                                   y=[terms[p] for p in parts] + [max(terms["KV GiB"], 0)]))
+            fig.update_layout(title=f"per-GPU memory (GiB) of {terms['requested GiB']:.1f} requested",
+                              height=300, margin={"t": 40, "b": 20})
+            st.plotly_chart(fig, width="stretch", key="memory")
+            broken = budget.problem()
+            if broken:
+                st.error(f"Does not fit ({broken[0]}): {broken[1]}")
+            else:
+                st.caption(f"GPU KV cache size: {budget.kv_tokens:,} tokens ({budget.num_blocks:,} blocks); maximum "
+                           f"concurrency for {budget.max_model_len:,} tokens per request: {budget.max_concurrency:.2f}x "
+                           "(`goodput plan memory`)")
 
     st.subheader("Load-test runs")
     found = runs(s.runs)
