@@ -1,5 +1,5 @@
-"""Alerts link to the console: with ``links.console_base`` set (the demo sets its console's address), every alert
-carries a ``console`` annotation that opens the Overview with the alert's deployment and tier as its filters.
+"""Alerts link to the console: with ``links.console_base`` set (``rules/slos.yaml`` sets the console's default
+address; the demo sets its own), every alert carries a ``console`` annotation that opens the Overview with the alert's deployment and tier as its filters.
 promtool renders the template exactly as Prometheus does."""
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ def test_the_console_annotation_renders_the_alerts_deployment_and_tier(tmp_path)
     assert not bad and (filters.deployment, filters.tier, filters.range) == ("chat", "P0", "1h")
 
 
-def test_without_a_console_base_the_committed_rules_have_no_console_link():
-    rules = yaml.safe_load((REPO / "rules" / "alerts.rules.yaml").read_text())["groups"][0]["rules"]
-    assert all("console" not in r["annotations"] for r in rules)
-    assert not load_spec(REPO / "rules" / "slos.yaml").links["console_base"]
+def test_without_a_console_base_the_rules_have_no_console_link(tmp_path):
+    spec = load_spec(REPO / "rules" / "slos.yaml")
+    assert spec.links["console_base"] == BASE, "the committed rules link to the console's default address"
+    spec.links["console_base"] = ""
+    write(spec, tmp_path, 1.0)
+    rules = yaml.safe_load((tmp_path / "alerts.rules.yaml").read_text())["groups"][0]["rules"]
+    assert rules and all("console" not in r["annotations"] for r in rules)

@@ -71,7 +71,7 @@ def test_every_alert_has_the_one_shape_and_a_runbook():
     assert {a["alert"] for a in alerts} == set(ALERTS)
     for a in alerts:
         assert a["labels"]["severity"] in ("page", "ticket", "info")
-        assert set(a["annotations"]) == {"summary", "description", "runbook_url", "dashboard"}
+        assert set(a["annotations"]) == {"summary", "description", "runbook_url", "dashboard", "console"}
         assert a["annotations"]["runbook_url"].endswith(f"/docs/runbooks/{a['alert']}.md")
         assert "for" in a
         runbook = REPO / "docs" / "runbooks" / f"{a['alert']}.md"
