@@ -1,6 +1,6 @@
 """Alerts link to the console: with ``links.console_base`` set (``rules/slos.yaml`` sets the console's default
-address; the demo sets its own), every alert carries a ``console`` annotation that opens the Overview with the alert's deployment and tier as its filters.
-promtool renders the template exactly as Prometheus does."""
+address; the demo sets its own), every alert carries a ``console`` annotation that opens the Overview with the
+alert's deployment and tier as its filters. promtool renders the template exactly as Prometheus does."""
 
 from __future__ import annotations
 
