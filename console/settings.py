@@ -14,10 +14,11 @@ __all__ = ["DEFAULTS", "ENV", "Settings"]
 
 # field -> environment variable
 ENV = {"db": "GOODPUT_DB", "prometheus_url": "GOODPUT_PROMETHEUS_URL", "alertmanager_url": "GOODPUT_ALERTMANAGER_URL",
-       "plan": "GOODPUT_PLAN", "runs": "GOODPUT_RUNS", "releases": "GOODPUT_RELEASES", "slos": "GOODPUT_SLOS"}
+       "plan": "GOODPUT_PLAN", "runs": "GOODPUT_RUNS", "releases": "GOODPUT_RELEASES", "slos": "GOODPUT_SLOS",
+       "reviews": "GOODPUT_REVIEWS"}
 DEFAULTS = {"db": "demo-out/analyzer.duckdb", "prometheus_url": "http://127.0.0.1:9090",
             "alertmanager_url": "http://127.0.0.1:9093", "plan": "examples/plan.yaml", "runs": "loadtest-runs",
-            "releases": "demo-out/releases.yaml", "slos": "rules/slos.yaml"}
+            "releases": "demo-out/releases.yaml", "slos": "rules/slos.yaml", "reviews": "demo-out/week"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Settings:
     runs: Path
     releases: Path
     slos: Path
+    reviews: Path  # searched for the newest review.json (`goodput review --out`, `goodput demo --week`)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -36,7 +38,7 @@ class Settings:
         v = {k: env.get(var) or DEFAULTS[k] for k, var in ENV.items()}
         return cls(db=Path(v["db"]), prometheus_url=v["prometheus_url"].rstrip("/"),
                    alertmanager_url=v["alertmanager_url"].rstrip("/"), plan=Path(v["plan"]), runs=Path(v["runs"]),
-                   releases=Path(v["releases"]), slos=Path(v["slos"]))
+                   releases=Path(v["releases"]), slos=Path(v["slos"]), reviews=Path(v["reviews"]))
 
     def environment(self) -> dict[str, str]:
         """The variables that make ``streamlit run app.py`` read these settings."""

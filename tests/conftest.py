@@ -22,6 +22,14 @@ from simulator.config import FleetConfig, parse_fleet
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # every sample the tests read (SOURCES.md says where each comes from)
 TRACES = REPO / "examples" / "traces"  # the public workload traces the examples and benchmarks replay
+ARTIFACTS = REPO / "out" / "test-artifacts"  # what a person looks at after a run: screenshots of every page
+
+
+def artifact(*parts: str) -> Path:
+    """A path under ``out/test-artifacts/`` (kept after the run, unlike ``tmp_path``), its folder made."""
+    path = ARTIFACTS.joinpath(*parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def require(*tools: str) -> None:

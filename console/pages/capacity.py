@@ -3,6 +3,7 @@ GPU, TP, dtypes -> memory budget), the load-test runs' goodput curves, and the w
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from goodput.foundation.yamlfile import load_mapping
 from simulator.catalog import gpus, models
 from simulator.memory import LINEAR_BYTES
 
-__all__ = ["plan_table", "render", "runs"]
+__all__ = ["latest_review", "plan_table", "render", "runs"]
 
 MAX_RUNS = 50
 DEFAULT_MODEL, DEFAULT_GPU = "Llama-3.1-8B", "H100-80GB-SXM"
@@ -48,6 +49,14 @@ def plan_table(goodput: dict[str, float], desired: dict[str, int], demand: dict[
                      "available": available.get(dep), "demand tok/s": d,
                      "required now": required_replicas(d, g, redundancy) if d is not None and not math.isnan(d) else None})
     return pd.DataFrame(rows)
+
+
+def latest_review(root: Path) -> Path | None:
+    """The newest ``review.json`` at most three folders under ``root``."""
+    if not root.is_dir():
+        return None
+    found = [p for depth in ("", "*/", "*/*/", "*/*/*/") for p in root.glob(f"{depth}review.json")]
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
 def runs(root: Path) -> list[Path]:
@@ -160,4 +169,22 @@ def render(ctx: Context) -> None:
         curve.update_layout(title="goodput (req/s meeting the SLO) per step", height=320, margin={"t": 40, "b": 20})
         st.plotly_chart(curve, width="stretch", key="runs")
     st.subheader("Weekly review")
-    st.info("`goodput review` is not wired here yet: its latest report will show in this place.")
+    found = latest_review(s.reviews)
+    if found is None:
+        st.info(f"No weekly review under {s.reviews} (GOODPUT_REVIEWS); `goodput review --prometheus URL --week "
+                f"2026-W48 --out {s.reviews}/review` writes one (`goodput demo --week 2026-W48` simulates a week).")
+        return
+    try:
+        review = json.loads(found.read_text())
+    except (OSError, ValueError) as e:
+        st.warning(f"{found}: not a review ({e})")
+        return
+    st.caption(f"{review.get('week', '?')} ({review.get('start', '?')} to {review.get('end', '?')}), from "
+               f"{review.get('source', '?')}: {found.parent / 'review.html'}")
+    if not review.get("has_data"):
+        st.info("The review found no data for its week.")
+    recs = review.get("recommendations") or []
+    st.dataframe(pd.DataFrame([{"deployment": r.get("deployment"), "action": r.get("action"), "reason": r.get("reason"),
+                                "numbers": ", ".join(f"{k} {v}" for k, v in (r.get("numbers") or {}).items())}
+                               for r in recs], columns=["deployment", "action", "reason", "numbers"]),
+                 hide_index=True, width="stretch", key="review_recs")

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from capacity.loadtest.report import write_report
-from tests.conftest import needs
+from tests.conftest import artifact, needs
 
 EVIL_LABEL = '<a href="javascript:window.pwned=1">click</a><img src=x onerror="window.pwned=1">'
 EVIL_MODEL = "</script><script>window.pwned=2</script>"
@@ -96,7 +96,7 @@ def test_the_report_renders_offline_in_headless_chromium(tmp_path):
             pwned = page.evaluate("window.pwned === undefined")
             boxes = page.evaluate("document.querySelectorAll('.plotly-graph-div')[2].data.length")
             shown = page.evaluate("Array.from(document.querySelectorAll('.xtick text')).map(t => t.textContent)")
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            page.screenshot(path=str(artifact("loadtest", "report.png")), full_page=True)
         finally:
             browser.close()
     assert errors == [], errors

@@ -20,7 +20,7 @@ from capacity.review.review import prometheus_review
 from capacity.review.week import write_week
 from simulator.config import load_fleet
 from simulator.week import WeekSpec
-from tests.conftest import free_port_block, needs
+from tests.conftest import artifact, free_port_block, needs
 
 pytestmark = [needs("prometheus", "promtool"), pytest.mark.timeout(600)]
 
@@ -201,7 +201,7 @@ def test_the_review_renders_every_chart_in_headless_chromium(review, tmp_path):
                                    timeout=90_000)
             drawn = page.evaluate("Array.from(document.querySelectorAll('.plotly-graph-div')).filter("
                                   "d => d.querySelectorAll('.scatterlayer .trace').length > 0).length")
-            shot = tmp_path / "review.png"
+            shot = artifact("review", "review.png")
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()

@@ -10,9 +10,10 @@ import pytest
 
 from console.routes import ROUTES, url
 from goodput.stack import start_console
-from tests.conftest import REPO, free_port_block, needs
+from tests.conftest import ARTIFACTS as TEST_ARTIFACTS
+from tests.conftest import free_port_block, needs
 
-ARTIFACTS = REPO / "out" / "test-artifacts" / "console"
+ARTIFACTS = TEST_ARTIFACTS / "console"
 # Streamlit's own frontend, opened on a page's path, first probes its server under that path and falls back to
 # the root: those two 404s (and the browser's line for each) are Streamlit's, not the console's.
 PROBE = re.compile(r"/[a-z]+/_stcore/(health|host-config)$")

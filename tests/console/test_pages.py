@@ -4,7 +4,9 @@ database, PromQL over Prometheus' HTTP API)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import duckdb
 import pandas as pd
@@ -19,6 +21,8 @@ from analyzer.releases import load_releases
 from console import promql
 from console.filters import Filters
 from console.pages import PAGES
+from simulator.catalog import gpus, models
+from simulator.memory import MemorySetup, memory_budget
 from tests.conftest import REPO
 from tests.console.conftest import KV, RELEASE_AT_S, TOKENS_PER_S
 
@@ -31,6 +35,7 @@ def app(monkeypatch, db, prometheus=DEAD, alertmanager=DEAD, releases=None, **qu
     monkeypatch.setenv("GOODPUT_ALERTMANAGER_URL", alertmanager)
     monkeypatch.setenv("GOODPUT_RELEASES", str(releases or db.parent / "releases.yaml"))
     monkeypatch.setenv("GOODPUT_RUNS", str(db.parent / "no-runs"))
+    monkeypatch.setenv("GOODPUT_REVIEWS", str(db.parent / "no-reviews"))
     st.cache_data.clear()
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
     at.query_params.update(query)
@@ -162,6 +167,29 @@ def test_kv_routing_and_capacity_pages_render_from_both_sources(monkeypatch, sto
     assert dict(zip(per_replica["replica"], per_replica["requests"], strict=True)) == counts
     plan = frame(show(at, "capacity"), "per-replica goodput tok/s", "required now").set_index("deployment")
     assert set(plan.index) == {"chat-8b-h100", "rag-70b-h200", "batch-32b-a100"}  # examples/plan.yaml
+
+
+def test_capacity_what_if_is_goodput_plans_and_the_latest_review_shows(monkeypatch, store, tmp_path):
+    reviews = tmp_path / "reviews"
+    for age, (week, action) in enumerate((("2026-W48", "add 2 replica(s) (4 -> 6)"), ("2026-W47", "old"))):
+        (reviews / week).mkdir(parents=True)
+        path = reviews / week / "review.json"
+        path.write_text(json.dumps({
+            "week": week, "has_data": True, "source": "Prometheus http://p:9090",
+            "recommendations": [{"deployment": "rag", "action": action, "reason": "peak over capacity",
+                                 "numbers": {"desired": 4, "needed_now": 6}}]}))
+        os.utime(path, (1e9 - age * 3600, 1e9 - age * 3600))  # the later week's file is the newer one
+    at = app(monkeypatch, store / "db.duckdb")
+    monkeypatch.setenv("GOODPUT_REVIEWS", str(reviews))
+    page = show(at, "capacity")
+    no_exception(page)
+    recs = frame(page, "deployment", "action", "reason")
+    assert list(recs["action"]) == ["add 2 replica(s) (4 -> 6)"] and "needed_now 6" in recs["numbers"][0]
+    b = memory_budget(models()["Llama-3.1-8B"], gpus()["H100-80GB-SXM"], MemorySetup())
+    assert any(f"GPU KV cache size: {b.kv_tokens:,} tokens" in c.value for c in page.caption), \
+        [c.value for c in page.caption]
+    terms = frame(page, "term", "replicas")
+    assert terms["replicas"].iloc[-1] == terms["replicas"].iloc[:-1].sum()
 
 
 def test_filters_travel_in_the_url_and_bad_values_are_ignored(monkeypatch, store):
