@@ -10,7 +10,6 @@ annotation have something to show; a release in the fleet file, turned into the 
 
 from __future__ import annotations
 
-import argparse
 import math
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from goodput.cli import build_parser
 from goodput.demo import Demo
 from goodput.rulegen import RULE_FILES
 from goodput.stack import PROMETHEUS, Process
@@ -85,12 +85,14 @@ def test_every_panel_query_returns_series_from_the_live_stack(tmp_path):
     end = time.monotonic() + BUDGET_S
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(PLAN))
-    base = free_port_block(8)
-    args = argparse.Namespace(
-        fleet=tmp_path / "fleet.yaml", out=tmp_path / "out", host="127.0.0.1", base_port=base, gpu_port=base + 2,
-        engine_port=base + 3, requests_port=base + 4, otlp_port=base + 5, prometheus_port=base + 6,
-        alertmanager_port=0, webhook_port=base + 7, plan=tmp_path / "plan.yaml", no_prometheus=True, speed=1.0,
-        duration=None)
+    base = free_port_block(9)
+    # the demo's own parser, so every option it gains has its default here too
+    args = build_parser("demo").parse_args([
+        "demo", "--fleet", str(tmp_path / "fleet.yaml"), "--out", str(tmp_path / "out"), "--base-port", str(base),
+        "--gpu-port", str(base + 2), "--engine-port", str(base + 3), "--requests-port", str(base + 4),
+        "--otlp-port", str(base + 5), "--prometheus-port", str(base + 6), "--alertmanager-port", str(base + 8),
+        "--webhook-port", str(base + 7), "--plan", str(tmp_path / "plan.yaml"), "--no-prometheus", "--no-console",
+        "--no-incident"])
     demo = Demo(args)
     demo.gpu.nvml.faults = [{"at": 0, "kind": "xid", "gpu": 0, "xid": 13}]
     prom = None
