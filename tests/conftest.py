@@ -32,6 +32,34 @@ def artifact(*parts: str) -> Path:
     return path
 
 
+@contextmanager
+def offline_page(width: int = 1400, height: int = 1000) -> Iterator[tuple[object, list[str], list[str]]]:
+    """A page of Debian's headless Chromium that may load only ``file://`` URLs: yields ``(page, errors, fetched)``,
+    the console errors, page errors and dialogs it saw, and every other URL it tried (and was refused)."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    errors: list[str] = []
+    fetched: list[str] = []
+
+    def route(r) -> None:
+        if r.request.url.startswith("file://"):
+            r.continue_()
+        else:
+            fetched.append(r.request.url)
+            r.abort()
+
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu", "--headless"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
+            page.route("**/*", route)
+            yield page, errors, fetched
+        finally:
+            browser.close()
+
+
 def require(*tools: str) -> None:
     """Skip the calling test when an external tool is not on PATH, but FAIL it under CI (``CI`` set): `make test`
     installs promtool, amtool, prometheus and alertmanager, so in CI a missing one is a broken setup, and a skip

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pytest
 
 from capacity.loadtest.report import write_report
-from tests.conftest import artifact, needs
+from tests.conftest import artifact, needs, offline_page
 
 EVIL_LABEL = '<a href="javascript:window.pwned=1">click</a><img src=x onerror="window.pwned=1">'
 EVIL_MODEL = "</script><script>window.pwned=2</script>"
@@ -69,39 +68,21 @@ def test_a_run_without_requests_or_steps_still_writes_a_page(tmp_path):
 
 @needs("chromium")
 def test_the_report_renders_offline_in_headless_chromium(tmp_path):
-    playwright = pytest.importorskip("playwright.sync_api")
     path = write_report(tmp_path, summary(), records())
-    errors, fetched = [], []
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu", "--headless"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
-
-            def route(r):
-                if r.request.url.startswith("file://"):
-                    r.continue_()
-                else:
-                    fetched.append(r.request.url)
-                    r.abort()
-
-            page.route("**/*", route)
-            page.goto(path.as_uri())
-            page.wait_for_function("document.querySelectorAll('.plotly-graph-div .main-svg').length >= 3",
-                                   timeout=60_000)
-            graphs = page.locator(".plotly-graph-div").count()
-            knee = page.locator("text=knee: 4").count()
-            pwned = page.evaluate("window.pwned === undefined")
-            boxes = page.evaluate("document.querySelectorAll('.plotly-graph-div')[2].data.length")
-            shown = page.evaluate("Array.from(document.querySelectorAll('.xtick text')).map(t => t.textContent)")
-            page.screenshot(path=str(artifact("loadtest", "report.png")), full_page=True)
-        finally:
-            browser.close()
+    with offline_page() as (page, errors, fetched):
+        page.goto(path.as_uri())
+        page.wait_for_function("document.querySelectorAll('.plotly-graph-div .main-svg').length >= 3",
+                               timeout=60_000)
+        graphs = page.locator(".plotly-graph-div").count()
+        knee = page.locator("text=knee: 4").count()
+        pwned = page.evaluate("window.pwned === undefined")
+        boxes = page.evaluate("document.querySelectorAll('.plotly-graph-div')[2].data.length")
+        shown = page.evaluate("Array.from(document.querySelectorAll('.xtick text')).map(t => t.textContent)")
+        shot = artifact("loadtest", "report.png")
+        page.screenshot(path=str(shot), full_page=True)
     assert errors == [], errors
     assert fetched == [], f"the report fetched {fetched}"
     assert graphs == 3 and knee >= 1 and boxes == 12  # 4 steps x TTFT, TPOT, E2E
     assert pwned, "a label ran as script"
     assert EVIL_LABEL in shown, "a step label is not shown as the text it is"
-    assert (tmp_path / "report.png").stat().st_size > 10_000
+    assert shot.stat().st_size > 10_000

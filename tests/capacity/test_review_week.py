@@ -20,7 +20,7 @@ from capacity.review.review import prometheus_review
 from capacity.review.week import write_week
 from simulator.config import load_fleet
 from simulator.week import WeekSpec
-from tests.conftest import artifact, free_port_block, needs
+from tests.conftest import artifact, free_port_block, needs, offline_page
 
 pytestmark = [needs("prometheus", "promtool"), pytest.mark.timeout(600)]
 
@@ -177,34 +177,17 @@ def test_an_unreachable_prometheus_is_one_line_naming_it(tmp_path):
 
 @needs("chromium")
 def test_the_review_renders_every_chart_in_headless_chromium(review, tmp_path):
-    playwright = pytest.importorskip("playwright.sync_api")
     paths = write_review(review, tmp_path / "review")
     charts = paths["html"].read_text().count('class="plotly-graph-div"')
     assert charts == len(list((tmp_path / "review" / "charts").glob("*.svg"))) >= 8
-    errors, fetched = [], []
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu", "--headless"])
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-
-            def route(r):
-                if r.request.url.startswith("file://"):
-                    r.continue_()
-                else:
-                    fetched.append(r.request.url)
-                    r.abort()
-            page.route("**/*", route)
-            page.goto(paths["html"].as_uri())
-            page.wait_for_function(f"document.querySelectorAll('.plotly-graph-div .main-svg').length >= {charts}",
-                                   timeout=90_000)
-            drawn = page.evaluate("Array.from(document.querySelectorAll('.plotly-graph-div')).filter("
-                                  "d => d.querySelectorAll('.scatterlayer .trace').length > 0).length")
-            shot = artifact("review", "review.png")
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    with offline_page(1300) as (page, errors, fetched):
+        page.goto(paths["html"].as_uri())
+        page.wait_for_function(f"document.querySelectorAll('.plotly-graph-div .main-svg').length >= {charts}",
+                               timeout=90_000)
+        drawn = page.evaluate("Array.from(document.querySelectorAll('.plotly-graph-div')).filter("
+                              "d => d.querySelectorAll('.scatterlayer .trace').length > 0).length")
+        shot = artifact("review", "review.png")
+        page.screenshot(path=str(shot), full_page=True)
     assert drawn == charts, f"{charts - drawn} chart(s) without a trace"
     assert errors == [] and fetched == []
     assert shot.stat().st_size > 50_000
