@@ -21,6 +21,7 @@ import yaml
 
 from exporters.catalog import GATEWAY_BUCKETS
 from goodput.dashboard_ids import alert_link
+from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 
@@ -144,18 +145,11 @@ def load_spec(path: str | Path) -> Spec:
 
 # ---------------------------------------------------------------------- helpers
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _seconds(d: str) -> int:
-    return int(d[:-1]) * _UNITS[d[-1]]
-
-
 def _dur(d: str, scale: float) -> str:
     """A duration, scaled for the test variant (never under 1 s)."""
     if scale == 1.0:
         return d
-    return f"{max(1, round(_seconds(d) * scale))}s"
+    return f"{max(1, round(seconds(d) * scale))}s"
 
 
 class _Builder:
@@ -254,7 +248,7 @@ def _slo_rules(b: _Builder) -> dict:
     config, sli, alerts = [], [], []
     for tier, secs in sorted(spec.thresholds["queue_wait_p95_seconds"].items()):
         config.append(b.record("tier:llm_queue_wait_threshold_seconds:config", f"vector({float(secs)})", {"tier": tier}))
-    windows = sorted({w for _, _, long, short, _, _ in BURN_WINDOWS for w in (long, short)}, key=_seconds)
+    windows = sorted({w for _, _, long, short, _, _ in BURN_WINDOWS for w in (long, short)}, key=seconds)
     for slo in spec.slos:
         lab = {"tier": slo.tier, "route": slo.route}
         sel = f'tier="{slo.tier}",route="{slo.route}"'

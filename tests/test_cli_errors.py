@@ -123,6 +123,11 @@ CASES = {
     # analyze
     "analyze non-UTF-8 releases": ("analyze regressions --db {db} --releases {nonutf8}", ["{nonutf8}", "not UTF-8"]),
     "analyze --min-change nan": ("analyze regressions --db {db} --min-change nan", ["--min-change", "relative change >= 0"]),
+    # plan
+    "plan autoscale --cold-start 5x": ("plan autoscale --plan {out}/plan.yaml --cold-start 5x",
+                                       ["--cold-start", "not a duration", "'5x'"]),
+    "plan autoscale --cold-start nan": ("plan autoscale --plan {out}/plan.yaml --cold-start nan",
+                                        ["--cold-start", "finite duration"]),
     # demo
     "demo --gpu-port 99999": ("demo --gpu-port 99999 --no-prometheus", ["--gpu-port", "1..65535"]),
     "demo --speed 0": ("demo --speed 0 --no-prometheus", ["--speed", "> 0"]),

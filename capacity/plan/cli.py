@@ -11,23 +11,9 @@ import sys
 from pathlib import Path
 
 from capacity.plan import memory_cli
-from goodput.foundation.args import non_negative_int, positive_int, positive_number, seed
+from goodput.foundation.args import duration, non_negative_int, positive_int, positive_number, seed
 
 __all__ = ["register"]
-
-
-def _duration(text: str) -> float:
-    """Seconds: ``180``, ``180s``, ``3m``, ``1h``."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
-    t = text.strip()
-    scale = units.get(t[-1:])
-    try:
-        v = float(t[:-1] if scale else t) * (scale or 1.0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration (180, 180s, 3m): {text!r}") from None
-    if not 0 <= v < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite duration >= 0, got {text!r}")
-    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "rules' desired-replica series), thresholds, stabilisation windows, scale-down cooldown and "
                     "drain, warm-pool size; written as policy.yaml, a KEDA ScaledObject and an HPA v2 manifest.")
     a.add_argument("--plan", type=Path, required=True, metavar="plan.yaml")
-    a.add_argument("--cold-start", type=_duration, required=True, metavar="DURATION",
+    a.add_argument("--cold-start", type=duration, required=True, metavar="DURATION",
                    help="time from scale-up to a serving replica, e.g. 180s")
     a.add_argument("--out", type=Path, default=Path("autoscale"), metavar="DIR", help="output directory (default autoscale/)")
     a.add_argument("--namespace", default="llm-serving", help="Kubernetes namespace of the manifests")

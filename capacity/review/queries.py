@@ -16,6 +16,7 @@ import numpy as np
 import yaml
 
 from capacity.review.prom import Query, Series
+from goodput.foundation.durations import seconds
 
 __all__ = ["RECORDED", "AlertRule", "Page", "alert_rules", "build_queries", "pages_from_series"]
 
@@ -69,31 +70,13 @@ class Page:
         return self.end - self.start
 
 
-def _seconds(text: str | None) -> float:
-    if not text:
-        return 0.0
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    total, num = 0.0, ""
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c.isdigit():
-            num += c
-            i += 1
-            continue
-        u = "ms" if text[i:i + 2] == "ms" else c
-        total += float(num) * units[u]
-        num, i = "", i + len(u)
-    return total
-
-
 def alert_rules(rule_files: list[Path], severities: tuple[str, ...] = ("page",)) -> list[AlertRule]:
     out = []
     for f in rule_files:
         for g in (yaml.safe_load(f.read_text()) or {}).get("groups", []):
             for r in g.get("rules", []):
                 if "alert" in r and r.get("labels", {}).get("severity") in severities:
-                    out.append(AlertRule(r["alert"], r["expr"], _seconds(r.get("for")), r["labels"]["severity"]))
+                    out.append(AlertRule(r["alert"], r["expr"], seconds(r.get("for") or "0"), r["labels"]["severity"]))
     return out
 
 

@@ -12,10 +12,13 @@ import math
 import sys
 from typing import NoReturn
 
+from goodput.foundation.durations import seconds
+
 __all__ = [
     "MIN_INTERVAL_S",
     "Parser",
     "any_port",
+    "duration",
     "interval_seconds",
     "non_negative_int",
     "non_negative_number",
@@ -75,6 +78,17 @@ def interval_seconds(text: str) -> float:
     v = _number(text)
     if v < MIN_INTERVAL_S:
         raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL_S:g} s, got {text}")
+    return v
+
+
+def duration(text: str) -> float:
+    """A finite duration >= 0 in seconds: ``180``, ``180s``, ``3m``, ``1h30m``."""
+    try:
+        v = seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 <= v < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite duration >= 0, got {text!r}")
     return v
 
 
