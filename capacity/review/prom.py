@@ -52,10 +52,18 @@ async def _one(client: httpx.AsyncClient, q: Query, limit: asyncio.Semaphore) ->
                                                                "step": max(q.step, (q.end - q.start) / MAX_POINTS)}
     async with limit:
         r = await client.post("/api/v1/query" if instant else "/api/v1/query_range", data=params)
-    body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
-    if r.status_code != 200 or body.get("status") != "success":
-        raise ConfigError(str(client.base_url), q.key, f"query refused ({r.status_code}): {body.get('error', r.text[:200])}")
-    return _parse(body["data"]["result"], instant)
+    try:
+        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+    except ValueError:
+        body = {}
+    if r.status_code != 200 or not isinstance(body, dict) or body.get("status") != "success":
+        error = body.get("error", r.text[:200]) if isinstance(body, dict) else r.text[:200]
+        raise ConfigError(str(client.base_url), q.key, f"query refused ({r.status_code}): {error}")
+    try:
+        return _parse(body["data"]["result"], instant)
+    except (KeyError, IndexError, TypeError, ValueError) as e:  # a server that is not Prometheus' API
+        raise ConfigError(str(client.base_url), q.key,
+                          f"not a Prometheus answer ({type(e).__name__}: {e})") from None
 
 
 async def _all(url: str, queries: list[Query], concurrency: int, timeout: float) -> dict[str, list[Series]]:
