@@ -78,6 +78,23 @@ FROM (
 """
 
 
+def generate_store(store: Path, requests: int) -> None:
+    """A synthetic trace store of ``requests`` requests (6 spans each) under ``store``."""
+    gen = duckdb.connect()
+    gen.execute("SET threads = 2")
+    gen.execute(GENERATE.format(n=requests, out=store))
+    gen.close()
+
+
+def ingest_in_child(store: Path, db: Path) -> dict:
+    """Ingest ``store`` into ``db`` in a child process, so its peak RSS is its own; its figures."""
+    child = subprocess.run([sys.executable, "-c", f"from benchmarks.analyzer import _ingest_child; "
+                            f"_ingest_child({str(store)!r}, {str(db)!r})"], cwd=REPO, capture_output=True, text=True)
+    if child.returncode != 0:
+        raise SystemExit(child.stderr)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def _ingest_child(store: str, db: str) -> None:
     from analyzer.ingest import ingest
 
@@ -99,18 +116,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv if argv is not None else [])
     work = Path(tempfile.mkdtemp(prefix="goodput-bench-analyzer-"))
     store, db, seg = work / "store", work / "db.duckdb", work / "segments.parquet"
-    gen = duckdb.connect()
-    gen.execute("SET threads = 2")
     t0 = time.perf_counter()
-    gen.execute(GENERATE.format(n=args.requests, out=store))
+    generate_store(store, args.requests)
     gen_s = time.perf_counter() - t0
-    gen.close()
-    # ingest in a child process, so its peak RSS is its own
-    child = subprocess.run([sys.executable, "-c", f"from benchmarks.analyzer import _ingest_child; "
-                            f"_ingest_child({str(store)!r}, {str(db)!r})"], cwd=REPO, capture_output=True, text=True)
-    if child.returncode != 0:
-        raise SystemExit(child.stderr)
-    ing = json.loads(child.stdout.strip().splitlines()[-1])
+    ing = ingest_in_child(store, db)
     con = connect(db, threads=2)
     con.execute(f"COPY (SELECT s.trace_id, r.deployment, r.tenant, s.segment, s.duration_s FROM segments s "
                 f"JOIN requests r USING (trace_id) WHERE s.segment <> 'other') TO '{seg}' (FORMAT parquet)")

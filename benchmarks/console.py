@@ -13,7 +13,6 @@ Needs Debian's chromium and the playwright package.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from benchmarks.analyzer import GENERATE
+from benchmarks.analyzer import generate_store, ingest_in_child
 from benchmarks.report import emit
 from console.routes import ROUTES, url
 from goodput.stack import alertmanager_available, prometheus_available, start_alertmanager, start_console, start_prometheus
@@ -37,14 +36,8 @@ DRAWN = """() => {
 
 def _store(work: Path, requests: int) -> Path:
     store, db = work / f"store-{requests}", work / f"db-{requests}.duckdb"
-    gen = duckdb.connect()
-    gen.execute("SET threads = 2")
-    gen.execute(GENERATE.format(n=requests, out=store))
-    gen.close()
-    child = subprocess.run([sys.executable, "-c", f"from benchmarks.analyzer import _ingest_child; "
-                            f"_ingest_child({str(store)!r}, {str(db)!r})"], cwd=REPO, capture_output=True, text=True)
-    if child.returncode != 0:
-        raise SystemExit(child.stderr)
+    generate_store(store, requests)
+    ingest_in_child(store, db)
     return db
 
 
