@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -48,7 +47,8 @@ def environment(args: argparse.Namespace, base: dict[str, str] | None = None) ->
 
 def _console(args: argparse.Namespace) -> int:
     print(f"goodput console: http://{args.host}:{args.port}/", flush=True)
-    try:
-        return subprocess.call(streamlit_command(args.host, args.port), env=environment(args), cwd=APP.parent)
-    except KeyboardInterrupt:
-        return 0
+    # become Streamlit rather than wait on it: a SIGTERM to this process (a service manager, a container stop)
+    # must reach the server, not leave it serving behind a dead parent
+    os.chdir(APP.parent)
+    cmd = streamlit_command(args.host, args.port)
+    os.execve(cmd[0], cmd, environment(args))

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import subprocess
 import sys
 import time
 
 import duckdb
+import httpx
 import pytest
 import yaml
 
@@ -21,7 +23,7 @@ from console.filters import Filters, label_matchers
 from console.settings import ENV, Settings
 from exporters.catalog import names
 from goodput.ingest_loop import IngestLoop
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port_block
 
 
 def _spans(root, n: int, offset: int) -> None:
@@ -98,3 +100,27 @@ def test_goodput_console_sets_the_environment_the_app_reads(tmp_path):
     assert s.alertmanager_url == "http://127.0.0.1:9093"  # the demo's default
     r = subprocess.run([sys.executable, "-m", "goodput", "console", "--help"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0 and "GOODPUT_DB" in r.stdout and "--prometheus-url" in r.stdout
+
+
+def test_sigterm_to_goodput_console_stops_the_server_it_started():
+    port = free_port_block(1)
+    proc = subprocess.Popen([sys.executable, "-m", "goodput", "console", "--port", str(port), "--db",
+                             str(REPO / "no-such.duckdb")], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            pytest.fail("the console never answered its health check")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        with pytest.raises(httpx.ConnectError):  # nothing is left serving behind the command
+            httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
+    finally:
+        proc.kill()
+        proc.wait()
