@@ -34,16 +34,30 @@ class RecordingSink(SpanSink):
         self.requests.extend(reqs)
 
 
-@pytest.fixture
-def one_replica():
+def _one_replica(http: HttpHost):
     dep = copy.deepcopy(BASE_DEPLOYMENT)
     dep.update(replicas=1, engine={"max_num_seqs": 1024, "max_num_batched_tokens": 16384, "max_model_len": 4096})
     cfg = make_fleet(deployments=[dep], workloads=[copy.deepcopy(BASE_WORKLOAD)])
     sink = RecordingSink(cfg)
     base = free_port_block(1)
-    # a 1 s idle timeout and small send buffers, so that stalled clients show quickly
-    lf = LiveFleet(cfg, base_port=base, traffic=0.0, sink=sink, http=HttpHost(idle_timeout_s=1.0, send_buffer_bytes=16384))
+    lf = LiveFleet(cfg, base_port=base, traffic=0.0, sink=sink, http=http)
     lf.start()
+    return lf, base, sink
+
+
+@pytest.fixture
+def one_replica():
+    """A 1 s idle timeout and small send buffers, so that stalled clients show quickly."""
+    lf, base, sink = _one_replica(HttpHost(idle_timeout_s=1.0, send_buffer_bytes=16384))
+    yield lf, base, sink
+    lf.close()
+
+
+@pytest.fixture
+def one_replica_default_http():
+    """The server as `fleet serve` runs it: 500 connections opened at once by a client sharing this process's
+    GIL can take longer than a 1 s idle timeout to send their first byte, and are then rightly closed."""
+    lf, base, sink = _one_replica(HttpHost())
     yield lf, base, sink
     lf.close()
 
@@ -64,8 +78,8 @@ async def _stream(session, url, i):
     return 200, tokens, done
 
 
-def test_hundreds_of_concurrent_streams_none_refused(one_replica):
-    lf, base, _ = one_replica
+def test_hundreds_of_concurrent_streams_none_refused(one_replica_default_http):
+    lf, base, _ = one_replica_default_http
 
     async def run():
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
