@@ -4,8 +4,8 @@ as plain dataclasses, and what went wrong as one of three errors, each one line 
 ``Unreachable``: no answer (refused, reset, timed out). ``Refused``: an HTTP error or ``"status": "error"``, with
 Prometheus' own error text. ``Malformed``: an answer that is not Prometheus' API (not JSON, not a mapping, no
 ``data``, a series without values, a value that is not a number). Callers turn these into their own behaviour (a
-banner, a ``ConfigError``, a counted failure); the sync ``Client`` and the async ``run_queries`` are the two thin
-transports over httpx, the client the project already uses.
+banner, a ``ConfigError``, a counted failure); the sync ``Client`` (GET) and the async ``run_queries`` (POST, so
+long alert expressions meet no URL limit) are the two thin transports over httpx, the client the project uses.
 """
 
 from __future__ import annotations
@@ -162,12 +162,9 @@ class Client:
         return read_json(self.url, key, r.status_code, r.text)
 
     def run(self, q: Query) -> list[Series]:
+        """One query, as a GET (short interactive queries; the async transport POSTs its long ones)."""
         path, params = request(q)
-        try:
-            r = self._http.post(path, data=params)
-        except httpx.RequestError as e:
-            raise Unreachable(self.url, q.key, _why(e)) from None
-        return parse_answer(self.url, q.key, read_json(self.url, q.key, r.status_code, r.text))
+        return parse_answer(self.url, q.key, self.get_json(path, params, q.key))
 
 
 async def _one(client: httpx.AsyncClient, url: str, q: Query, limit: asyncio.Semaphore) -> list[Series]:

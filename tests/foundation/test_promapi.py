@@ -49,9 +49,10 @@ QUERY = Query("demand", "sum(up)", 0.0, 600.0, 60.0)
 def serving(status: int, ctype: str, body: bytes, seen: list | None = None) -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
-            form = self.rfile.read(int(self.headers.get("content-length", 0))).decode()
+            path, _, query = self.path.partition("?")
+            form = self.rfile.read(int(self.headers.get("content-length", 0))).decode() or query
             if seen is not None:
-                seen.append((self.command, self.path, {k: v[0] for k, v in parse_qs(form).items()}))
+                seen.append((self.command, path, {k: v[0] for k, v in parse_qs(form).items()}))
             self.send_response(status)
             self.send_header("content-type", ctype)
             self.send_header("content-length", str(len(body)))
@@ -145,7 +146,7 @@ def test_vector_matrix_and_scalar_answers_parse_into_series(ask):
     assert s.labels == {"deployment": "chat"} and s.times == [60.0, 120.0, 180.0]
     assert s.values[0] == 1.5 and s.values[1] != s.values[1] and s.values[2] == float("inf")  # as given
     method, path, form = seen[0]
-    assert (method, path) == ("POST", "/api/v1/query_range")
+    assert (method, path) == ("GET" if ask is _sync else "POST", "/api/v1/query_range")
     assert form == {"query": "sum(up)", "start": "0.000", "end": "600.000", "step": "60"}
     vector = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [7, "2"]}]}}
     scalar = {"status": "success", "data": {"resultType": "scalar", "result": [7, "3"]}}
