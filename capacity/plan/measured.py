@@ -35,6 +35,7 @@ WEEK_S = 7 * 86400
 HOUR_S = 3600
 QUANTILES = ("p50", "p90", "p95", "p99")
 FLAG = "--demand-from"
+MAX_WEEKS = 52  # hourly points of one range query stay under promapi.MAX_POINTS (a wider step would skip hours)
 
 Key = tuple[str, str, str]  # deployment, scene (Prometheus: route), tier
 
@@ -198,6 +199,8 @@ def measure(source: str, weeks: int, until: str | None = None) -> Measurement:
     """The demand ``source`` (``prometheus:URL`` / ``duckdb:FILE``) shows over the ``weeks`` before ``until``; a
     window without requests is one ConfigError."""
     kind, where = parse_source(source)
+    if weeks > MAX_WEEKS:
+        raise ConfigError("--weeks", str(weeks), f"at most {MAX_WEEKS}: the peaks are of hours, one query a stream")
     end = parse_until(until)
     start = end - weeks * WEEK_S
     m = (_from_prometheus if kind == "prometheus" else _from_duckdb)(where, start, end, weeks)

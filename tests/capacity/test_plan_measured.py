@@ -124,10 +124,25 @@ def test_an_unreachable_prometheus_is_one_line_with_its_url_and_exit_2(tmp_path)
 @pytest.mark.parametrize("source, says", [
     ("influx:http://x", "--demand-from: influx:http://x: expected prometheus:http(s)://HOST:PORT or duckdb:"),
     ("duckdb:nope.duckdb", "nope.duckdb: --db: no such database"),
+    ("duckdb:x.duckdb --weeks 53", "--weeks: 53: at most 52"),
+    ("duckdb:x.duckdb --until 30.11.2026", "--until: 30.11.2026: expected an ISO time"),
 ])
 def test_a_bad_source_is_one_line(tmp_path, capsys, source, says):
-    rc, out, err = _plan(tmp_path, capsys, source)
+    rc, out, err = _plan(tmp_path, capsys, *source.split())
     assert rc == 2 and says in err and err.count("\n") == 1
+
+
+def test_growth_overrides_the_demand_file_without_a_measurement(tmp_path, capsys):
+    (tmp_path / "demand.yaml").write_text(TEMPLATE)
+    runs = [f"h100={knee_run(tmp_path, 'h100')}", f"a100={knee_run(tmp_path, 'a100')}"]
+    argv = ["plan", "replicas", "--demand", str(tmp_path / "demand.yaml"), "--runs", *runs, "--out",
+            str(tmp_path / "plan.yaml"), "--format", "json"]
+    assert main(argv) == 0
+    file_growth = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--growth", "2"]) == 0
+    flag_growth = json.loads(capsys.readouterr().out)
+    assert file_growth["deployments"]["chat-8b-h100"]["growth"] == 1.1 and "measured_demand" not in file_growth
+    assert flag_growth["deployments"]["chat-8b-h100"]["growth"] == 2.0
 
 
 @pytest.fixture(scope="module")
