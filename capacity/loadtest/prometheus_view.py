@@ -5,7 +5,7 @@ each step's wall-clock window: gauges averaged over the window (``avg_over_time`
 running/waiting), counters and the queue-time histogram as their ``increase`` over it. Names are the catalog's
 canonical ones (``goodput exporter engine`` exposes them for any engine dialect); ``selector`` narrows every series
 to the deployment under test (``{deployment="chat"}``). A query that fails is counted in ``failed_scrapes`` and its
-figure is None, never fatal.
+figure is None, never fatal. The requests and answer checks are ``goodput.foundation.promapi``'s.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from capacity.loadtest.server_view import (
     WAITING,
 )
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.promapi import Client, PromError, Query
 
 __all__ = ["PrometheusView", "check_prometheus", "step_queries"]
 
@@ -52,26 +53,22 @@ def step_queries(window_s: float, selector: str = "") -> dict[str, str]:
     }
 
 
-def _get(client, url: str, params: dict) -> dict:
-    resp = client.get(url, params=params)
-    resp.raise_for_status()
-    body = resp.json()
-    if body.get("status") != "success":
-        raise ValueError(body.get("error", "not a Prometheus answer"))
-    return body["data"]
+def _value(client: Client, expr: str, at: float) -> float | None:
+    """The first sample of an instant query at ``at``; None when there is none or it is not finite."""
+    result = client.run(Query(expr, expr, at, at))
+    value = result[0].values[0] if result else None
+    return value if value is not None and math.isfinite(value) else None  # NaN: nothing to divide
 
 
 def check_prometheus(url: str) -> None:
     """Before the run: ``url`` answers a Prometheus instant query, else one ConfigError line."""
-    import httpx
-
     if not url.startswith(("http://", "https://")):
         raise ConfigError("--prometheus", url, "expected an http(s):// URL of a Prometheus server")
     try:
-        with httpx.Client(timeout=TIMEOUT_S, trust_env=False) as client:
-            _get(client, url.rstrip("/") + "/api/v1/query", {"query": "1"})
-    except (httpx.HTTPError, ValueError, KeyError, AttributeError) as e:
-        raise ConfigError("--prometheus", url, f"not a Prometheus query API: {type(e).__name__}: {e}") from None
+        with Client(url, TIMEOUT_S) as client:
+            _value(client, "1", time.time())
+    except PromError as e:
+        raise ConfigError("--prometheus", url, f"not a Prometheus query API: {e.detail}") from None
 
 
 @dataclass
@@ -92,18 +89,15 @@ class PrometheusView:
     def stop(self) -> None:
         """Wait (at most FRESH_WAIT_S) until Prometheus holds a sample of the running gauge newer than now, so the
         last step's window is covered."""
-        import httpx
-
         end, deadline = time.time(), time.monotonic() + FRESH_WAIT_S
-        with httpx.Client(timeout=TIMEOUT_S, trust_env=False) as client:
+        with Client(self.url, TIMEOUT_S) as client:
             while time.monotonic() < deadline:
                 try:
-                    result = _get(client, self.url.rstrip("/") + "/api/v1/query",
-                                  {"query": f"max(timestamp({RUNNING}{self.selector}))"})["result"]
-                    if result and float(result[0]["value"][1]) >= end:
+                    newest = _value(client, f"max(timestamp({RUNNING}{self.selector}))", time.time())
+                    if newest is not None and newest >= end:
                         return
-                except (httpx.HTTPError, ValueError, KeyError) as e:
-                    self._fail("freshness", f"{type(e).__name__}: {e}")
+                except PromError as e:
+                    self._fail("freshness", e.problem)
                     return
                 time.sleep(0.5)
 
@@ -111,26 +105,19 @@ class PrometheusView:
         self.failures[what] = self.failures.get(what, 0) + 1
         self.last_error[what] = why
 
-    def step_view(self, client, start_s: float, end_s: float) -> dict:
+    def step_view(self, client: Client, start_s: float, end_s: float) -> dict:
         """One step's figures: each query evaluated at the step's wall-clock end over the step's length."""
-        import httpx
-
         view: dict = {"source": "prometheus", "scrape_rounds": None, "failed_scrapes": 0}
         for key, query in step_queries(end_s - start_s, self.selector).items():
             try:
-                result = _get(client, self.url.rstrip("/") + "/api/v1/query",
-                              {"query": query, "time": f"{self.wall0 + end_s:.3f}"})["result"]
-                value = float(result[0]["value"][1]) if result else None
-                view[key] = value if value is not None and math.isfinite(value) else None  # NaN: nothing to divide
-            except (httpx.HTTPError, ValueError, KeyError, IndexError) as e:
+                view[key] = _value(client, query, self.wall0 + end_s)
+            except PromError as e:
                 view["failed_scrapes"] += 1
-                self._fail(key, f"{type(e).__name__}: {e}")
+                self._fail(key, e.problem)
                 view[key] = None
         return view
 
     def per_step(self, steps: Iterable[Mapping]) -> dict[int, dict]:
         """``{step index: server view}`` for steps given as mappings with ``index``, ``start_s`` and ``end_s``."""
-        import httpx
-
-        with httpx.Client(timeout=TIMEOUT_S, trust_env=False) as client:
+        with Client(self.url, TIMEOUT_S) as client:
             return {int(s["index"]): self.step_view(client, float(s["start_s"]), float(s["end_s"])) for s in steps}

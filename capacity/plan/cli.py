@@ -6,6 +6,7 @@ memory budget) adds its own parser from ``capacity.plan.memory_cli``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -30,7 +31,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "tokens/s / per-replica SLO goodput), prefill and decode checked apart, then each headroom term "
                     "(growth, N+k, release surge, cold-start buffer); cost from GPU prices. The cheapest candidate "
                     "goes into plan.yaml, which the engine exporter reads with --plan.")
-    r.add_argument("--demand", type=Path, required=True, metavar="DEMAND.yaml", help="demand file (docs/capacity.md)")
+    r.add_argument("--demand", type=Path, required=True, metavar="DEMAND.yaml",
+                   help="demand file (docs/capacity.md); with --demand-from, the template of SLOs, headroom and "
+                        "candidates whose stream figures the measurement replaces")
+    r.add_argument("--demand-from", default=None, metavar="prometheus:URL|duckdb:TRACES.duckdb",
+                   help="measure each stream's peak hourly req/s and token mix from Prometheus or the trace store")
+    r.add_argument("--weeks", type=positive_int, default=4, help="--demand-from: weeks measured (default 4)")
+    r.add_argument("--until", default=None, metavar="ISO_TIME",
+                   help="--demand-from: end of the window, e.g. 2026-11-30T00:00:00Z (default: now, to the hour)")
+    r.add_argument("--growth", type=positive_number, default=None, metavar="G",
+                   help="growth multiplier applied to the peaks (default: the demand file's growth)")
     src = r.add_mutually_exclusive_group(required=True)
     src.add_argument("--runs", nargs="+", metavar="CANDIDATE=RUN_DIR",
                      help="load-test run directories, each of one replica of the named candidate")
@@ -91,6 +101,12 @@ def _replicas(args: argparse.Namespace) -> int:
     from goodput.foundation.progress import progress_bar
 
     demand = load_demand(args.demand)
+    measured = None
+    if args.demand_from is not None:
+        from capacity.plan.measured import apply_measurement, measure
+        demand, measured = apply_measurement(demand, measure(args.demand_from, args.weeks, args.until), args.growth)
+    elif args.growth is not None:
+        demand = dataclasses.replace(demand, growth=args.growth)
     prices = load_prices(args.prices)
     runs = load_runs(parse_run_args(args.runs), args.allow_mixed) if args.runs else None
     n = sum(len(d.candidates) for d in demand.deployments)
@@ -98,13 +114,21 @@ def _replicas(args: argparse.Namespace) -> int:
         plans = build_plan(demand, prices, runs=runs, jobs=args.jobs, sim_duration_s=args.sim_duration,
                            progress=update, seed=args.seed)
     plan = plan_dict(demand, plans)
+    if measured is not None:
+        plan["measured_demand"] = measured
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("# written by `goodput plan replicas`; the engine exporter reads it with --plan\n"
                         + yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
     if args.report:
         from capacity.plan.report import write_plan_report
         write_plan_report(args.report, plan)
-    print(json.dumps(plan, indent=2) if args.format == "json" else render_plan(plan))
+    if args.format == "json":
+        print(json.dumps(plan, indent=2))
+    else:
+        if measured is not None:
+            from capacity.plan.measured import render_measurement
+            print(render_measurement(measured) + "\n")
+        print(render_plan(plan))
     return 0
 
 

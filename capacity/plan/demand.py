@@ -2,7 +2,8 @@
 SLOs, the headroom it wants, and the candidate configurations to compare.
 
 Every bad key is one ``ConfigError(file, key.path, problem)``; unknown keys are refused with the allowed ones
-named, so a typo never silently drops a headroom term. Format: ``docs/capacity.md`` (Replica plan).
+named, so a typo never silently drops a headroom term. Format: ``docs/capacity.md`` (Replica plan). With
+``--demand-from`` the file is the template whose stream figures ``capacity.plan.measured`` replaces.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import numpy as np
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 
-__all__ = ["Candidate", "Demand", "DeploymentDemand", "Headroom", "Stream", "TierSlo", "load_demand", "parse_demand"]
+__all__ = ["Candidate", "Demand", "DeploymentDemand", "Headroom", "Stream", "TierSlo", "load_demand", "parse_demand",
+           "token_mix"]
 
 TIERS = ("P0", "P1", "P2")
 SCENES = ("chat", "rag", "code", "batch", "agent")
@@ -128,7 +130,7 @@ def _str(src: str, key: str, v: Any, choices: tuple[str, ...] | None = None) -> 
 _QUANTILE_KEYS = ("p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99", "max", "min")
 
 
-def _tokens(src: str, key: str, v: Any) -> tuple[dict[str, float], float]:
+def token_mix(src: str, key: str, v: Any) -> tuple[dict[str, float], float]:
     """A token length: a number (every request that long) or quantiles; returns (quantiles, mean)."""
     from simulator.distributions import QuantileDistribution
 
@@ -150,8 +152,8 @@ def _stream(src: str, key: str, v: Any) -> Stream:
     for k in ("scene", "tier", "peak_rps", "input_tokens", "output_tokens"):
         if k not in d:
             _fail(src, f"{key}.{k}", "is required")
-    iq, imean = _tokens(src, f"{key}.input_tokens", d["input_tokens"])
-    oq, omean = _tokens(src, f"{key}.output_tokens", d["output_tokens"])
+    iq, imean = token_mix(src, f"{key}.input_tokens", d["input_tokens"])
+    oq, omean = token_mix(src, f"{key}.output_tokens", d["output_tokens"])
     return Stream(_str(src, f"{key}.scene", d["scene"], SCENES), _str(src, f"{key}.tier", d["tier"], TIERS),
                   _num(src, f"{key}.peak_rps", d["peak_rps"], strict=True), iq, oq, imean, omean)
 

@@ -1,31 +1,22 @@
-"""Prometheus's HTTP API, many range queries at once (httpx, asyncio), answers as numpy series.
+"""The review's reading of Prometheus: many range queries at once through ``goodput.foundation.promapi``, answers
+as numpy series.
 
-A Prometheus that cannot be reached is one ``ConfigError`` naming its URL; a query it refuses names
-the query. Series come back as ``Series(labels, times, values)`` with NaN-free float arrays.
+Any failure is one ``ConfigError``: an unreachable server names its URL and ``--prometheus``; a refused query or an
+answer that is not Prometheus' API names the server and the query. Series come back as ``Series(labels, times,
+values)`` with NaN-free float arrays, the shape the trace store's review builds too.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
-import httpx
 import numpy as np
 
+from goodput.foundation import promapi
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.promapi import Query
 
 __all__ = ["Query", "Series", "run_queries"]
-
-MAX_POINTS = 11000  # Prometheus refuses a range query with more points per series
-
-
-@dataclass(frozen=True)
-class Query:
-    key: str
-    expr: str
-    start: float  # unix seconds; start == end makes an instant query
-    end: float
-    step: float = 300.0
 
 
 @dataclass
@@ -35,47 +26,18 @@ class Series:
     values: np.ndarray
 
 
-def _parse(result: list[dict], instant: bool) -> list[Series]:
-    out = []
-    for r in result:
-        pts = [r["value"]] if instant else r["values"]
-        t = np.array([float(p[0]) for p in pts])
-        v = np.array([float(p[1]) for p in pts])
-        ok = np.isfinite(v)
-        out.append(Series(r["metric"], t[ok], v[ok]))
-    return out
-
-
-async def _one(client: httpx.AsyncClient, q: Query, limit: asyncio.Semaphore) -> list[Series]:
-    instant = q.start == q.end
-    params = {"query": q.expr, "time": q.end} if instant else {"query": q.expr, "start": q.start, "end": q.end,
-                                                               "step": max(q.step, (q.end - q.start) / MAX_POINTS)}
-    async with limit:
-        r = await client.post("/api/v1/query" if instant else "/api/v1/query_range", data=params)
-    try:
-        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
-    except ValueError:
-        body = {}
-    if r.status_code != 200 or not isinstance(body, dict) or body.get("status") != "success":
-        error = body.get("error", r.text[:200]) if isinstance(body, dict) else r.text[:200]
-        raise ConfigError(str(client.base_url), q.key, f"query refused ({r.status_code}): {error}")
-    try:
-        return _parse(body["data"]["result"], instant)
-    except (KeyError, IndexError, TypeError, ValueError) as e:  # a server that is not Prometheus' API
-        raise ConfigError(str(client.base_url), q.key,
-                          f"not a Prometheus answer ({type(e).__name__}: {e})") from None
-
-
-async def _all(url: str, queries: list[Query], concurrency: int, timeout: float) -> dict[str, list[Series]]:
-    limit = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
-        got = await asyncio.gather(*(_one(client, q, limit) for q in queries))
-    return {q.key: s for q, s in zip(queries, got, strict=True)}
+def _series(s: promapi.Series) -> Series:
+    t, v = np.array(s.times, dtype=float), np.array(s.values, dtype=float)
+    ok = np.isfinite(v)
+    return Series(s.labels, t[ok], v[ok])
 
 
 def run_queries(url: str, queries: list[Query], concurrency: int = 16, timeout: float = 60.0) -> dict[str, list[Series]]:
     """Every query, ``concurrency`` at a time; keyed by ``Query.key``."""
     try:
-        return asyncio.run(_all(url.rstrip("/"), queries, concurrency, timeout))
-    except httpx.TransportError as e:
-        raise ConfigError(url, "--prometheus", f"cannot reach Prometheus ({type(e).__name__}: {e})") from None
+        got = promapi.run_queries(url, queries, concurrency, timeout)
+    except promapi.Unreachable as e:
+        raise ConfigError(url, "--prometheus", e.problem) from None
+    except promapi.PromError as e:
+        raise ConfigError(e.url, e.query, e.problem) from None
+    return {k: [_series(s) for s in v] for k, v in got.items()}

@@ -1,10 +1,16 @@
-"""Fixtures the load-test command tests share: one live replica with no traffic of its own, and a workload file."""
+"""Fixtures the capacity tests share: one live replica with no traffic of its own and a workload file (the load
+test), and a simulated week backfilled into a real Prometheus (the review and measured demand), built once."""
 
 import copy
+import json
 
 import pytest
 
+from capacity.review.backfill import serve_tsdb
+from capacity.review.week import write_week
+from simulator.config import load_fleet
 from simulator.live import LiveFleet
+from simulator.week import WeekSpec
 from tests.conftest import BASE_DEPLOYMENT, free_port_block, make_fleet
 
 WORKLOAD = """\
@@ -33,3 +39,43 @@ def workload(tmp_path):
     path = tmp_path / "workload.yaml"
     path.write_text(WORKLOAD)
     return str(path)
+
+
+WEEK = "2026-W48"
+FLEET = """\
+name: review-test-fleet
+start_time: "2026-11-23T00:00:00Z"
+seed: 3
+deployments:
+  - {name: chat-8b-h100, model: Llama-3.1-8B, gpu: H100-80GB-SXM, tp: 1, replicas: 3, router: least-outstanding,
+     engine: {max_num_seqs: 256, max_num_batched_tokens: 8192, max_waiting_requests: 512, max_queue_time_s: 20}}
+  - {name: batch-32b-a100, model: Qwen2.5-32B, gpu: A100-80GB, tp: 2, replicas: 2, router: round-robin,
+     engine: {max_num_seqs: 256, max_num_batched_tokens: 16384, max_waiting_requests: 4096, max_queue_time_s: 1800}}
+workloads:
+  - {name: support-chat, scene: chat, route: chat, tier: P0, deployment: chat-8b-h100, tenants: {acme: 0.6, globex: 0.4},
+     input_tokens: {p50: 700, p95: 2600, max: 14000}, output_tokens: {p50: 130, p95: 480, max: 1000},
+     arrival: {process: poisson, rate: 12}}
+  - {name: nightly, scene: batch, route: batch, tier: P2, deployment: batch-32b-a100, tenants: {initech: 1.0},
+     input_tokens: {p50: 3000, p95: 8000, max: 16000}, output_tokens: {p50: 250, p95: 600, max: 1500},
+     arrival: {process: poisson, rate: 0.5}}
+events:
+  - {at: 100, kind: release, deployment: chat-8b-h100, release_kind: framework, from: vllm-0.10.1, to: vllm-0.10.2,
+     effects: {decode_time_scale: 1.3}}
+  - {at: 200, kind: replica_lost, deployment: chat-8b-h100, replica: 2}
+"""
+
+
+@pytest.fixture(scope="session")
+def week(tmp_path_factory):
+    """``(Prometheus URL, truth.json, paths)`` of WEEK (and its three weeks of history) at a 150 s step: about a
+    minute of backfill, so every test that reads it shares this one."""
+    out = tmp_path_factory.mktemp("week")
+    (out / "fleet.yaml").write_text(FLEET)
+    spec = WeekSpec(WEEK, step_s=150, tenants=4)
+    paths = write_week(load_fleet(out / "fleet.yaml"), spec, out, backfill_port=free_port_block(1),
+                       progress=lambda m: None)
+    served = serve_tsdb(paths["tsdb"], free_port_block(1))
+    try:
+        yield served.url, json.loads(paths["truth"].read_text()), paths
+    finally:
+        served.stop()

@@ -1,4 +1,7 @@
-"""Demand files the plan tests share: a chat pool of three candidates and a long-prompt RAG pool."""
+"""Demand files the plan tests share: a chat pool of three candidates and a long-prompt RAG pool; a load-test run
+with a known knee."""
+
+from capacity.loadtest.results import new_summary, write_run
 
 CHAT = """\
 growth: 1.2
@@ -33,3 +36,17 @@ deployments:
     candidates:
       - {name: h100, model: Llama-3.1-8B, gpu: H100-80GB-SXM, tp: 1}
 """
+
+
+def knee_run(tmp_path, name, arrival_rate=2.0, e2e_mean=1.5):
+    s = new_summary()
+    s["comparability"].update(model="llama-8b", hardware="H100", slo="ttft_p95=500ms",
+                              arrival={"pattern": "sweep", "rates": [1.0, arrival_rate]})
+    s["steps"] = [{"index": 0, "label": "rate=1", "offered_rate": 1.0, "achieved_rate": 1.0, "slo_met": True,
+                   "goodput_requests_per_s": 0.9, "input_tokens_per_s": 900.0, "output_tokens_per_s": 100.0,
+                   "e2e_s": {"mean": e2e_mean}},
+                  {"index": 1, "label": f"rate={arrival_rate:g}", "offered_rate": arrival_rate, "achieved_rate": 2.0,
+                   "slo_met": True, "goodput_requests_per_s": 1.6, "input_tokens_per_s": 1600.0,
+                   "output_tokens_per_s": 400.0, "e2e_s": {"mean": e2e_mean}}]
+    s["knee"] = {"step": 1, "offered_rate": arrival_rate}
+    return str(write_run(tmp_path / name, None, s))

@@ -6,7 +6,6 @@ import json
 import pytest
 import yaml
 
-from capacity.loadtest.results import new_summary, write_run
 from capacity.plan.demand import Candidate, Headroom, Stream, TierSlo, load_demand
 from capacity.plan.fleetspec import deployment_config
 from capacity.plan.replicas import headroom_terms
@@ -14,6 +13,7 @@ from capacity.plan.sides import check_sides
 from exporters.config import load_plan
 from goodput.cli import main
 from tests.capacity.plan_fixtures import CHAT
+from tests.capacity.plan_fixtures import knee_run as _run
 
 
 def test_each_headroom_term_by_hand():
@@ -71,20 +71,6 @@ def test_simulated_plan_is_read_by_the_engine_exporter(tmp_path, capsys):
     assert dep["candidate"]["name"] == cheapest["name"]
     html = (tmp_path / "plan.html").read_text()
     assert "cold_start_buffer" in html and "<script src=" not in html
-
-
-def _run(tmp_path, name, arrival_rate=2.0, e2e_mean=1.5):
-    s = new_summary()
-    s["comparability"].update(model="llama-8b", hardware="H100", slo="ttft_p95=500ms",
-                              arrival={"pattern": "sweep", "rates": [1.0, arrival_rate]})
-    s["steps"] = [{"index": 0, "label": "rate=1", "offered_rate": 1.0, "achieved_rate": 1.0, "slo_met": True,
-                   "goodput_requests_per_s": 0.9, "input_tokens_per_s": 900.0, "output_tokens_per_s": 100.0,
-                   "e2e_s": {"mean": e2e_mean}},
-                  {"index": 1, "label": f"rate={arrival_rate:g}", "offered_rate": arrival_rate, "achieved_rate": 2.0,
-                   "slo_met": True, "goodput_requests_per_s": 1.6, "input_tokens_per_s": 1600.0,
-                   "output_tokens_per_s": 400.0, "e2e_s": {"mean": e2e_mean}}]
-    s["knee"] = {"step": 1, "offered_rate": arrival_rate}
-    return str(write_run(tmp_path / name, None, s))
 
 
 def test_runs_give_the_knee_goodput_and_mixed_runs_are_refused(tmp_path, capsys):

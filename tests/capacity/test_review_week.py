@@ -6,7 +6,6 @@ The week is a small fleet (two deployments, P0 chat with a release and a replica
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from datetime import datetime
@@ -14,52 +13,12 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from capacity.review.backfill import serve_tsdb
 from capacity.review.report import write_review
 from capacity.review.review import prometheus_review
-from capacity.review.week import write_week
-from simulator.config import load_fleet
-from simulator.week import WeekSpec
+from tests.capacity.conftest import WEEK
 from tests.conftest import artifact, free_port_block, needs, offline_page
 
 pytestmark = [needs("prometheus", "promtool"), pytest.mark.timeout(600)]
-
-WEEK = "2026-W48"
-FLEET = """\
-name: review-test-fleet
-start_time: "2026-11-23T00:00:00Z"
-seed: 3
-deployments:
-  - {name: chat-8b-h100, model: Llama-3.1-8B, gpu: H100-80GB-SXM, tp: 1, replicas: 3, router: least-outstanding,
-     engine: {max_num_seqs: 256, max_num_batched_tokens: 8192, max_waiting_requests: 512, max_queue_time_s: 20}}
-  - {name: batch-32b-a100, model: Qwen2.5-32B, gpu: A100-80GB, tp: 2, replicas: 2, router: round-robin,
-     engine: {max_num_seqs: 256, max_num_batched_tokens: 16384, max_waiting_requests: 4096, max_queue_time_s: 1800}}
-workloads:
-  - {name: support-chat, scene: chat, route: chat, tier: P0, deployment: chat-8b-h100, tenants: {acme: 0.6, globex: 0.4},
-     input_tokens: {p50: 700, p95: 2600, max: 14000}, output_tokens: {p50: 130, p95: 480, max: 1000},
-     arrival: {process: poisson, rate: 12}}
-  - {name: nightly, scene: batch, route: batch, tier: P2, deployment: batch-32b-a100, tenants: {initech: 1.0},
-     input_tokens: {p50: 3000, p95: 8000, max: 16000}, output_tokens: {p50: 250, p95: 600, max: 1500},
-     arrival: {process: poisson, rate: 0.5}}
-events:
-  - {at: 100, kind: release, deployment: chat-8b-h100, release_kind: framework, from: vllm-0.10.1, to: vllm-0.10.2,
-     effects: {decode_time_scale: 1.3}}
-  - {at: 200, kind: replica_lost, deployment: chat-8b-h100, replica: 2}
-"""
-
-
-@pytest.fixture(scope="module")
-def week(tmp_path_factory):
-    out = tmp_path_factory.mktemp("week")
-    (out / "fleet.yaml").write_text(FLEET)
-    spec = WeekSpec(WEEK, step_s=150, tenants=4)
-    paths = write_week(load_fleet(out / "fleet.yaml"), spec, out, backfill_port=free_port_block(1),
-                       progress=lambda m: None)
-    served = serve_tsdb(paths["tsdb"], free_port_block(1))
-    try:
-        yield served.url, json.loads(paths["truth"].read_text()), paths
-    finally:
-        served.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,197 @@
+"""goodput plan replicas --demand-from: demand measured from a real Prometheus serving the backfilled simulated
+weeks (the review's session fixture) and from a real DuckDB store the analyzer ingested from simulator runs; an
+empty window, an unreachable server and a bad source are one line and exit 2."""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from analyzer.ingest import ingest
+from analyzer.store import connect
+from capacity.plan.demand import token_mix
+from goodput.cli import main
+from simulator.run import simulate, write_outputs
+from tests.capacity.conftest import FLEET
+from tests.capacity.plan_fixtures import knee_run
+from tests.conftest import BASE_WORKLOAD, make_fleet, needs
+
+WEEK_END = "2026-11-30T00:00:00Z"  # the end of the backfilled WEEK (tests/capacity/conftest.py)
+TEMPLATE = """\
+growth: 1.1
+slos:
+  P0: {ttft_s: 0.5, tpot_s: 0.05, objective: 0.95}
+  P2: {ttft_s: 60, tpot_s: 0.2, objective: 0.9}
+deployments:
+  chat-8b-h100:
+    streams:
+      - {scene: chat, tier: P0, peak_rps: 1, input_tokens: {p50: 500, p95: 2000, max: 8000},
+         output_tokens: {p50: 100, p95: 400, max: 900}}
+      - {scene: code, tier: P0, peak_rps: 2, input_tokens: 900, output_tokens: 90}
+    headroom: {tolerate: 1, cold_start_s: 0}
+    candidates:
+      - {name: h100, model: Llama-3.1-8B, gpu: H100-80GB-SXM, tp: 1}
+  batch-32b-a100:
+    streams:
+      - {scene: batch, tier: P2, peak_rps: 1, input_tokens: 3000, output_tokens: 250}
+    headroom: {tolerate: 0, cold_start_s: 0}
+    candidates:
+      - {name: a100, model: Qwen2.5-32B, gpu: A100-80GB, tp: 2}
+"""
+
+
+def _plan(tmp_path, capsys, source, *extra, template=TEMPLATE, fmt="json"):
+    (tmp_path / "demand.yaml").write_text(template)
+    runs = [f"h100={knee_run(tmp_path, 'h100')}", f"a100={knee_run(tmp_path, 'a100')}"]
+    rc = main(["plan", "replicas", "--demand", str(tmp_path / "demand.yaml"), "--runs", *runs, "--demand-from",
+               source, "--out", str(tmp_path / "plan.yaml"), "--format", fmt, *extra])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _mean(quantiles: dict) -> float:
+    return token_mix("test", "tokens", quantiles)[1]
+
+
+@needs("prometheus", "promtool")
+@pytest.mark.timeout(600)
+def test_measured_from_prometheus_matches_the_simulated_weeks(week, tmp_path, capsys):
+    url, truth, _ = week
+    rc, out, err = _plan(tmp_path, capsys, f"prometheus:{url}", "--until", WEEK_END)
+    assert rc == 0, err
+    plan = json.loads(out)
+    m = plan["measured_demand"]
+    assert (m["source"], m["start"], m["end"], m["weeks"]) == (f"prometheus:{url}", "2026-11-02T00:00:00Z",
+                                                               WEEK_END, 4)
+    streams = {(s["deployment"], s["scene"], s["tier"]): s for s in m["streams"]}
+    assert set(streams) == {("chat-8b-h100", "chat", "P0"), ("batch-32b-a100", "batch", "P2")}
+    fleet = {w["deployment"]: w for w in yaml.safe_load(FLEET)["workloads"]}
+    for (dep, _, _), s in streams.items():
+        want = truth["deployments"][dep]
+        # the peak hour of four growing weeks is the last week's: within a few % of the simulated arrivals
+        assert s["peak_rps"] == pytest.approx(want["peak_requests_per_second"], rel=0.03), dep
+        assert s["peak_hour"] == want["peak_hour"].replace("+00:00", "Z"), dep
+        weekly = s["weekly_peaks"]
+        assert len(weekly) == 4 and weekly == sorted(weekly) and weekly[-1] == s["peak_rps"], weekly
+        assert s["input_mean"] == pytest.approx(_mean(fleet[dep]["input_tokens"]), rel=0.03), dep
+        assert s["output_mean"] == pytest.approx(_mean(fleet[dep]["output_tokens"]), rel=0.03), dep
+        assert m["growth_per_week"][dep] == pytest.approx(truth["growth_per_week"], abs=0.015), dep
+    assert m["growth_applied"] == 1.1 and m["growth_from"].endswith("demand.yaml")
+    assert m["from_template"] == ["chat-8b-h100/code/P0"]
+    # the plan is sized on the measured peak and its token mix, times the growth applied
+    chat = plan["deployments"]["chat-8b-h100"]
+    (measured_chat,) = [s for s in chat["streams"] if s["scene"] == "chat"]
+    assert measured_chat["peak_rps"] == streams[("chat-8b-h100", "chat", "P0")]["peak_rps"]
+    s = streams[("chat-8b-h100", "chat", "P0")]
+    assert chat["peak_tokens_per_second"] == pytest.approx(
+        s["peak_rps"] * (s["input_mean"] + s["output_mean"]) + 2 * (900 + 90), rel=0.001)
+    assert "measured_demand" in (tmp_path / "plan.yaml").read_text()
+
+    rc, out, _ = _plan(tmp_path, capsys, f"prometheus:{url}", "--until", WEEK_END, "--growth", "1.3", fmt="table")
+    assert rc == 0
+    head = out.split("\n\n")[0]
+    assert f"Measured demand from prometheus:{url}, 2026-11-02T00:00:00Z to {WEEK_END} (4 weeks)" in head
+    assert "growth applied x1.3 (from --growth); the data shows " in head and "chat-8b-h100 +6." in head
+    assert "not measured, figures from the demand file: chat-8b-h100/code/P0" in head
+    assert all(f"wk{i}" in head for i in (1, 2, 3, 4))
+
+
+@needs("prometheus", "promtool")
+def test_a_window_without_data_is_one_line_and_exit_2(week, tmp_path, capsys):
+    rc, out, err = _plan(tmp_path, capsys, f"prometheus:{week[0]}", "--until", "2026-06-01T00:00:00Z", "--weeks", "2")
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert "--weeks: no requests between 2026-05-18T00:00:00Z and 2026-06-01T00:00:00Z" in err
+
+
+def test_an_unreachable_prometheus_is_one_line_with_its_url_and_exit_2(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    (tmp_path / "demand.yaml").write_text(TEMPLATE)
+    done = subprocess.run([sys.executable, "-m", "goodput", "plan", "replicas", "--demand", str(tmp_path / "demand.yaml"),
+                           "--simulate", "--demand-from", f"prometheus:{url}", "--out", str(tmp_path / "p.yaml")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"goodput: error: {url}: --demand-from: cannot reach Prometheus (ConnectError")
+    assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("source, says", [
+    ("influx:http://x", "--demand-from: influx:http://x: expected prometheus:http(s)://HOST:PORT or duckdb:"),
+    ("duckdb:nope.duckdb", "nope.duckdb: --db: no such database"),
+    ("duckdb:x.duckdb --weeks 53", "--weeks: 53: at most 52"),
+    ("duckdb:x.duckdb --until 30.11.2026", "--until: 30.11.2026: expected an ISO time"),
+])
+def test_a_bad_source_is_one_line(tmp_path, capsys, source, says):
+    rc, out, err = _plan(tmp_path, capsys, *source.split())
+    assert rc == 2 and says in err and err.count("\n") == 1
+
+
+def test_growth_overrides_the_demand_file_without_a_measurement(tmp_path, capsys):
+    (tmp_path / "demand.yaml").write_text(TEMPLATE)
+    runs = [f"h100={knee_run(tmp_path, 'h100')}", f"a100={knee_run(tmp_path, 'a100')}"]
+    argv = ["plan", "replicas", "--demand", str(tmp_path / "demand.yaml"), "--runs", *runs, "--out",
+            str(tmp_path / "plan.yaml"), "--format", "json"]
+    assert main(argv) == 0
+    file_growth = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--growth", "2"]) == 0
+    flag_growth = json.loads(capsys.readouterr().out)
+    assert file_growth["deployments"]["chat-8b-h100"]["growth"] == 1.1 and "measured_demand" not in file_growth
+    assert flag_growth["deployments"]["chat-8b-h100"]["growth"] == 2.0
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Two simulated hours a week apart (09:00-10:00 UTC, 4 then 5 req/s of BASE_WORKLOAD), each written by the
+    simulator and ingested by the analyzer into one DuckDB file."""
+    out = tmp_path_factory.mktemp("measured-store")
+    con = connect(out / "traces.duckdb")
+    try:
+        for i, (start, rate) in enumerate((("2026-11-16T09:00:00Z", 4.0), ("2026-11-23T09:00:00Z", 5.0))):
+            wl = copy.deepcopy(BASE_WORKLOAD)
+            wl["arrival"]["rate"] = rate
+            res = simulate(make_fleet(workloads=[wl], start_time=start, seed=11 + i), 3600.0)
+            write_outputs(res, out / f"run{i}")
+            ingest(con, [out / f"run{i}" / "requests.parquet"])
+        counts = con.execute("SELECT count(*) FROM requests GROUP BY date_trunc('week', ts) ORDER BY 1").fetchall()
+    finally:
+        con.close()
+    return out / "traces.duckdb", [c for (c,) in counts]
+
+
+def test_measured_from_the_trace_store(store, tmp_path, capsys):
+    db, counts = store
+    template = TEMPLATE.replace("chat-8b-h100", "chat")
+    rc, out, err = _plan(tmp_path, capsys, f"duckdb:{db}", "--until", WEEK_END, "--weeks", "2", template=template)
+    assert rc == 0, err
+    m = json.loads(out)["measured_demand"]
+    (s,) = m["streams"]
+    assert (s["deployment"], s["scene"], s["tier"]) == ("chat", "chat", "P0")
+    # every arrival of an hour in one bucket: the peak is that hour's count, the weeks' peaks the two hours'
+    assert s["weekly_peaks"] == [pytest.approx(c / 3600) for c in sorted(counts)]
+    assert s["peak_rps"] == pytest.approx(5.0, rel=0.03) and s["peak_hour"] == "2026-11-23T09:00:00Z"
+    assert s["weekly_peaks"][0] == pytest.approx(4.0, rel=0.03)
+    # real quantiles from the requests, near the workload's (BASE_WORKLOAD: p50 500 / 100, p95 2000 / 400)
+    assert s["input_tokens"]["p50"] == pytest.approx(500, rel=0.05)
+    assert s["input_tokens"]["p95"] == pytest.approx(2000, rel=0.1)
+    assert s["output_tokens"]["p50"] == pytest.approx(100, rel=0.05)
+    assert m["growth_per_week"] == {"chat": None}  # two hours are not a week of hours: no trend claimed
+    assert m["not_in_template"] == [] and "chat/code/P0" in m["from_template"]
+    rc, out, _ = _plan(tmp_path, capsys, f"duckdb:{db}", "--until", WEEK_END, "--weeks", "2", template=template,
+                       fmt="table")
+    assert rc == 0 and "token quantiles measured" in out and "the data shows chat n/a" in out
+    rc, _, err = _plan(tmp_path, capsys, f"duckdb:{db}", "--until", "2026-11-16T00:00:00Z", "--weeks", "1",
+                       template=template)
+    assert rc == 2 and "--weeks: no requests between 2026-11-09T00:00:00Z and 2026-11-16T00:00:00Z" in err
+
+
+def test_help_names_the_measured_demand_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "replicas", "--help"])
+    out = capsys.readouterr().out
+    assert all(f in out for f in ("--demand-from", "--weeks", "--until", "--growth"))
