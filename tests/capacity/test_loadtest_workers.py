@@ -228,13 +228,13 @@ def _children(pid: int) -> set[int]:
     return out
 
 
-def test_ctrl_c_with_workers_writes_the_partial_run_and_leaves_no_worker(fleet, tmp_path):
-    url, _ = fleet
+def _start_with_workers(url, tmp_path):
+    """``goodput loadtest run --workers 2`` as a process, once its two workers exist and the fleet answers them:
+    (the process, the workers' pids)."""
     (tmp_path / "w.yaml").write_text(WORKLOAD)
-    out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "goodput", "loadtest", "run", "--target", url, "--workload",
                              str(tmp_path / "w.yaml"), "--pattern", "poisson", "--rate", "10", "--duration", "120",
-                             "--slo", "ttft_p95=10s", "--workers", "2", "--out", str(out)],
+                             "--slo", "ttft_p95=10s", "--workers", "2", "--out", str(tmp_path / "run")],
                             cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "COLUMNS": "200"})
     workers: set[int] = set()
@@ -247,6 +247,13 @@ def test_ctrl_c_with_workers_writes_the_partial_run_and_leaves_no_worker(fleet, 
     while _successes(url) - before < 6 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)  # the workers send and the fleet answers: the run is under way
     assert proc.poll() is None, proc.communicate()
+    return proc, sorted(workers)
+
+
+def test_ctrl_c_with_workers_writes_the_partial_run_and_leaves_no_worker(fleet, tmp_path):
+    url, _ = fleet
+    out = tmp_path / "run"
+    proc, workers = _start_with_workers(url, tmp_path)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 130, stderr
@@ -257,3 +264,32 @@ def test_ctrl_c_with_workers_writes_the_partial_run_and_leaves_no_worker(fleet, 
     assert len(table["index"]) == sum(w["requests"] for w in summary["client_workers"]) >= 6
     assert {w["worker"] for w in summary["client_workers"]} == {0, 1}
     assert all(not Path(f"/proc/{p}").exists() for p in workers), "a worker process outlived the run"
+
+
+def test_a_worker_that_dies_is_named_and_the_others_measurements_kept(fleet, tmp_path):
+    url, _ = fleet
+    proc, workers = _start_with_workers(url, tmp_path)
+    os.kill(workers[0], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 1, stderr
+    assert "goodput: error: load-test worker" in stderr and f"(pid {workers[0]}) died" in stderr, stderr
+    assert "killed by signal 9" in stderr and "Traceback" not in stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["complete"] is False and len(summary["client_failures"]) == 1
+    (kept,) = summary["client_workers"]  # the survivor, stopped and kept
+    table = pq.read_table(tmp_path / "run" / "requests.parquet").to_pydict()
+    assert len(table["index"]) == kept["requests"] >= 3
+    assert all(not Path(f"/proc/{p}").exists() for p in workers)
+
+
+def test_a_sweep_runs_its_steps_over_workers(fleet, tmp_path, capsys):
+    url, _ = fleet
+    (tmp_path / "w.yaml").write_text(WORKLOAD)
+    rc = main(["loadtest", "run", "--target", url, "--workload", str(tmp_path / "w.yaml"), "--pattern", "sweep",
+               "--rate", "4", "--step-s", "1", "--slo", "ttft_p95=1ms", "--workers", "2", "--out", str(tmp_path / "run"),
+               "--format", "json"])
+    assert rc == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    (step,) = summary["steps"]
+    assert summary["complete"] and summary["client"]["workers"] == 2 and step["requests"] >= 1
+    assert len(pq.read_table(tmp_path / "run" / "requests.parquet")) == step["requests"]
