@@ -106,7 +106,8 @@ class _Job:
 
 
 def _worker(conn, job: _Job) -> None:
-    """A worker process: Ctrl-C is the parent's to act on; SIGTERM, a "stop" or the parent gone stop the run."""
+    """A worker process: Ctrl-C is the parent's to act on (SIGINT comes blocked, and is ignored should anything
+    unblock it); SIGTERM, a "stop" or the parent gone stop the run."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         asyncio.run(_work(conn, job))
@@ -160,7 +161,7 @@ class _Fleet:
         self.loop = asyncio.get_running_loop()
         self.procs, self.conns = [], []
         self.open: set[int] = set()
-        with _sigint_ignored():
+        with _sigint_blocked():
             for job in jobs:
                 parent, child = ctx.Pipe()
                 proc = ctx.Process(target=_worker, args=(child, job), name=f"goodput-loadtest-worker-{job.k}",
@@ -214,18 +215,15 @@ class _Fleet:
 
 
 @contextlib.contextmanager
-def _sigint_ignored():
-    """Ctrl-C ignored while the workers are started: a process inherits that across exec, so a worker ignores it
-    from its first instruction (the parent stops the workers); outside the main thread there is nothing to do."""
-    try:
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:
-        old = None
+def _sigint_blocked():
+    """Ctrl-C held back while the workers are started: a process inherits its signal mask across fork and exec, so
+    a worker never sees SIGINT (the parent stops the workers), and a Ctrl-C meanwhile reaches the parent once the
+    mask is restored, not lost."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        if old is not None:
-            signal.signal(signal.SIGINT, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 async def run_workers(targets: list[str], options: ClientOptions, steps: Sequence[Step],

@@ -162,6 +162,22 @@ def test_auto_workers_follows_the_peak_token_rate_and_the_cpus():
     assert auto_workers([_step(0, 0, 1, concurrency=2000)], specs, cpus=64) == 4
 
 
+def test_run_help_states_the_workers_rule(capsys):
+    with pytest.raises(SystemExit):
+        main(["loadtest", "run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--workers auto|N" in out and "20,000 tokens/s" in out and "1 runs in this process" in out
+
+
+@pytest.mark.parametrize("given", ["0", "two", "-1"])
+def test_bad_workers_is_one_line_exit_2(capsys, given):
+    with pytest.raises(SystemExit) as e:
+        main(["loadtest", "run", "--target", "http://127.0.0.1:9", "--workload", "w.yaml", "--pattern", "poisson",
+              "--slo", "ttft_p95=1s", "--out", "x", "--workers", given])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--workers" in err and "Traceback" not in err
+
+
 WORKLOAD = "api: chat\ninput_tokens: {p50: 60, p95: 100, max: 120}\noutput_tokens: {p50: 6, p95: 10, max: 12}\n"
 
 
