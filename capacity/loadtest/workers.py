@@ -41,7 +41,7 @@ __all__ = ["STREAMS_PER_WORKER", "TOKENS_PER_WORKER", "auto_workers", "run_worke
 TOKENS_PER_WORKER = 20_000  # streamed tokens/s one worker is given: ~40% of a core at ~20 µs each, room to keep time
 STREAMS_PER_WORKER = 500  # a closed loop's streams per worker (its token rate is the target's to set)
 START_TIMEOUT_S = 120.0  # a worker not ready by then (importing, on a loaded machine) fails the start
-START_LEAD_S = 0.05  # the run clock's origin is this far after the last worker said ready: every "go" arrives first
+START_LEAD_S = 0.2  # the run clock's origin is this far after the last worker said ready: every "go" arrives first
 JOIN_S = 10.0  # how long a finished worker is given to exit before it is terminated
 POLL_S = 0.25  # the progress bar's pace
 
@@ -298,10 +298,10 @@ async def run_workers(targets: list[str], options: ClientOptions, steps: Sequenc
             if msg[0] == "done" and msg[1] is not None:
                 results[k] = msg[1]
         stopper.cancel()
+        wall = clock() if results else 0.0  # the run's end, before the workers' exit (which can take seconds)
     finally:
         fleet.close()
-    return merge(results, steps, n, clock() if results else 0.0, complete=not stopping and not failures,
-                 failures=failures)
+    return merge(results, steps, n, wall, complete=not stopping and not failures, failures=failures)
 
 
 def merge(results: dict[int, RunResult], steps: Sequence[Step], n: int, wall_s: float, *, complete: bool,
