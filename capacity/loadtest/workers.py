@@ -275,7 +275,9 @@ async def run_workers(targets: list[str], options: ClientOptions, steps: Sequenc
                 on_start(clock)
         while fleet.open:
             got = asyncio.ensure_future(fleet.queue.get())
-            await asyncio.wait({got, stopper}, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
+            # once stopping, the stop (long set) is no more to wait on: only the workers' answers
+            await asyncio.wait({got} if stopping else {got, stopper}, timeout=POLL_S,
+                               return_when=asyncio.FIRST_COMPLETED)
             if on_progress is not None and not stopping:
                 on_progress(clock())
             if stop.is_set() and not stopping:
