@@ -88,6 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
                    help=f"connections in the client's pool; a due request waits for one, as schedule lag "
                         f"(default {DEFAULT_MAX_IN_FLIGHT})")
+    p.add_argument("--workers", type=_workers, default="auto", metavar="auto|N",
+                   help="client processes, each with its own event loop and pool: open-loop arrivals are dealt to them "
+                        "in turn on one run clock, a closed loop's concurrency is split (default auto: enough that each "
+                        "streams at most 20,000 tokens/s at the plan's peak second, peak arrivals/s x mean output "
+                        "tokens, or holds at most 500 closed-loop streams; at most the machine's CPUs; 1 runs in this "
+                        "process)")
     p.add_argument("--seed", type=seed, default=0, help="seed of arrivals and requests (default 0)")
     p.add_argument("--api-key", default=None, help="sent as a bearer token")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
@@ -121,6 +127,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmp.add_argument("run_b", type=Path, metavar="RUN_B", help="the run directory compared with it")
     cmp.add_argument("--format", choices=("table", "json"), default="table", help="report format on stdout")
     cmp.set_defaults(func=_compare)
+
+
+def _workers(text: str) -> str | int:
+    """``--workers``: auto or a positive count."""
+    return text if text == "auto" else positive_int(text)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -345,30 +356,42 @@ class _Beside:
 
 
 def _drive(args: argparse.Namespace, opts, steps, specs, total_s: float, beside: _Beside):
-    """Run ``steps`` on one event loop with a progress bar, ``beside`` started on the run clock; Ctrl-C sets the
-    runner's stop."""
+    """Run ``steps`` with a progress bar, ``beside`` started on the run clock: on this event loop, or over
+    ``--workers`` processes (``workers.run_workers``); Ctrl-C or SIGTERM sets the runner's stop."""
     import asyncio
     import signal
 
     from capacity.loadtest.client import Client
     from capacity.loadtest.runner import run_plan
+    from capacity.loadtest.workers import auto_workers, run_workers
     from goodput.foundation.progress import progress_bar
 
-    async def go(update):
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or a kill: stop, and write what was measured
-            loop.add_signal_handler(sig, stop.set)
+    workers = auto_workers(steps, specs) if args.workers == "auto" else args.workers
+
+    async def one(stop: asyncio.Event, update):
         client = Client(args.target, opts, args.max_in_flight)
         try:
             return await run_plan(client, steps, specs, max_in_flight=args.max_in_flight, stop=stop,
                                   on_record=lambda _r: update(client.clock()),
                                   on_start=lambda: beside.start(client.clock))
         finally:
+            await client.aclose()
+
+    async def go(update):
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or a kill: stop, and write what was measured
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            if workers == 1:
+                return await one(stop, update)
+            return await run_workers(args.target, opts, steps, specs, workers=workers,
+                                     max_in_flight=args.max_in_flight, stop=stop, on_start=beside.start,
+                                     on_progress=update)
+        finally:
             await beside.stop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            await client.aclose()
 
     with progress_bar("load test", total_s) as update:
         return asyncio.run(go(update))
@@ -428,8 +451,12 @@ def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> d
         "slo": slo.to_dict(), "steps": step_dicts, "knee": stats.knee(step_dicts),
         "client": {"schedule_lag_p50_s": c.schedule_lag_p50_s, "schedule_lag_p99_s": c.schedule_lag_p99_s,
                    "cpu_s": c.cpu_s, "cpu_per_token_us": c.cpu_per_token_us, "wall_s": c.wall_s,
-                   "cpu_wait_s": c.cpu_wait_s},
+                   "cpu_wait_s": c.cpu_wait_s, "workers": c.workers},
     })
+    if c.per_worker:
+        summary["client_workers"] = c.per_worker
+    if result.failures:
+        summary["client_failures"] = result.failures
     return summary
 
 
@@ -449,7 +476,14 @@ def _report(args, result, slo, workload, entry, arrival: dict, beside: _Beside) 
     summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
     summary["faults"] = beside.fault_summary(result.measured(), slo, args.fault_window) + _aborts(args, result.measured(), slo)
     _write(args, result.records, summary, slo)
-    return 0 if result.complete else 130
+    return _exit(result.complete, result.failures)
+
+
+def _exit(complete: bool, failures: list[str]) -> int:
+    """0, or 130 for a run stopped early (Ctrl-C), or 1 when client workers died (each named on stderr)."""
+    for failure in failures:
+        print(f"goodput: error: {failure}; the report keeps what the other workers measured", file=sys.stderr)
+    return 1 if failures else 0 if complete else 130
 
 
 def _write(args, records, summary: dict, slo) -> None:
@@ -469,7 +503,7 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     from dataclasses import replace
 
     from capacity.loadtest import stats
-    from capacity.loadtest.runner import ClientHealth, RunResult, percentile
+    from capacity.loadtest.runner import RunResult, client_health
 
     records, measured, step_dicts, offset = [], [], [], 0.0
     for i, (_rate, result, summary) in enumerate(runs):
@@ -484,19 +518,20 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
         step_dicts.append({**summary, "index": i, "start_s": summary["start_s"] + offset,
                            "end_s": summary["end_s"] + offset})
         offset += result.client.wall_s
-    lags = [r.sent_s - r.scheduled_s for r in records]
-    cpu = sum(res.client.cpu_s for _, res, _ in runs)
-    tokens = sum(r.output_tokens for r in records)
     waits = [res.client.cpu_wait_s for _, res, _ in runs]
-    health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, offset, cpu / tokens * 1e6 if tokens else 0,
-                          None if None in waits else sum(waits))
+    workers = max((res.client.workers for _, res, _ in runs), default=1)
+    health = client_health(records, sum(res.client.cpu_s for _, res, _ in runs), offset,
+                           None if None in waits else sum(waits), workers,
+                           sum(res.client.cpu_s if res.client.busiest_cpu_s is None else res.client.busiest_cpu_s
+                               for _, res, _ in runs))
     complete = bool(runs) and all(res.complete for _, res, _ in runs)
-    merged = RunResult(records, [], health, complete, health.invalid_reasons())
+    failures = [f for _, res, _ in runs for f in res.failures]
+    merged = RunResult(records, [], health, complete, health.invalid_reasons(), failures=failures)
     summary = _summary(args, merged, step_dicts, slo, workload, entry, {"pattern": "sweep", **_arrival(args)})
     summary["knee"] = stats.knee(step_dicts)
     summary["faults"] = _aborts(args, [records[i] for i in measured], slo)
     _write(args, records, summary, slo)
-    return 0 if complete else 130
+    return _exit(complete, failures)
 
 
 def _fmt(v, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:

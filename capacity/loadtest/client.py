@@ -25,7 +25,7 @@ from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.workload import RequestSpec, prompt_text
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["Client", "ClientOptions", "base_url", "error_class", "preflight"]
+__all__ = ["Client", "ClientOptions", "base_url", "content_pieces", "error_class", "preflight"]
 
 PREFLIGHT_TIMEOUT_S = 5.0
 ERROR_BODY_BYTES = 4096  # how much of an error answer is read before the connection is given up
@@ -58,24 +58,25 @@ class ClientOptions:
 
 
 class Client:
-    """Sends requests to ``targets`` in turn, timed on the run clock (monotonic seconds since ``start_clock``).
+    """Sends requests to ``targets`` in turn, timed on the run clock (``time.monotonic`` seconds since ``start_clock``).
 
     The session is opened on the first request, inside the running event loop (aiohttp binds it to one)."""
 
     def __init__(self, targets: list[str], options: ClientOptions, max_in_flight: int) -> None:
         self.urls = [base_url(t) + ("/v1/chat/completions" if options.chat else "/v1/completions") for t in targets]
         self.opt = options
-        self.t0 = time.perf_counter()
+        self.t0 = time.monotonic()
         self.rng = random.Random(options.seed)
         self.max_in_flight = max_in_flight
         self.session: aiohttp.ClientSession | None = None
 
-    def start_clock(self) -> None:
-        """The run starts now: run-clock time 0."""
-        self.t0 = time.perf_counter()
+    def start_clock(self, origin: float | None = None) -> None:
+        """The run starts now, or at ``origin`` (a ``time.monotonic()`` instant: CLOCK_MONOTONIC, the same in every
+        process of the machine, so workers share one run clock): run-clock time 0."""
+        self.t0 = time.monotonic() if origin is None else origin
 
     def clock(self) -> float:
-        return time.perf_counter() - self.t0
+        return time.monotonic() - self.t0
 
     def _session(self) -> aiohttp.ClientSession:
         if self.session is None:
@@ -138,11 +139,11 @@ class Client:
         return rec
 
     async def _read_stream(self, rec: RequestRecord, resp: aiohttp.ClientResponse, abort_after: int) -> None:
-        """Read the SSE stream piece by piece: one clock reading per piece the socket delivered, each complete
-        ``data:`` line decoded, content chunks timed at the piece's arrival."""
+        """Read the SSE stream piece by piece: one clock reading per piece the socket delivered, content chunks timed
+        at the piece's arrival. A plain content chunk is recognised by ``content_pieces``' scan of its bytes; any
+        other event (usage, an error, several choices, anything unusual) is decoded as JSON."""
         clock = self.clock
         chat = self.opt.chat
-        loads = json.loads
         readany = resp.content.readany
         last = None
         chunks = 0
@@ -154,27 +155,22 @@ class Client:
             if not piece:
                 break
             now = clock()
-            lines = (rest + piece).split(b"\n")
+            lines = (rest + piece if rest else piece).split(b"\n")
             rest = lines.pop()  # an incomplete last line waits for the next piece
             for line in lines:
                 if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
-                if data == b"[DONE]":
-                    finished = True
-                    break
-                try:
-                    event = loads(data.decode())  # a str: json.loads of bytes first guesses their encoding
-                except ValueError:
-                    continue  # one unreadable event does not end the measurement
-                if not isinstance(event, dict):
-                    continue
-                if event.get("usage"):
-                    usage = event["usage"]
-                for choice in event.get("choices") or ():
-                    text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-                    if not text:
-                        continue
+                found = content_pieces(data, chat)
+                if found is None:
+                    if data == b"[DONE]":
+                        finished = True
+                        break
+                    found, event_usage, failed = _decode(data, chat)
+                    usage = event_usage or usage
+                    if failed and not rec.error:
+                        rec.error = failed
+                for _ in range(found):
                     if last is None:
                         rec.first_token_s = now
                     else:
@@ -193,8 +189,72 @@ class Client:
             rec.output_tokens = chunks
         if finished:
             rec.done_s = clock()
-        else:
+        elif not rec.error:
             rec.error = "disconnect"
+
+
+CHAT_KEY = b'"content"'
+TEXT_KEY = b'"text"'
+_SPACE = b" \t\r"
+
+
+def content_pieces(data: bytes, chat: bool) -> int | None:
+    """How many content pieces (0 or 1) the ``data:`` payload ``data`` carries, from a scan of its bytes, or None when
+    it needs a JSON decode: ``[DONE]``, an error event, a usage that is not null, two content keys (several
+    choices), a chat chunk without ``delta``, a value that is neither a string nor null, a payload that is not an
+    object.
+
+    The key (``"content"`` in chat, ``"text"`` in completions) followed by ``:`` can only be a key: inside a JSON
+    string every quote is escaped, so content that quotes it never matches. A non-empty string value is a piece, as
+    the decoded ``choices[0].delta.content`` would be; ``""`` (the role chunk) and ``null`` are none."""
+    if data[-1:] != b"}" or data.find(b'"error"') >= 0:  # find: quicker than `in` here
+        return None
+    at = data.find(b'"usage"')  # OpenAI sends "usage": null in every chunk but the last
+    if at >= 0 and _value(data, at + 7)[:4] != b"null":
+        return None
+    key = CHAT_KEY if chat else TEXT_KEY
+    at = data.find(key)
+    if at < 0:
+        return 0
+    at += len(key)
+    if data.find(key, at) >= 0 or (chat and data.find(b'"delta"') < 0):
+        return None
+    value = _value(data, at)
+    if value[:1] == b'"':
+        return 0 if value[1:2] == b'"' else 1
+    return 0 if value[:4] == b"null" else None
+
+
+def _value(data: bytes, at: int) -> bytes:
+    """The first bytes of the value whose key ends at ``at``; empty when no ``:`` follows (the name was a string
+    value, which a scan cannot place) or the spaces run long (then the caller decodes)."""
+    value = data[at:at + 16].lstrip(_SPACE)
+    return value[1:].lstrip(_SPACE) if value[:1] == b":" else b""
+
+
+def _decode(data: bytes, chat: bool) -> tuple[int, dict | None, str]:
+    """(content pieces, usage, error class) of one event, decoded as JSON; an unreadable event is none of them (it
+    does not end the measurement). An error event (``{"error": {...}}``, as vLLM sends when a stream fails after its
+    200) is classed by its ``code`` when that is an HTTP status, else ``http_5xx``."""
+    try:
+        event = json.loads(data.decode())  # a str: json.loads of bytes first guesses their encoding
+    except ValueError:
+        return 0, None, ""
+    if not isinstance(event, dict):
+        return 0, None, ""
+    failed = ""
+    if event.get("error"):
+        code = event["error"].get("code") if isinstance(event["error"], dict) else None
+        failed = error_class(code) if isinstance(code, int) and code >= 400 else "http_5xx"
+    pieces = 0
+    for choice in event.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+        if text:
+            pieces += 1
+    usage = event.get("usage")
+    return pieces, usage if isinstance(usage, dict) and usage else None, failed
 
 
 def preflight(target: str, model: str | None) -> tuple[str, dict]:

@@ -25,7 +25,8 @@ from capacity.loadtest.client import Client
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.workload import RequestSpec
 
-__all__ = ["MAX_CPU_BUSY", "MAX_CPU_WAIT", "MAX_LAG_P99_S", "ClientHealth", "RunResult", "Step", "cpu_wait_s", "percentile",
+__all__ = ["MAX_CPU_BUSY", "MAX_CPU_WAIT", "MAX_LAG_P99_S", "ClientHealth", "RunResult", "Step", "client_health", "cpu_wait_s",
+           "percentile",
            "run_plan", "sweep_rates"]
 
 MAX_LAG_P99_S = 0.025  # schedule lag p99 above this: the client could not keep the schedule
@@ -53,17 +54,32 @@ class ClientHealth:
     wall_s: float
     cpu_per_token_us: float
     cpu_wait_s: float | None = None  # ready to run but waiting for a CPU (Linux schedstat; None elsewhere)
+    workers: int = 1  # client processes (``--workers``); cpu_s and cpu_wait_s are their sums
+    busiest_cpu_s: float | None = None  # the busiest worker's CPU (None: the one process, cpu_s)
+    per_worker: list[dict] = field(default_factory=list)  # each worker's requests, tokens, CPU, lag p99 (workers > 1)
 
     def invalid_reasons(self) -> list[str]:
         out = []
         if self.schedule_lag_p99_s > MAX_LAG_P99_S:
             out.append(f"client schedule lag p99 {self.schedule_lag_p99_s * 1e3:.1f} ms > {MAX_LAG_P99_S * 1e3:g} ms")
-        if self.wall_s > 0 and self.cpu_s / self.wall_s > MAX_CPU_BUSY:
-            out.append(f"client event loop busy {self.cpu_s / self.wall_s:.0%} of the run (> {MAX_CPU_BUSY:.0%})")
-        if self.cpu_wait_s is not None and self.wall_s > 0 and self.cpu_wait_s / self.wall_s > MAX_CPU_WAIT:
-            out.append(f"client waited {self.cpu_wait_s / self.wall_s:.0%} of the run for a CPU (> {MAX_CPU_WAIT:.0%}): "
+        busiest = self.cpu_s if self.busiest_cpu_s is None else self.busiest_cpu_s
+        loop = "client event loop" if self.workers == 1 else "busiest client worker's event loop"
+        if self.wall_s > 0 and busiest / self.wall_s > MAX_CPU_BUSY:
+            out.append(f"{loop} busy {busiest / self.wall_s:.0%} of the run (> {MAX_CPU_BUSY:.0%})")
+        waited = None if self.cpu_wait_s is None or self.wall_s <= 0 else self.cpu_wait_s / self.wall_s / self.workers
+        if waited is not None and waited > MAX_CPU_WAIT:
+            out.append(f"client waited {waited:.0%} of the run for a CPU (> {MAX_CPU_WAIT:.0%}): "
                        f"the machine, busy with other work, set the pace")
         return out
+
+
+def client_health(records: Sequence[RequestRecord], cpu_s: float, wall_s: float, cpu_wait_s: float | None,
+                  workers: int = 1, busiest_cpu_s: float | None = None) -> ClientHealth:
+    """The client's health over ``records``: schedule lag p50/p99 of every request, CPU per streamed token."""
+    lags = [r.sent_s - r.scheduled_s for r in records]
+    tokens = sum(r.output_tokens for r in records)
+    return ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu_s, wall_s,
+                        cpu_s / tokens * 1e6 if tokens else 0.0, cpu_wait_s, workers, busiest_cpu_s)
 
 
 @dataclass
@@ -74,6 +90,7 @@ class RunResult:
     complete: bool
     invalid_reasons: list[str] = field(default_factory=list)
     cut: list[int] = field(default_factory=list)  # indexes of the requests the client cut at the end (``aborted``)
+    failures: list[str] = field(default_factory=list)  # client workers that died, named (the run is incomplete)
 
     def measured(self) -> list[RequestRecord]:
         """The records that count in the summary: a request the client itself cut (Ctrl-C, or still running after
@@ -110,15 +127,16 @@ def cpu_wait_s() -> float | None:
 
 class _Run:
     def __init__(self, client: Client, specs: Callable[[int], RequestSpec], max_in_flight: int,
-                 stop: asyncio.Event, on_record: Callable[[RequestRecord], None] | None) -> None:
+                 stop: asyncio.Event, on_record: Callable[[RequestRecord], None] | None, shard: tuple[int, int]) -> None:
         self.client, self.specs, self.stop = client, specs, stop
+        self.first, self.stride = shard
         self.slots = asyncio.Semaphore(max_in_flight)
         self.records: list[RequestRecord] = []
         self.tasks: set[asyncio.Task] = set()
         self.on_record = on_record
 
     def _start(self, step: int, scheduled_s: float) -> asyncio.Task:
-        index = len(self.records)
+        index = self.first + self.stride * len(self.records)
         spec = self.specs(index)
         rec = self.client.record(index, step, scheduled_s, spec)
         self.records.append(rec)
@@ -171,14 +189,18 @@ class _Run:
 async def run_plan(client: Client, steps: Sequence[Step], specs: Callable[[int], RequestSpec], *,
                    max_in_flight: int, stop: asyncio.Event | None = None, drain_s: float | None = None,
                    on_record: Callable[[RequestRecord], None] | None = None,
-                   on_start: Callable[[], None] | None = None) -> RunResult:
-    """Run ``steps`` in order on a run clock that starts now; ``specs(i)`` is the i-th request to send. Setting
-    ``stop`` ends the run early (incomplete); requests still in flight ``drain_s`` after the last step (default: the
-    client's timeout) are cut. ``on_start()`` is called the moment the run clock starts, so what runs beside the run
-    (a server view, a fault driver) shares its time 0."""
+                   on_start: Callable[[], None] | None = None, shard: tuple[int, int] = (0, 1),
+                   origin: float | None = None) -> RunResult:
+    """Run ``steps`` in order on a run clock that starts now (or at ``origin``, a ``time.monotonic()`` instant);
+    ``specs(i)`` is the i-th request to send. Setting ``stop`` ends the run early (incomplete); requests still in
+    flight ``drain_s`` after the last step (default: the client's timeout) are cut. ``on_start()`` is called the moment
+    the run clock starts, so what runs beside the run (a server view, a fault driver) shares its time 0.
+
+    ``shard`` = (k, n): this is worker k of n (``workers``), given its share of the steps; its requests are numbered
+    k, k + n, k + 2n, ..., which for open-loop arrivals dealt out in turn is each one's place in the whole schedule."""
     stop = stop or asyncio.Event()
-    run = _Run(client, specs, max_in_flight, stop, on_record)
-    client.start_clock()
+    run = _Run(client, specs, max_in_flight, stop, on_record, shard)
+    client.start_clock(origin)
     if on_start is not None:
         on_start()
     cpu0, wait0 = time.thread_time(), cpu_wait_s()
@@ -206,10 +228,7 @@ async def run_plan(client: Client, steps: Sequence[Step], specs: Callable[[int],
             rec.error = "aborted"
             cut.append(rec.index)
     cpu, wall, wait1 = time.thread_time() - cpu0, client.clock(), cpu_wait_s()
-    lags = [r.sent_s - r.scheduled_s for r in run.records]
-    tokens = sum(r.output_tokens for r in run.records)
-    health = ClientHealth(percentile(lags, 50), percentile(lags, 99), cpu, wall, cpu / tokens * 1e6 if tokens else 0.0,
-                          None if wait0 is None or wait1 is None else wait1 - wait0)
+    health = client_health(run.records, cpu, wall, None if wait0 is None or wait1 is None else wait1 - wait0)
     return RunResult(run.records, started, health, complete, health.invalid_reasons(), cut)
 
 
