@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.tally import ScrapeCounts
+
 __all__ = ["KINDS", "Autoscaler", "ScalingPolicy", "Sample", "gpu_utilisation"]
 
 KINDS = ("signals", "utilisation", "static")
@@ -103,7 +105,8 @@ class Autoscaler:
         self.dep = fleet.by_name[name]
         self.samples: list[Sample] = []
         self.gpu_seconds = 0.0
-        self._done_seen = len(fleet.done)
+        self._finished = ScrapeCounts(self.dep.index, tuple(wait_buckets))
+        fleet.watch(self._finished)
         self._arr_seen = fleet.next_arrival
         self._win = _Window(max(1, round(policy.window_s / policy.scrape_interval_s)))
         self._recs: deque[tuple[float, int]] = deque()  # (t, recommendation)
@@ -127,20 +130,11 @@ class Autoscaler:
     # ------------------------------------------------------------------ signals
 
     def _observe(self, t: float) -> dict[str, float]:
-        p, dep_index = self.policy, self.dep.index
-        done = self.fleet.done
-        out_tokens, waits = 0, []
-        for r in done[self._done_seen:]:
-            if r.deployment == dep_index:
-                out_tokens += r.generated
-                w = r.scheduled - r.queue_start
-                if w == w:  # not NaN: it left the queue
-                    waits.append(w)
-        self._done_seen = len(done)
+        p = self.policy
+        out_tokens, counts = self._finished.take()
         end = self.fleet.next_arrival
         in_tokens = float(self._arr_prompt[self._arr_seen:end].sum())
         self._arr_seen = end
-        counts = np.bincount(np.searchsorted(self._bounds, waits), minlength=len(self._bounds) + 1) if waits else None
         self._win.push(in_tokens + out_tokens, counts)
         span_s = len(self._win.tokens) * p.scrape_interval_s
         tokens_per_s = sum(self._win.tokens) / span_s
@@ -219,23 +213,19 @@ class Autoscaler:
                 self._warm_ready_at[slot] = t + p.cold_start_s
             else:
                 start = p.cold_start_s
-            self.fleet._add_replica(self.dep, t + start)
+            self.fleet.add_replica(self.dep, t + start)
 
     def _scale_down(self, t: float, k: int) -> None:
         """Drain the ``k`` newest serving replicas (starting ones first: they hold no requests)."""
         serving = sorted(self._serving(), key=lambda r: (-r.available_from, -r.index))
         for r in serving[:k]:
             self._draining[r.index] = t + self.policy.drain_s
-            r.available_from = math.inf
-        self.dep.router.invalidate()
+            self.fleet.drain_replica(self.dep, r.index)
 
     def _retire(self, t: float) -> None:
         for idx, deadline in list(self._draining.items()):
-            r = self.dep.replicas[idx]
-            if r.outstanding == 0 or t >= deadline:
-                if r.outstanding:
-                    r.abort_all(t)
-                self.fleet.lose_replica(self.dep, idx, t)
+            if self.dep.replicas[idx].outstanding == 0 or t >= deadline:
+                self.fleet.retire_replica(self.dep, idx, t)
                 del self._draining[idx]
 
     # ------------------------------------------------------------------ loop
