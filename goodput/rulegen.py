@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from exporters.catalog import GATEWAY_BUCKETS
+from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput.dashboard_ids import alert_link
 from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
@@ -191,7 +192,7 @@ def _llm_rules(b: _Builder) -> dict:
     rec = []
     for metric in LATENCY:
         for short, q in QUANTILES:
-            rec.append(b.record(f"deployment_tier:{metric}:{short}_5m",
+            rec.append(b.record(tier_quantile(metric, short),
                                 f"histogram_quantile({q}, sum by (le, deployment, tier) (rate({metric}_bucket[5m])))"))
     rec.append(b.record("deployment_tier_route:llm_gateway_time_to_first_token_seconds:p99_5m",
                         "histogram_quantile(0.99, sum by (le, deployment, tier, route) "
@@ -201,7 +202,7 @@ def _llm_rules(b: _Builder) -> dict:
                  "sum by (deployment, tier) (rate(llm_gateway_input_tokens_total[5m]))"),
         b.record("deployment_tier:llm_gateway_output_tokens:rate5m",
                  "sum by (deployment, tier) (rate(llm_gateway_output_tokens_total[5m]))"),
-        b.record("deployment:llm_gateway_tokens:rate5m",
+        b.record(TOKENS_RATE,
                  "sum by (deployment) (deployment_tier:llm_gateway_input_tokens:rate5m)\n"
                  "+ on (deployment)\nsum by (deployment) (deployment_tier:llm_gateway_output_tokens:rate5m)"),
         b.record("deployment_tier:llm_gateway_requests:rate5m",
@@ -216,29 +217,26 @@ def _llm_rules(b: _Builder) -> dict:
                  'sum by (deployment, tier) (rate(llm_gateway_requests_total{outcome="timeout"}[5m]))\n'
                  "/ on (deployment, tier)\ndeployment_tier:llm_gateway_requests:rate5m"),
         b.record("deployment:llm_kv_cache_usage_ratio:max", "max by (deployment) (llm_kv_cache_usage_ratio)"),
-        b.record("deployment:llm_kv_cache_usage_ratio:avg", "avg by (deployment) (llm_kv_cache_usage_ratio)"),
+        b.record(KV_USAGE_AVG, "avg by (deployment) (llm_kv_cache_usage_ratio)"),
         b.record("deployment:llm_preemptions:rate5m", "sum by (deployment) (rate(llm_preemptions_total[5m]))"),
         b.record("deployment:llm_gateway_kv_capacity_rejections:rate5m",
                  'sum by (deployment) (rate(llm_gateway_rejections_total{reason="kv_capacity"}[5m]))'),
         b.record("deployment:llm_replicas_available:max",
                  'max by (deployment) (llm_deployment_replicas{state="available"})'),
         b.record("deployment:llm_replicas_required:ceil",
-                 f"ceil(\n  deployment:llm_gateway_tokens:rate5m\n  / on (deployment)\n"
+                 f"ceil(\n  {TOKENS_RATE}\n  / on (deployment)\n"
                  f"  max by (deployment) (llm_capacity_replica_goodput_tokens_per_second)\n"
                  f"  * {th['capacity_redundancy']}\n)"),
-        b.record("deployment_signal:llm_autoscale_desired_replicas:ceil", "deployment:llm_replicas_required:ceil",
-                 {"signal": "demand"}),
-        b.record("deployment_signal:llm_autoscale_desired_replicas:ceil",
-                 f"ceil(deployment:llm_replicas_available:max * on (deployment) deployment:llm_kv_cache_usage_ratio:avg"
+        b.record(AUTOSCALE_SIGNAL, "deployment:llm_replicas_required:ceil", {"signal": "demand"}),
+        b.record(AUTOSCALE_SIGNAL, f"ceil(deployment:llm_replicas_available:max * on (deployment) {KV_USAGE_AVG}"
                  f" / {th['autoscale_kv_target_ratio']})", {"signal": "kv"}),
-        b.record("deployment_signal:llm_autoscale_desired_replicas:ceil",
+        b.record(AUTOSCALE_SIGNAL,
                  # votes only while the queue is over its target: a vote of "as many as now" would hold the
                  # maximum at the available count and the deployment could never scale down
                  "ceil(\n  deployment:llm_replicas_available:max\n  * on (deployment)\n  (max by (deployment) "
-                 f"(deployment_tier:llm_gateway_queue_wait_seconds:p95_5m) / {th['autoscale_queue_target_seconds']} > 1)\n)",
+                 f"({QUEUE_WAIT_P95}) / {th['autoscale_queue_target_seconds']} > 1)\n)",
                  {"signal": "queue"}),
-        b.record("deployment:llm_autoscale_desired_replicas:max",
-                 "clamp_min(max by (deployment) (deployment_signal:llm_autoscale_desired_replicas:ceil), 1)"),
+        b.record(AUTOSCALE_DESIRED, f"clamp_min(max by (deployment) ({AUTOSCALE_SIGNAL}), 1)"),
     ]
     return {"groups": [{"name": "llm.recording", "rules": rec}]}
 

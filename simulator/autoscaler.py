@@ -21,11 +21,15 @@ for until it is gone, warm-pool replicas included.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
+
+from simulator.tally import ScrapeCounts
 
 __all__ = ["KINDS", "Autoscaler", "ScalingPolicy", "Sample", "gpu_utilisation"]
 
@@ -77,18 +81,31 @@ class Sample:
 
 @dataclass
 class _Window:
-    """Per-scrape buckets of what happened, kept for ``window_s``."""
+    """Per-scrape buckets of what happened, kept for ``span`` scrapes; ``waits`` sums the queue-wait histograms
+    in the window (counts: adding and removing them is exact)."""
 
     span: int
+    n_bounds: int
     tokens: deque = field(default_factory=deque)
-    waits: deque = field(default_factory=deque)
+    hists: deque = field(default_factory=deque)
+    waits: list = field(default_factory=list)
+    n_hists: int = 0
 
-    def push(self, tokens: float, waits) -> None:
+    def __post_init__(self) -> None:
+        self.waits = [0] * (self.n_bounds + 1)
+
+    def push(self, tokens: float, hist: list[int] | None) -> None:
         self.tokens.append(tokens)
-        self.waits.append(waits)
+        self.hists.append(hist)
+        self._count(hist, 1)
         while len(self.tokens) > self.span:
             self.tokens.popleft()
-            self.waits.popleft()
+            self._count(self.hists.popleft(), -1)
+
+    def _count(self, hist: list[int] | None, sign: int) -> None:
+        if hist is not None:
+            self.waits = [w + sign * c for w, c in zip(self.waits, hist, strict=True)]
+            self.n_hists += sign
 
 
 class Autoscaler:
@@ -99,16 +116,19 @@ class Autoscaler:
         if policy.kind not in KINDS:
             raise ValueError(f"policy kind must be one of {KINDS}, got {policy.kind!r}")
         self.fleet, self.policy, self.tp = fleet, policy, tp
-        self._bounds = np.asarray(wait_buckets, dtype=float)
+        self._bounds = tuple(float(b) for b in wait_buckets)
         self.dep = fleet.by_name[name]
         self.samples: list[Sample] = []
         self.gpu_seconds = 0.0
-        self._done_seen = len(fleet.done)
+        self._finished = ScrapeCounts(self.dep.index, tuple(wait_buckets))
+        fleet.watch(self._finished)
         self._arr_seen = fleet.next_arrival
-        self._win = _Window(max(1, round(policy.window_s / policy.scrape_interval_s)))
+        self._win = _Window(max(1, round(policy.window_s / policy.scrape_interval_s)), len(wait_buckets))
         self._recs: deque[tuple[float, int]] = deque()  # (t, recommendation)
         self._events: deque[tuple[float, int]] = deque()  # (t, +added / -removed)
         self._draining: dict[int, float] = {}  # replica index -> drain deadline
+        self._alive: list = []  # the deployment's alive replicas in index order (its list keeps the dead ones too)
+        self._known = 0  # replicas of the deployment seen so far
         self._warm_ready_at: list[float] = [0.0] * policy.warm_pool  # when each warm slot is loaded again
         self.target = len(self._serving())  # the replica count last decided (a ReplicaSet restores lost ones)
         a = fleet.arrivals
@@ -118,29 +138,25 @@ class Autoscaler:
     # ------------------------------------------------------------------ state
 
     def _live(self) -> list:
-        return [r for r in self.dep.replicas if r.alive]
+        reps = self.dep.replicas
+        if len(reps) > self._known:  # added since (by this autoscaler or by a fleet event)
+            self._alive += reps[self._known:]
+            self._known = len(reps)
+        self._alive = [r for r in self._alive if r.alive]
+        return self._alive
 
     def _serving(self) -> list:
         """Replicas counted as the deployment's current size: alive and not draining."""
-        return [r for r in self.dep.replicas if r.alive and r.index not in self._draining]
+        return [r for r in self._live() if r.index not in self._draining]
 
     # ------------------------------------------------------------------ signals
 
     def _observe(self, t: float) -> dict[str, float]:
-        p, dep_index = self.policy, self.dep.index
-        done = self.fleet.done
-        out_tokens, waits = 0, []
-        for r in done[self._done_seen:]:
-            if r.deployment == dep_index:
-                out_tokens += r.generated
-                w = r.scheduled - r.queue_start
-                if w == w:  # not NaN: it left the queue
-                    waits.append(w)
-        self._done_seen = len(done)
+        p = self.policy
+        out_tokens, counts = self._finished.take()
         end = self.fleet.next_arrival
         in_tokens = float(self._arr_prompt[self._arr_seen:end].sum())
         self._arr_seen = end
-        counts = np.bincount(np.searchsorted(self._bounds, waits), minlength=len(self._bounds) + 1) if waits else None
         self._win.push(in_tokens + out_tokens, counts)
         span_s = len(self._win.tokens) * p.scrape_interval_s
         tokens_per_s = sum(self._win.tokens) / span_s
@@ -156,18 +172,17 @@ class Autoscaler:
     def _wait_quantile(self, q: float) -> float:
         """``histogram_quantile`` over the window's queue-wait buckets: linear within the bucket, the highest
         finite bound when the quantile falls in +Inf, 0 without observations."""
-        hists = [h for h in self._win.waits if h is not None]
-        if not hists:
+        if not self._win.n_hists:
             return 0.0
-        cum = np.cumsum(np.sum(hists, axis=0))
+        cum = list(accumulate(self._win.waits))
         rank = q * cum[-1]
-        i = int(np.searchsorted(cum, rank))
+        i = bisect_left(cum, rank)
         bounds = self._bounds
         if i >= len(bounds):
-            return float(bounds[-1])
+            return bounds[-1]
         lo, below = (bounds[i - 1], cum[i - 1]) if i > 0 else (0.0, 0.0)
         in_bucket = cum[i] - below
-        return float(lo + (bounds[i] - lo) * ((rank - below) / in_bucket if in_bucket else 1.0))
+        return lo + (bounds[i] - lo) * ((rank - below) / in_bucket if in_bucket else 1.0)
 
     def recommend(self, s: dict[str, float]) -> int:
         """The raw replica count the policy asks for, before stabilisation and limits."""
@@ -219,23 +234,19 @@ class Autoscaler:
                 self._warm_ready_at[slot] = t + p.cold_start_s
             else:
                 start = p.cold_start_s
-            self.fleet._add_replica(self.dep, t + start)
+            self.fleet.add_replica(self.dep, t + start)
 
     def _scale_down(self, t: float, k: int) -> None:
         """Drain the ``k`` newest serving replicas (starting ones first: they hold no requests)."""
         serving = sorted(self._serving(), key=lambda r: (-r.available_from, -r.index))
         for r in serving[:k]:
             self._draining[r.index] = t + self.policy.drain_s
-            r.available_from = math.inf
-        self.dep.router.invalidate()
+            self.fleet.drain_replica(self.dep, r.index)
 
     def _retire(self, t: float) -> None:
         for idx, deadline in list(self._draining.items()):
-            r = self.dep.replicas[idx]
-            if r.outstanding == 0 or t >= deadline:
-                if r.outstanding:
-                    r.abort_all(t)
-                self.fleet.lose_replica(self.dep, idx, t)
+            if self.dep.replicas[idx].outstanding == 0 or t >= deadline:
+                self.fleet.retire_replica(self.dep, idx, t)
                 del self._draining[idx]
 
     # ------------------------------------------------------------------ loop

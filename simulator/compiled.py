@@ -17,7 +17,7 @@ from pathlib import Path
 __all__ = ["COMPILED_MODULES", "build_status", "check_fresh", "source_copy"]
 
 COMPILED_MODULES = ("simulator.request", "simulator.roofline", "simulator.replica", "simulator.replica_queue",
-                    "simulator.router", "simulator.fleet")
+                    "simulator.router", "simulator.fleet", "simulator.tally")
 
 # wheel installs unpack the sources and the builds within moments of each other, in any order
 _MTIME_SLACK_S = 2.0

@@ -26,7 +26,10 @@ cdef class Fleet:
     cdef public dict by_name
     cdef public double now
     cdef public tuple _cols
+    cdef public bint keep_done
+    cdef public list sinks
 
+    cpdef _finished(self, Request req)
     cpdef reschedule(self, Replica rep)
     @cython.locals(dep=Deployment, rep=Replica)
     cpdef submit(self, Request req, double t)

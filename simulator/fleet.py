@@ -4,6 +4,11 @@
 segment ends (a step or a run of decode steps, kept in a ``ReplicaQueue``), request arrivals, and
 scheduled fleet events (replica lost or added, releases). It can be called repeatedly, which is how
 the live fleet drives the same model in real time.
+
+Finished requests are kept in ``done`` (``keep_done``, the default) and handed to the sinks given to
+``watch``; a long replay that only needs counts keeps none (``simulator/tally.py``). A controller outside the
+loop (the autoscaler, the live fleet's admin API) changes the fleet through ``add_replica``, ``drain_replica``,
+``retire_replica`` and ``lose_replica``.
 """
 
 from __future__ import annotations
@@ -52,10 +57,12 @@ class Fleet:
 
     def __init__(self, cfg: FleetConfig, arrivals: Arrivals | None = None,
                  observer_factory: Callable[[Deployment, int], object] | None = None,
-                 max_run_steps: int = 1 << 60) -> None:
+                 max_run_steps: int = 1 << 60, keep_done: bool = True) -> None:
         self.cfg = cfg
         self.max_run_steps = max_run_steps
         self.done: list[Request] = []
+        self.keep_done = keep_done
+        self.sinks: list = []
         self.observer_factory = observer_factory
         self.deployments: list[Deployment] = []
         self.by_name: dict[str, Deployment] = {}
@@ -69,7 +76,7 @@ class Fleet:
             self.deployments.append(dep)
             self.by_name[d.name] = dep
             for _ in range(d.replicas):
-                self._add_replica(dep, 0.0)
+                self.add_replica(dep, 0.0)
         self.queue = ReplicaQueue()
         self.now = 0.0
         self.arrivals = arrivals
@@ -83,16 +90,29 @@ class Fleet:
 
     # ------------------------------------------------------------------ structure
 
-    def _add_replica(self, dep: Deployment, available_from: float) -> Replica:
+    def add_replica(self, dep: Deployment, available_from: float) -> Replica:
+        """A new replica of ``dep`` (the next index), routed to from ``available_from`` (its cold start's end)."""
         idx = len(dep.replicas)
         obs = self.observer_factory(dep, idx) if self.observer_factory else None
-        rep = self.replica_class(idx, dep.cfg.engine, dep.roofline, dep.num_blocks, self.done.append, obs, self.max_run_steps)
+        rep = self.replica_class(idx, dep.cfg.engine, dep.roofline, dep.num_blocks, self._finished, obs, self.max_run_steps)
         rep.available_from = available_from
         rep.step_scale, rep.prefill_scale, rep.decode_scale = dep.step_scale, dep.prefill_scale, dep.decode_scale
         rep.deployment = dep.index
         dep.replicas.append(rep)
         dep.router.invalidate()
         return rep
+
+    def drain_replica(self, dep: Deployment, index: int) -> None:
+        """Replica ``index`` takes no new requests from now on; it finishes what it holds (then ``retire_replica``)."""
+        dep.replicas[index].available_from = inf
+        dep.router.invalidate()
+
+    def retire_replica(self, dep: Deployment, index: int, t: float) -> None:
+        """A drained replica is gone at ``t``: what it still holds is aborted (finish_reason ``abort``)."""
+        rep = dep.replicas[index]
+        if rep.alive and rep.outstanding:
+            rep.abort_all(t)
+        self.lose_replica(dep, index, t)
 
     def lose_replica(self, dep: Deployment, index: int, t: float) -> None:
         """Replica ``index`` dies at ``t``: its requests fail and the router stops sending to it."""
@@ -101,6 +121,16 @@ class Fleet:
             rep.fail_all(t)
             self.queue.update(rep)
             dep.router.invalidate()
+
+    def watch(self, sink) -> None:
+        """Hand every request that finishes from now on to ``sink.add(request)``."""
+        self.sinks.append(sink)
+
+    def _finished(self, req: Request) -> None:
+        if self.keep_done:
+            self.done.append(req)
+        for sink in self.sinks:
+            sink.add(req)
 
     def reschedule(self, rep: Replica) -> None:
         """``rep``'s current segment changed (it was handed a request, aborted one, or sped up)."""
@@ -115,7 +145,7 @@ class Fleet:
         if rep is None:
             req.finish_reason, req.reject_reason, req.completed = "rejected", "overloaded", t
             req.state = 4
-            self.done.append(req)
+            self._finished(req)
             return
         if rep.submit(req, t):
             self.queue.update(rep)
@@ -144,7 +174,7 @@ class Fleet:
             if ev.replica < len(deps[0].replicas):  # an event may name a replica the fleet never grew to
                 self.lose_replica(deps[0], ev.replica, t)
         elif ev.kind == "replica_added":
-            self._add_replica(deps[0], t + ev.cold_start_s)
+            self.add_replica(deps[0], t + ev.cold_start_s)
         elif ev.kind == "release":
             for dep in deps:
                 dep.step_scale *= ev.effect("step_time_scale")

@@ -274,7 +274,7 @@ class LiveFleet:
         with self.lock:
             dep = self._deployment(deployment)
             now = self.advance()
-            self.fleet._add_replica(dep, now + cold_start_s)  # the fleet's replica_added path
+            self.fleet.add_replica(dep, now + cold_start_s)  # the fleet's replica_added path
             self._sync_servers()
             rs = self.servers[-1]
             if rs.error:

@@ -28,9 +28,11 @@ from exporters.catalog import GATEWAY_BUCKETS
 from goodput.foundation.errors import ConfigError
 from simulator.autoscaler import Autoscaler, ScalingPolicy
 from simulator.fleet import Fleet
-from simulator.workload import generate
+from simulator.request import TIER_RANK
+from simulator.tally import SloTally
+from simulator.workload import Arrivals, generate
 
-__all__ = ["SCENARIOS", "evaluate", "scenario"]
+__all__ = ["SCENARIOS", "evaluate", "initial_replicas", "scenario"]
 
 SCENARIOS = ("burst", "diurnal", "release", "replica_loss")
 DISTURBANCE_S = 3600.0
@@ -64,7 +66,7 @@ def scenario(name: str, d: PlannedDeployment, duration_s: float) -> tuple[list[d
     return workloads, events, t_d
 
 
-def _initial(d: PlannedDeployment, p: ScalingPolicy, workloads: list[dict]) -> int:
+def initial_replicas(d: PlannedDeployment, p: ScalingPolicy, workloads: list[dict]) -> int:
     """What the policy would settle at for the scenario's opening load."""
     if p.kind == "static":
         return p.min_replicas
@@ -77,30 +79,11 @@ def _initial(d: PlannedDeployment, p: ScalingPolicy, workloads: list[dict]) -> i
     return min(max(n, p.min_replicas), p.max_replicas)
 
 
-def _outcomes(fleet: Fleet, d: PlannedDeployment, duration_s: float, t_d: float) -> dict[str, Any]:
+def _outcomes(tally: SloTally, d: PlannedDeployment, t_d: float) -> dict[str, Any]:
     tiers = d.demand.tiers()
-    n_buckets = max(1, math.ceil(duration_s / BUCKET_S))
-    total = {t: [0] * n_buckets for t in tiers}
-    good = {t: [0] * n_buckets for t in tiers}
-    limits = {t: (d.slos[t].ttft_s, d.slos[t].tpot_s) for t in tiers}
-    rejected = 0
-    for r in fleet.done:  # meets_slo, inlined: this loop sees every request of a simulated day
-        a = r.arrival
-        if a >= duration_s:
-            continue
-        b = int(a // BUCKET_S)
-        tier = r.tier
-        total[tier][b] += 1
-        fr = r.finish_reason
-        if fr == "stop" or fr == "length":
-            ttft_s, tpot_s = limits[tier]
-            n = r.generated
-            if r.first_token - a <= ttft_s and (n < 2 or (r.last_token - r.first_token) / (n - 1) <= tpot_s):
-                good[tier][b] += 1
-        elif fr == "rejected":
-            rejected += 1
-    tot = {t: np.asarray(total[t], dtype=float) for t in tiers}
-    gd = {t: np.asarray(good[t], dtype=float) for t in tiers}
+    n_buckets = len(tally.total[0])
+    tot = {t: np.asarray(tally.total[TIER_RANK[t]], dtype=float) for t in tiers}
+    gd = {t: np.asarray(tally.good[TIER_RANK[t]], dtype=float) for t in tiers}
     attainment = {t: float(gd[t].sum() / tot[t].sum()) if tot[t].sum() else None for t in tiers}
     series = {t: np.where(tot[t] > 0, gd[t] / np.maximum(tot[t], 1), np.nan) for t in tiers}
     strict = min(tiers)  # P0 before P1 before P2
@@ -115,19 +98,23 @@ def _outcomes(fleet: Fleet, d: PlannedDeployment, duration_s: float, t_d: float)
             if ok[b:b + RECOVERED_BUCKETS].all():
                 ttr = b * BUCKET_S - t_d
                 break
-    return {"attainment": attainment, "rejected": rejected, "time_to_recover_s": ttr,
+    return {"attainment": attainment, "rejected": tally.rejected, "time_to_recover_s": ttr,
             "attainment_timeline": {t: [None if math.isnan(v) else round(float(v), 4) for v in series[t]]
                                     for t in tiers}}
 
 
 def _run(d: PlannedDeployment, p: ScalingPolicy, workloads: list[dict], events: list[dict], duration_s: float,
-         t_d: float, seed: int) -> dict[str, Any]:
-    cfg = fleet_config(f"plan {d.name}", d.name, d.candidate, _initial(d, p, workloads), workloads, events, seed)
-    fleet = Fleet(cfg, generate(cfg, duration_s, seed))
+         t_d: float, seed: int, arrivals: Arrivals) -> dict[str, Any]:
+    cfg = fleet_config(f"plan {d.name}", d.name, d.candidate, initial_replicas(d, p, workloads), workloads, events, seed)
+    # a day is ~10^6 requests: count each as it finishes instead of keeping it
+    fleet = Fleet(cfg, arrivals, keep_done=False)
+    tally = SloTally({TIER_RANK[t]: (d.slos[t].ttft_s, d.slos[t].tpot_s) for t in d.demand.tiers()}, BUCKET_S,
+                     duration_s)
+    fleet.watch(tally)
     scaler = Autoscaler(fleet, d.name, p, tp=d.candidate.tp, wait_buckets=GATEWAY_BUCKETS)
     scaler.run(duration_s)
     fleet.drain(duration_s + 600.0)
-    out = _outcomes(fleet, d, duration_s, t_d)
+    out = _outcomes(tally, d, t_d)
     samples = scaler.samples
     out.update({
         "gpu_hours": round(scaler.gpu_seconds / 3600.0, 2),
@@ -162,7 +149,10 @@ def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy
     runs = [(label, p) for label, p in (("static peak", static), ("policy", ours), ("utilisation 80%", util))
             if policies_to_run in (None, label)]
     results = {}
-    args = [(d, p, workloads, events, duration, t_d, seed) for _, p in runs]
+    # every policy replays the same requests: the arrivals depend on the workloads and the seed, not the replicas
+    probe = fleet_config(f"plan {d.name}", d.name, d.candidate, 1, workloads, events, seed)
+    arrivals = generate(probe, duration, seed)
+    args = [(d, p, workloads, events, duration, t_d, seed, arrivals) for _, p in runs]
     if jobs == 1 or len(runs) == 1:
         for i, ((label, _), a) in enumerate(zip(runs, args, strict=True)):
             results[label] = _run(*a)

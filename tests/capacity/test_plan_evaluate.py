@@ -1,18 +1,25 @@
 """goodput plan evaluate and the autoscaler in the simulator's loop: our policy against static peak provisioning
-and a GPU-utilisation policy on a burst; replicas lost are replaced after a cold start; bad policy files."""
+and a GPU-utilisation policy on a burst; replicas lost are replaced after a cold start; bad policy files; the
+lean replay (requests counted as they finish, none kept) equals the replay that keeps every request."""
 
 import json
+import math
 
+import numpy as np
 import pytest
 import yaml
 
-from capacity.plan.fleetspec import fleet_config, stream_workload
+from capacity.plan.evaluate import evaluate, initial_replicas, scenario
+from capacity.plan.fleetspec import fleet_config, meets_slo, stream_workload
 from capacity.plan.planfile import load_plan_file
+from capacity.plan.policyfile import load_policy_file
+from exporters.catalog import GATEWAY_BUCKETS
 from goodput.cli import main
 from simulator.autoscaler import Autoscaler, ScalingPolicy
 from simulator.fleet import Fleet
+from simulator.tally import ScrapeCounts
 from simulator.workload import generate
-from tests.capacity.plan_fixtures import RAG
+from tests.capacity.plan_fixtures import CHAT, RAG
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +95,84 @@ def test_every_scenario_reports_every_policy(planned, capsys, scenario):
     assert f"scenario {scenario} (1200 s" in out
     for label in ("static peak", "policy", "utilisation 80%"):
         assert label in out
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory):
+    """A two-tier chat pool (P0 chat, P1 code) on one candidate, planned and with its policy."""
+    tmp = tmp_path_factory.mktemp("chat")
+    (tmp / "demand.yaml").write_text(CHAT.split("      - {name: a100")[0])
+    assert main(["plan", "replicas", "--demand", str(tmp / "demand.yaml"), "--simulate", "--out",
+                 str(tmp / "plan.yaml"), "--jobs", "1"]) == 0
+    assert main(["plan", "autoscale", "--plan", str(tmp / "plan.yaml"), "--cold-start", "180s",
+                 "--out", str(tmp)]) == 0
+    return load_plan_file(tmp / "plan.yaml")[0], load_policy_file(tmp / "policy.yaml")["chat"]
+
+
+def _kept(d, policy, name: str, duration: float) -> dict:
+    """The scenario replayed keeping every request, its outcomes counted one request at a time with the planner's
+    SLO test (``meets_slo``): the reference for ``evaluate``'s lean replay."""
+    workloads, events, _ = scenario(name, d, duration)
+    cfg = fleet_config("t", d.name, d.candidate, initial_replicas(d, policy, workloads), workloads, events, 0)
+    fleet = Fleet(cfg, generate(cfg, duration, 0))
+    scaler = Autoscaler(fleet, d.name, policy, tp=d.candidate.tp, wait_buckets=GATEWAY_BUCKETS)
+    scaler.run(duration)
+    fleet.drain(duration + 600.0)
+    arrived = [r for r in fleet.done if r.arrival < duration]
+    out = {"rejected": sum(r.finish_reason == "rejected" for r in arrived), "attainment": {}, "timeline": {},
+           "gpu_hours": round(scaler.gpu_seconds / 3600.0, 2), "max_replicas": max(s.provisioned for s in scaler.samples),
+           "desired": [s.desired for s in scaler.samples]}
+    minutes = math.ceil(duration / 60.0)
+    for tier in d.demand.tiers():
+        mine = [r for r in arrived if r.tier == tier]
+        good = [meets_slo(r, d.slos[tier]) for r in mine]
+        out["attainment"][tier] = sum(good) / len(good)
+        total, met = np.zeros(minutes), np.zeros(minutes)
+        for r, ok in zip(mine, good, strict=True):
+            total[int(r.arrival // 60)] += 1
+            met[int(r.arrival // 60)] += ok
+        out["timeline"][tier] = [round(m / n, 4) if n else None for m, n in zip(met, total, strict=True)]
+    return out
+
+
+def test_the_lean_replay_equals_the_replay_that_keeps_every_request(chat):
+    """evaluate keeps no request (a day is ~10^6 of them): attainment per tier and per minute, rejections, GPU-hours
+    and every scaling decision must be exactly those of the replay that keeps them all."""
+    d, policy = chat
+    lean = evaluate([d], {d.name: policy}, "burst", duration_s=1800.0, policies_to_run="policy")["policies"]["policy"]
+    kept = _kept(d, policy, "burst", 1800.0)
+    assert set(kept["attainment"]) == {"P0", "P1"}
+    assert 0.5 < kept["attainment"]["P0"] < 1.0, "the burst should cost some P0 requests their SLO"
+    assert len(set(kept["desired"])) > 1, "the policy should scale during the burst"
+    assert lean["attainment"] == kept["attainment"]
+    assert lean["attainment_timeline"] == kept["timeline"]
+    assert (lean["rejected"], lean["gpu_hours"], lean["max_replicas"]) == \
+        (kept["rejected"], kept["gpu_hours"], kept["max_replicas"])
+    assert lean["timeline"]["desired"] == kept["desired"]
+
+
+def test_scrape_counts_equal_a_pass_over_the_requests_finished_since_the_last_scrape(chat):
+    """The autoscaler's demand and queue-wait signals read ScrapeCounts; main read the fleet's kept requests
+    (output tokens, and a histogram of queue waits by searchsorted on the bucket bounds). Same counts, every scrape."""
+    d, _ = chat
+    wls = [stream_workload(d.name, s, {"process": "poisson", "rate": s.peak_rps * 1.3}) for s in d.demand.streams]
+    cfg = fleet_config("t", d.name, d.candidate, 2, wls)  # overloaded: long queue waits, rejections
+    fleet = Fleet(cfg, generate(cfg, 600, 0))
+    counts = ScrapeCounts(0, GATEWAY_BUCKETS)
+    fleet.watch(counts)
+    seen, scrapes, waited = 0, 0, 0
+    for t in np.arange(15.0, 601.0, 15.0):
+        fleet.run(t)
+        new = fleet.done[seen:]
+        seen = len(fleet.done)
+        waits = [r.scheduled - r.queue_start for r in new if r.scheduled == r.scheduled]
+        tokens, hist = counts.take()
+        assert tokens == sum(r.generated for r in new)
+        if waits:
+            expect = np.bincount(np.searchsorted(GATEWAY_BUCKETS, waits), minlength=len(GATEWAY_BUCKETS) + 1)
+            assert hist == expect.tolist(), t
+            waited += max(waits) > 1.0
+        else:
+            assert hist is None
+        scrapes += bool(new)
+    assert scrapes > 30 and waited, "the pool should finish requests at most scrapes, some after long waits"
