@@ -4,7 +4,8 @@ Its first path segment picks the behaviour, so a test's target URL is ``http://1
 ``status-429`` / ``status-503`` answer that status, ``hang`` never answers, ``trickle`` streams a chunk every
 0.2 s for 6 s, ``cut`` streams one chunk then drops the connection, ``html`` is a web page (not an OpenAI
 server), ``gate`` holds every answer until ``gate_open`` is set (counting how many requests it held at once),
-then streams two content chunks with usage.
+then streams two content chunks with usage. ``tokens`` streams one content event per requested token (1 ms apart,
+as vLLM does one per engine step), then usage; a client that goes away mid-way is counted in ``dropped``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class StubTarget:
         self.held = 0
         self.max_held = 0
         self.seen = 0
+        self.dropped = 0
         self.headers: list[dict[str, str]] = []
         stub = self
 
@@ -45,7 +47,7 @@ class StubTarget:
                     self._send(200, json.dumps({"object": "list", "data": [{"id": "stub-model"}]}).encode())
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with stub.lock:
                     stub.seen += 1
                     stub.headers.append({k.lower(): v for k, v in self.headers.items()})
@@ -78,6 +80,19 @@ class StubTarget:
                         self._event({"choices": [{"index": 0, "delta": {"content": word}}]})
                     self._event({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 2}})
                     self.wfile.write(b"data: [DONE]\n\n")
+                elif kind == "tokens":
+                    n = min(int(json.loads(body)["max_tokens"]), 2000)
+                    self._stream_head()
+                    try:
+                        for _ in range(n):
+                            if stub.closing.wait(0.001):
+                                return
+                            self._event({"choices": [{"index": 0, "delta": {"content": " tok"}}]})
+                        self._event({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": n}})
+                        self.wfile.write(b"data: [DONE]\n\n")
+                    except ConnectionError:
+                        with stub.lock:
+                            stub.dropped += 1
 
             def _stream_head(self) -> None:
                 self.send_response(200)
