@@ -407,6 +407,24 @@ def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) ->
     )
 
 
+# GuideLLM's strategy -> our arrival pattern: "constant" spaces arrivals evenly (gamma gaps with cv 0, as vLLM's
+# burstiness → ∞); "concurrent" and "synchronous" (one stream) keep N requests in flight, our closed loop
+_GUIDELLM_PATTERNS = {"constant": ("gamma", {"cv": 0.0}), "poisson": ("poisson", {}),
+                      "concurrent": ("concurrency", {}), "synchronous": ("concurrency", {})}
+
+
+def _guidellm_arrival(kinds: set[str], rates: list[float | None]) -> dict:
+    """The comparability ``arrival`` in our pattern names (GuideLLM's own kept as ``tool_pattern``), so that
+    ``compare`` finds a goodput run of the same arrivals comparable; a mix of strategies (a sweep) keeps its names."""
+    named = "/".join(sorted(k for k in kinds if k))
+    if len(kinds) != 1 or named not in _GUIDELLM_PATTERNS:
+        return {"pattern": named, "rates": rates}
+    pattern, extra = _GUIDELLM_PATTERNS[named]
+    if pattern == "concurrency":
+        return {"pattern": pattern, "tool_pattern": named}
+    return {"pattern": pattern, **extra, "rates": rates, "tool_pattern": named}
+
+
 def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[RequestRecord]]:
     summary = new_summary("guidellm")
     benches = data["benchmarks"]
@@ -444,7 +462,7 @@ def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[Reque
         if not summary["comparability"]["model"] and isinstance(cfg.get("backend"), dict):
             summary["comparability"]["model"] = str(cfg["backend"].get("model") or "")
     comp = summary["comparability"]
-    comp["arrival"] = {"pattern": "/".join(sorted(k for k in kinds if k)), "rates": rates}
+    comp["arrival"] = _guidellm_arrival(kinds, rates)
     comp["concurrency_steps"] = [c for c in concs if c]
     comp["slo"] = str(slo)
     comp["tool_version"] = version
