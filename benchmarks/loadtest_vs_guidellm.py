@@ -21,10 +21,12 @@ TTFT for those requests, and the client's excess over it (client TTFT − fleet 
 
 **Maximum rate** (``benchmarks.stub_target``: pre-encoded SSE at a fixed ITL, costing the target little): each tool
 is stepped through ``--ladder`` Poisson rates (GuideLLM ``kind=poisson`` with ``--override profile.rate``; ours
-``--pattern step --steps rate=…``). A rate is **sustained** when the tool sent ≥ 95% of the offered requests, none
-failed, its schedule lag p99 ≤ 50 ms, its ITL p50 is within 20% of the stub's, and the stub was not the limit (its
-CPU < 50% of a core). Each tool's CPU (GuideLLM: its whole process tree, worker processes included; ours: the one
-process) is sampled from /proc beside the stub's token counter and reported per streamed token.
+``--pattern step --steps rate=…``). A rate is **sustained** when the tool sent ≥ 95% of the requests it scheduled
+(GuideLLM's cancelled ones count as scheduled), none failed, its schedule lag p99 (send − due) ≤ 50 ms, its ITL
+p50 is within 20% of the stub's measured tick, and the stub was not the limit (its CPU < 50% of a core); the
+maximum is the highest rate sustained with every lower one sustained too. Each tool's CPU (GuideLLM: its whole
+process tree, worker processes included; ours: the one process) is sampled from /proc every 0.25 s beside the
+stub's token counter, and reported per streamed token over the span in which the stub streamed.
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ tok.save(str(out / "tokenizer.json"))
                                            '"eos_token": "</s>", "unk_token": "[UNK]", "model_max_length": 131072}')
 """
 FLEET_SERVE = "import sys; from goodput.cli import main; sys.exit(main(sys.argv[1:]))"
-WORKLOAD = "api: chat\ninput_tokens: {{p50: {p}, p95: {p}, max: {p}}}\noutput_tokens: {{p50: {o}, p95: {o}, max: {o}}}\n"
+# every request the same size: without ``min`` (default 1) half the requests would be drawn between 1 and p50
+WORKLOAD = ("api: chat\ninput_tokens: {{min: {p}, p50: {p}, max: {p}}}\n"
+            "output_tokens: {{min: {o}, p50: {o}, max: {o}}}\n")
 SLO = "ttft_p95=60s"
 SUSTAINED = {"sent_fraction": 0.95, "lag_p99_s": 0.050, "itl_tolerance": 0.20, "stub_cpu_busy": 0.50}
 
@@ -132,18 +136,24 @@ class Sampler(threading.Thread):
                         stats = http.get(self.stats_url).json()
                 self.samples.append((time.time(), tree_cpu_s(self.root, self.seen), stats))
 
-    def cpu_per_token(self) -> dict:
-        """Client CPU and stub tokens over the span in which the stub streamed tokens (first to last increase)."""
-        pts = [(cpu, s["tokens"], s["cpu_s"], t, s["ticks"]) for t, cpu, s in self.samples if s]
-        moving = [i for i in range(1, len(pts)) if pts[i][1] > pts[i - 1][1]]
-        if not moving:
+    def cpu_per_token(self, windows: list[tuple[float, float]] | None = None) -> dict:
+        """Client CPU, stub tokens, stub CPU and ticks summed over ``windows`` (unix times; by default the span in
+        which the stub streamed: first to last increase of its token count)."""
+        pts = [(t, cpu, s["tokens"], s["cpu_s"], s["ticks"]) for t, cpu, s in self.samples if s]
+        if windows is None:
+            moving = [i for i in range(1, len(pts)) if pts[i][2] > pts[i - 1][2]]
+            windows = [(pts[moving[0] - 1][0], pts[moving[-1]][0])] if moving else []
+        total = np.zeros(5)
+        for start, end in windows:
+            inside = [np.array(p) for p in pts if start <= p[0] <= end]
+            if len(inside) > 1:
+                total += inside[-1] - inside[0]
+        wall, cpu, tokens, stub_cpu, ticks = total
+        if tokens <= 0:
             return {}
-        a, b = pts[moving[0] - 1], pts[moving[-1]]
-        tokens, wall = b[1] - a[1], b[3] - a[3]
-        return {"tokens_streamed": tokens, "client_cpu_s": round(b[0] - a[0], 2),
-                "client_cpu_us_per_token": round((b[0] - a[0]) / tokens * 1e6, 1),
-                "stub_cpu_busy": round((b[2] - a[2]) / wall, 3) if wall > 0 else None,
-                "stub_tick_ms": round(wall / (b[4] - a[4]) * 1e3, 2) if b[4] > a[4] else None}
+        return {"tokens_streamed": int(tokens), "client_cpu_s": round(cpu, 2),
+                "client_cpu_us_per_token": round(cpu / tokens * 1e6, 1),
+                "stub_cpu_busy": round(stub_cpu / wall, 3), "stub_tick_ms": round(wall / ticks * 1e3, 2) if ticks else None}
 
 
 def _watched(cmd: list[str], stats_url: str | None = None, **kw) -> tuple[subprocess.CompletedProcess, Sampler, float]:
@@ -269,7 +279,6 @@ def agreement(exe: str, tok: Path, tmp: Path, args: argparse.Namespace) -> dict:
                              "--traffic", "0", "--targets", str(tmp / "t.yaml"), "--spans-file", str(spans),
                              "--span-format", "vllm"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    out: dict = {}
     try:
         wait_healthy(url, proc)
         data = f"kind=synthetic_text,prompt_tokens={args.prompt_tokens},output_tokens={args.output_tokens}"
@@ -306,15 +315,21 @@ def agreement(exe: str, tok: Path, tmp: Path, args: argparse.Namespace) -> dict:
     keys = ("ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "itl_p95_ms", "tpot_p50_ms", "tpot_p95_ms", "fleet_ttft_p50_ms",
             "fleet_ttft_p95_ms", "input_tokens_p50", "output_tokens_p50", "achieved_rate")
     ratios = {k: round(ours[k] / gl[k], 3) for k in keys if ours.get(k) and gl.get(k)}
-    out = {"guidellm (imported: our definitions)": gl, "goodput loadtest": ours, "ours / guidellm": ratios,
-           "within_10_percent": {k: abs(r - 1) <= 0.1 for k, r in ratios.items()}}
-    return out
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        goodput(["loadtest", "compare", str(tmp / "gl" / "run"), str(tmp / "ours"), "--format", "json"])
+    cmp = json.loads(buf.getvalue())
+    return {"guidellm (imported: our definitions)": gl, "goodput loadtest": ours, "ours / guidellm": ratios,
+            "within_10_percent": {k: abs(r - 1) <= 0.1 for k, r in ratios.items()},
+            "goodput loadtest compare": {"comparable": cmp["comparable"], "unknown": cmp["unknown"],
+                                         "differences": {d["field"]: [d["a"], d["b"]] for d in cmp["differences"]},
+                                         "steps_paired": len(cmp["steps"])}}
 
 
 # ---- maximum sustained rate on the stub target ----
 
 def _ladder_steps(summary: dict, sends: list[tuple[int, list[float]]], window_s: list[float], offered: list[float],
-                  tick_s: float, busy: float | None) -> list[dict]:
+                  itl_s: float, busy: float | None) -> list[dict]:
     """Each step judged: ``sends[i]`` is (requests scheduled, the schedule lag of each one sent) of step ``i``."""
     out = []
     for i, step in enumerate(summary["steps"]):
@@ -324,11 +339,11 @@ def _ladder_steps(summary: dict, sends: list[tuple[int, list[float]]], window_s:
         ok = {"sent": len(lags) >= SUSTAINED["sent_fraction"] * scheduled,
               "no_errors": not step["errors"],
               "lag": lag is not None and lag <= SUSTAINED["lag_p99_s"],
-              "itl": itl50 is not None and abs(itl50 / tick_s - 1) <= SUSTAINED["itl_tolerance"],
+              "itl": itl50 is not None and abs(itl50 / itl_s - 1) <= SUSTAINED["itl_tolerance"],
               "stub_not_limit": busy is None or busy < SUSTAINED["stub_cpu_busy"]}
         out.append({"offered_rate": offered[i], "scheduled": scheduled, "sent": len(lags),
                     "sent_rate": round(len(lags) / window_s[i], 2), "completed": step["completed"],
-                    "errors": step["errors"], "schedule_lag_p99_ms": _ms(lag),
+                    "errors": step["errors"], "schedule_lag_p50_ms": _ms(_pct(lags, 50)), "schedule_lag_p99_ms": _ms(lag),
                     "ttft_p50_ms": _ms(step["ttft_s"]["p50"]), "ttft_p95_ms": _ms(step["ttft_s"]["p95"]),
                     "itl_p50_ms": _ms(itl50), "sustained": all(ok.values()),
                     "failed": [k for k, v in ok.items() if not v]})
@@ -343,7 +358,7 @@ def _guidellm_sends(report: dict) -> list[tuple[int, list[float]]]:
         timings = [((r.get("info") or {}).get("timings") or {}) for k in ("successful", "errored", "incomplete")
                    for r in reqs.get(k) or []]
         lags = [t["request_start"] - t["targeted_start"] for t in timings
-                if t.get("request_start") is not None and t.get("targeted_start") is not None]
+                if t.get("request_start") is not None and (t.get("targeted_start") or 0) > 0]
         out.append((len(timings), lags))
     return out
 
@@ -371,11 +386,14 @@ def max_rate(exe: str, tok: Path, tmp: Path, args: argparse.Namespace) -> dict:
         report, sampler, wall = run_guidellm(exe, url, stub_target.MODEL, f"kind=poisson,rate={rates[0]:g}",
                                              [f"{r:g}" for r in rates], args.step_s, data, tok, tmp / "gl_ladder",
                                              args.guidellm_workers, stats)
-        gl_cpu = sampler.cpu_per_token()
+        # GuideLLM's measured windows only: between them it starts new worker processes (not per-token work)
+        gl_cpu = sampler.cpu_per_token([(float(b["scheduler_metrics"]["measure_start_time"]),
+                                         float(b["scheduler_metrics"]["measure_end_time"])) for b in report["benchmarks"]])
+        gl_cpu["client_cpu_s_whole_run"] = round(sampler.samples[-1][1], 2) if sampler.samples else None
         gl_sum = import_guidellm(report, tmp / "gl_ladder")
         gl_rates = [float(b["config"]["strategy"]["rate"]) for b in report["benchmarks"]]
         gl_steps = _ladder_steps(gl_sum, _guidellm_sends(report), [s["measured_s"] for s in gl_sum["steps"]], gl_rates,
-                                 (gl_cpu.get("stub_tick_ms") or args.stub_itl_ms) / 1e3, gl_cpu.get("stub_cpu_busy"))
+                                 args.stub_itl_ms / 1e3, gl_cpu.get("stub_cpu_busy"))
         (tmp / "wl.yaml").write_text(WORKLOAD.format(p=args.ladder_prompt_tokens, o=args.ladder_output_tokens))
         load_ours = load()
         summary, sampler, our_wall = run_ours(
@@ -383,12 +401,13 @@ def max_rate(exe: str, tok: Path, tmp: Path, args: argparse.Namespace) -> dict:
              "--steps", "rate=" + ",".join(f"{r:g}" for r in rates), "--step-s", f"{args.step_s:g}",
              "--duration", f"{args.step_s * len(rates):g}", "--max-in-flight", "4096"], tmp / "ours_ladder", stats)
         our_cpu = sampler.cpu_per_token()
+        our_cpu["client_cpu_s_whole_run"] = round(sampler.samples[-1][1], 2) if sampler.samples else None
         recs = pq.read_table(tmp / "ours_ladder" / "requests.parquet",
                              columns=["step", "sent_s", "scheduled_s"]).to_pylist()
         sends = [(sum(1 for r in recs if r["step"] == i), [r["sent_s"] - r["scheduled_s"] for r in recs if r["step"] == i])
                  for i in range(len(rates))]
         our_steps = _ladder_steps(summary, sends, [s["measured_s"] for s in summary["steps"]], rates,
-                                  (our_cpu.get("stub_tick_ms") or args.stub_itl_ms) / 1e3, our_cpu.get("stub_cpu_busy"))
+                                  args.stub_itl_ms / 1e3, our_cpu.get("stub_cpu_busy"))
     finally:
         stop(proc)
     out["guidellm"] = {"max_sustained_rate": _best(gl_steps), **gl_cpu, "wall_s": round(wall, 1),
@@ -403,7 +422,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m benchmarks.loadtest_vs_guidellm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--guidellm", default=None, help=f"the guidellm script (default: ${GUIDELLM_ENV}, else guidellm on PATH)")
-    p.add_argument("--quick", action="store_true", help="short runs: 15 s agreement, ladder 20,80 req/s of 8 s")
+    p.add_argument("--quick", action="store_true", help="short runs: 15 s agreement, ladder 4,20,80 req/s of 8 s")
     p.add_argument("--only", choices=("agreement", "max-rate"), default=None, help="run one part only")
     p.add_argument("--guidellm-workers", type=int, default=None,
                    help="GuideLLM's worker processes (GUIDELLM__MAX_WORKER_PROCESSES; default: its own, 10)")
@@ -411,20 +430,24 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--duration", type=float, default=None, help="agreement: seconds each tool sends (default 30)")
     p.add_argument("--prompt-tokens", type=int, default=256, help="agreement: GuideLLM's prompt tokens (default 256)")
     p.add_argument("--output-tokens", type=int, default=128, help="agreement: output tokens (default 128)")
-    p.add_argument("--ladder", default=None, help="max rate: Poisson rates, comma-separated (default 25,50,100,200,400)")
+    p.add_argument("--ladder", default=None, help="max rate: Poisson rates, comma-separated (default 4,25,50,100,200,400)")
     p.add_argument("--step-s", type=float, default=None, help="max rate: seconds per rate (default 15)")
     p.add_argument("--stub-itl-ms", type=float, default=10.0, help="max rate: the stub's ITL (default 10)")
     p.add_argument("--ladder-prompt-tokens", type=int, default=64)
     p.add_argument("--ladder-output-tokens", type=int, default=128)
+    p.add_argument("--keep", type=Path, default=None, help="keep the runs (reports, run directories) in this new directory")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args(argv if argv is not None else [])
     args.duration = args.duration or (15.0 if args.quick else 30.0)
-    args.ladder = args.ladder or ("20,80" if args.quick else "25,50,100,200,400")
+    args.ladder = args.ladder or ("4,20,80" if args.quick else "4,25,50,100,200,400")
     args.step_s = args.step_s or (8.0 if args.quick else 15.0)
     exe = guidellm_exe(args.guidellm)
     out: dict = {"load_average_at_start": load()}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
+        if args.keep is not None:
+            args.keep.mkdir(parents=True)
+            tmp_path = args.keep
         python = str(Path(exe).with_name("python"))
         subprocess.run([python, "-c", TRAIN_TOKENIZER, str(REPO / "docs"), str(tmp_path / "tok")], check=True,
                        capture_output=True)
