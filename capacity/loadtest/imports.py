@@ -377,6 +377,8 @@ def _import_aiperf_aggregate(data: object, where: str, slo: Slo) -> dict:
 
 # ---- GuideLLM ----
 
+_OFF_CLOCK_S = 86400.0  # a GuideLLM time more than a day before the report's first window is not a unix time
+
 def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) -> RequestRecord:
     info = req.get("info") or {}
     t = info.get("timings") or {}
@@ -398,6 +400,8 @@ def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) ->
     if ok and first is not None and last is not None and out_tokens > 1:
         gaps = [(float(last) - float(first)) / (out_tokens - 1)] * (out_tokens - 1)
     targeted = t.get("targeted_start")
+    if targeted is not None and float(targeted) < t0 - _OFF_CLOCK_S:
+        targeted = None  # GuideLLM 0.8.1 writes a relative time for some Poisson requests: not on the report's clock
     return RequestRecord(
         index=index, step=step, scheduled_s=float(targeted if targeted is not None else start) - t0, sent_s=float(start) - t0,
         first_token_s=float(first) - t0 if ok and first is not None else None,

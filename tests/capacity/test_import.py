@@ -152,6 +152,21 @@ def test_guidellm_strategies_compare_with_the_goodput_run_of_the_same_arrivals(t
     assert result["comparable"] or {d["field"] for d in result["differences"]} <= {"arrival", "concurrency_steps"}
 
 
+def test_a_guidellm_targeted_start_off_the_report_clock_is_taken_as_unknown(tmp_path):
+    """GuideLLM 0.8.1 writes a relative ``targeted_start`` (0.32, -0.98) for some Poisson requests; read as a unix
+    time it made the request 56 years late. Such a one is unknown: scheduled when it was sent, lag 0."""
+    report = json.loads((FIX / "guidellm_report_constant.json").read_text())
+    good, bad = report["benchmarks"][0]["requests"]["successful"][:2]
+    bad["info"]["timings"]["targeted_start"] = 0.32
+    lag_good = good["info"]["timings"]["request_start"] - good["info"]["timings"]["targeted_start"]
+    (tmp_path / "g.json").write_text(json.dumps(report))
+    import_run(tmp_path / "g.json", tmp_path / "run", parse_slo("ttft_p50=1s"))
+    table, _ = read_run(tmp_path / "run")
+    records = {r.index: r for r in records_from_table(table)}
+    assert records[1].sent_s - records[1].scheduled_s == 0.0
+    assert records[0].sent_s - records[0].scheduled_s == pytest.approx(lag_good)
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
         import_run(tmp_path / "nope.json", tmp_path / "out", parse_slo("ttft_p50=1s"))
