@@ -357,8 +357,10 @@ def _guidellm_sends(report: dict) -> list[tuple[int, list[float]]]:
         reqs = b.get("requests") or {}
         timings = [((r.get("info") or {}).get("timings") or {}) for k in ("successful", "errored", "incomplete")
                    for r in reqs.get(k) or []]
-        lags = [t["request_start"] - t["targeted_start"] for t in timings
-                if t.get("request_start") is not None and (t.get("targeted_start") or 0) > 0]
+        sent = [t for t in timings if t.get("request_start") is not None]
+        # a targeted_start off the report's clock (GuideLLM 0.8.1, some Poisson requests) is unknown, as in import
+        lags = [t["request_start"] - t["targeted_start"] if t.get("targeted_start") is not None
+                and t["request_start"] - t["targeted_start"] < 86400 else 0.0 for t in sent]
         out.append((len(timings), lags))
     return out
 
