@@ -377,6 +377,8 @@ def _import_aiperf_aggregate(data: object, where: str, slo: Slo) -> dict:
 
 # ---- GuideLLM ----
 
+_OFF_CLOCK_S = 86400.0  # a GuideLLM time more than a day before the report's first window is not a unix time
+
 def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) -> RequestRecord:
     info = req.get("info") or {}
     t = info.get("timings") or {}
@@ -398,6 +400,8 @@ def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) ->
     if ok and first is not None and last is not None and out_tokens > 1:
         gaps = [(float(last) - float(first)) / (out_tokens - 1)] * (out_tokens - 1)
     targeted = t.get("targeted_start")
+    if targeted is not None and float(targeted) < t0 - _OFF_CLOCK_S:
+        targeted = None  # GuideLLM 0.8.1 writes a relative time for some Poisson requests: not on the report's clock
     return RequestRecord(
         index=index, step=step, scheduled_s=float(targeted if targeted is not None else start) - t0, sent_s=float(start) - t0,
         first_token_s=float(first) - t0 if ok and first is not None else None,
@@ -405,6 +409,24 @@ def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) ->
         input_tokens=int(req.get("prompt_tokens") or 0), output_tokens=out_tokens,
         status=200 if ok else 0, error=err, tenant="", tier="", route="", trace_id="",
     )
+
+
+# GuideLLM's strategy -> our arrival pattern: "constant" spaces arrivals evenly (gamma gaps with cv 0, as vLLM's
+# burstiness → ∞); "concurrent" and "synchronous" (one stream) keep N requests in flight, our closed loop
+_GUIDELLM_PATTERNS = {"constant": ("gamma", {"cv": 0.0}), "poisson": ("poisson", {}),
+                      "concurrent": ("concurrency", {}), "synchronous": ("concurrency", {})}
+
+
+def _guidellm_arrival(kinds: set[str], rates: list[float | None]) -> dict:
+    """The comparability ``arrival`` in our pattern names (GuideLLM's own kept as ``tool_pattern``), so that
+    ``compare`` finds a goodput run of the same arrivals comparable; a mix of strategies (a sweep) keeps its names."""
+    named = "/".join(sorted(k for k in kinds if k))
+    if len(kinds) != 1 or named not in _GUIDELLM_PATTERNS:
+        return {"pattern": named, "rates": rates}
+    pattern, extra = _GUIDELLM_PATTERNS[named]
+    if pattern == "concurrency":
+        return {"pattern": pattern, "tool_pattern": named}
+    return {"pattern": pattern, **extra, "rates": rates, "tool_pattern": named}
 
 
 def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[RequestRecord]]:
@@ -444,7 +466,7 @@ def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[Reque
         if not summary["comparability"]["model"] and isinstance(cfg.get("backend"), dict):
             summary["comparability"]["model"] = str(cfg["backend"].get("model") or "")
     comp = summary["comparability"]
-    comp["arrival"] = {"pattern": "/".join(sorted(k for k in kinds if k)), "rates": rates}
+    comp["arrival"] = _guidellm_arrival(kinds, rates)
     comp["concurrency_steps"] = [c for c in concs if c]
     comp["slo"] = str(slo)
     comp["tool_version"] = version

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from capacity.loadtest.compare import compare
 from capacity.loadtest.imports import error_class, import_run
 from capacity.loadtest.results import read_run, records_from_table
 from capacity.loadtest.slo import parse_slo
@@ -60,7 +61,9 @@ def test_guidellm_converted_to_our_definitions(tmp_path):
     summary = import_run(FIX / "guidellm_report_constant.json", tmp_path / "run", parse_slo("ttft_p50=0.5s"))
     a, b = summary["steps"]
     assert summary["tool"] == "guidellm" and summary["comparability"]["model"] == "sim-llama-8b"
-    assert summary["comparability"]["arrival"] == {"pattern": "constant", "rates": [1.0, 4.0]}
+    # GuideLLM's evenly spaced "constant" arrivals are, in our words, gamma arrivals with cv 0
+    assert summary["comparability"]["arrival"] == {"pattern": "gamma", "cv": 0.0, "rates": [1.0, 4.0],
+                                                   "tool_pattern": "constant"}
     assert (a["offered_rate"], a["measured_s"]) == (1.0, pytest.approx(4.0))
     assert (b["offered_rate"], b["measured_s"]) == (4.0, pytest.approx(2.0))
     # the cancelled ("incomplete") request is left out, the errored one counts
@@ -122,6 +125,46 @@ def test_a_malformed_guidellm_benchmark_is_one_line(tmp_path):
         with pytest.raises(ConfigError) as err:
             import_run(f, tmp_path / "out", parse_slo("ttft_p50=1s"))
         assert str(err.value).startswith(str(f)) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("strategy", "ours", "comparable"), [
+    ({"type_": "constant", "rate": 4.0}, {"pattern": "gamma", "rate": 4.0, "cv": 0.01}, True),
+    ({"type_": "poisson", "rate": 4.0}, {"pattern": "poisson", "rate": 4.0}, True),
+    ({"type_": "concurrent", "streams": 8}, {"pattern": "concurrency", "concurrency": 8}, True),
+    ({"type_": "synchronous"}, {"pattern": "concurrency", "concurrency": 1}, True),
+    ({"type_": "constant", "rate": 4.0}, {"pattern": "poisson", "rate": 4.0}, False),
+    ({"type_": "concurrent", "streams": 8}, {"pattern": "concurrency", "concurrency": 4}, False),
+])
+def test_guidellm_strategies_compare_with_the_goodput_run_of_the_same_arrivals(tmp_path, strategy, ours, comparable):
+    """GuideLLM's strategy names are converted into our arrival patterns, so a GuideLLM run and a goodput run of
+    the same arrivals are comparable in ``compare``, and different arrivals still are not."""
+    report = json.loads((FIX / "guidellm_report_constant.json").read_text())
+    report["benchmarks"] = report["benchmarks"][1:]
+    report["benchmarks"][0]["config"]["strategy"] = strategy
+    (tmp_path / "g.json").write_text(json.dumps(report))
+    theirs = import_run(tmp_path / "g.json", tmp_path / "g", parse_slo("ttft_p50=1s"))
+    mine = json.loads(json.dumps(theirs))  # the same requests, as a goodput run of ``ours`` would describe them
+    mine["tool"] = "goodput"
+    mine["comparability"]["arrival"] = ours
+    mine["comparability"]["concurrency_steps"] = [ours["concurrency"]] if "concurrency" in ours else []
+    result = compare(theirs, mine)
+    assert result["comparable"] is comparable, result["differences"]
+    assert result["comparable"] or {d["field"] for d in result["differences"]} <= {"arrival", "concurrency_steps"}
+
+
+def test_a_guidellm_targeted_start_off_the_report_clock_is_taken_as_unknown(tmp_path):
+    """GuideLLM 0.8.1 writes a relative ``targeted_start`` (0.32, -0.98) for some Poisson requests; read as a unix
+    time it made the request 56 years late. Such a one is unknown: scheduled when it was sent, lag 0."""
+    report = json.loads((FIX / "guidellm_report_constant.json").read_text())
+    good, bad = report["benchmarks"][0]["requests"]["successful"][:2]
+    bad["info"]["timings"]["targeted_start"] = 0.32
+    lag_good = good["info"]["timings"]["request_start"] - good["info"]["timings"]["targeted_start"]
+    (tmp_path / "g.json").write_text(json.dumps(report))
+    import_run(tmp_path / "g.json", tmp_path / "run", parse_slo("ttft_p50=1s"))
+    table, _ = read_run(tmp_path / "run")
+    records = {r.index: r for r in records_from_table(table)}
+    assert records[1].sent_s - records[1].scheduled_s == 0.0
+    assert records[0].sent_s - records[0].scheduled_s == pytest.approx(lag_good)
 
 
 def test_missing_file(tmp_path):
