@@ -3,7 +3,7 @@ sharded over worker processes (``--workers``), side by side against the same tar
 
 Targets (``--target``; each figure names the one it used), each in its own process **on the same machine**:
 
-- ``stub`` (default): ``benchmarks.sse_target``, a minimal OpenAI-compatible streaming server (raw asyncio,
+- ``stub`` (default): ``benchmarks.stub_target``, a minimal OpenAI-compatible streaming server (raw asyncio,
   pre-encoded SSE chunks, one timer emitting every stream's next token each ``--itl-ms``): cheap, so the client is
   what is measured.
 - ``fleet``: a one-replica live fleet (``benchmarks.fleet_server``'s, ``goodput fleet serve``, no replayed traffic),
@@ -43,9 +43,9 @@ import httpx
 import numpy as np
 import yaml
 
+from benchmarks import stub_target
 from benchmarks.fleet_server import FLEET, MODEL, NEW_RUNNER, REPO, _load, cpu_seconds, free_port, stop
 from benchmarks.report import emit
-from benchmarks.sse_target import MODEL as STUB_MODEL
 from capacity.loadtest.client import Client, ClientOptions
 from capacity.loadtest.runner import RunResult, run_plan
 from capacity.loadtest.workers import auto_workers, run_workers
@@ -151,14 +151,12 @@ def _start_target(kind: str, tmp: Path, itl_ms: float) -> tuple[subprocess.Popen
     """The target in a process of its own: (the process, its URL, the model it serves)."""
     port = free_port()
     if kind == "stub":
-        cmd = [sys.executable, "-m", "benchmarks.sse_target", "--port", str(port), "--itl-ms", str(itl_ms)]
-        model = STUB_MODEL
+        proc, model = stub_target.start(port, itl_ms), stub_target.MODEL
     else:
         fleet = tmp / "fleet.yaml"
         fleet.write_text(yaml.safe_dump(FLEET))
         cmd = [sys.executable, "-c", NEW_RUNNER, str(tmp), str(fleet), str(port), str(tmp / "t.yaml")]
-        model = MODEL
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc, model = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), MODEL
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)
@@ -172,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m benchmarks.loadtest_client", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", choices=("stub", "fleet", "both"), default="stub",
-                   help="stub: benchmarks.sse_target (cheap); fleet: the live simulated fleet (default stub)")
+                   help="stub: benchmarks.stub_target (cheap); fleet: the live simulated fleet (default stub)")
     p.add_argument("--itl-ms", type=float, default=10.0, help="the stub's gap between tokens (default 10)")
     p.add_argument("--workers", action="append", default=None, metavar="auto|N",
                    help="client configurations; repeat (default 1, auto, 2, 4; 1 is the single-process baseline)")

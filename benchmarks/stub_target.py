@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 __all__ = ["MODEL", "start"]
 
@@ -221,7 +222,7 @@ def start(port: int, itl_ms: float = 10.0, model: str = MODEL) -> subprocess.Pop
     """The stub in a process of its own on ``port`` (the caller waits for ``/health`` and terminates it)."""
     return subprocess.Popen([sys.executable, "-m", "benchmarks.stub_target", "--port", str(port),
                              "--itl-ms", f"{itl_ms:g}", "--model", model],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main(argv: list[str] | None = None) -> None:
