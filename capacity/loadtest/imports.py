@@ -12,6 +12,7 @@ figures are None. ``docs/loadtest.md`` ("Importing other tools' runs") lists eac
 from __future__ import annotations
 
 import json
+import math
 import re
 from http import HTTPStatus
 from pathlib import Path
@@ -77,6 +78,15 @@ def detect(data: object) -> str:
     return ""
 
 
+def _num(value: object) -> float:
+    """A number the tools wrote (int, float or numeric string); NaN, an infinity or anything else is a ValueError,
+    which the importer reports as a malformed file instead of writing it on."""
+    x = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(x):
+        raise ValueError(f"{value!r} is not a finite number")
+    return x
+
+
 def _load(path: Path) -> object:
     """The file's JSON (a list for JSON lines), or for AIPerf's CSV export the ``(metric, row)`` pairs of its
     sections (rows as ``{column: text}``)."""
@@ -110,7 +120,7 @@ def _stats_ms(stats: dict, metric: str) -> dict:
     """vLLM's ``mean_/median_/pNN_{metric}_ms`` aggregates as our distribution dict in seconds (None where absent)."""
     def s(key: str) -> float | None:
         v = stats.get(key)
-        return None if v is None else float(v) / 1000.0
+        return None if v is None else _num(v) / 1000.0
     return {
         "p50": s(f"median_{metric}_ms"), "p90": s(f"p90_{metric}_ms"), "p95": s(f"p95_{metric}_ms"),
         "p99": s(f"p99_{metric}_ms"), "mean": s(f"mean_{metric}_ms"), "count": None,
@@ -135,14 +145,14 @@ def _vllm_records(data: dict, where: str, step: int, offset_s: float, first_inde
     out = []
     for i in range(n):
         try:
-            sent = float(data["start_times"][i]) - t0 + offset_s
+            sent = _num(data["start_times"][i]) - t0 + offset_s
             err = error_class(data["errors"][i])
             ok = not err
             out.append(RequestRecord(
-                index=first_index + i, step=step, scheduled_s=sent - float(queue[i] or 0.0), sent_s=sent,
-                first_token_s=sent + float(data["ttfts"][i]) if ok else None,
-                done_s=sent + float(data["latencies"][i]) if ok else None,
-                itl_s=[float(g) for g in (data["itls"][i] or [])] if ok else [],
+                index=first_index + i, step=step, scheduled_s=sent - _num(queue[i] or 0.0), sent_s=sent,
+                first_token_s=sent + _num(data["ttfts"][i]) if ok else None,
+                done_s=sent + _num(data["latencies"][i]) if ok else None,
+                itl_s=[_num(g) for g in (data["itls"][i] or [])] if ok else [],
                 input_tokens=int(data["input_lens"][i]), output_tokens=int(data["output_lens"][i]),
                 status=200 if ok else 0, error=err, tenant="", tier="", route="", trace_id="",
             ))
@@ -160,9 +170,9 @@ def _vllm_aggregate_step(data: dict, step: Step) -> dict:
         "index": step.index, "label": step.label, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
         "start_s": step.start_s, "end_s": step.end_s, "settle_s": 0.0, "measured_s": duration,
         "requests": completed + failed, "completed": completed,
-        "achieved_rate": float(data.get("request_throughput") or 0.0),
-        "input_tokens_per_s": float(data.get("total_input_tokens") or 0) / duration if duration > 0 else 0.0,
-        "output_tokens_per_s": float(data.get("output_throughput") or 0.0),
+        "achieved_rate": _num(data.get("request_throughput") or 0.0),
+        "input_tokens_per_s": _num(data.get("total_input_tokens") or 0) / duration if duration > 0 else 0.0,
+        "output_tokens_per_s": _num(data.get("output_throughput") or 0.0),
         "ttft_s": _stats_ms(data, "ttft"), "tpot_s": _stats_ms(data, "tpot"),
         "itl_s": _stats_ms(data, "itl"), "e2e_s": _stats_ms(data, "e2el"),
         "errors": {"other": failed} if failed else {},
@@ -182,12 +192,14 @@ def _import_vllm(results: list[dict], where: str, slo: Slo) -> tuple[dict, list[
     for i, data in enumerate(results):
         here = f"{where}: result {i + 1}" if len(results) > 1 else where
         try:
-            duration = float(data["duration"])
+            duration = _num(data["duration"])
             rate = data.get("request_rate")
-            rate = None if rate in (None, "inf") or rate == float("inf") else float(rate)
-            burstiness = float(data.get("burstiness") or 1.0)
+            rate = None if rate in (None, "inf") or rate == math.inf else _num(rate)
+            burstiness = _num(data.get("burstiness") or 1.0)
+            if burstiness <= 0:
+                raise ValueError(f"burstiness {burstiness:g} is not positive")
         except (TypeError, ValueError) as e:
-            raise ConfigError(here, "duration", f"not a number: {e}") from None
+            raise ConfigError(here, "duration|request_rate|burstiness", f"not a number: {e}") from None
         conc = data.get("max_concurrency")
         rates.append(rate)
         concs.append(conc)
@@ -257,7 +269,7 @@ def _seconds(block: object, where: str, name: str) -> float | None:
     unit = block.get("unit", "ms")
     if unit not in _AIPERF_UNITS:
         raise ConfigError(where, name, f"unit {unit!r} is not a time unit ({', '.join(_AIPERF_UNITS)})")
-    return float(block["value"]) * _AIPERF_UNITS[unit]
+    return _num(block["value"]) * _AIPERF_UNITS[unit]
 
 
 def _aiperf_record(line: dict, index: int, t0: int, where: str) -> RequestRecord:
@@ -282,7 +294,7 @@ def _aiperf_record(line: dict, index: int, t0: int, where: str) -> RequestRecord
         index=index, step=0, scheduled_s=sent, sent_s=sent,  # AIPerf records no schedule: lag unknown, taken as 0
         first_token_s=sent + ttft if ok and ttft is not None else None,
         done_s=(int(end) - t0) / 1e9 if ok else None,
-        itl_s=[float(g) * scale for g in gaps.get("value") or []] if ok else [],
+        itl_s=[_num(g) * scale for g in gaps.get("value") or []] if ok else [],
         input_tokens=int(isl.get("value") or 0), output_tokens=int(tokens.get("value") or 0),
         status=200 if ok else (int(error["code"]) if error and isinstance(error.get("code"), int) else 0),
         error=err, tenant="", tier="", route="", trace_id="",
@@ -315,24 +327,24 @@ def _aiperf_aggregates(data: object, where: str) -> tuple[dict, dict]:
         for label, key in _AIPERF_DISTRIBUTIONS.values():
             if label in by_label:
                 row, unit = by_label[label]
-                dists[key] = {"unit": unit, **{k: float(v) for k, v in row.items() if k != "Metric" and v}}
+                dists[key] = {"unit": unit, **{k: _num(v) for k, v in row.items() if k != "Metric" and v}}
         for tag, label in _AIPERF_SCALARS.items():
             if label in by_label and by_label[label][0].get("Value"):
-                scalars[tag] = float(by_label[label][0]["Value"])
+                scalars[tag] = _num(by_label[label][0]["Value"])
     else:
         for tag, (_, key) in _AIPERF_DISTRIBUTIONS.items():
             if isinstance(data.get(tag), dict):
                 dists[key] = data[tag]
-        scalars = {tag: float(data[tag]["avg"]) for tag in _AIPERF_SCALARS if isinstance(data.get(tag), dict)}
+        scalars = {tag: _num(data[tag]["avg"]) for tag in _AIPERF_SCALARS if isinstance(data.get(tag), dict)}
     out = {}
     for key, block in dists.items():
         unit = block.get("unit", "ms")
         if unit not in _AIPERF_UNITS:
             raise ConfigError(where, key, f"unit {unit!r} is not a time unit")
         scale = _AIPERF_UNITS[unit]
-        out[key] = {**{f"p{p}": (float(block[f"p{p}"]) * scale if block.get(f"p{p}") is not None else None)
+        out[key] = {**{f"p{p}": (_num(block[f"p{p}"]) * scale if block.get(f"p{p}") is not None else None)
                        for p in (50, 90, 95, 99)},
-                    "mean": float(block["avg"]) * scale if block.get("avg") is not None else None,
+                    "mean": _num(block["avg"]) * scale if block.get("avg") is not None else None,
                     "count": int(block["count"]) if block.get("count") is not None else None}
     return out, scalars
 
@@ -398,14 +410,14 @@ def _guidellm_record(req: dict, index: int, step: int, t0: float, where: str) ->
     last = t.get("last_token_iteration")
     gaps = []
     if ok and first is not None and last is not None and out_tokens > 1:
-        gaps = [(float(last) - float(first)) / (out_tokens - 1)] * (out_tokens - 1)
+        gaps = [(_num(last) - _num(first)) / (out_tokens - 1)] * (out_tokens - 1)
     targeted = t.get("targeted_start")
-    if targeted is not None and float(targeted) < t0 - _OFF_CLOCK_S:
+    if targeted is not None and _num(targeted) < t0 - _OFF_CLOCK_S:
         targeted = None  # GuideLLM 0.8.1 writes a relative time for some Poisson requests: not on the report's clock
     return RequestRecord(
-        index=index, step=step, scheduled_s=float(targeted if targeted is not None else start) - t0, sent_s=float(start) - t0,
-        first_token_s=float(first) - t0 if ok and first is not None else None,
-        done_s=float(end) - t0 if ok else None, itl_s=gaps,
+        index=index, step=step, scheduled_s=_num(targeted if targeted is not None else start) - t0, sent_s=_num(start) - t0,
+        first_token_s=_num(first) - t0 if ok and first is not None else None,
+        done_s=_num(end) - t0 if ok else None, itl_s=gaps,
         input_tokens=int(req.get("prompt_tokens") or 0), output_tokens=out_tokens,
         status=200 if ok else 0, error=err, tenant="", tier="", route="", trace_id="",
     )
@@ -435,7 +447,7 @@ def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[Reque
     if not benches:
         raise ConfigError(where, "benchmarks", "the report holds no benchmarks")
     try:
-        t0 = min(float(b["scheduler_metrics"]["measure_start_time"]) for b in benches)
+        t0 = min(_num(b["scheduler_metrics"]["measure_start_time"]) for b in benches)
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(where, "benchmarks[].scheduler_metrics.measure_start_time", f"missing or not a number: {e}") from None
     version = (data.get("metadata") or {}).get("guidellm_version", "")
@@ -446,12 +458,12 @@ def _import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[Reque
         strat = cfg.get("strategy") or {}
         kind = strat.get("type_", "")
         kinds.add(kind)
-        rate = float(strat["rate"]) if strat.get("rate") is not None else None
+        rate = _num(strat["rate"]) if strat.get("rate") is not None else None
         conc = strat.get("streams") if kind == "concurrent" else (1 if kind == "synchronous" else None)
         rates.append(rate)
         concs.append(conc)
         sm = b["scheduler_metrics"]
-        start, end = float(sm["measure_start_time"]) - t0, float(sm["measure_end_time"]) - t0
+        start, end = _num(sm["measure_start_time"]) - t0, _num(sm["measure_end_time"]) - t0
         label = f"{kind} rate={rate:g}" if rate is not None else (f"{kind} concurrency={conc}" if conc else kind)
         steps.append(Step(i, label, start, end, 0.0, rate, conc, None))
         reqs = b.get("requests") or {}

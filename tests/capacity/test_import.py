@@ -115,6 +115,28 @@ def test_bad_files_are_one_line(tmp_path, content, key):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("fixture", "path", "value", "key"), [
+    ("vllm_bench_serve_detailed.json", ("burstiness",), -1, "burstiness"),  # cv = 1/sqrt(burstiness): complex
+    ("vllm_bench_serve_detailed.json", ("ttfts", 0), "nan", "request 0"),
+    ("guidellm_report_poisson.json", ("benchmarks", 0, "config", "strategy", "rate"), "nan", "content"),
+    ("guidellm_report_poisson.json", ("benchmarks", 0, "scheduler_metrics", "measure_end_time"), "Infinity", "content"),
+])
+def test_numbers_that_are_not_finite_are_one_line(tmp_path, fixture, path, value, key):
+    """Found by mutating the fixtures: a NaN or a negative burstiness went through to the summary and the writer
+    raised a traceback; each is now the file, the key and the value."""
+    data = json.loads((FIX / fixture).read_text())
+    node = data
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    f = tmp_path / "in.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as err:
+        import_run(f, tmp_path / "out", parse_slo("ttft_p50=1s"))
+    assert str(err.value).startswith(str(f)) and key in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_malformed_guidellm_benchmark_is_one_line(tmp_path):
     report = json.loads((FIX / "guidellm_report_constant.json").read_text())
     report["benchmarks"][1]["config"]["strategy"]["rate"] = "fast"
