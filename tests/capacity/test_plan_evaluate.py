@@ -155,8 +155,9 @@ def test_scrape_counts_equal_a_pass_over_the_requests_finished_since_the_last_sc
     """The autoscaler's demand and queue-wait signals read ScrapeCounts; main read the fleet's kept requests
     (output tokens, and a histogram of queue waits by searchsorted on the bucket bounds). Same counts, every scrape."""
     d, _ = chat
-    wls = [stream_workload(d.name, s, {"process": "poisson", "rate": s.peak_rps * 1.3}) for s in d.demand.streams]
-    cfg = fleet_config("t", d.name, d.candidate, 2, wls)  # overloaded: long queue waits, rejections
+    # overloaded (2x the peak on 2 replicas): long queue waits, rejections
+    wls = [stream_workload(d.name, s, {"process": "poisson", "rate": s.peak_rps * 2.0}) for s in d.demand.streams]
+    cfg = fleet_config("t", d.name, d.candidate, 2, wls)
     fleet = Fleet(cfg, generate(cfg, 600, 0))
     counts = ScrapeCounts(0, GATEWAY_BUCKETS)
     fleet.watch(counts)
@@ -175,4 +176,4 @@ def test_scrape_counts_equal_a_pass_over_the_requests_finished_since_the_last_sc
         else:
             assert hist is None
         scrapes += bool(new)
-    assert scrapes > 30 and waited, "the pool should finish requests at most scrapes, some after long waits"
+    assert scrapes > 30 and waited > 5, "the pool should finish requests at most scrapes, some after long waits"
