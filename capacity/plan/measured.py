@@ -149,7 +149,7 @@ def _from_prometheus(url: str, start: float, end: float, weeks: int) -> Measurem
     try:
         got = promapi.run_queries(url, queries)
     except promapi.PromError as e:
-        raise _prom_error(url, e) from None
+        raise promapi.config_error(url, e, FLAG) from None
 
     def key(s: promapi.Series) -> Key:
         dep, tier, route = (s.labels.get(k, "unknown") for k in GATEWAY_HIST_LABELS)

@@ -1,9 +1,10 @@
 """The review's reading of Prometheus: many range queries at once through ``goodput.foundation.promapi``, answers
 as numpy series.
 
-Any failure is one ``ConfigError``: an unreachable server names its URL and ``--prometheus``; a refused query or an
-answer that is not Prometheus' API names the server and the query. Series come back as ``Series(labels, times,
-values)`` with NaN-free float arrays, the shape the trace store's review builds too.
+Any failure is one ``ConfigError`` (``promapi.config_error``): an unreachable server names its URL and
+``--prometheus``; a refused query or an answer that is not Prometheus' API names the server and the query. Series
+come back as ``Series(labels, times, values)`` with NaN-free float arrays, the shape the trace store's review
+builds too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from goodput.foundation import promapi
-from goodput.foundation.errors import ConfigError
 from goodput.foundation.promapi import Query
 
 __all__ = ["Query", "Series", "run_queries"]
@@ -36,8 +36,6 @@ def run_queries(url: str, queries: list[Query], concurrency: int = 16, timeout: 
     """Every query, ``concurrency`` at a time; keyed by ``Query.key``."""
     try:
         got = promapi.run_queries(url, queries, concurrency, timeout)
-    except promapi.Unreachable as e:
-        raise ConfigError(url, "--prometheus", e.problem) from None
     except promapi.PromError as e:
-        raise ConfigError(e.url, e.query, e.problem) from None
+        raise promapi.config_error(url, e, "--prometheus") from None
     return {k: [_series(s) for s in v] for k, v in got.items()}

@@ -19,7 +19,9 @@ from typing import Any
 
 import httpx
 
-__all__ = ["MAX_POINTS", "Client", "Malformed", "PromError", "Query", "Refused", "Series", "Unreachable",
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["MAX_POINTS", "Client", "Malformed", "PromError", "Query", "Refused", "Series", "Unreachable", "config_error",
            "parse_answer", "read_json", "request", "run_queries"]
 
 MAX_POINTS = 11000  # Prometheus refuses a range query with more points per series
@@ -74,6 +76,14 @@ class Refused(PromError):
 class Malformed(PromError):
     def __init__(self, url: str, query: str, detail: str) -> None:
         super().__init__(url, query, f"not a Prometheus answer ({detail})", detail)
+
+
+def config_error(url: str, e: PromError, flag: str) -> ConfigError:
+    """What a command prints for ``e`` (exit 2): an unreachable server is the ``flag`` that named it, anything else
+    the query that failed."""
+    if isinstance(e, Unreachable):
+        return ConfigError(url, flag, e.problem)
+    return ConfigError(e.url, e.query, e.problem)
 
 
 def _line(text: str) -> str:
