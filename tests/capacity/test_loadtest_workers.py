@@ -266,11 +266,13 @@ def _start_with_workers(url, tmp_path):
     return proc, sorted(workers)
 
 
-def test_ctrl_c_with_workers_writes_the_partial_run_and_leaves_no_worker(fleet, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_with_workers_writes_the_partial_run_and_leaves_no_worker(fleet, tmp_path, sig):
+    """Ctrl-C, or a SIGTERM from a service manager, mid-load: the same partial run, and no worker left."""
     url, _ = fleet
     out = tmp_path / "run"
     proc, workers = _start_with_workers(url, tmp_path)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 130, stderr
     assert "INCOMPLETE" in stderr and "Traceback" not in stderr
