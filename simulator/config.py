@@ -60,6 +60,11 @@ class EngineConfig:
     kv_dtype: str = "fp16"
     compute_efficiency: float = 0.55
     memory_efficiency: float = 0.8
+    # the share of HBM bandwidth the attention kernels reach reading the KV cache (the weight GEMMs reach
+    # memory_efficiency), so decode steps slow down with batch x context: fitted on two published A100 serving
+    # bursts (Qwen2.5-7B TP 1, 10 and 100 prompts, vllm_serving.yaml rows marked calibration; least squares, 0.43)
+    # and checked on the others and on the nightly latency rows: docs/capacity.md "Fidelity"
+    attention_memory_efficiency: float = 0.43
     # fixed cost per step and TP all-reduce cost per layer, fitted on vLLM's nightly latency rows (A100/H100/H200,
     # TP 1 and 4) and checked against held-out serving results: docs/capacity.md "Fidelity"
     step_overhead_ms: float = 2.0
@@ -220,7 +225,7 @@ def _engine(r: _Reader | None) -> EngineConfig:
     e = EngineConfig(**kw)
     if not 0 < e.gpu_memory_utilization <= 1:
         r.fail("gpu_memory_utilization", f"must be in (0, 1], got {e.gpu_memory_utilization}")
-    for k in ("compute_efficiency", "memory_efficiency", "prefix_cache_fraction"):
+    for k in ("compute_efficiency", "memory_efficiency", "attention_memory_efficiency", "prefix_cache_fraction"):
         if not 0 < getattr(e, k) <= 1:
             r.fail(k, f"must be in (0, 1], got {getattr(e, k)}")
     if e.max_num_batched_tokens < e.max_num_seqs:

@@ -67,11 +67,7 @@ class Fleet:
         self.deployments: list[Deployment] = []
         self.by_name: dict[str, Deployment] = {}
         for i, d in enumerate(cfg.deployments):
-            e = d.engine
-            rf = Roofline.build(models()[d.model], gpus()[d.gpu], tp=d.tp, weight_dtype=e.weight_dtype,
-                                kv_dtype=e.kv_dtype, compute_efficiency=e.compute_efficiency,
-                                memory_efficiency=e.memory_efficiency, step_overhead_ms=e.step_overhead_ms,
-                                tp_overhead_ms_per_layer=e.tp_overhead_ms_per_layer)
+            rf = Roofline.build(models()[d.model], gpus()[d.gpu], tp=d.tp, engine=d.engine)
             dep = Deployment(i, d, rf, d.budget.num_blocks, Router(d.router))
             self.deployments.append(dep)
             self.by_name[d.name] = dep

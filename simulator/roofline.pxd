@@ -5,7 +5,7 @@ cimport cython
 
 @cython.final
 cdef class Roofline:
-    cdef public double sec_per_flop, sec_per_byte, flops_per_token, attn_flops_per_ctx, weight_bytes
+    cdef public double sec_per_flop, sec_per_byte, sec_per_kv_byte, flops_per_token, attn_flops_per_ctx, weight_bytes
     cdef public double kv_bytes_per_token, overhead_s
 
     cpdef double step_time(self, double tokens, double attn_pairs, double kv_tokens)

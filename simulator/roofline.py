@@ -1,7 +1,12 @@
 """Iteration time of one engine step from a roofline.
 
-time = max(FLOPs / (TP x peak x compute efficiency), bytes / (HBM bandwidth x memory efficiency))
+time = max(FLOPs / (TP x peak x compute efficiency),
+           weight bytes / (HBM bandwidth x memory efficiency) + KV bytes / (HBM bandwidth x attention efficiency))
        + fixed step overhead + a per-layer TP communication term.
+
+The KV cache is read by the attention kernels, which reach a smaller share of the bandwidth than the weight
+GEMMs (``EngineConfig.attention_memory_efficiency``): that read grows with batch x context, so it is the
+term that makes a decode step slower as the batch grows.
 
 Both FLOPs and bytes are linear in the number of tokens and in the KV context read, which is
 what lets the replica jump over runs of identical decode iterations in closed form.
@@ -13,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.catalog import DTYPE_BYTES, GpuSpec, ModelSpec, kv_bytes_per_token
+from simulator.config import EngineConfig
 
 __all__ = ["DecodeRun", "Roofline"]
 
@@ -22,7 +28,8 @@ class Roofline:
     """Per-replica cost coefficients (seconds per FLOP, per byte), all per GPU of the TP group."""
 
     sec_per_flop: float
-    sec_per_byte: float
+    sec_per_byte: float  # weights
+    sec_per_kv_byte: float  # the KV cache, read (decode) or written (prefill) by the attention kernels
     flops_per_token: float  # dense GEMMs, per GPU
     attn_flops_per_ctx: float  # per (query token x context token), per GPU
     weight_bytes: float  # per GPU, read once per step
@@ -30,25 +37,25 @@ class Roofline:
     overhead_s: float
 
     @classmethod
-    def build(cls, model: ModelSpec, gpu: GpuSpec, *, tp: int, weight_dtype: str, kv_dtype: str,
-              compute_efficiency: float, memory_efficiency: float, step_overhead_ms: float,
-              tp_overhead_ms_per_layer: float) -> Roofline:
+    def build(cls, model: ModelSpec, gpu: GpuSpec, *, tp: int, engine: EngineConfig) -> Roofline:
+        e = engine
         d_attn = model.attention_heads * model.head_dim
-        overhead = step_overhead_ms / 1000.0 + (model.layers * tp_overhead_ms_per_layer / 1000.0 if tp > 1 else 0.0)
+        overhead = e.step_overhead_ms / 1000.0 + (model.layers * e.tp_overhead_ms_per_layer / 1000.0 if tp > 1 else 0.0)
         return cls(
-            sec_per_flop=1.0 / (gpu.peak_flops(weight_dtype) * compute_efficiency),
-            sec_per_byte=1.0 / (gpu.hbm_bandwidth_bytes_per_s * memory_efficiency),
+            sec_per_flop=1.0 / (gpu.peak_flops(e.weight_dtype) * e.compute_efficiency),
+            sec_per_byte=1.0 / (gpu.hbm_bandwidth_bytes_per_s * e.memory_efficiency),
+            sec_per_kv_byte=1.0 / (gpu.hbm_bandwidth_bytes_per_s * e.attention_memory_efficiency),
             flops_per_token=2.0 * model.parameters / tp,
             attn_flops_per_ctx=4.0 * model.layers * d_attn / tp,
-            weight_bytes=model.parameters * DTYPE_BYTES[weight_dtype] / tp,
-            kv_bytes_per_token=kv_bytes_per_token(model, tp, kv_dtype),
+            weight_bytes=model.parameters * DTYPE_BYTES[e.weight_dtype] / tp,
+            kv_bytes_per_token=kv_bytes_per_token(model, tp, e.kv_dtype),
             overhead_s=overhead,
         )
 
     def step_time(self, tokens: int, attn_pairs: float, kv_tokens: float) -> float:
         """One step: ``tokens`` computed, ``attn_pairs`` query x context pairs, ``kv_tokens`` KV read or written."""
         compute = (self.flops_per_token * tokens + self.attn_flops_per_ctx * attn_pairs) * self.sec_per_flop
-        memory = (self.weight_bytes + self.kv_bytes_per_token * kv_tokens) * self.sec_per_byte
+        memory = self.weight_bytes * self.sec_per_byte + self.kv_bytes_per_token * kv_tokens * self.sec_per_kv_byte
         return max(compute, memory) + self.overhead_s
 
     def decode_run(self, n: int, s0: float, scale: float = 1.0) -> DecodeRun:
@@ -56,8 +63,8 @@ class Roofline:
         return DecodeRun(  # a1, b1: compute line; a2, b2: memory line (positional: the call is per run)
             (self.flops_per_token * n + self.attn_flops_per_ctx * s0) * self.sec_per_flop,
             self.attn_flops_per_ctx * n * self.sec_per_flop,
-            (self.weight_bytes + self.kv_bytes_per_token * s0) * self.sec_per_byte,
-            self.kv_bytes_per_token * n * self.sec_per_byte,
+            self.weight_bytes * self.sec_per_byte + self.kv_bytes_per_token * s0 * self.sec_per_kv_byte,
+            self.kv_bytes_per_token * n * self.sec_per_kv_byte,
             self.overhead_s,
             scale,
         )

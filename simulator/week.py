@@ -133,10 +133,7 @@ def _mean(dist, default: float) -> float:
 
 
 def _roofline(d: DeploymentConfig) -> Roofline:
-    e = d.engine
-    return Roofline.build(models()[d.model], gpus()[d.gpu], tp=d.tp, weight_dtype=e.weight_dtype, kv_dtype=e.kv_dtype,
-                          compute_efficiency=e.compute_efficiency, memory_efficiency=e.memory_efficiency,
-                          step_overhead_ms=e.step_overhead_ms, tp_overhead_ms_per_layer=e.tp_overhead_ms_per_layer)
+    return Roofline.build(models()[d.model], gpus()[d.gpu], tp=d.tp, engine=d.engine)
 
 
 def _service(d: DeploymentConfig, mean_in: float, mean_out: float) -> tuple[float, float, float, int]:

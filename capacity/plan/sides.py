@@ -42,11 +42,7 @@ class Sides:
 
 
 def roofline_of(dep: DeploymentConfig) -> Roofline:
-    e = dep.engine
-    return Roofline.build(models()[dep.model], gpus()[dep.gpu], tp=dep.tp, weight_dtype=e.weight_dtype,
-                          kv_dtype=e.kv_dtype, compute_efficiency=e.compute_efficiency,
-                          memory_efficiency=e.memory_efficiency, step_overhead_ms=e.step_overhead_ms,
-                          tp_overhead_ms_per_layer=e.tp_overhead_ms_per_layer)
+    return Roofline.build(models()[dep.model], gpus()[dep.gpu], tp=dep.tp, engine=dep.engine)
 
 
 def _largest_batch(rf: Roofline, context: float, tpot_s: float) -> int:

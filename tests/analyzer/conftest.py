@@ -26,7 +26,7 @@ def healthy_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("healthy-run")
     pool = stress_pool()
     pool["events"] = []
-    pool["workloads"][0]["arrival"]["rate"] = 5.0
+    pool["workloads"][0]["arrival"]["rate"] = 4.5
     write_outputs(simulate(parse_fleet(fleet_data(**pool), "healthy.yaml"), 3600.0), out)
     con = connect(out / "db.duckdb")
     ingest(con, [out / "requests.parquet"])

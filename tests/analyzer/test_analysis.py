@@ -128,7 +128,7 @@ def test_triage_of_a_healthy_run_names_no_cause(healthy_run):
     assert len(t.steps) == 5 and abs(t.facts["e2e_p95_change"]) < 0.1
     e2e, ttft = (f"{round(t.facts[k] * 100):+d}%" for k in ("e2e_p95_change", "ttft_p95_change"))
     assert f"recent p95 E2E {e2e}, TTFT {ttft} against" in t.verdict
-    assert "0.104" in t.steps[2][1]  # it preempts steadily: not a regression, so not a cause
+    assert "0.035" in t.steps[2][1]  # it preempts steadily: not a regression, so not a cause
     r = _cli("triage", "--db", str(healthy_run / "db.duckdb"), "--deployment", "chat")
     assert r.returncode == 0 and "no regression" in r.stdout and "most likely" not in r.stdout
     assert "-0.000" not in r.stdout

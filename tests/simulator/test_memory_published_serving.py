@@ -2,7 +2,9 @@
 (tests/fixtures/published/vllm_serving.yaml): N random-dataset prompts sent at once or as a Poisson stream, on
 A100 (TP 1 and 2) and H100. Compared: output throughput and median TPOT (goal 10%; a row missed by more carries
 the bound it meets) and median TTFT (reported; bounded by a factor, since it is queueing behind the burst's
-prefills). Every row is held-out: the default step costs were fitted on the nightly latency rows.
+prefills). The fixed step costs were fitted on the nightly latency rows; the KV read's share of HBM bandwidth
+(``EngineConfig.attention_memory_efficiency``) on the two rows marked ``role: calibration``; every other row is
+held-out.
 Regenerate the table in docs/capacity.md with ``python -m tests.simulator.test_memory_published_serving``.
 """
 
@@ -23,6 +25,8 @@ SERVING = FIXTURES / "published" / "vllm_serving.yaml"
 GOAL = 0.10
 TTFT_FACTOR = 3.0  # default TTFT bound: within a factor of 3 either way, unless the row carries its own
 BEGIN, END = "<!-- serving-fidelity:begin -->", "<!-- serving-fidelity:end -->"
+# the bursts the batch-dependent KV term is about (A100 TP 1, utilisation 0.5: the pool never binds)
+BURSTS = ("dl-a100-qwen7b-tp1-u50-n50", "dl-a100-qwen7b-tp1-u50-n100", "dl-a100-qwen7b-tp1-u50-n200")
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,13 @@ def _setup(r: dict) -> str:
 
 
 def render_table() -> str:
-    lines = ["| set-up | output tok/s (theirs / ours) | error | TPOT ms median (theirs / ours) | error | "
-             "TTFT ms median (theirs / ours) | ours / theirs |", "|---|---|---|---|---|---|---|"]
+    lines = ["| set-up | role | output tok/s (theirs / ours) | error | TPOT ms median (theirs / ours) | error | "
+             "TTFT ms median (theirs / ours) | ours / theirs |", "|---|---|---|---|---|---|---|---|"]
     for run in runs():
         p = run.row["published"]
         lines.append(
-            f"| {_setup(run.row)} | {p['output_throughput']:,.0f} / {run.output_throughput:,.0f} | "
+            f"| {_setup(run.row)} | {run.row.get('role', 'held-out')} | "
+            f"{p['output_throughput']:,.0f} / {run.output_throughput:,.0f} | "
             f"{run.error('output_throughput'):+.1%} | {p['tpot_median_ms']:.2f} / {run.tpot_median_ms:.2f} | "
             f"{run.error('tpot_median_ms'):+.1%} | {p['ttft_median_ms']:,.0f} / {run.ttft_median_ms:,.0f} | "
             f"{run.ttft_median_ms / p['ttft_median_ms']:.2f}x |")
@@ -111,6 +116,18 @@ def test_throughput_tpot_and_ttft_within_the_documented_bounds(index):
     assert 1 / factor <= ratio <= factor, (
         f"{r['id']}: median TTFT vLLM {r['published']['ttft_median_ms']:.0f} ms, the simulator "
         f"{run.ttft_median_ms:.0f} ms ({ratio:.2f}x, bound {factor}x)")
+
+
+def test_the_fitted_attention_efficiency_brings_the_a100_bursts_within_the_goal():
+    """The record the fit rests on: with the KV cache read at the weights' share of the bandwidth (the roofline
+    before the fit) the A100 TP 1 bursts of 50-200 prompts, two of them held-out, miss the goal on TPOT; with the
+    fitted share every one meets it, on throughput too."""
+    doc = fixture()
+    bursts = [r for r in doc["benchmarks"] if r["id"] in BURSTS]
+    before = [simulate_row(r, {**doc["engine"], "attention_memory_efficiency": 0.8}) for r in bursts]
+    assert all(abs(run.error("tpot_median_ms")) > GOAL for run in before), [run.error("tpot_median_ms") for run in before]
+    for run in (runs()[doc["benchmarks"].index(r)] for r in bursts):
+        assert max(abs(run.error("output_throughput")), abs(run.error("tpot_median_ms"))) <= GOAL, run.row["id"]
 
 
 def test_docs_carry_the_current_table():
