@@ -25,6 +25,7 @@ from grafana_foundation_sdk.models import prometheus as pm
 
 from analyzer.releases import load_releases
 from exporters.catalog import by_name, names
+from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput import dashboard_ids as ids
 from goodput.rulegen import BURN_WINDOWS, RULE_FILES, Spec
 from goodput.rulegen import build as build_rules
@@ -143,7 +144,7 @@ def _fleet(n: Names) -> list[Panel]:
 def _deployment(n: Names) -> list[Panel]:
     dt, d = _sel("deployment", "tier"), _sel("deployment")
     pct = lambda metric, qs: tuple(  # noqa: E731
-        Query(f"{n.r(f'deployment_tier:{metric}:{q}_5m')}{dt}", f"{q} {{{{deployment}}}} {{{{tier}}}}") for q in qs)
+        Query(f"{n.r(tier_quantile(metric, q))}{dt}", f"{q} {{{{deployment}}}} {{{{tier}}}}") for q in qs)
     rate = lambda metric: f"sum by (deployment) (rate({n.m(metric)}{d}[$__rate_interval]))"  # noqa: E731
     gen = f"sum by (deployment, replica) (rate({n.m('llm_generation_tokens_total')}{d}[$__rate_interval]))"
     return [
@@ -168,7 +169,7 @@ def _deployment(n: Names) -> list[Panel]:
         Panel(6, "KV-cache usage", "Fraction of KV-cache blocks in use: the fullest replica and the mean. Near 1, "
               "new sequences preempt running ones.", "percentunit",
               (Query(f"{n.r('deployment:llm_kv_cache_usage_ratio:max')}{d}", "max {{deployment}}"),
-               Query(f"{n.r('deployment:llm_kv_cache_usage_ratio:avg')}{d}", "mean {{deployment}}")), max=1),
+               Query(f"{n.r(KV_USAGE_AVG)}{d}", "mean {{deployment}}")), max=1),
         Panel(ids.DEPLOYMENT_KV_FAILURES, "KV allocation failures: preemptions and KV-capacity rejections",
               "Sequences preempted because a KV block could not be allocated, and requests the gateway refused for "
               "KV capacity, per second over 5 minutes (LLMKVCacheAllocationFailures).", "reqps",
@@ -259,7 +260,7 @@ def _gpus(n: Names) -> list[Panel]:
 
 def _capacity(n: Names) -> list[Panel]:
     d = _sel("deployment")
-    demand = f"{n.r('deployment:llm_gateway_tokens:rate5m')}{d}"
+    demand = f"{n.r(TOKENS_RATE)}{d}"
     capacity = (f"({n.r('deployment:llm_replicas_available:max')}{d} * on (deployment) max by (deployment) "
                 f"({n.m('llm_capacity_replica_goodput_tokens_per_second')}))")
     th = n.spec.thresholds
@@ -270,22 +271,20 @@ def _capacity(n: Names) -> list[Panel]:
         Panel(2, "Headroom", "1 - demand / capacity: the share of capacity still free. Below 0 the deployment "
               "serves more than it can within the SLO.", "percentunit",
               (Query(f"1 - {demand} / on (deployment) {capacity}", "{{deployment}}"),), threshold=0.0),
-        Panel(3, "Autoscaling signal", "deployment:llm_autoscale_desired_replicas:max, the replica count an "
+        Panel(3, "Autoscaling signal", f"{AUTOSCALE_DESIRED}, the replica count an "
               "autoscaler (KEDA, docs/autoscaling.md) should target: the largest of the demand, KV and queue signals; "
               "against the replicas available.", "short",
-              (Query(f"{n.r('deployment:llm_autoscale_desired_replicas:max')}{d}", "desired {{deployment}}"),
-               Query(f"{n.r('deployment_signal:llm_autoscale_desired_replicas:ceil')}{d}",
-                     "{{signal}} signal {{deployment}}"),
+              (Query(f"{n.r(AUTOSCALE_DESIRED)}{d}", "desired {{deployment}}"),
+               Query(f"{n.r(AUTOSCALE_SIGNAL)}{d}", "{{signal}} signal {{deployment}}"),
                Query(f"{n.r('deployment:llm_replicas_available:max')}{d}", "available {{deployment}}"))),
         Panel(4, "KV usage vs autoscaling target", "Mean KV-cache usage; the kv signal asks for more replicas above "
               f"the target ({th['autoscale_kv_target_ratio']:g}, thresholds.autoscale_kv_target_ratio).", "percentunit",
-              (Query(f"{n.r('deployment:llm_kv_cache_usage_ratio:avg')}{d}", "{{deployment}}"),),
+              (Query(f"{n.r(KV_USAGE_AVG)}{d}", "{{deployment}}"),),
               threshold=float(th["autoscale_kv_target_ratio"]), max=1),
         Panel(5, "Queue wait p95 vs autoscaling target", "Worst tier's p95 queue wait; the queue signal asks for "
               f"more replicas above the target ({th['autoscale_queue_target_seconds']:g} s, "
               "thresholds.autoscale_queue_target_seconds).", "s",
-              (Query(f"max by (deployment) ({n.r('deployment_tier:llm_gateway_queue_wait_seconds:p95_5m')}{d})",
-                     "{{deployment}}"),),
+              (Query(f"max by (deployment) ({n.r(QUEUE_WAIT_P95)}{d})", "{{deployment}}"),),
               threshold=float(th["autoscale_queue_target_seconds"])),
     ]
 

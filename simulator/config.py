@@ -18,7 +18,14 @@ from goodput.foundation.yamlfile import load_mapping
 from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
 from simulator.catalog import DTYPE_BYTES, lookup_gpu, lookup_model
 from simulator.distributions import QuantileDistribution
-from simulator.memory import MemoryBudget, MemorySetup, memory_budget
+from simulator.memory import (
+    DEFAULT_ENGINE_VERSION,
+    SAMPLER_BYTES_PER_LOGIT,
+    MemoryBudget,
+    MemorySetup,
+    memory_budget,
+    parse_engine_version,
+)
 
 __all__ = [
     "DeploymentConfig",
@@ -58,6 +65,10 @@ class EngineConfig:
     max_queue_time_s: float = 60.0
     weight_dtype: str = "bf16"
     kv_dtype: str = "fp16"
+    # the vLLM release and top-k/top-p sampler whose start-up profiling sizes the KV pool (simulator/memory.py);
+    # "default": the release's own sampler
+    engine_version: str = DEFAULT_ENGINE_VERSION
+    sampler: str = "default"
     compute_efficiency: float = 0.55
     memory_efficiency: float = 0.8
     # the share of HBM bandwidth the attention kernels reach reading the KV cache (the weight GEMMs reach
@@ -220,6 +231,11 @@ def _engine(r: _Reader | None) -> EngineConfig:
             kw[name] = r.get(name, int, default, minimum=1)
         elif isinstance(default, float):
             kw[name] = r.get(name, float, default, minimum=0.0)
+        elif name == "engine_version":
+            kw[name] = r.get(name, str, default)
+            parse_engine_version(kw[name], r.source, r.key(name))
+        elif name == "sampler":
+            kw[name] = r.get(name, str, default, choices=("default", *SAMPLER_BYTES_PER_LOGIT))
         else:
             kw[name] = r.get(name, str, default, choices=tuple(DTYPE_BYTES))
     e = EngineConfig(**kw)
@@ -253,7 +269,8 @@ def _deployment(r: _Reader) -> DeploymentConfig:
             tp=tp, weight_dtype=engine.weight_dtype, kv_dtype=engine.kv_dtype,
             gpu_memory_utilization=engine.gpu_memory_utilization, max_model_len=engine.max_model_len,
             max_num_batched_tokens=engine.max_num_batched_tokens, max_num_seqs=engine.max_num_seqs,
-            block_size=engine.block_size), r.source)
+            block_size=engine.block_size, engine_version=engine.engine_version,
+            sampler=None if engine.sampler == "default" else engine.sampler), r.source)
     except ConfigError as e:  # the budget names the knob; say where it sits in the fleet file
         raise ConfigError(r.source, r.key("tp") if e.key == "tp" else ek(e.key), e.problem) from None
     problem = budget.problem()

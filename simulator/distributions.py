@@ -26,7 +26,8 @@ class QuantileDistribution:
 
     @classmethod
     def from_quantiles(cls, spec: dict[str, float]) -> QuantileDistribution:
-        """Build from keys like ``p50``, ``p95``, ``p99``, ``max`` (``min`` defaults to 1).
+        """Build from keys like ``p50``, ``p95``, ``p99``, ``max`` (``min`` defaults to 1, unless every value given is
+        the same: ``{p50: 172, max: 172}`` is a fixed length, not half the draws between 1 and 172).
 
         Without ``max`` the tail is extended past p99 as far again as p95 -> p99 goes, in log space.
         Raises ``ValueError`` naming the offending key when the values do not increase.
@@ -36,7 +37,8 @@ class QuantileDistribution:
             raise ValueError(f"unknown quantile key(s) {sorted(unknown)}; use {list(_LEVELS)}")
         if "p50" not in spec:
             raise ValueError("p50 is required")
-        knots = {"min": 1.0, **{k: float(v) for k, v in spec.items()}}
+        fixed = len({float(v) for v in spec.values()}) == 1
+        knots = {"min": float(spec["p50"]) if fixed else 1.0, **{k: float(v) for k, v in spec.items()}}
         if "max" not in knots:
             top = max((k for k in knots if k != "min"), key=_LEVELS.get)
             below = [k for k in knots if _LEVELS[k] < _LEVELS[top]]

@@ -18,11 +18,12 @@ generations differ, and ``--engine-version`` picks one (ENGINE_PROFILES):
   dtype or a quantized format (fp8: 1 byte; int4: 0.5 byte plus a 16-bit scale and 4-bit zero per 128 weights);
   embeddings, LM head and norms stay in the model's dtype. Within 0.3% of every logged "Model loading took".
 * activation peak: vLLM's profile run is one dummy forward of ``max_num_batched_tokens`` tokens and one
-  sampler pass over ``min(max_num_seqs, max_num_batched_tokens)`` requests. The sampler (fp32 logits, top-k/top-p
-  sort, softmax, penalties) dominates at vLLM's defaults: a fixed number of bytes per request x vocabulary
-  entry, plus 1.28 bf16 copies of the batch's hidden states. The forward pass (residual, q/k/v, gate/up,
-  activation) is counted instead when it is larger (long batches, small vocabularies). TP does not shrink it:
-  every rank samples the whole vocabulary (Qwen3-32B logs 5.64 GiB at TP 1 and at TP 2).
+  sampler pass over ``min(max_num_seqs, max_num_batched_tokens)`` requests. The sampler (fp32 logits, top-k/top-p,
+  softmax, penalties) dominates at vLLM's defaults: a number of bytes per request x vocabulary entry that depends on
+  the top-k/top-p implementation (SAMPLER_BYTES_PER_LOGIT: PyTorch's full sort of the logits costs three times
+  FlashInfer's sort-free kernel), plus 1.28 bf16 copies of the batch's hidden states. The forward pass (residual,
+  q/k/v, gate/up, activation) is counted instead when it is larger (long batches, small vocabularies). TP does not
+  shrink it: every rank samples the whole vocabulary (Qwen3-32B logs 5.64 GiB at TP 1 and at TP 2).
 * non-torch memory: cuBLAS workspaces at TP 1, plus NCCL / custom all-reduce buffers from TP 2 (a little more
   from TP 4). The CUDA context exists before vLLM's baseline snapshot and is not counted.
 * CUDA graph reserve: from vLLM 0.21 the engine estimates its CUDA graph pool and takes it from the KV budget
@@ -46,6 +47,7 @@ __all__ = [
     "EngineProfile",
     "MemoryBudget",
     "MemorySetup",
+    "SAMPLER_BYTES_PER_LOGIT",
     "default_scheduler_limits",
     "engine_profile",
     "memory_budget",
@@ -58,12 +60,30 @@ HIDDEN_STATE_COPIES = 1.28
 ACTIVATION_BYTES = 2  # activations run in bf16/fp16 whatever the weights are stored in
 
 
+# The sampler's profiled peak per (request x vocabulary entry), by top-k/top-p implementation. vLLM says at start-up
+# which one it runs: "Using FlashInfer for top-p & top-k sampling" or "Falling back to the PyTorch-native
+# implementation of top-p & top-k sampling".
+SAMPLER_BYTES_PER_LOGIT = {
+    # sorts the fp32 logits (values and int64 indices) before the softmax and cumulative sum. llm-d's H100 logs
+    # (vLLM 0.10-0.11, 1024 requests): Llama-3.1-8B activation 4.76 GiB, Qwen3-32B 5.64. Held out: an A100-40GB
+    # vLLM 0.10.1.1 log that fell back to it at 256 requests (dennislee22, within 5%).
+    "pytorch": 38.25,
+    # sort-free rejection sampling over fp32 logits and probabilities. Fitted on two A100-80GB vLLM 0.10.1.1 TP 1
+    # logs that used it (dennislee22, utilisation 0.25 and 0.5: 256 requests x Qwen2's 152,064 entries leave
+    # 0.46 GiB); held out: the same set-up at TP 2.
+    "flashinfer": 12.6,
+    # the default of vLLM 0.12-0.19 when FlashInfer's is off (opt-in from vLLM PR #26859, 0.11.1; PR #40376 calls
+    # it Triton's): llm-d-planner's vLLM 0.19.0 H100 runs, Llama-3.1-8B activation 1.89 GiB at 1024 requests.
+    "triton": 14.75,
+}
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """What one generation of vLLM spends outside weights and KV cache."""
 
     since: tuple[int, int]
-    sampler_bytes_per_logit: float  # profile run's sampler peak per (request x vocabulary entry)
+    sampler: str  # the top-k/top-p implementation this generation runs by default (SAMPLER_BYTES_PER_LOGIT)
     non_torch_gib: float  # at TP 1
     nccl_gib: tuple[float, float]  # added at TP 2, and from TP 4
     cudagraph_gib: float  # taken from the KV budget (0: graphs live above gpu_memory_utilization)
@@ -71,19 +91,24 @@ class EngineProfile:
 
 
 ENGINE_PROFILES = (
-    # llm-d's H100 logs (vLLM 0.10-0.11, "Desired GPU utilization" era): Llama-3.1-8B activation 4.76 GiB,
-    # Qwen3-32B 5.64 → 38.25 B/logit at 1024 requests; non-torch 0.13 GiB at TP 1, 0.55 at TP 2 (Llama-3.3-70B);
-    # AIConfigurator's NCCL table adds 50 MB from TP 4.
-    EngineProfile((0, 8), 38.25, 0.13, (0.42, 0.47), 0.0,
-                  "llm-d-benchmark config_explorer/empirical-vllm-memory-results.md (H100)"),
-    # llm-d-planner's vLLM 0.19.0 H100 runs: Llama-3.1-8B activation 1.89 GiB → 14.75 B/logit; non-torch 0.25 GiB
-    # at TP 1, 2.07 at TP 2, 2.13 at TP 4. Where between 0.11 and 0.19 the sampler profile shrank is not pinned
-    # down by a published log; 0.12 is assumed.
-    EngineProfile((0, 12), 14.75, 0.25, (1.82, 1.88), 0.0,
+    # llm-d's H100 logs (vLLM 0.10-0.11, "Desired GPU utilization" era) ran PyTorch's sampler; non-torch 0.13 GiB at
+    # TP 1, 0.55 at TP 2 (Llama-3.3-70B); AIConfigurator's NCCL table adds 50 MB from TP 4. FlashInfer's sampler was
+    # the default in 0.9-0.11.0 wherever flashinfer was installed (vLLM's image), so --sampler says which ran.
+    EngineProfile((0, 8), "pytorch", 0.13, (0.42, 0.47), 0.0,
+                  "llm-d-benchmark config_explorer/empirical-vllm-memory-results.md (H100); "
+                  "dennislee22/vLLM-benchmarking logs (A100, FlashInfer sampler)"),
+    # llm-d-planner's vLLM 0.19.0 H100 runs: non-torch 0.25 GiB at TP 1, 2.07 at TP 2, 2.13 at TP 4. Where between
+    # 0.11 and 0.19 the default sampler's profile shrank is not pinned down by a published log; 0.12 is assumed.
+    EngineProfile((0, 12), "triton", 0.25, (1.82, 1.88), 0.0,
                   "llm-d-planner docs/accuracy/vllm-v0.19.0-accuracy-report.md (H100)"),
-    EngineProfile((0, 21), 14.75, 0.25, (1.82, 1.88), 0.3,
-                  "llm-d-planner docs/accuracy/vllm-v0.19.0-accuracy-report.md (H100), plus the CUDA graph estimate "
-                  "vLLM logs from 0.21 ('Estimated CUDA graph memory', 0.13-0.36 GiB for dense models)"),
+    # FlashInfer's sampler is the default again from 0.20 (vLLM PR #40376).
+    EngineProfile((0, 20), "flashinfer", 0.25, (1.82, 1.88), 0.0,
+                  "llm-d-planner docs/accuracy/vllm-v0.19.0-accuracy-report.md (H100); FlashInfer sampler from "
+                  "dennislee22/vLLM-benchmarking logs (A100)"),
+    EngineProfile((0, 21), "flashinfer", 0.25, (1.82, 1.88), 0.3,
+                  "llm-d-planner docs/accuracy/vllm-v0.19.0-accuracy-report.md (H100), FlashInfer sampler from "
+                  "dennislee22/vLLM-benchmarking logs (A100), plus the CUDA graph estimate vLLM logs from 0.21 "
+                  "('Estimated CUDA graph memory', 0.13-0.36 GiB for dense models)"),
 )
 VOCAB_PADDING = 64
 INT4_GROUP = 128
@@ -128,6 +153,7 @@ class MemorySetup:
     max_num_seqs: int | None = None
     block_size: int = 16
     engine_version: str = DEFAULT_ENGINE_VERSION
+    sampler: str | None = None  # None: the engine version's default top-k/top-p implementation
 
 
 @dataclass(frozen=True)
@@ -153,6 +179,7 @@ class MemoryBudget:
     max_num_batched_tokens: int
     max_num_seqs: int
     engine_version: str
+    sampler: str
     evidence: str  # the published logs the engine version's constants were fitted on
 
     @property
@@ -226,9 +253,9 @@ def _weights_per_gpu(model: ModelSpec, tp: int, weight_dtype: str) -> float:
     return linear * LINEAR_BYTES[weight_dtype] + (embedding + model.small_parameters + rope_cache) * native
 
 
-def _activation_peak(model: ModelSpec, tp: int, tokens: int, seqs: int, profile: EngineProfile) -> float:
+def _activation_peak(model: ModelSpec, tp: int, tokens: int, seqs: int, sampler_name: str) -> float:
     requests = min(seqs, tokens)
-    sampler = profile.sampler_bytes_per_logit * requests * model.vocab_size
+    sampler = SAMPLER_BYTES_PER_LOGIT[sampler_name] * requests * model.vocab_size
     hidden = HIDDEN_STATE_COPIES * tokens * model.hidden_size * ACTIVATION_BYTES
     qkv = (model.attention_heads // tp + 2 * kv_heads_per_gpu(model, tp)) * model.head_dim
     forward = tokens * ACTIVATION_BYTES * (4 * model.hidden_size + qkv + 3 * (model.intermediate_size // tp))
@@ -256,18 +283,21 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, setup: MemorySetup, source: st
     tokens = setup.max_num_batched_tokens or default_tokens
     seqs = setup.max_num_seqs or default_seqs
     profile = engine_profile(version)
+    sampler = setup.sampler or profile.sampler
+    if sampler not in SAMPLER_BYTES_PER_LOGIT:
+        raise ConfigError(source, "sampler", f"must be one of {', '.join(SAMPLER_BYTES_PER_LOGIT)}; got {sampler!r}")
     nccl = 0.0 if setup.tp == 1 else profile.nccl_gib[0] if setup.tp == 2 else profile.nccl_gib[1]
     return MemoryBudget(
         model=model.name, gpu=gpu.name, tp=setup.tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         total=float(gpu.memory_bytes), gpu_memory_utilization=setup.gpu_memory_utilization,
         weights=_weights_per_gpu(model, setup.tp, weight_dtype),
-        activation=_activation_peak(model, setup.tp, tokens, seqs, profile),
+        activation=_activation_peak(model, setup.tp, tokens, seqs, sampler),
         non_torch=(profile.non_torch_gib + nccl) * GIB,
         cudagraph=profile.cudagraph_gib * GIB,
         kv_bytes_per_token=kv_bytes_per_token(model, setup.tp, kv_dtype),
         block_size=setup.block_size,
         max_model_len=setup.max_model_len or model.max_position_embeddings,
         max_position_embeddings=model.max_position_embeddings, vocab_size=model.vocab_size,
-        max_num_batched_tokens=tokens, max_num_seqs=seqs, engine_version=setup.engine_version,
+        max_num_batched_tokens=tokens, max_num_seqs=seqs, engine_version=setup.engine_version, sampler=sampler,
         evidence=profile.evidence,
     )

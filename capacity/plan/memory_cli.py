@@ -14,10 +14,16 @@ from typing import Any
 from goodput.foundation.args import positive_int
 from goodput.foundation.errors import ConfigError
 from simulator.catalog import GIB, lookup_gpu, lookup_model
-from simulator.memory import DEFAULT_ENGINE_VERSION, MemoryBudget, MemorySetup, memory_budget
+from simulator.memory import DEFAULT_ENGINE_VERSION, SAMPLER_BYTES_PER_LOGIT, MemoryBudget, MemorySetup, memory_budget
 
 __all__ = ["add_parser", "budget_json", "format_budget", "run"]
 
+# how vLLM's start-up log names each top-k/top-p sampler, for the user to check --sampler against
+SAMPLER_LOG_LINES = {
+    "pytorch": "Falling back to the PyTorch-native implementation of top-p & top-k sampling",
+    "flashinfer": "Using FlashInfer for top-p & top-k sampling",
+    "triton": "no FlashInfer line (vLLM 0.12-0.19 unless VLLM_USE_FLASHINFER_SAMPLER=1)",
+}
 # --quantization as vLLM names it → the weight format the budget knows
 QUANTIZATION = {"none": None, "fp8": "fp8", "awq": "int4", "gptq": "int4"}
 KV_CACHE_DTYPES = ("auto", "fp8")
@@ -58,6 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", type=int, choices=BLOCK_SIZES, default=16, help="KV cache block size (default 16)")
     p.add_argument("--engine-version", default=DEFAULT_ENGINE_VERSION, metavar="X.Y",
                    help=f"vLLM version whose memory profiling to model (0.8 or later; default {DEFAULT_ENGINE_VERSION})")
+    p.add_argument("--sampler", choices=tuple(SAMPLER_BYTES_PER_LOGIT), default=None,
+                   help="top-k/top-p sampler vLLM runs, which sets most of the activation peak (default: the engine "
+                        "version's; the start-up log says which: 'Using FlashInfer for top-p & top-k sampling' or "
+                        "'Falling back to the PyTorch-native implementation')")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
 
@@ -69,7 +79,7 @@ def _gib(x: float) -> float:
 def budget_json(b: MemoryBudget) -> dict[str, Any]:
     """The budget's terms (GiB per GPU) and vLLM's start-up figures, as plain data."""
     return {
-        "model": b.model, "gpu": b.gpu, "tp": b.tp, "engine_version": b.engine_version,
+        "model": b.model, "gpu": b.gpu, "tp": b.tp, "engine_version": b.engine_version, "sampler": b.sampler,
         "weight_dtype": b.weight_dtype, "kv_cache_dtype": b.kv_dtype, "block_size": b.block_size,
         "max_model_len": b.max_model_len, "max_num_batched_tokens": b.max_num_batched_tokens,
         "max_num_seqs": b.max_num_seqs, "gpu_memory_utilization": b.gpu_memory_utilization,
@@ -89,8 +99,8 @@ def format_budget(b: MemoryBudget) -> str:
         (f"requested = total x {b.gpu_memory_utilization:g}", b.requested, "gpu_memory_utilization"),
         ("  model weights", b.weights, f'vLLM: "Model loading took {_gib(b.weights):.2f} GiB"'),
         ("  activation peak (profile run)", b.activation,
-         f"{min(b.max_num_seqs, b.max_num_batched_tokens):,} requests x {b.vocab_size:,} vocab sampled, "
-         f"{b.max_num_batched_tokens:,} tokens forward"),
+         f"{min(b.max_num_seqs, b.max_num_batched_tokens):,} requests x {b.vocab_size:,} vocab sampled by "
+         f"{b.sampler}, {b.max_num_batched_tokens:,} tokens forward"),
         ("  non-torch memory", b.non_torch, f"cuBLAS workspaces{', NCCL buffers' if b.tp > 1 else ''}"),
         ("  CUDA graph reserve", b.cudagraph, "vLLM >= 0.21 estimates it before sizing the KV cache"),
     ]
@@ -104,7 +114,8 @@ def format_budget(b: MemoryBudget) -> str:
               f"KV blocks: {b.num_blocks:,} of {b.block_size} tokens ({int(b.kv_bytes_per_token):,} bytes per token)",
               f"GPU KV cache size: {b.kv_tokens:,} tokens",
               f"Maximum concurrency for {b.max_model_len:,} tokens per request: {b.max_concurrency:.2f}x",
-              "", f"(activation and non-torch constants for this vLLM version fitted on: {b.evidence})"]
+              "", f"sampler: {b.sampler} (vLLM's log: {SAMPLER_LOG_LINES[b.sampler]}; --sampler if yours differs)",
+              f"(activation and non-torch constants for this vLLM version fitted on: {b.evidence})"]
     return "\n".join(lines)
 
 
@@ -116,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         kv_dtype=None if args.kv_cache_dtype == "auto" else args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-        block_size=args.block_size, engine_version=args.engine_version)
+        block_size=args.block_size, engine_version=args.engine_version, sampler=args.sampler)
     budget = memory_budget(model, gpu, setup, source="plan memory")
     problem = budget.problem()
     if problem is not None:

@@ -57,7 +57,7 @@ def test_a_model_that_does_not_fit_names_the_term_in_one_line(capsys):
 def test_too_long_a_context_names_max_model_len(capsys):
     rc, _, err = plan(capsys, "--model", "Llama-3.1-8B", "--gpu", "L4-24GB")
     assert rc == 2
-    assert ": max_model_len: KV cache holds 31264 tokens, less than max_model_len 131072: one request needs 16.00 GiB" in err
+    assert ": max_model_len: KV cache holds 31808 tokens, less than max_model_len 131072: one request needs 16.00 GiB" in err
 
 
 @pytest.mark.parametrize(("flag", "known"), [("--model", lambda: models()), ("--gpu", lambda: gpus())])
@@ -80,3 +80,26 @@ def test_bad_knobs_are_one_line(capsys, argv, fragment):
     rc, _, err = plan(capsys, "--model", "Llama-3.1-8B", "--gpu", "H100-80GB-SXM", *argv)
     assert rc == 2
     assert fragment in err and err.count("\n") == 1
+
+
+def test_the_sampler_vllm_logs_sets_the_activation_peak(capsys):
+    """dennislee22's vLLM 0.10.1.1 A100 log ran FlashInfer's sampler and sized 93,872 KV tokens; PyTorch's sort-based
+    sampler, the 0.10 default where flashinfer is not installed, profiles three times the memory."""
+    argv = ("--model", "Qwen2.5-7B", "--gpu", "A100-80GB", "--gpu-memory-utilization", "0.25", "--max-model-len",
+            "16384", "--engine-version", "0.10.1.1", "--format", "json")
+    docs = {}
+    for sampler in ("flashinfer", "pytorch"):
+        rc, out, err = plan(capsys, *argv, "--sampler", sampler)
+        assert rc == 0, err
+        docs[sampler] = json.loads(out)
+        assert docs[sampler]["sampler"] == sampler
+    assert docs["flashinfer"]["gpu_kv_cache_tokens"] == pytest.approx(93_872, rel=0.005)
+    assert docs["pytorch"]["gib_per_gpu"]["activation_peak"] > 2.5 * docs["flashinfer"]["gib_per_gpu"]["activation_peak"]
+    rc, out, _ = plan(capsys, *argv[:-2])
+    assert "sampler: pytorch (vLLM's log: Falling back to the PyTorch-native implementation" in out
+
+
+def test_an_unknown_sampler_is_refused_with_the_known_ones(capsys):
+    rc, out, err = plan(capsys, "--model", "Qwen2.5-7B", "--gpu", "A100-80GB", "--sampler", "sort")
+    assert rc == 2 and out == ""
+    assert "--sampler: invalid choice: 'sort' (choose from 'pytorch', 'flashinfer', 'triton')" in err

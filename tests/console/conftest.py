@@ -62,6 +62,7 @@ def store(tmp_path_factory) -> Path:
 
 
 # the small exporter: every value known, the counters growing at a known rate
+RULE_SCALE = 1 / 30  # rule durations and windows, scaled so the live tests run in seconds
 KV = {"rag-0": 0.5, "rag-1": 0.9, "chat-0": 0.25}
 TOKENS_PER_S = {("rag", "P1", "rag"): 25_000.0, ("chat", "P0", "chat"): 2_000.0}
 
@@ -104,7 +105,7 @@ def live(tmp_path_factory) -> Iterator[Live]:
     base = free_port_block(3)
     spec = load_spec(REPO / "rules" / "slos.yaml")
     spec.alertmanager["receivers"] = {r: f"http://127.0.0.1:{base + 2}/{r}" for r in ("pager", "ticket", "log")}
-    write(spec, work / "rules", 1 / 30)
+    write(spec, work / "rules", RULE_SCALE)
     (work / "alertmanager.yaml").write_text(build(spec)["alertmanager.yaml"])
     t0 = time.monotonic()
     exporter = Server("127.0.0.1", base + 2, metrics_routes(lambda: exposition(t0)))
@@ -120,6 +121,9 @@ def live(tmp_path_factory) -> Iterator[Live]:
         while not live.query("deployment:llm_replicas_required:ceil"):
             assert time.monotonic() < deadline, "Prometheus recorded no deployment:llm_replicas_required:ceil in 90 s"
             time.sleep(1)
+        # a rate over a window longer than the series is extrapolated from its first sample only half a scrape back,
+        # so it reads low until the recording rules' 5m window (10 s here) is full of scrapes
+        time.sleep(300 * RULE_SCALE + 2)
         yield live
     finally:
         prom.stop()

@@ -31,3 +31,13 @@ def test_decreasing_quantiles_are_rejected():
 def test_unknown_key_is_rejected():
     with pytest.raises(ValueError, match="unknown quantile"):
         QuantileDistribution.from_quantiles({"p50": 5, "median": 5})
+
+
+def test_quantiles_that_are_all_the_same_are_a_fixed_length():
+    """min defaults to 1; {p50: X, max: X} would then draw half its values between 1 and X (a trap a benchmark of
+    ours fell into), so equal quantiles mean X every time."""
+    rng = np.random.default_rng(7)
+    fixed = QuantileDistribution.from_quantiles({"p50": 172, "p95": 172, "max": 172})
+    assert set(fixed.sample(rng, 1000).tolist()) == {172}
+    spread = QuantileDistribution.from_quantiles({"p50": 172, "max": 400})
+    assert spread.sample(rng, 1000).min() < 100  # distinct values keep min at 1

@@ -89,7 +89,8 @@ def test_a_fitting_set_up_has_no_problem():
 @pytest.mark.parametrize(
     ("kw", "key"),
     [({"model": "Qwen2.5-0.5B", "tp": 4}, "tp"), ({"engine_version": "0.7.3"}, "engine_version"),
-     ({"engine_version": "latest"}, "engine_version"), ({"kv_dtype": "int4"}, "kv_dtype")],
+     ({"engine_version": "latest"}, "engine_version"), ({"kv_dtype": "int4"}, "kv_dtype"),
+     ({"sampler": "sort"}, "sampler")],
 )
 def test_knobs_vllm_refuses_raise_a_config_error(kw, key):
     with pytest.raises(ConfigError) as e:
@@ -113,3 +114,27 @@ def test_the_simulator_refuses_what_vllm_refuses_and_names_the_key():
         make_fleet(deployments=[dep])
     assert e.value.key == "deployments[0].engine.max_model_len"
     assert "needs 8.00 GiB of KV cache" in e.value.problem
+
+
+def test_the_sampler_sets_the_activation_peak_and_the_version_picks_the_default():
+    """PyTorch's top-k/top-p sorts the logits with int64 indices; FlashInfer's does not (docs/capacity.md)."""
+    sort_based = budget("Qwen2.5-7B", A100, engine_version="0.10.1.1", sampler="pytorch")
+    sort_free = budget("Qwen2.5-7B", A100, engine_version="0.10.1.1", sampler="flashinfer")
+    assert sort_based.activation > 2.5 * sort_free.activation
+    assert sort_free.kv_tokens > sort_based.kv_tokens
+    assert budget(engine_version="0.11").sampler == "pytorch"
+    assert budget(engine_version="0.19").sampler == "triton"
+    assert budget(engine_version="0.20").sampler == budget().sampler == "flashinfer"
+
+
+def test_a_fleet_file_names_the_engine_version_and_sampler_its_pool_follows():
+    engine = {"gpu_memory_utilization": 0.25, "max_model_len": 16384, "max_num_batched_tokens": 2048,
+              "engine_version": "0.10.1.1", "sampler": "flashinfer"}
+    dep = dict(BASE_DEPLOYMENT, model="Qwen2.5-7B", gpu=A100, tp=1, engine=engine)
+    b = make_fleet(deployments=[dep]).deployments[0].budget
+    assert (b.engine_version, b.sampler) == ("0.10.1.1", "flashinfer")
+    assert b.kv_tokens == pytest.approx(93_872, rel=0.005)  # what that vLLM logged (dennislee22)
+    for key, value in (("engine_version", "0.7"), ("sampler", "sort")):
+        with pytest.raises(ConfigError) as e:
+            make_fleet(deployments=[dict(dep, engine=dict(engine, **{key: value}))])
+        assert e.value.key == f"deployments[0].engine.{key}"

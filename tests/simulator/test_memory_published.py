@@ -49,7 +49,7 @@ def rows() -> tuple[Row, ...]:
     for s in doc["setups"]:
         setup = MemorySetup(tp=s["tp"], weight_dtype=s.get("quantization"), kv_dtype=s.get("kv_cache_dtype"),
                             gpu_memory_utilization=s["gpu_memory_utilization"], max_model_len=s["max_model_len"],
-                            engine_version=s["engine_version"])
+                            engine_version=s["engine_version"], sampler=s.get("sampler"))
         out.append(Row(s, memory_budget(models()[s["model"]], gpus()[s["gpu"]], setup)))
     return tuple(out)
 
@@ -78,7 +78,8 @@ def render_table() -> str:
 
         quant = f" {s['quantization']}" if s.get("quantization") else ""
         kv = " fp8 KV" if s.get("kv_cache_dtype") == "fp8" else ""
-        name = f"{s['model']}{quant}{kv} TP{s['tp']} {s['gpu']} u={s['gpu_memory_utilization']}"
+        sampler = f", {s['sampler']} sampler" if s.get("sampler") else ""
+        name = f"{s['model']}{quant}{kv} TP{s['tp']} {s['gpu']} u={s['gpu_memory_utilization']}{sampler}"
         derived = " (derived)" if p.get("derived") else ""
         lines.append(f"| {name} | {s['role']} | {s['engine_version']} | {_pair(p, 'weights_gib', b.weights)} | "
                      f"{_pair(p, 'activation_gib', b.activation)} | {_pair(p, 'non_torch_gib', b.non_torch)} | "

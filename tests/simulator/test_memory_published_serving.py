@@ -43,7 +43,10 @@ class Run:
 
 def simulate_row(row: dict, engine: dict) -> Run:
     n_in, n_out, n = row["input_tokens"], row["output_tokens"], row["prompts"]
-    eng = {"max_model_len": row["max_model_len"], **engine, **row.get("engine", {})}
+    eng = {"max_model_len": row["max_model_len"], "engine_version": row["engine_version"], **engine,
+           **row.get("engine", {})}
+    if "sampler" in row:
+        eng["sampler"] = row["sampler"]
     if "gpu_memory_utilization" in row:
         eng["gpu_memory_utilization"] = row["gpu_memory_utilization"]
     dep = {"name": "bench", "model": row["model"], "gpu": row["gpu"], "tp": row["tp"], "replicas": 1, "engine": eng}
