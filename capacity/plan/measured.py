@@ -179,7 +179,7 @@ def _from_prometheus(url: str, start: float, end: float, weeks: int) -> Measurem
         return sums[tokens].get(k, 0.0) / n if n > 0 else None
     tokens = {k: {"input_mean": per_request("input", "admitted", k), "output_mean": per_request("output", "ok", k)}
               for k in hourly}
-    for side in TOKEN_HISTOGRAMS:  # a stream without the histogram (or without a request in it) has no series here
+    for side in TOKEN_HISTOGRAMS:  # a stream without the histogram has no series here; one without a request, NaN
         levels = {q: {key(s): s.values[0] for s in got[f"{side} {q}"]} for q in TOKEN_LEVELS}
         for k, t in tokens.items():
             est = [levels[q].get(k, math.nan) for q in TOKEN_LEVELS]
