@@ -15,6 +15,7 @@ __all__ = [
     "GATEWAY_BUCKETS",
     "GPU",
     "SELF",
+    "TOKEN_BUCKETS",
     "MetricSpec",
     "by_name",
     "names",
@@ -29,6 +30,11 @@ GPU_LABELS = ("gpu", "uuid")
 # (TTFT 0.2 / 0.3 / 0.5 / 1 / 2 s, TPOT 25 / 50 / 100 ms) so burn-rate rules can select le exactly.
 GATEWAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5,
                    3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# Per-request token buckets: powers of 2 from 16 to 128k (2^4..2^17). Token counts span four orders of magnitude
+# (a 10-token reply, a 100k-token prompt), so the buckets keep one relative width (x2) everywhere in 15 series per
+# stream; histogram_quantile interpolates linearly inside a bucket, so a quantile is known to within its bucket (a
+# factor 2). 128k is the longest context window of the models planned (Llama 3.1, Qwen2.5); more lands in +Inf.
+TOKEN_BUCKETS = tuple(float(2 ** k) for k in range(4, 18))
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,11 @@ GATEWAY = (
     _m("llm_gateway_time_per_output_token_seconds", "histogram", "seconds",
        "(E2E - TTFT) / (output tokens - 1), per request.", H, GATEWAY_BUCKETS),
     _m("llm_gateway_e2e_latency_seconds", "histogram", "seconds", "Client-edge request latency.", H, GATEWAY_BUCKETS),
+    # not llm_gateway_input_tokens: that is the counter's family name in OpenMetrics (its samples end in _total)
+    _m("llm_gateway_request_input_tokens", "histogram", "tokens", "Input tokens of each admitted request.", H,
+       TOKEN_BUCKETS),
+    _m("llm_gateway_request_output_tokens", "histogram", "tokens", "Output tokens of each completed request.", H,
+       TOKEN_BUCKETS),
 )
 
 G = GPU_LABELS

@@ -5,6 +5,9 @@ request spans (DESIGN.md span model, or vLLM's single ``llm_request`` span). Cou
 model/deployment/tenant/tier/route; histograms only deployment/tier/route. A cardinality guard keeps
 the top ``max_tenants`` tenants by traffic and folds the rest into ``tenant="other"``.
 
+Each admitted request's input tokens and each completed one's output tokens are also observed into per-request
+token histograms (the catalog's ``TOKEN_BUCKETS``), the token mix measured demand reads from Prometheus.
+
 Every label value comes from whoever sends spans, so each is bounded where it is recorded, not only when it
 is rendered: values are cut to ``MAX_LABEL_CHARS``, a tier outside P0/P1/P2 reads ``unknown``, and each label
 keeps at most ``LABEL_LIMITS`` distinct values (later new ones read ``other`` and are counted) — otherwise a
@@ -22,7 +25,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, by_name
+from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, TOKEN_BUCKETS, by_name
 from exporters.exposition import fmt_float, labels, render
 from exporters.otlp import OtlpError, OtlpInvalid, Span, decode_json, decode_protobuf
 from exporters.trace_store import StoreClosed, StoreFull, TraceStore
@@ -40,6 +43,7 @@ TIERS = frozenset({"P0", "P1", "P2"})
 LABEL_LIMITS = {"model": 256, "deployment": 1_000, "tenant": 10_000, "route": 256}
 HIST = {"queue": "llm_gateway_queue_wait_seconds", "ttft": "llm_gateway_time_to_first_token_seconds",
         "tpot": "llm_gateway_time_per_output_token_seconds", "e2e": "llm_gateway_e2e_latency_seconds"}
+TOKEN_HIST = {"input": "llm_gateway_request_input_tokens", "output": "llm_gateway_request_output_tokens"}
 
 
 def _num(a: dict[str, Any], *keys: str) -> float | None:
@@ -157,13 +161,18 @@ class RequestMetrics:
         if outcome in ("rejected", "timeout"):
             reason = str(a.get("llm.reject_reason") or ("queue_timeout" if outcome == "timeout" else "overloaded"))
             self.rejections[key + (reason,)] += 1
-        tin = _num(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens") or 0.0
-        tout = _num(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens") or 0.0
-        self.tokens_in[key] += tin
-        self.tokens_out[key] += tout
+        tin = _num(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+        tout = _num(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+        self.tokens_in[key] += tin or 0.0
+        self.tokens_out[key] += tout or 0.0
         h = self.hists.get((dep, tier, route))
         if h is None:
-            h = self.hists[(dep, tier, route)] = {k: Histogram(self.buckets) for k in HIST}
+            h = self.hists[(dep, tier, route)] = {**{k: Histogram(self.buckets) for k in HIST},
+                                                  **{k: Histogram(TOKEN_BUCKETS) for k in TOKEN_HIST}}
+        if outcome != "rejected":  # as the trace store's token mix: input of admitted requests, output of ok ones
+            _observe(h["input"], tin)
+        if outcome == "ok":
+            _observe(h["output"], tout)
         if root.name == "llm_request":  # vLLM: latencies are attributes, in seconds
             queue, ttft, e2e = (_num(a, "gen_ai.latency.time_in_queue"), _num(a, "gen_ai.latency.time_to_first_token"),
                                 _num(a, "gen_ai.latency.e2e"))
@@ -177,7 +186,7 @@ class RequestMetrics:
             return
         _observe(h["ttft"], ttft)
         _observe(h["e2e"], e2e)
-        if e2e is not None and ttft is not None and tout > 1:
+        if e2e is not None and ttft is not None and tout is not None and tout > 1:
             _observe(h["tpot"], (e2e - ttft) / (tout - 1))
 
     # ------------------------------------------------------------------ exposition
@@ -208,7 +217,7 @@ class RequestMetrics:
                     fam[name].append(f"{name}{{{labels(cols, k)}}} {fmt_float(v)}")
             for (dep, tier, route), hs in sorted(self.hists.items()):
                 lab = labels(("deployment", "tier", "route"), (dep, tier, route))
-                for key, name in HIST.items():
+                for key, name in (HIST | TOKEN_HIST).items():
                     fam[name].extend(hs[key].lines(name, lab))
             ex = f'exporter="{EXPORTER}"'
             fam["llm_exporter_tenants_folded"].append(f"llm_exporter_tenants_folded{{{ex}}} {float(folded)}")

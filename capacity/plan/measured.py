@@ -5,10 +5,14 @@ of the demand file's stream figures (its SLOs, headroom and candidates stay).
 Both sources give the same thing, hourly req/s per stream, and one pure function (``summarize``) takes the peaks,
 the per-week peaks and the growth the hours show (the review's trend fit, ``capacity.review.forecast``).
 Prometheus: the gateway request counter's ``increase[1h]`` at hourly steps, token means from the token counters
-over the window (the catalog has no per-request token histogram, so a stream keeps its demand file's quantile
-shape, scaled to the measured mean). The trace store: ``sql/measured_*.sql`` over the ``requests`` table, which
-also gives real token quantiles. Prometheus names are the review's (``RAW``, checked against the catalog), label
-names the catalog's.
+over the window, and token quantiles from the per-request token histograms (``llm_gateway_request_*_tokens``):
+``histogram_quantile`` over their ``increase`` across the window, summed by ``le`` and the stream labels. Those are
+estimates interpolated inside buckets that are powers of 2 (16 .. 128k tokens), so a quantile is known to within
+its bucket, a factor 2; ``max`` is the top of the highest bucket with a request. A stream without the histograms
+(an exporter older than them) keeps its demand file's quantile shape, scaled to the measured mean, and the output
+says which streams did. The trace store: ``sql/measured_*.sql`` over the ``requests`` table, real token quantiles
+of the requests. The PromQL is below (``PROMQL_*``); counter names are the review's (``RAW``, checked against the
+catalog), histogram names and label names the catalog's.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from capacity.plan.demand import Demand, Stream, token_mix
 from capacity.review.forecast import forecast_peaks
 from capacity.review.queries import RAW
-from exporters.catalog import GATEWAY_HIST_LABELS
+from exporters.catalog import GATEWAY_HIST_LABELS, by_name
 from goodput.foundation import promapi
 from goodput.foundation.errors import ConfigError
 
@@ -39,6 +43,20 @@ MAX_WEEKS = 52  # hourly points of one range query stay under promapi.MAX_POINTS
 
 Key = tuple[str, str, str]  # deployment, scene (Prometheus: route), tier
 
+# The Prometheus source's queries. {by}: the gateway histogram labels (a stream); {window}: the measured weeks.
+PROMQL_HOURLY = "sum by ({by}) (increase({requests}[1h])) / 3600"  # req/s of the hour ending at each step
+PROMQL_TOTAL = "sum by ({by}) (increase({name}{match}[{window}]))"
+PROMQL_TOKEN_QUANTILE = "histogram_quantile({level}, sum by (le, {by}) (increase({name}_bucket[{window}])))"
+TOKEN_HISTOGRAMS = {"input_tokens": by_name("llm_gateway_request_input_tokens").name,
+                    "output_tokens": by_name("llm_gateway_request_output_tokens").name}
+TOKEN_LEVELS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "max": 1.0}  # 1.0: the highest bucket's top
+# where a stream's token quantiles came from (the trace store's requests, the token histograms, or none: the demand
+# file's shape, scaled to the measured means), as the output says it in its first line and in its table
+TOKENS_SAID = {"requests": "token quantiles measured",
+               "histogram": "token quantiles estimated from the token histograms (within a bucket, a factor 2)",
+               "none": "token means measured; quantiles keep the demand file's shape, scaled to them"}
+TOKENS_SHORT = {"requests": "requests", "histogram": "histogram", "none": "file's shape"}
+
 
 @dataclass(frozen=True)
 class MeasuredStream:
@@ -50,8 +68,9 @@ class MeasuredStream:
     weekly_peaks: tuple[float | None, ...]  # peak hourly req/s per week of the window, oldest first; None: no data
     input_mean: float | None
     output_mean: float | None
-    input_tokens: dict[str, float] | None = None  # quantiles, where the source has them (the trace store)
+    input_tokens: dict[str, float] | None = None  # quantiles, where the source has them
     output_tokens: dict[str, float] | None = None
+    token_quantiles: str = "none"  # where they came from: a key of TOKENS_SAID
 
 
 @dataclass(frozen=True)
@@ -103,7 +122,8 @@ def _weekly_peaks(times: np.ndarray, rps: np.ndarray, start: float, weeks: int) 
 def summarize(source: str, hourly: dict[Key, tuple[np.ndarray, np.ndarray]], tokens: dict[Key, dict[str, Any]],
               start: float, end: float, weeks: int) -> Measurement:
     """Peaks, per-week peaks and growth from hourly req/s per stream (``times`` are hour ends). ``tokens`` per stream:
-    ``input_mean``, ``output_mean`` and, where known, ``input_tokens`` / ``output_tokens`` quantiles."""
+    ``input_mean``, ``output_mean`` and, where known, ``input_tokens`` / ``output_tokens`` quantiles and
+    ``token_quantiles`` (where they came from)."""
     streams, by_dep = [], {}
     for key in sorted(hourly):
         t, v = hourly[key]
@@ -115,7 +135,7 @@ def summarize(source: str, hourly: dict[Key, tuple[np.ndarray, np.ndarray]], tok
         tok = tokens.get(key, {})
         streams.append(MeasuredStream(*key, float(v[i]), _iso(t[i] - HOUR_S), _weekly_peaks(t, v, start, weeks),
                                       tok.get("input_mean"), tok.get("output_mean"), tok.get("input_tokens"),
-                                      tok.get("output_tokens")))
+                                      tok.get("output_tokens"), tok.get("token_quantiles", "none")))
         total = by_dep.setdefault(key[0], {})
         for ti, vi in zip(t.tolist(), v.tolist(), strict=True):
             total[ti] = total.get(ti, 0.0) + vi
@@ -126,25 +146,21 @@ def summarize(source: str, hourly: dict[Key, tuple[np.ndarray, np.ndarray]], tok
     return Measurement(source, start, end, weeks, tuple(streams), growth)
 
 
-def _prom_error(url: str, e: promapi.PromError) -> ConfigError:
-    if isinstance(e, promapi.Unreachable):
-        return ConfigError(url, FLAG, e.problem)
-    return ConfigError(url, e.query, e.problem)
-
-
 def _from_prometheus(url: str, start: float, end: float, weeks: int) -> Measurement:
     by = ", ".join(GATEWAY_HIST_LABELS)
     window = f"{weeks * 7}d"
 
     def total(name: str, match: str = "") -> str:
-        return f"sum by ({by}) (increase({name}{match}[{window}]))"
+        return PROMQL_TOTAL.format(by=by, name=name, match=match, window=window)
     queries = [
-        promapi.Query("hourly", f"sum by ({by}) (increase({RAW['requests']}[1h])) / {HOUR_S}", start + HOUR_S, end,
-                      HOUR_S),
+        promapi.Query("hourly", PROMQL_HOURLY.format(by=by, requests=RAW["requests"]), start + HOUR_S, end, HOUR_S),
         promapi.Query("input", total(RAW["input"]), end, end),
         promapi.Query("output", total(RAW["output"]), end, end),
         promapi.Query("admitted", total(RAW["requests"], '{outcome!="rejected"}'), end, end),
         promapi.Query("ok", total(RAW["requests"], '{outcome="ok"}'), end, end),
+        *(promapi.Query(f"{side} {q}", PROMQL_TOKEN_QUANTILE.format(level=level, by=by, name=name, window=window),
+                        end, end)
+          for side, name in TOKEN_HISTOGRAMS.items() for q, level in TOKEN_LEVELS.items()),
     ]
     try:
         got = promapi.run_queries(url, queries)
@@ -163,6 +179,13 @@ def _from_prometheus(url: str, start: float, end: float, weeks: int) -> Measurem
         return sums[tokens].get(k, 0.0) / n if n > 0 else None
     tokens = {k: {"input_mean": per_request("input", "admitted", k), "output_mean": per_request("output", "ok", k)}
               for k in hourly}
+    for side in TOKEN_HISTOGRAMS:  # a stream without the histogram has no series here; one without a request, NaN
+        levels = {q: {key(s): s.values[0] for s in got[f"{side} {q}"]} for q in TOKEN_LEVELS}
+        for k, t in tokens.items():
+            est = [levels[q].get(k, math.nan) for q in TOKEN_LEVELS]
+            if all(math.isfinite(v) for v in est):  # a token count under 1 is 1, as the trace store's
+                t[side] = {q: max(1.0, v) for q, v in zip(TOKEN_LEVELS, est, strict=True)}
+                t["token_quantiles"] = "histogram"
     return summarize(f"prometheus:{url}", hourly, tokens, start, end, weeks)
 
 
@@ -191,6 +214,8 @@ def _from_duckdb(path: str, start: float, end: float, weeks: int) -> Measurement
             t["input_tokens"] = {**dict(zip(QUANTILES, map(float, iq), strict=True)), "max": float(imax)}
         if oq is not None:
             t["output_tokens"] = {**dict(zip(QUANTILES, map(float, oq), strict=True)), "max": float(omax)}
+        if iq is not None or oq is not None:
+            t["token_quantiles"] = "requests"
         tokens[(dep, scene, tier)] = t
     return summarize(f"duckdb:{path}", hourly, tokens, start, end, weeks)
 
@@ -260,12 +285,18 @@ def render_measurement(record: dict[str, Any]) -> str:
                "peak hour": s["peak_hour"], "in mean": s["input_mean"] and round(s["input_mean"]),
                "out mean": s["output_mean"] and round(s["output_mean"])}
         row.update({f"wk{i + 1}": p and round(p, 2) for i, p in enumerate(s["weekly_peaks"])})
+        row["token quantiles"] = TOKENS_SHORT[s["token_quantiles"]]
         rows.append(row)
-    cols = ["stream", "peak req/s", "peak hour", *[f"wk{i + 1}" for i in range(weeks)], "in mean", "out mean"]
-    tokens = ("token quantiles measured" if any(s["input_tokens"] for s in record["streams"])
-              else "token means measured; quantiles keep the demand file's shape, scaled to them")
+    cols = ["stream", "peak req/s", "peak hour", *[f"wk{i + 1}" for i in range(weeks)], "in mean", "out mean",
+            "token quantiles"]
+    kinds = {s["token_quantiles"] for s in record["streams"]}
+    tokens = TOKENS_SAID[kinds.pop()] if len(kinds) == 1 else "token quantiles where the source has them"
     out = [f"Measured demand from {record['source']}, {record['start']} to {record['end']} ({weeks} weeks): peak "
            f"hourly req/s and {tokens}; SLOs, headroom and candidates from the demand file.", table(rows, cols)]
+    without = [f"{s['deployment']}/{s['scene']}/{s['tier']}" for s in record["streams"] if s["token_quantiles"] == "none"]
+    if without and record["source"].startswith("prometheus:"):
+        out.append(f"no per-request token histogram ({', '.join(TOKEN_HISTOGRAMS.values())}: an exporter older than "
+                   f"them), so the demand file's quantile shape scaled to the measured means: {', '.join(without)}")
     shown = ", ".join(f"{d} {'n/a' if g is None else f'{100 * g:+.1f} %/week'}"
                       for d, g in record["growth_per_week"].items())
     out.append(f"growth applied x{record['growth_applied']:g} (from {record['growth_from']}); the data shows {shown}")

@@ -1,26 +1,37 @@
 """goodput plan replicas --demand-from: demand measured from a real Prometheus serving the backfilled simulated
-weeks (the review's session fixture) and from a real DuckDB store the analyzer ingested from simulator runs; an
-empty window, an unreachable server and a bad source are one line and exit 2."""
+weeks (the review's session fixture, which has no token histograms), from a real Prometheus scraping a request
+exporter fed OTLP spans beside an older one without them, and from a real DuckDB store the analyzer ingested
+from simulator runs; an empty window, an unreachable server and a bad source are one line and exit 2."""
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import socket
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 
+import httpx
+import numpy as np
 import pytest
 import yaml
 
 from analyzer.ingest import ingest
 from analyzer.store import connect
 from capacity.plan.demand import token_mix
+from capacity.plan.measured import TOKEN_HISTOGRAMS
+from exporters.catalog import by_name
+from exporters.requests import RequestMetrics, TraceReceiver
+from exporters.trace_store import TraceStore
 from goodput.cli import main
+from goodput.foundation.http import Server, metrics_routes
 from simulator.run import simulate, write_outputs
 from tests.capacity.conftest import FLEET
 from tests.capacity.plan_fixtures import knee_run
-from tests.conftest import BASE_WORKLOAD, make_fleet, needs
+from tests.conftest import BASE_WORKLOAD, free_port_block, make_fleet, needs
 
 WEEK_END = "2026-11-30T00:00:00Z"  # the end of the backfilled WEEK (tests/capacity/conftest.py)
 TEMPLATE = """\
@@ -84,6 +95,8 @@ def test_measured_from_prometheus_matches_the_simulated_weeks(week, tmp_path, ca
         assert m["growth_per_week"][dep] == pytest.approx(truth["growth_per_week"], abs=0.015), dep
     assert m["growth_applied"] == 1.1 and m["growth_from"].endswith("demand.yaml")
     assert m["from_template"] == ["chat-8b-h100/code/P0"]
+    # the backfill writes no per-request token histogram: the file's shape, scaled to the measured means
+    assert all(s["token_quantiles"] == "none" and s["input_tokens"] is None for s in streams.values())
     # the plan is sized on the measured peak and its token mix, times the growth applied
     chat = plan["deployments"]["chat-8b-h100"]
     (measured_chat,) = [s for s in chat["streams"] if s["scene"] == "chat"]
@@ -99,7 +112,149 @@ def test_measured_from_prometheus_matches_the_simulated_weeks(week, tmp_path, ca
     assert f"Measured demand from prometheus:{url}, 2026-11-02T00:00:00Z to {WEEK_END} (4 weeks)" in head
     assert "growth applied x1.3 (from --growth); the data shows " in head and "chat-8b-h100 +6." in head
     assert "not measured, figures from the demand file: chat-8b-h100/code/P0" in head
+    assert "no per-request token histogram (llm_gateway_request_input_tokens, llm_gateway_request_output_tokens: an " \
+           "exporter older than them), so the demand file's quantile shape scaled to the measured means: " \
+           "batch-32b-a100/batch/P2, chat-8b-h100/chat/P0" in head
     assert all(f"wk{i}" in head for i in (1, 2, 3, 4))
+
+
+# per stream: (input median, sigma), (output median, sigma) of lognormal token counts. chat-8b-h100's gateway has
+# a request exporter with the token histograms; batch-32b-a100's an older one (the same counters, no histograms)
+FED = {("chat-8b-h100", "chat", "P0"): ((700, 0.9), (130, 0.7)),
+       ("chat-8b-h100", "code", "P0"): ((2500, 0.6), (300, 0.5)),
+       ("batch-32b-a100", "batch", "P2"): ((3000, 0.5), (250, 0.4))}
+OLDER = "batch-32b-a100"
+N_FED = 1500  # requests a stream
+
+
+def _span(i: int, key: tuple[str, str, str], tin: int, tout: int) -> dict:
+    dep, route, tier = key
+    attrs = {"llm.deployment": dep, "llm.route": route, "llm.tier": tier, "llm.tenant": "acme", "llm.outcome": "ok",
+             "gen_ai.usage.input_tokens": tin, "gen_ai.usage.output_tokens": tout}
+    return {"traceId": f"{i:032x}", "spanId": f"{i + 1:016x}", "name": "llm.request", "kind": 2,
+            "startTimeUnixNano": str(time.time_ns()), "endTimeUnixNano": str(time.time_ns() + 10**9),
+            "attributes": [{"key": k, "value": {"stringValue": v} if isinstance(v, str) else {"intValue": str(v)}}
+                           for k, v in attrs.items()]}
+
+
+def _otlp(spans: list[dict]) -> bytes:
+    """An OTLP/JSON export request of root spans."""
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+
+
+def _prom_value(url: str, q: str) -> float | None:
+    try:
+        r = httpx.get(f"{url}/api/v1/query", params={"query": q}, timeout=5).json()["data"]["result"]
+    except (httpx.HTTPError, KeyError):  # Prometheus still starting
+        return None
+    return float(r[0]["value"][1]) if r else None
+
+
+def _until(url: str, q: str, want: float, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (got := _prom_value(url, q)) != want:
+        assert time.monotonic() < deadline, f"{q} is {got}, never {want}"
+        time.sleep(0.25)
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory):
+    """A real Prometheus scraping (every second) a request exporter fed OTLP spans of two chat-8b-h100 streams and
+    an older exporter's metrics for batch-32b-a100 (the same counters, without the token histograms): one warm-up
+    request a stream first, so the series exist before the measured ones, then N_FED a stream. Yields (URL, the
+    fed token counts per stream)."""
+    out = tmp_path_factory.mktemp("scraped")
+    rng = np.random.default_rng(5)
+    fed = {k: tuple(np.clip(np.round(rng.lognormal(math.log(med), sig, N_FED)), 1, 100_000).astype(int)
+                    for med, sig in sides) for k, sides in FED.items()}
+    new, old = RequestMetrics(), RequestMetrics()
+    store = TraceStore(out / "store").start()
+    otlp = Server("127.0.0.1", 0, TraceReceiver(new, store).routes()).start()
+    hist = tuple(TOKEN_HISTOGRAMS.values())
+    servers = [otlp, Server("127.0.0.1", 0, metrics_routes(new.render)).start(),
+               Server("127.0.0.1", 0, metrics_routes(lambda: "".join(  # an exporter older than the histograms
+                   line for line in old.render().splitlines(keepends=True) if not any(h in line for h in hist)))).start()]
+    old_recv = TraceReceiver(old, TraceStore(out / "old-store").start())
+    port = free_port_block(1)
+    targets = ", ".join(f"'{s.url.removeprefix('http://')}'" for s in servers[1:])
+    (out / "prometheus.yml").write_text(f"global: {{scrape_interval: 1s}}\nscrape_configs:\n"
+                                        f"  - {{job_name: requests, static_configs: [{{targets: [{targets}]}}]}}\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={out / 'prometheus.yml'}", f"--storage.tsdb.path={out / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+
+    def post(batch: list[tuple[tuple[str, str, str], int, int]], first_id: int) -> None:
+        for recv_old in (True, False):
+            spans = [_span(first_id + i, k, tin, tout) for i, (k, tin, tout) in enumerate(batch)
+                     if (k[0] == OLDER) == recv_old]
+            if recv_old:
+                assert old_recv.handle("application/json", "", _otlp(spans))[0] == 200
+            else:
+                for j in range(0, len(spans), 500):
+                    r = httpx.post(f"{otlp.url}/v1/traces", content=_otlp(spans[j:j + 500]),
+                                   headers={"Content-Type": "application/json"})
+                    assert r.status_code == 200, r.text
+
+    try:
+        post([(k, 1, 1) for k in FED], 1)  # warm-up: 1 token each, in the first bucket of every series
+        _until(url, f"sum({hist[0]}_count)", 2.0)
+        _until(url, f'sum({by_name("llm_gateway_requests_total").name}{{deployment="{OLDER}"}})', 1.0)
+        post([(k, int(fed[k][0][i]), int(fed[k][1][i])) for k in FED for i in range(N_FED)], 100)
+        _until(url, f"sum({hist[1]}_count)", 2.0 + 2 * N_FED)
+        _until(url, f'sum({by_name("llm_gateway_requests_total").name}{{deployment="{OLDER}"}})', 1.0 + N_FED)
+        assert _prom_value(url, f'count({hist[0]}_count{{deployment="{OLDER}"}})') is None  # really without them
+        yield url, fed
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+        for srv in servers:
+            srv.stop()
+        store.close()
+        old_recv.store.close()
+
+
+def _next_hour() -> str:
+    """--until the end of this hour: the window then holds what was scraped a moment ago."""
+    t = (math.floor(time.time() / 3600) + 1) * 3600
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+@needs("prometheus")
+def test_token_quantiles_from_the_histograms_land_within_a_bucket_of_the_requests(scraped, tmp_path, capsys):
+    url, fed = scraped
+    rc, out, err = _plan(tmp_path, capsys, f"prometheus:{url}", "--weeks", "1", "--until", _next_hour())
+    assert rc == 0, err
+    plan = json.loads(out)
+    streams = {(s["deployment"], s["scene"], s["tier"]): s for s in plan["measured_demand"]["streams"]}
+    assert set(streams) == set(FED)
+    for key, (tin, tout) in fed.items():
+        s = streams[key]
+        assert s["input_mean"] == pytest.approx(tin.mean(), rel=0.01), key  # the counters: exact up to extrapolation
+        assert s["output_mean"] == pytest.approx(tout.mean(), rel=0.01), key
+        if key[0] == OLDER:
+            assert (s["token_quantiles"], s["input_tokens"], s["output_tokens"]) == ("none", None, None)
+            continue
+        assert s["token_quantiles"] == "histogram", key
+        for side, fed_tokens in (("input_tokens", tin), ("output_tokens", tout)):
+            for q, level in (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99)):
+                truth = float(np.quantile(fed_tokens, level))
+                # interpolated inside a bucket whose bounds are a factor 2 apart: within one bucket of the truth
+                assert truth / 2 <= s[side][q] <= truth * 2, (key, side, q, s[side][q], truth)
+            # max: the top of the highest bucket that has a request, at most twice the longest one
+            assert fed_tokens.max() <= s[side]["max"] <= 2 * fed_tokens.max(), (key, side)
+    # the plan is sized on the histogram quantiles where there are some, on the file's shape elsewhere
+    planned = {(d, s["scene"]): s for d, dep in plan["deployments"].items() for s in dep["streams"]}
+    chat = streams[("chat-8b-h100", "chat", "P0")]
+    assert planned[("chat-8b-h100", "chat")]["input_tokens"] == {k: round(v, 1) for k, v in chat["input_tokens"].items()}
+    assert set(planned[("batch-32b-a100", "batch")]["input_tokens"]) == {"p50", "max"}  # the file's: a number
+
+    rc, out, _ = _plan(tmp_path, capsys, f"prometheus:{url}", "--weeks", "1", "--until", _next_hour(), fmt="table")
+    head = out.split("\n\n")[0]
+    assert rc == 0 and "peak hourly req/s and token quantiles where the source has them;" in head
+    assert "no per-request token histogram (llm_gateway_request_input_tokens, llm_gateway_request_output_tokens: " \
+           "an exporter older than them), so the demand file's quantile shape scaled to the measured means: " \
+           "batch-32b-a100/batch/P2" in head
+    assert "token quantiles" in head and "histogram" in head and "file's shape" in head
 
 
 @needs("prometheus", "promtool")

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
 import httpx
+import numpy as np
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -22,9 +23,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporters.catalog import TOKEN_BUCKETS
 from exporters.otlp import Span, decode_json
 from exporters.requests import LABEL_LIMITS, MAX_LABEL_CHARS, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
+from goodput.foundation.histogram import le_label
 from goodput.foundation.http import Server
 from simulator.records import RequestTable
 from simulator.run import simulate
@@ -93,6 +96,70 @@ def test_json_spans_become_per_tenant_metrics_and_stored_spans(tmp_path, sim):
     assert len(_store_ids(tmp_path / "store")) == n_spans
     assert list((tmp_path / "store").glob("date=2026-11-23/hour=09/*.parquet"))
     assert not list((tmp_path / "store" / "_wal").iterdir())
+
+
+def _token_buckets(families, name: str) -> dict[tuple[str, str, str], dict[str, float]]:
+    """One token histogram as rendered: {(deployment, tier, route): {le: cumulative count}}."""
+    out: dict[tuple[str, str, str], dict[str, float]] = {}
+    for s in families[name].samples:
+        if s.name.endswith("_bucket"):
+            out.setdefault((s.labels["deployment"], s.labels["tier"], s.labels["route"]), {})[s.labels["le"]] = s.value
+    return out
+
+
+def _cumulative(values) -> dict[str, float]:
+    """What a histogram with the catalog's token buckets holds after observing ``values`` (le: value <= bound)."""
+    v = np.asarray(values, dtype=float)
+    return {**{le_label(b): float((v <= b).sum()) for b in TOKEN_BUCKETS}, "+Inf": float(len(v))}
+
+
+def test_each_requests_tokens_land_in_the_token_histograms(tmp_path, sim):
+    """JSON spans of a simulated run: per deployment / tier / route, the buckets hold the admitted requests' input
+    tokens and the completed ones' output tokens (the trace store's token mix; outcomes other than ok: below)."""
+    ex = Exporter(tmp_path / "store")
+    try:
+        for doc in _docs(sim):
+            assert httpx.post(ex.url, content=doc, headers={"Content-Type": "application/json"}).status_code == 200
+        f = ex.families()
+    finally:
+        ex.close()
+    streams = {(sim.deployment[i], sim.tier[i], sim.route[i]) for i in range(sim.n)}
+    want_in = {k: _cumulative([sim.input_tokens[i] for i in range(sim.n) if (sim.deployment[i], sim.tier[i],
+               sim.route[i]) == k and sim.outcome[i] != "rejected"]) for k in streams}
+    want_out = {k: _cumulative([sim.output_tokens[i] for i in range(sim.n) if (sim.deployment[i], sim.tier[i],
+                sim.route[i]) == k and sim.outcome[i] == "ok"]) for k in streams}
+    assert _token_buckets(f, "llm_gateway_request_input_tokens") == want_in
+    assert _token_buckets(f, "llm_gateway_request_output_tokens") == want_out
+    assert f["llm_gateway_request_input_tokens"].type == "histogram" and len(streams) > 0
+
+
+def test_token_histograms_over_protobuf_from_the_otel_sdk(tmp_path):
+    """Root spans of the official SDK (OTLP protobuf): a bound is inclusive, past 128k is +Inf only, a rejected
+    request's tokens are in no histogram and a timed-out one's only in the input histogram."""
+    ex = Exporter(tmp_path / "store")
+    try:
+        tp = TracerProvider(resource=Resource.create({"service.name": "gateway"}))
+        tp.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=ex.url)))
+        tr = tp.get_tracer("test")
+        requests = [(10, 1, "ok"), (16, 16, "ok"), (17, 33, "ok"), (100, 200, "ok"), (131072, 7, "ok"),
+                    (200000, 5000, "ok"), (50, 0, "rejected"), (3000, 40, "timeout")]
+        t0 = time.time_ns()
+        for tin, tout, outcome in requests:
+            tr.start_span("llm.request", kind=SpanKind.SERVER, start_time=t0, attributes={
+                "llm.tenant": "a", "llm.tier": "P1", "llm.route": "rag", "llm.deployment": "rag-70b", "llm.outcome":
+                outcome, "gen_ai.usage.input_tokens": tin, "gen_ai.usage.output_tokens": tout}).end(end_time=t0 + 10**9)
+        tp.shutdown()
+        f = ex.families()
+    finally:
+        ex.close()
+    key = ("rag-70b", "P1", "rag")
+    assert _token_buckets(f, "llm_gateway_request_input_tokens") == {
+        key: _cumulative([10, 16, 17, 100, 131072, 200000, 3000])}
+    assert _token_buckets(f, "llm_gateway_request_output_tokens") == {key: _cumulative([1, 16, 33, 200, 7, 5000])}
+    got = {s.name: s.value for s in f["llm_gateway_request_input_tokens"].samples if "le" not in s.labels}
+    assert got == {"llm_gateway_request_input_tokens_count": 7.0,
+                   "llm_gateway_request_input_tokens_sum": float(10 + 16 + 17 + 100 + 131072 + 200000 + 3000)}
+    assert _token_buckets(f, "llm_gateway_request_input_tokens")[key]["16.0"] == 2  # 10 and 16: le is inclusive
 
 
 def test_official_otel_sdk_exporter_protobuf(tmp_path):
@@ -338,6 +405,8 @@ def test_labels_a_sender_invents_are_bounded_in_memory_not_only_at_render():
     tiers = {s.labels["tier"] for s in fams["llm_gateway_requests"].samples}
     assert "r" * MAX_LABEL_CHARS in routes and not any(len(r) > MAX_LABEL_CHARS for r in routes)
     assert "P9" not in tiers and "unknown" in tiers
+    token_routes = {s.labels["route"] for s in fams["llm_gateway_request_input_tokens"].samples}
+    assert token_routes == routes  # the token histograms are keyed by the same bounded labels
 
 
 def _wal_record(payload: bytes, kind: str = "J") -> bytes:
