@@ -18,14 +18,7 @@ from goodput.foundation.yamlfile import load_mapping
 from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
 from simulator.catalog import DTYPE_BYTES, lookup_gpu, lookup_model
 from simulator.distributions import QuantileDistribution
-from simulator.memory import (
-    DEFAULT_ENGINE_VERSION,
-    SAMPLER_BYTES_PER_LOGIT,
-    MemoryBudget,
-    MemorySetup,
-    memory_budget,
-    parse_engine_version,
-)
+from simulator.memory import DEFAULT_ENGINE_VERSION, MemoryBudget, MemorySetup, memory_budget
 
 __all__ = [
     "DeploymentConfig",
@@ -231,11 +224,8 @@ def _engine(r: _Reader | None) -> EngineConfig:
             kw[name] = r.get(name, int, default, minimum=1)
         elif isinstance(default, float):
             kw[name] = r.get(name, float, default, minimum=0.0)
-        elif name == "engine_version":
+        elif name in ("engine_version", "sampler"):  # the memory budget checks them, and names the key
             kw[name] = r.get(name, str, default)
-            parse_engine_version(kw[name], r.source, r.key(name))
-        elif name == "sampler":
-            kw[name] = r.get(name, str, default, choices=("default", *SAMPLER_BYTES_PER_LOGIT))
         else:
             kw[name] = r.get(name, str, default, choices=tuple(DTYPE_BYTES))
     e = EngineConfig(**kw)

@@ -49,7 +49,7 @@ PROMQL_TOTAL = "sum by ({by}) (increase({name}{match}[{window}]))"
 PROMQL_TOKEN_QUANTILE = "histogram_quantile({level}, sum by (le, {by}) (increase({name}_bucket[{window}])))"
 TOKEN_HISTOGRAMS = {"input_tokens": by_name("llm_gateway_request_input_tokens").name,
                     "output_tokens": by_name("llm_gateway_request_output_tokens").name}
-TOKEN_LEVELS = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "max": 1.0}  # 1.0: the highest bucket's top
+TOKEN_LEVELS = {**{q: int(q[1:]) / 100 for q in QUANTILES}, "max": 1.0}  # 1.0: the highest bucket's top
 # where a stream's token quantiles came from (the trace store's requests, the token histograms, or none: the demand
 # file's shape, scaled to the measured means), as the output says it in its first line and in its table
 TOKENS_SAID = {"requests": "token quantiles measured",
