@@ -49,6 +49,28 @@ DONE = 4  # Request.state of a finished request
 DEFAULT_OUTPUT = QuantileDistribution.from_quantiles({"p50": 200, "p95": 600, "p99": 900, "max": 2048})
 
 
+class _AdmittingFleet(Fleet):
+    """The fleet, telling the span sink when its own traffic is admitted (the ``llm.gateway`` span ends then)."""
+
+    sink: SpanSink | None = None
+
+    def submit(self, req: Request, t: float) -> None:
+        super().submit(req, t)
+        if self.sink is not None and req.state != DONE:
+            self.sink.admitted(req)
+
+
+class _ObservedMetrics(VllmMetrics):
+    """A replica's vLLM metrics, also telling the span sink when a request is first scheduled (``llm.queue`` ends)."""
+
+    sink: SpanSink | None = None
+
+    def on_scheduled(self, rep, req, t: float) -> None:
+        super().on_scheduled(rep, req, t)
+        if self.sink is not None:
+            self.sink.scheduled(req)
+
+
 @dataclass(eq=False)
 class ReplicaServer:
     """One replica as served over HTTP: the ``openai_api.Backend`` of its application."""
@@ -110,7 +132,8 @@ class LiveFleet:
             sink.base_ns = int(self.started * 1e9)  # span timestamps are wall-clock instants
         self.servers: list[ReplicaServer] = []
         self._metrics: dict[tuple[int, int], VllmMetrics] = {}
-        self.fleet = Fleet(cfg, None, observer_factory=self._observer)
+        self.fleet = _AdmittingFleet(cfg, None, observer_factory=self._observer)
+        self.fleet.sink = sink
         self.window = -1
         self.rng = np.random.default_rng(self.seed)
         self.output_dist = {d.index: next((w.output_tokens for w in cfg.workloads
@@ -121,7 +144,8 @@ class LiveFleet:
     # ------------------------------------------------------------------ wiring
 
     def _observer(self, dep: Deployment, idx: int) -> VllmMetrics:
-        m = VllmMetrics(dep.cfg.model, dep.cfg.engine, dep.num_blocks, dep.cfg.engine.max_model_len)
+        m = _ObservedMetrics(dep.cfg.model, dep.cfg.engine, dep.num_blocks, dep.cfg.engine.max_model_len)
+        m.sink = self.sink
         self._metrics[(dep.index, idx)] = m
         return m
 
@@ -317,6 +341,8 @@ class LiveFleet:
                 self.fleet.reschedule(rs.replica)
         else:
             rs.replica.reject(req, now, "overloaded")
+        if self.sink is not None and req.state != DONE:
+            self.sink.admitted(req)
 
     def _abort(self, now: float, ticket: Ticket) -> None:
         req = ticket.req

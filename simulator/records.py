@@ -1,4 +1,5 @@
-"""Finished requests as columns: the simulator's ground truth, written to ``requests.parquet``.
+"""Finished requests as columns: the simulator's ground truth, written to ``requests.parquet`` (the live fleet's
+span sink also renders requests still in flight through it, for their early spans).
 
 Timestamps become integer nanoseconds since the Unix epoch through one function, so the Parquet
 columns and the OTLP span timestamps are bit-for-bit the same instants.
@@ -52,6 +53,7 @@ class RequestTable:
             "tenant_idx": np.fromiter((r.tenant for r in reqs), dtype=np.int64, count=self.n),
             "deployment_idx": np.fromiter((r.deployment for r in reqs), dtype=np.int64, count=self.n),
         }
+        self.rid = col["rid"]
         self.request_id = [f"{salt}{rid:016x}" for rid in col["rid"].tolist()]
         meta = [r.meta for r in reqs]
         # a caller's W3C trace context (meta["traceparent"] = (trace id, parent span id)) is continued, as vLLM
@@ -81,7 +83,7 @@ class RequestTable:
         self.preemptions = np.fromiter((r.preemptions for r in reqs), dtype=np.int64, count=self.n)
         self.finish_reason = [r.finish_reason for r in reqs]
         self.reject_reason = [r.reject_reason or None for r in reqs]
-        self.outcome = [OUTCOMES[f] for f in self.finish_reason]
+        self.outcome = [OUTCOMES.get(f, "") for f in self.finish_reason]  # "": still in flight (early spans)
 
     def arrow(self) -> pa.Table:
         ts_type = pa.timestamp("ns", tz="UTC")

@@ -1,7 +1,11 @@
 """Where the live fleet's request spans go: an OTLP/HTTP endpoint, a JSON lines file, or both.
 
-A background thread batches finished requests once a second, in goodput's span shape, vLLM's or both
-(``span_format``, simulator/spans.py). Sending retries on connection errors
+A background thread batches requests once a second, in goodput's span shape, vLLM's or both
+(``span_format``, simulator/spans.py). As OpenTelemetry exports a span when it ends, a request's ``llm.gateway``
+span goes out in the batch after its admission (``admitted``) and its ``llm.queue`` span in the batch after it
+is scheduled (``scheduled``); the root and the remaining segments when it finishes (``add``). Each span is sent
+once: what went early is left out of the finished request's spans. vLLM's shape has no early span, so with
+``--span-format vllm`` a request is seen only once it finishes. Sending retries on connection errors
 and on 429/503 (honouring Retry-After); the buffer is bounded, and what it must give up is counted.
 """
 
@@ -19,7 +23,7 @@ from goodput.foundation.errors import ConfigError
 from simulator.config import FleetConfig
 from simulator.records import RequestTable
 from simulator.request import Request
-from simulator.spans import SPAN_FORMATS, span_documents
+from simulator.spans import SPAN_FORMATS, Part, span_documents
 
 __all__ = ["SpanSink"]
 
@@ -36,6 +40,8 @@ class SpanSink:
         self.base_ns = base_ns if base_ns is not None else time.time_ns()  # virtual second 0 = now
         self.endpoint, self.path = endpoint, path
         self.pending: list[Request] = []
+        self.opened: list[tuple[Request, int]] = []  # (request, segments to have sent) reported in flight
+        self.sent: dict[int, int] = {}  # rid -> early segments already sent, while the request is in flight
         self.docs: deque[str] = deque()
         self.max_docs = max_buffered_docs
         self.dropped_docs = 0
@@ -59,13 +65,43 @@ class SpanSink:
             with self.lock:
                 self.pending.extend(reqs)
 
+    def _early(self, req: Request, upto: int) -> None:
+        if self.enabled and self.span_format != "vllm":
+            with self.lock:
+                self.opened.append((req, upto))
+
+    def admitted(self, req: Request) -> None:
+        """``req`` was admitted (routed to a replica and queued): its ``llm.gateway`` span has ended."""
+        self._early(req, 1)
+
+    def scheduled(self, req: Request) -> None:
+        """``req`` was scheduled for the first time: its ``llm.queue`` span has ended."""
+        self._early(req, 2)
+
+    def _parts(self, batch: list[Request], opened: list[tuple[Request, int]]) -> tuple[list[Request], dict[int, Part]]:
+        """The requests of one render and what to send of each (by rid); a request that finished in the batch
+        that also reports it in flight goes whole, once."""
+        parts: dict[int, Part] = {r.rid: (self.sent.pop(r.rid, 0), None) for r in batch}
+        reqs = {r.rid: r for r in batch}
+        for req, upto in opened:
+            if req.rid in reqs and parts[req.rid][1] is None:
+                continue
+            sent = self.sent.get(req.rid, 0)
+            if upto > sent:
+                parts[req.rid] = (parts[req.rid][0] if req.rid in parts else sent, upto)
+                reqs[req.rid] = req
+                self.sent[req.rid] = upto
+        return list(reqs.values()), parts
+
     def _render(self) -> None:
         with self.lock:
             batch, self.pending = self.pending, []
-        if not batch:
+            opened, self.opened = self.opened, []
+        if not batch and not opened:
             return
-        table = RequestTable(self.cfg, batch, self.seed, base_ns=self.base_ns, run_id=str(self.base_ns))
-        docs = list(span_documents(table, service="goodput-fleet", span_format=self.span_format))
+        reqs, parts = self._parts(batch, opened)
+        table = RequestTable(self.cfg, reqs, self.seed, base_ns=self.base_ns, run_id=str(self.base_ns))
+        docs = list(span_documents(table, service="goodput-fleet", span_format=self.span_format, parts=parts))
         if self.path is not None:
             with open(self.path, "a") as f:
                 for d in docs:

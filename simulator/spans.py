@@ -11,6 +11,11 @@ Two span shapes (``span_format``):
   replica (``service.instance.id``), as a vLLM started with ``OTEL_SERVICE_NAME`` would;
 - ``both``: each request in both shapes, one request id (``llm.request_id`` = ``gen_ai.request.id``).
 
+The ``llm.gateway`` span carries what is known at admission (deployment, model, tenant, tier, route, request
+id): the live fleet exports it as soon as the request is admitted and ``llm.queue`` as soon as it is
+scheduled (``early``), the root and the other segments when it finishes, so a store sees a request while it
+is in flight and counts arrivals at admission. vLLM's shape has no early span: its one span ends with the request.
+
 A request that came with a W3C ``traceparent`` continues the caller's trace: its top span's parent is the
 caller's span. Ids are lowercase hex, kinds integers, 64-bit integers decimal strings (OTLP JSON encoding).
 """
@@ -23,19 +28,23 @@ from pathlib import Path
 
 from simulator.records import RequestTable
 
-__all__ = ["SEGMENTS", "SPAN_FORMATS", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER",
-           "request_spans", "span_documents", "vllm_span", "write_spans"]
+__all__ = ["EARLY_SEGMENTS", "SEGMENTS", "SPAN_FORMATS", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "Part",
+           "early_spans", "request_spans", "span_documents", "vllm_span", "write_spans"]
 
 SPAN_KIND_INTERNAL = 1
 SPAN_KIND_SERVER = 2
 STATUS_ERROR = 2
 SEGMENTS = ("llm.gateway", "llm.queue", "llm.prefill", "llm.decode", "llm.send")
+EARLY_SEGMENTS = 2  # llm.gateway (ends at admission) and llm.queue (ends at scheduling) may go out early
 SPAN_FORMATS = ("goodput", "vllm", "both")
 REQUESTS_PER_DOCUMENT = 256
 VLLM_SPAN = 6  # the llm_request span's id is the request's span id base | 6 (the root is | 0, segments | 1..5)
 
 _esc = json.dumps
 
+# what of a request a document holds: (segments already sent, None) = the rest of a finished request (root
+# included); (sent, upto) = its segments sent+1 .. upto while it is in flight
+Part = tuple[int, int | None]
 
 
 def _attr(key: str, value: str | int | float | None) -> str:
@@ -80,8 +89,40 @@ def _status(table: RequestTable, i: int) -> str:
     return f'{{"code":{STATUS_ERROR},"message":{_esc(table.reject_reason[i] or table.finish_reason[i])}}}'
 
 
-def request_spans(table: RequestTable, i: int) -> list[str]:
-    """The JSON objects (as text) of request ``i``'s spans in goodput's shape, root first."""
+def _gateway_attrs(table: RequestTable, i: int) -> str:
+    """What the gateway knows at admission: enough to count the arrival and place a request in flight."""
+    return ",".join((
+        _attr("gen_ai.request.model", table.model[i]),
+        _attr("llm.tenant", table.tenant[i]),
+        _attr("llm.tier", table.tier[i]),
+        _attr("llm.route", table.route[i]),
+        _attr("llm.deployment", table.deployment[i]),
+        _attr("llm.request_id", table.request_id[i]),
+    ))
+
+
+def _segment(table: RequestTable, i: int, trace: str, base: int, root_id: str, k: int, name: str, start: int,
+             end: int) -> str:
+    attrs = f'"attributes":[{_gateway_attrs(table, i)}],' if name == "llm.gateway" else ""
+    return (f'{{"traceId":"{trace}","spanId":"{(base | k) & 0xFFFFFFFFFFFFFFFF:016x}","parentSpanId":"{root_id}",'
+            f'"name":"{name}","kind":{SPAN_KIND_INTERNAL},"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
+            f'{attrs}"status":{{"code":0}}}}')
+
+
+def early_spans(table: RequestTable, i: int, sent: int, upto: int) -> list[str]:
+    """Segments ``sent``+1 .. ``upto`` (1 ``llm.gateway``, 2 ``llm.queue``) of request ``i``, still in flight;
+    their ids are the ones ``request_spans`` gives the same segments."""
+    base, trace, _ = _ids(table, i)
+    root_id = f"{base & 0xFFFFFFFFFFFFFFFF:016x}"
+    t = table.ts
+    bounds = ((t["arrival"][i], t["queue_start"][i]), (t["queue_start"][i], t["scheduled"][i]))
+    return [_segment(table, i, trace, base, root_id, k, SEGMENTS[k - 1], int(bounds[k - 1][0]), int(bounds[k - 1][1]))
+            for k in range(sent + 1, min(upto, EARLY_SEGMENTS) + 1) if bounds[k - 1][1] >= 0]
+
+
+def request_spans(table: RequestTable, i: int, sent: int = 0) -> list[str]:
+    """The JSON objects (as text) of request ``i``'s spans in goodput's shape, root first, without its first
+    ``sent`` segments (exported early, while it was in flight)."""
     base, trace, parent = _ids(table, i)
     root_id = f"{base & 0xFFFFFFFFFFFFFFFF:016x}"
     t = {k: int(v[i]) for k, v in table.ts.items()}
@@ -109,12 +150,8 @@ def request_spans(table: RequestTable, i: int) -> list[str]:
         f'"startTimeUnixNano":"{t["arrival"]}","endTimeUnixNano":"{t["completed"]}",'
         f'"attributes":[{attrs}],"status":{_status(table, i)}}}'
     ]
-    for k, (name, start, end) in enumerate(_segments(t, finish), start=1):
-        span_id = f"{(base | k) & 0xFFFFFFFFFFFFFFFF:016x}"
-        spans.append(
-            f'{{"traceId":"{trace}","spanId":"{span_id}","parentSpanId":"{root_id}","name":"{name}",'
-            f'"kind":{SPAN_KIND_INTERNAL},"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","status":{{"code":0}}}}'
-        )
+    spans.extend(_segment(table, i, trace, base, root_id, k, name, start, end)
+                 for k, (name, start, end) in enumerate(_segments(t, finish), start=1) if k > sent)
     return spans
 
 
@@ -155,8 +192,9 @@ def _resource(service: str, instance: str | None = None) -> str:
 
 
 def span_documents(table: RequestTable, service: str = "goodput-simulator", rows: range | None = None,
-                   span_format: str = "goodput") -> Iterator[str]:
-    """One ``{"resourceSpans": ...}`` JSON document per batch of requests."""
+                   span_format: str = "goodput", parts: dict[int, Part] | None = None) -> Iterator[str]:
+    """One ``{"resourceSpans": ...}`` JSON document per batch of requests. ``parts``: what to send of each
+    request, by ``table.rid`` (default: all of each, every request finished)."""
     if span_format not in SPAN_FORMATS:
         raise ValueError(f"span_format must be one of {', '.join(SPAN_FORMATS)}, got {span_format!r}")
     scope = '{"name":"goodput.simulator","version":"0.1.0"}'
@@ -165,9 +203,10 @@ def span_documents(table: RequestTable, service: str = "goodput-simulator", rows
         ours: list[str] = []
         engines: dict[tuple[str, str], list[str]] = {}  # (deployment, replica) -> llm_request spans
         for i in range(start, min(start + REQUESTS_PER_DOCUMENT, rows.stop)):
+            sent, upto = parts.get(int(table.rid[i]), (0, None)) if parts is not None else (0, None)
             if span_format != "vllm":
-                ours.extend(request_spans(table, i))
-            if span_format != "goodput" and (span := vllm_span(table, i)) is not None:
+                ours.extend(request_spans(table, i, sent) if upto is None else early_spans(table, i, sent, upto))
+            if span_format != "goodput" and upto is None and (span := vllm_span(table, i)) is not None:
                 engines.setdefault((table.deployment[i], table.replica[i]), []).append(span)
         blocks = [(_resource(service), ours)] if ours else []
         blocks += [(_resource(dep, rep or None), spans) for (dep, rep), spans in engines.items()]
