@@ -6,8 +6,9 @@ stream), the request exporter's Parquet trace store (a directory or files), and 
 ``requests.parquet``; a directory is read file by file (by extension). Parquet is read by DuckDB itself
 (streamed, out of core); JSON and protobuf are decoded in batches, so memory stays bounded whatever the
 file size. A malformed span is quarantined with its file, line and reason and the rest of its document
-is kept; spans of other services are context, counted as ignored; ingesting the same data twice adds
-nothing.
+is kept; a request whose early spans (``llm.gateway``, ``llm.queue``) came without its root is in flight,
+kept in ``in_flight`` until a later run brings the root; spans of other services are context, counted as
+ignored; ingesting the same data twice adds nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class IngestSummary:
     retried: int = 0  # requests added that were a retry or fallback of an earlier call in their trace
     duplicates: int = 0
     quarantined: int = 0
+    in_flight: int = 0  # requests admitted (their early spans are in) whose root has not arrived, after this run
     reasons: dict[str, int] = field(default_factory=dict)
     ignored: int = 0
     ignored_reasons: dict[str, int] = field(default_factory=dict)
@@ -64,7 +66,8 @@ class IngestSummary:
     def as_dict(self) -> dict:
         return {"files": self.files, "skipped_files": self.skipped_files, "spans": self.spans,
                 "requests_added": self.requests, "retries": self.retried, "duplicates_skipped": self.duplicates,
-                "quarantined": self.quarantined, "quarantine_reasons": self.reasons, "ignored": self.ignored,
+                "quarantined": self.quarantined, "in_flight": self.in_flight, "quarantine_reasons": self.reasons,
+                "ignored": self.ignored,
                 "ignored_reasons": self.ignored_reasons, "seconds": round(self.seconds, 3)}
 
 
@@ -398,6 +401,7 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
                        [before_q]).fetchall()
     out.reasons = {r: n for r, n in rows}
     out.quarantined = sum(out.reasons.values())
+    out.in_flight = _count(con, "SELECT count(*) FROM in_flight")
     bad_sim = sum(n for r, n in rows if r.startswith("request has no"))
     out.duplicates = span_dups + (sim_rows - sim_added - bad_sim)
     con.execute("INSERT INTO ingest_log VALUES (?, now(), ?, ?, ?, ?)",

@@ -7,22 +7,43 @@
 -- owning the time since the previous call ended, the last one also the time after it. Idempotent: a request
 -- (trace id, request id) already in `requests` is skipped. `engine` holds the staged engine spans,
 -- de-duplicated on (trace id, span id) by the caller when needed.
+INSERT INTO staged_kids SELECT * FROM in_flight;   -- early spans of earlier runs meet their root here
+DELETE FROM in_flight;
+
 CREATE OR REPLACE TEMP TABLE kids AS
 SELECT trace_id, parent_span_id AS span_id, any_value(source) AS source, sum(spans) AS spans,
     min(gateway_start) AS gateway_start, max(gateway_end) AS gateway_end,
     min(queue_start) AS queue_start, max(queue_end) AS queue_end,
     min(prefill_start) AS prefill_start, max(prefill_end) AS prefill_end,
     min(decode_start) AS decode_start, max(decode_end) AS decode_end,
-    min(send_start) AS send_start, max(send_end) AS send_end
+    min(send_start) AS send_start, max(send_end) AS send_end,
+    any_value(deployment) AS deployment, any_value(model) AS model, any_value(tenant) AS tenant,
+    any_value(tier) AS tier, any_value(route) AS route, any_value(request_id) AS request_id
 FROM staged_kids
 GROUP BY trace_id, parent_span_id;
+
+INSERT INTO admission_spans
+SELECT deployment, min(gateway_end) FROM kids
+WHERE deployment IS NOT NULL AND deployment NOT IN (SELECT deployment FROM admission_spans) GROUP BY deployment;
+
+-- segment spans without their root: only early ones (gateway, queue) that name their deployment are a request
+-- in flight, kept until the root comes (unless that request is already known: the same spans ingested again)
+CREATE OR REPLACE TEMP TABLE rootless AS
+SELECT *, prefill_start IS NULL AND decode_start IS NULL AND send_start IS NULL AND gateway_start IS NOT NULL
+          AND deployment IS NOT NULL AS early
+FROM kids k
+WHERE NOT EXISTS (SELECT 1 FROM engine e WHERE e.trace_id = k.trace_id AND e.span_id = k.span_id AND e.name = 'llm.request');
+
+INSERT INTO in_flight BY NAME
+SELECT * EXCLUDE (span_id, early), span_id AS parent_span_id FROM rootless r
+WHERE early AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.trace_id = r.trace_id AND q.request_id = r.request_id);
 
 -- what cannot be used, and why
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
 SELECT source, trace_id, nullif(span_id, ''), 'partial trace: segment spans without their llm.request span',
        spans::VARCHAR || ' span(s)'
-FROM kids k
-WHERE NOT EXISTS (SELECT 1 FROM engine e WHERE e.trace_id = k.trace_id AND e.span_id = k.span_id AND e.name = 'llm.request');
+FROM rootless WHERE NOT early;
+DROP TABLE rootless;
 
 INSERT INTO quarantine (source, trace_id, span_id, reason, detail)
 SELECT source, trace_id, span_id,

@@ -23,10 +23,17 @@ SELECT trace_id, coalesce(parent_span_id, ''), $source, count(DISTINCT span_id),
     min(start_time_unix_nano) FILTER (WHERE name = 'llm.queue'),   max(end_time_unix_nano) FILTER (WHERE name = 'llm.queue'),
     min(start_time_unix_nano) FILTER (WHERE name = 'llm.prefill'), max(end_time_unix_nano) FILTER (WHERE name = 'llm.prefill'),
     min(start_time_unix_nano) FILTER (WHERE name = 'llm.decode'),  max(end_time_unix_nano) FILTER (WHERE name = 'llm.decode'),
-    min(start_time_unix_nano) FILTER (WHERE name = 'llm.send'),    max(end_time_unix_nano) FILTER (WHERE name = 'llm.send')
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.send'),    max(end_time_unix_nano) FILTER (WHERE name = 'llm.send'),
+    -- what the gateway span knows at admission (goodput's live fleet), to place a request in flight
+    any_value(coalesce(attributes['llm.deployment'], resource['llm.deployment'])) FILTER (WHERE name = 'llm.gateway'),
+    any_value(model_attr(attributes)) FILTER (WHERE name = 'llm.gateway'),
+    any_value(tenant_attr(attributes)) FILTER (WHERE name = 'llm.gateway'),
+    any_value(tier_attr(attributes)) FILTER (WHERE name = 'llm.gateway'),
+    any_value(route_attr(attributes)) FILTER (WHERE name = 'llm.gateway'),
+    any_value(attributes['llm.request_id']) FILTER (WHERE name = 'llm.gateway')
 FROM src
 WHERE name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send')
-GROUP BY ALL;
+GROUP BY trace_id, coalesce(parent_span_id, '');
 
 INSERT INTO staged_context
 SELECT trace_id, span_id, coalesce(parent_span_id, ''), kind, start_time_unix_nano, end_time_unix_nano, $source,

@@ -10,11 +10,7 @@ CREATE OR REPLACE TEMP TABLE staged_engine (
     finish_reason VARCHAR, reject_reason VARCHAR,
     l_queue VARCHAR, l_prefill VARCHAR, l_decode VARCHAR, l_e2e VARCHAR, l_ttft VARCHAR
 );
-CREATE OR REPLACE TEMP TABLE staged_kids (   -- segment spans, already folded per (trace, parent) and source
-    trace_id VARCHAR, parent_span_id VARCHAR, source VARCHAR, spans BIGINT,
-    gateway_start BIGINT, gateway_end BIGINT, queue_start BIGINT, queue_end BIGINT, prefill_start BIGINT,
-    prefill_end BIGINT, decode_start BIGINT, decode_end BIGINT, send_start BIGINT, send_end BIGINT
-);
+CREATE OR REPLACE TEMP TABLE staged_kids AS FROM in_flight LIMIT 0;   -- segment spans, folded per (trace, parent)
 CREATE OR REPLACE TEMP TABLE staged_context (
     trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR, kind TINYINT, start_ns BIGINT, end_ns BIGINT,
     source VARCHAR, tenant VARCHAR, tier VARCHAR, route VARCHAR, scene VARCHAR, model VARCHAR, a_input VARCHAR,

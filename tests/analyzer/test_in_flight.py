@@ -1,0 +1,64 @@
+"""A request seen in flight (its early spans only), then finished: kept, never quarantined, completed in place."""
+
+from analyzer.ingest import ingest
+from analyzer.store import connect
+from simulator.fleet import Fleet
+from simulator.records import RequestTable
+from simulator.spans import span_documents
+from simulator.workload import generate
+from tests.conftest import make_fleet
+
+SEGMENTS = "SELECT segment, round(sum(duration_s), 6) FROM segments GROUP BY ALL ORDER BY 1"
+
+
+def _table():
+    cfg = make_fleet()
+    fleet = Fleet(cfg, generate(cfg, 30.0, 1))
+    fleet.run(30.0)
+    fleet.drain(400.0)
+    return RequestTable(cfg, fleet.done, 1)
+
+
+def _write(path, docs):
+    path.write_text("".join(d + "\n" for d in docs))
+    return path
+
+
+def test_an_in_flight_trace_is_kept_then_completed_by_its_root(tmp_path):
+    table = _table()
+    rids = [int(r) for r in table.rid]
+    early = _write(tmp_path / "early.jsonl", span_documents(table, parts={r: (0, 2) for r in rids}))
+    late = _write(tmp_path / "late.jsonl", span_documents(table, parts={r: (2, None) for r in rids}))
+    whole = _write(tmp_path / "whole.jsonl", span_documents(table))
+
+    con = connect(tmp_path / "db.duckdb")
+    first = ingest(con, [early])
+    assert (first.requests, first.quarantined, first.in_flight) == (0, 0, table.n)
+    assert con.execute("SELECT count(DISTINCT deployment), count(*) FILTER (WHERE tier IS NULL) "
+                       "FROM in_flight").fetchall() == [(1, 0)]
+    assert con.execute("SELECT deployment FROM admission_spans").fetchall() == [("chat",)]
+    again = ingest(con, [early])  # the same early spans twice add nothing
+    assert (again.requests, again.quarantined, again.in_flight) == (0, 0, table.n)
+
+    second = ingest(con, [late])
+    assert (second.requests, second.quarantined, second.in_flight) == (table.n, 0, 0)
+    ingest(con, [early])  # early spans of requests already finished stay out of in_flight
+    assert con.execute("SELECT count(*) FROM in_flight").fetchall() == [(0,)]
+
+    ref = connect(tmp_path / "ref.duckdb")
+    ingest(ref, [whole])
+    assert con.execute(SEGMENTS).fetchall() == ref.execute(SEGMENTS).fetchall()
+    cols = "trace_id, ts, gateway_s, queue_s, e2e_s, ttft_s, tier, tenant"
+    assert con.execute(f"SELECT {cols} FROM requests ORDER BY 1").fetchall() == \
+        ref.execute(f"SELECT {cols} FROM requests ORDER BY 1").fetchall()
+
+
+def test_late_segments_without_a_root_are_still_quarantined(tmp_path):
+    table = _table()
+    rids = [int(r) for r in table.rid]
+    docs = [d.replace('"name":"llm.request"', '"name":"other.request"')
+            for d in span_documents(table, parts={r: (2, None) for r in rids})]
+    con = connect(tmp_path / "db.duckdb")
+    out = ingest(con, [_write(tmp_path / "late.jsonl", docs)])
+    assert out.in_flight == 0
+    assert out.reasons.get("partial trace: segment spans without their llm.request span") == table.n
