@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analyzer.changepoint import detect
+from analyzer.completeness import drop_incomplete
 from analyzer.releases import Release
 from analyzer.store import sql
 
@@ -69,16 +70,19 @@ class Scan:
     buckets: int = 0
     start: datetime | None = None
     end: datetime | None = None
+    left_out: dict[str, int] = field(default_factory=dict)  # deployment -> buckets not final (requests in flight)
 
     def describe(self) -> str:
         """What was searched, in one line (for a search that found nothing)."""
+        skipped = "".join(f"; left out {n} bucket(s) of {d} whose requests are still in flight"
+                          for d, n in sorted(self.left_out.items()))
         if not self.groups:
-            return "no requests in the window to search"
+            return "no requests in the window to search" + skipped
         span = f"{self.start:%Y-%m-%d %H:%M} .. {self.end:%Y-%m-%d %H:%M}" if self.start and self.end else "?"
         return (f"searched {self.series} series ({len(METRICS)} latency metrics x {len(self.groups)} deployment/tier: "
                 f"{', '.join(self.groups[:8])}{' ...' if len(self.groups) > 8 else ''}) over {span} in {self.buckets} "
                 f"buckets of {self.bucket}; no step of p95 of at least {self.min_change:.0%} with Welch's t >= "
-                f"{self.t_min:g} (series need 8 buckets of >= {MIN_REQUESTS} ok requests)")
+                f"{self.t_min:g} (series need 8 buckets of >= {MIN_REQUESTS} ok requests)" + skipped)
 
 
 def _ratio(before: float, after: float) -> float:
@@ -104,7 +108,8 @@ def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *,
     series = con.execute(sql("bucket_series"), {"bucket": bucket, "since": since, "until": until,
                                                 "deployment": deployment}).fetchdf()
     width = pd.to_timedelta(con.execute("SELECT CAST(? AS INTERVAL)", [bucket]).fetchall()[0][0])
-    scan = Scan([], bucket, min_change, t_min)
+    series, left_out = drop_incomplete(con, series, width, deployment)  # only final buckets (analyzer/completeness.py)
+    scan = Scan([], bucket, min_change, t_min, left_out=left_out)
     if len(series):
         scan.buckets = series["bucket"].nunique()
         scan.start, scan.end = series["bucket"].min().to_pydatetime(), series["bucket"].max().to_pydatetime() + width

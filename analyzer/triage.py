@@ -15,6 +15,7 @@ from datetime import datetime
 
 import duckdb
 
+from analyzer.completeness import arrival_count, verdict_window
 from analyzer.decompose import decompose
 from analyzer.regressions import find_regressions
 from analyzer.releases import Release
@@ -33,10 +34,13 @@ class Triage:
     verdict: str = ""
     regressed: bool = False
     facts: dict = field(default_factory=dict)
+    completeness: dict = field(default_factory=dict)  # in flight, oldest age, final_before (analyzer/completeness.py)
+    left_out: str = ""  # what the verdict did not read: buckets whose requests are still in flight
 
     def record(self) -> dict:
         return {"deployment": self.deployment, "regressed": self.regressed, "verdict": self.verdict,
-                "steps": [{"step": s, "finding": f} for s, f in self.steps], "facts": self.facts}
+                "steps": [{"step": s, "finding": f} for s, f in self.steps], "facts": self.facts,
+                "completeness": self.completeness, "left_out": self.left_out}
 
 
 def _chg(before, after) -> float | None:
@@ -51,16 +55,23 @@ def _pct(x: float | None) -> str:
 
 def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
            until: datetime | None = None, releases: list[Release] | None = None) -> Triage:
+    # --- completeness: every step reads only buckets whose requests have all finished (analyzer/completeness.py)
+    comp, until, left_out = verdict_window(con, deployment, until)
+    # ---
     span = con.execute("SELECT min(ts), max(ts) FROM requests WHERE deployment = ? AND (? IS NULL OR ts >= ?) "
                        "AND (? IS NULL OR ts < ?)", [deployment, since, since, until, until]).fetchall()[0]
     if span[0] is None:
-        raise ConfigError("--deployment", deployment, "no requests of this deployment in the window")
+        why = f" that are final ({comp.describe()})" if comp is not None and left_out else ""
+        raise ConfigError("--deployment", deployment, f"no requests of this deployment in the window{why}")
     split = span[0] + (span[1] - span[0]) * 3 / 4
     rel = con.execute(sql("triage"), {"deployment": deployment, "since": since, "until": until, "split": split})
     cols = [d[0] for d in rel.description]
     periods = {row[0]: dict(zip(cols, row, strict=True)) for row in rel.fetchall()}
     now, before = periods.get("recent", {}), periods.get("before", {})
-    t = Triage(deployment, facts={"recent_from": split.isoformat(), "recent": now, "before": before})
+    t = Triage(deployment, facts={"recent_from": split.isoformat(), "recent": now, "before": before},
+               completeness=comp.record() if comp else {}, left_out=left_out)
+    if comp is not None:
+        t.steps.append(("0. in flight", comp.describe()))
     causes: list[tuple[int, str]] = []  # (priority, cause); lower is more likely
 
     # 1. where the time goes
@@ -75,8 +86,9 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
                                                                    for k, v in means.items())))
         t.facts["decomposition"] = rec
     # 2. workload
-    rate_b = (before.get("requests") or 0) / max(before.get("seconds") or 1, 1)
-    rate_n = (now.get("requests") or 0) / max(now.get("seconds") or 1, 1)
+    end = min(until, span[1]) if until else span[1]  # arrivals (finished or in flight), never finished requests
+    rate_b = arrival_count(con, deployment, span[0], split) / max((split - span[0]).total_seconds(), 1)
+    rate_n = arrival_count(con, deployment, split, end) / max((end - split).total_seconds(), 1)
     rate, inp, outp = _chg(rate_b, rate_n), _chg(before.get("input_tokens"), now.get("input_tokens")), _chg(
         before.get("output_tokens"), now.get("output_tokens"))
     t.steps.append(("2. workload", f"arrival rate {_pct(rate)} ({rate_b:.2f} -> {rate_n:.2f} req/s), input tokens "
@@ -127,11 +139,13 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
     if not rose and not regs:
         t.verdict = (f"no regression: recent p95 E2E {_pct(e2e_chg)}, TTFT {_pct(ttft_chg)} against the earlier window "
                      f"(threshold +{REGRESSION:.0%}) and no step up in any p95 series; checked "
-                     + ", ".join(step.split(". ", 1)[1] for step, _ in t.steps))
+                     + ", ".join(step.split(". ", 1)[1] for step, _ in t.steps if not step.startswith("0."))
+                     + (f"; {left_out}" if left_out else ""))
         return t
     t.regressed = True
     if not causes and d and d[0]["e2e_p95_top_segment"] == "queue":
         causes.append((4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
     t.verdict = min(causes)[1] if causes else ("latency rose but nothing explains it: workload, KV, routing and "
                                                "releases are steady")
+    t.verdict += f"; {left_out}" if left_out else ""
     return t

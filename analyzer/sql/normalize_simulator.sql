@@ -50,3 +50,8 @@ UNION ALL SELECT trace_id, request_id, 'prefill', sc, (coalesce(ft, c) - sc) / 1
 UNION ALL SELECT trace_id, request_id, 'decode', ft, (coalesce(lt, c) - ft) / 1e9 FROM sim_fresh WHERE ft IS NOT NULL
 UNION ALL SELECT trace_id, request_id, 'send', lt, (c - lt) / 1e9 FROM sim_fresh WHERE lt IS NOT NULL
 UNION ALL SELECT trace_id, request_id, 'other', NULL, other_s FROM sim_new;
+
+-- a simulator run's record holds every request it made, run to completion: nothing of it is in flight
+INSERT INTO admission_spans
+SELECT deployment, min(start_ns) FROM sim_new
+WHERE deployment NOT IN (SELECT deployment FROM admission_spans) GROUP BY deployment;

@@ -56,8 +56,9 @@ CREATE TABLE IF NOT EXISTS in_flight (
     prefill_end BIGINT, decode_start BIGINT, decode_end BIGINT, send_start BIGINT, send_end BIGINT,
     deployment VARCHAR, model VARCHAR, tenant VARCHAR, tier VARCHAR, route VARCHAR, request_id VARCHAR
 );
--- Deployments whose gateway spans name them: their arrivals are counted at admission and what is in flight is
--- in `in_flight` (analyzer/completeness.py); for the others the store sees a request only once it finished.
+-- Deployments whose gateway spans name them (or ingested from a simulator run's record, which holds every request
+-- it made): their arrivals are all counted and what is in flight is in `in_flight` (analyzer/completeness.py); for
+-- the others the store sees a request only once it finished.
 CREATE TABLE IF NOT EXISTS admission_spans (deployment VARCHAR PRIMARY KEY, first_ns BIGINT);
 
 CREATE TABLE IF NOT EXISTS quarantine (

@@ -83,7 +83,7 @@ def test_without_releases_nothing_is_blamed(regression_run):
 def test_triage_names_the_release(regression_run):
     con = connect(regression_run / "db.duckdb", read_only=True)
     t = triage(con, "rag", releases=load_releases(regression_run / "releases.yaml"))
-    assert [s for s, _ in t.steps] == ["1. latency split", "2. workload", "3. KV cache", "4. routing and cache",
+    assert [s for s, _ in t.steps] == ["0. in flight", "1. latency split", "2. workload", "3. KV cache", "4. routing and cache",
                                        "5. releases"]
     assert "prompt_template rag-v1 -> rag-v2" in t.verdict
     with pytest.raises(ConfigError, match="no requests"):
@@ -125,10 +125,10 @@ def test_triage_of_a_healthy_run_names_no_cause(healthy_run):
     t = triage(con, "chat")
     assert not t.regressed and t.verdict.startswith("no regression")
     assert "checked latency split, workload, KV cache, routing and cache, releases" in t.verdict
-    assert len(t.steps) == 5 and abs(t.facts["e2e_p95_change"]) < 0.1
+    assert len(t.steps) == 6 and abs(t.facts["e2e_p95_change"]) < 0.1 and not t.left_out
     e2e, ttft = (f"{round(t.facts[k] * 100):+d}%" for k in ("e2e_p95_change", "ttft_p95_change"))
     assert f"recent p95 E2E {e2e}, TTFT {ttft} against" in t.verdict
-    assert "0.035" in t.steps[2][1]  # it preempts steadily: not a regression, so not a cause
+    assert "0.035" in t.steps[3][1]  # it preempts steadily: not a regression, so not a cause
     r = _cli("triage", "--db", str(healthy_run / "db.duckdb"), "--deployment", "chat")
     assert r.returncode == 0 and "no regression" in r.stdout and "most likely" not in r.stdout
     assert "-0.000" not in r.stdout

@@ -1,0 +1,17 @@
+-- How far the store is complete, per deployment ($deployment NULL = every one): its newest completion, the longest
+-- request it holds, what is in flight (requests whose early spans came without their root) and the arrival of the
+-- oldest, whether its gateway spans name it (arrivals counted at admission), and the store's newest data.
+WITH done AS (
+    SELECT deployment, max(end_ns) AS newest_completion_ns, max(e2e_s) AS longest_s
+    FROM requests WHERE $deployment IS NULL OR deployment = $deployment GROUP BY deployment
+), open AS (
+    SELECT deployment, count(*) AS in_flight, min(gateway_start) AS oldest_arrival_ns
+    FROM in_flight WHERE $deployment IS NULL OR deployment = $deployment GROUP BY deployment
+), newest AS (
+    SELECT greatest((SELECT max(end_ns) FROM requests),
+                    (SELECT max(greatest(gateway_end, coalesce(queue_end, gateway_end))) FROM in_flight)) AS ns
+)
+SELECT deployment, d.newest_completion_ns, d.longest_s, coalesce(o.in_flight, 0) AS in_flight, o.oldest_arrival_ns,
+    a.deployment IS NOT NULL AS early_spans, (SELECT ns FROM newest) AS newest_data_ns
+FROM done d FULL JOIN open o USING (deployment) LEFT JOIN admission_spans a USING (deployment)
+ORDER BY deployment;
