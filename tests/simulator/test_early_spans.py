@@ -1,0 +1,66 @@
+"""The live fleet exports a request's early spans while it is in flight, through a real OTLP receiver.
+
+``llm.gateway`` goes out after admission and ``llm.queue`` after scheduling, the root and the rest at the end,
+each span once. A fleet with one small replica and more traffic than it serves builds a queue; its clock is
+stopped, the sink flushed, and the receiver's trace store ingested: every request the fleet holds is in flight
+in the analyzer (none quarantined), every finished one is whole, and no span came twice.
+"""
+
+import copy
+import time
+
+from analyzer.completeness import completeness
+from analyzer.ingest import ingest
+from analyzer.store import connect
+from exporters.requests import RequestMetrics, TraceReceiver
+from exporters.trace_store import TraceStore
+from goodput.foundation.http import Server
+from simulator.live import LiveFleet
+from simulator.span_sink import SpanSink
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
+
+
+def _fleet():
+    dep = copy.deepcopy(BASE_DEPLOYMENT)
+    dep.update(replicas=1, engine={"max_num_seqs": 4, "max_queue_time_s": 600})
+    wl = copy.deepcopy(BASE_WORKLOAD)
+    wl["arrival"]["rate"] = 20.0
+    return make_fleet(deployments=[dep], workloads=[wl])
+
+
+def test_in_flight_requests_reach_the_store_before_they_finish(tmp_path):
+    cfg = _fleet()
+    metrics = RequestMetrics()
+    store = TraceStore(tmp_path / "traces")
+    recv = TraceReceiver(metrics, store)
+    otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): recv.route}).start()
+    sink = SpanSink(cfg, 1, f"{otlp.url}/v1/traces", None, interval_s=0.2)
+    live = LiveFleet(cfg, base_port=free_port_block(2), sink=sink)
+    try:
+        live.start()
+        time.sleep(3.0)
+        live.stop_event.set()  # freeze the fleet's clock: what it holds now is in flight
+        live.engine_thread.join(timeout=30)
+        assert not live.engine_thread.is_alive()
+        with live.lock:
+            sink.add(list(live.fleet.done))
+            held = live.fleet.in_flight()
+            running = sum(len(r.running) for d in live.fleet.deployments for r in d.replicas)
+        sink.close()
+        assert sink.dropped_docs == 0 and sink.sent_docs > 0
+    finally:
+        live.close()
+        otlp.stop()
+    store.flush()
+    store.close()
+    assert metrics.duplicates == 0  # each span went once, early or late
+
+    con = connect(tmp_path / "db.duckdb")
+    out = ingest(con, [tmp_path / "traces"])
+    assert held > 20 and out.in_flight == held and out.quarantined == 0
+    scheduled = con.execute("SELECT count(*) FILTER (WHERE queue_end IS NOT NULL) FROM in_flight").fetchall()[0][0]
+    assert running <= scheduled <= held  # the running ones (and any preempted back to the queue) were scheduled
+    assert out.requests > 0 and con.execute(
+        "SELECT count(*) FROM requests WHERE gateway_s IS NULL OR queue_s IS NULL").fetchall() == [(0,)]
+    c = completeness(con, "chat")["chat"]
+    assert c.early_spans and c.in_flight == held and c.final_before == c.oldest_arrival
