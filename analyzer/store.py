@@ -37,4 +37,8 @@ def connect(path: str | Path, read_only: bool = False, threads: int | None = Non
         con.execute(f"SET threads = {int(threads)}")
     if not read_only:
         con.execute(sql("schema"))
+        con.execute(sql("schema_in_flight"))
+    elif not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'in_flight'").fetchall()[0][0]:
+        # a database made before in-flight requests were kept: read it as one with none (temp tables, nothing written)
+        con.execute(sql("schema_in_flight").replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE"))
     return con

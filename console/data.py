@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from analyzer import completeness as store_completeness
 from analyzer.decompose import decompose
 from analyzer.regressions import scan_regressions
 from analyzer.releases import load_releases
@@ -19,7 +20,8 @@ from analyzer.store import sql as analyzer_sql
 from console import traces
 from console.prom import Alertmanager, Prometheus, Sample, Series
 
-__all__ = ["alerts", "bucket_series", "decomposition", "prom_instant", "prom_range", "regressions", "store_query",
+__all__ = ["alerts", "arrivals", "bucket_series", "completeness", "decomposition",
+           "prom_instant", "prom_range", "regressions", "store_query",
            "store_version"]
 
 PROM_TTL_S = 10
@@ -39,6 +41,21 @@ def store_version(db: Path) -> tuple[int, int] | None:
 def store_query(db: str, version: tuple, name: str, params: dict) -> pd.DataFrame:
     with traces.snapshot(Path(db)) as con:
         return traces.query(con, name, params)
+
+
+@st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
+def arrivals(db: str, version: tuple, bucket: str, params: dict) -> pd.DataFrame:
+    """Arrivals per bucket and deployment, finished or in flight (``analyzer/completeness.py``)."""
+    with traces.snapshot(Path(db)) as con:
+        return store_completeness.arrivals(con, bucket, **{k: params.get(k) for k in ("since", "until", "deployment", "tier",
+                                                                          "tenant")})
+
+
+@st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
+def completeness(db: str, version: tuple, deployment: str | None) -> dict[str, store_completeness.Completeness]:
+    """How far the store is complete, per deployment: in flight, the oldest, what is final."""
+    with traces.snapshot(Path(db)) as con:
+        return store_completeness.completeness(con, deployment)
 
 
 @st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)

@@ -1,5 +1,9 @@
 """Workload: arrival rate and request lengths over time, and the window's last quarter against the rest — the
-same shift test (and thresholds) the analyzer applies before it blames a release."""
+same shift test (and thresholds) the analyzer applies before it blames a release.
+
+Arrivals count requests in flight too (their early spans); a bucket whose requests are not all finished is
+drawn as incomplete (hatched, shaded, labelled with what is in flight) and the shift table reads only the final
+part of the window (analyzer/completeness.py), so survivors of a queue build-up never look like a workload shift."""
 
 from __future__ import annotations
 
@@ -7,12 +11,20 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from analyzer.completeness import final_window
 from console import data
 from console.pages.charts import bucketed
 from console.tables import shift_table
 from console.ui import Context
 
 __all__ = ["render"]
+
+
+def _incomplete(comps: dict) -> tuple[object, int]:
+    """Where the selected deployments stop being final (the earliest of them), and how many requests are in flight."""
+    cuts = [c.final_before for c in comps.values()]
+    cut = None if not cuts or None in cuts else min(cuts)
+    return cut, sum(c.in_flight or 0 for c in comps.values())
 
 
 def render(ctx: Context) -> None:
@@ -23,25 +35,49 @@ def render(ctx: Context) -> None:
     if series.empty:
         st.info("No requests match these filters in this time range.")
         return
-    width = pd.Timedelta(bucket).total_seconds()
-    fig = go.Figure(go.Bar(x=series["bucket"], y=series["arrivals"] / width, name="arrivals / s"))
-    fig.update_layout(title=f"arrival rate (req/s, per {bucket})", height=280, margin={"t": 40, "b": 20})
+    width = pd.Timedelta(bucket)
+    params = ctx.sql_params()
+    comps = data.completeness(ctx.db, ctx.db_version, ctx.filters.deployment)
+    cut, n_open = _incomplete(comps)
+    oldest = max((c.oldest_age_s for c in comps.values() if c.oldest_age_s is not None), default=None)
+    arr = data.arrivals(ctx.db, ctx.db_version, bucket, params).groupby("bucket", as_index=False)[
+        ["arrivals", "in_flight"]].sum()
+    start, end = arr["bucket"].min(), arr["bucket"].max() + width
+    st.caption(f"traces cover {start:%Y-%m-%d %H:%M} .. {end:%H:%M} UTC; {n_open} requests in flight"
+               + (f", the oldest for {oldest:.0f} s" if oldest is not None else "")
+               + (f"; final before {cut:%H:%M:%S}" if cut is not None else "; nothing final yet"))
+    final = arr["bucket"] + width <= cut if cut is not None else pd.Series(False, index=arr.index)
+    done, open_ = arr[final], arr[~final]
+    fig = go.Figure([go.Bar(x=done["bucket"], y=done["arrivals"] / width.total_seconds(), name="arrivals / s"),
+                     go.Bar(x=open_["bucket"], y=open_["arrivals"] / width.total_seconds(), opacity=0.5,
+                            name="incomplete", marker_pattern_shape="/",
+                            text=[f"incomplete: {n} in flight" for n in open_["in_flight"]], textposition="outside")])
+    fig.update_layout(title=f"arrival rate (req/s, per {bucket}, counted at arrival)", height=280,
+                      margin={"t": 40, "b": 20})
     st.plotly_chart(fig, width="stretch", key="arrivals")
     lengths = go.Figure([go.Scatter(x=series["bucket"], y=series[c], name=c.replace("_", " "), mode="lines+markers")
                          for c in ("input_p50", "input_p95", "output_p50", "output_p95")])
-    lengths.update_layout(title="request lengths (tokens)", height=300, margin={"t": 40, "b": 20})
+    if cut is not None and cut < end:
+        lengths.add_vrect(x0=cut, x1=end, fillcolor="grey", opacity=0.2, line_width=0,
+                          annotation_text=f"incomplete: {n_open} in flight", annotation_position="top left")
+    lengths.update_layout(title="request lengths (tokens; shaded: requests still in flight)", height=300,
+                          margin={"t": 40, "b": 20})
     st.plotly_chart(lengths, width="stretch", key="lengths")
 
     since, until = ctx.window()
-    start = since or ctx.first
-    split = start + (until - start) * 3 / 4
+    first = since or ctx.first
+    earliest = min(comps.values(), key=lambda c: c.final_before or first, default=None)  # the least complete
+    final_until = final_window(earliest, until)
+    split = first + (final_until - first) * 3 / 4
     st.subheader(f"Now (from {split:%H:%M}) against before")
-    shift = data.store_query(ctx.db, ctx.db_version, "shift", {**ctx.sql_params(), "split": split})
+    if final_until < until:
+        st.caption(f"requests that arrived from {final_until:%H:%M} on are left out: their buckets are not final")
+    shift = data.store_query(ctx.db, ctx.db_version, "shift", {**params, "until": final_until, "split": split})
     table = shift_table(shift)
     if table["shift"].any():
         st.warning("workload shift: " + ", ".join(table.loc[table["shift"], "measure"]), icon="📈")
     st.dataframe(table, hide_index=True, width="stretch", key="shift")
-    sample = data.store_query(ctx.db, ctx.db_version, "lengths", {**ctx.sql_params(), "split": split})
+    sample = data.store_query(ctx.db, ctx.db_version, "lengths", {**params, "until": final_until, "split": split})
     hist = go.Figure([go.Histogram(x=sample.loc[sample["period"] == p, "input_tokens"], name=p, opacity=0.6,
                                    histnorm="probability") for p in ("before", "now")])
     hist.update_layout(barmode="overlay", title="input tokens, before and now", height=300, margin={"t": 40, "b": 20})

@@ -11,6 +11,7 @@ simulator's own record of what arrived, and no verdict may read a bucket whose r
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -90,6 +91,8 @@ def cut(tmp_path_factory):
     cfg, done = incident()
     con = connect(tmp / "db.duckdb")
     ingest(con, [cut_store(cfg, done, CUT_S, tmp / "store")])
+    con.close()
+    con = connect(tmp / "db.duckdb", read_only=True)
     yield cfg, done, con
     con.close()
 
@@ -143,3 +146,22 @@ def test_triage_reports_no_drop_that_did_not_happen(cut, capsys):
     assert "left out: the" in t.verdict and "still in flight" in t.verdict
     assert t.completeness["in_flight"] > 100 and t.completeness["oldest_age_s"] > 60
     assert t.steps[0][0] == "0. in flight" and "in flight, the oldest arrived" in t.steps[0][1]
+
+
+def test_workload_page_draws_the_queue_s_minutes_as_incomplete(cut, monkeypatch):
+    from tests.console.test_pages import app, no_exception, show
+
+    cfg, done, con = cut
+    db = Path(con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()[0][0])
+    at = show(app(monkeypatch, db, range="all", deployment="rag"), "workload")
+    no_exception(at)
+    shift = next(d.value for d in at.dataframe if "measure" in d.value.columns).set_index("measure")
+    assert not shift["shift"].any(), shift  # the survivors' shorter outputs are not a shift
+    in_flight = sum(1 for r in done if r.completed > CUT_S and r.queue_start <= CUT_S)
+    assert any(f"{in_flight} requests in flight, the oldest for" in c.value for c in at.caption), \
+        [c.value for c in at.caption]
+    assert any("are left out: their buckets are not final" in c.value for c in at.caption)
+    bars = json.loads(next(c for c in at.get("plotly_chart") if "arrival rate" in c.proto.spec).proto.spec)["data"]
+    final, incomplete = bars
+    assert incomplete["name"] == "incomplete" and len(incomplete["x"]) >= 2 and len(final["x"]) >= 15
+    assert all(t.startswith("incomplete: ") for t in incomplete["text"])
