@@ -2,6 +2,9 @@
 
 from analyzer.ingest import ingest
 from analyzer.store import connect
+from exporters.otlp import decode_json
+from exporters.trace_store import TraceStore
+from goodput.ingest_loop import IngestLoop
 from simulator.fleet import Fleet
 from simulator.records import RequestTable
 from simulator.spans import span_documents
@@ -62,3 +65,27 @@ def test_late_segments_without_a_root_are_still_quarantined(tmp_path):
     out = ingest(con, [_write(tmp_path / "late.jsonl", docs)])
     assert out.in_flight == 0
     assert out.reasons.get("partial trace: segment spans without their llm.request span") == table.n
+
+
+def test_the_demo_ingest_loop_completes_in_flight_requests_on_a_later_refresh(tmp_path):
+    table = _table()
+    rids = [int(r) for r in table.rid]
+    store = TraceStore(tmp_path / "traces")
+    loop = IngestLoop(tmp_path / "traces", tmp_path / "db.duckdb")
+
+    def send(parts):
+        for doc in span_documents(table, parts=parts):
+            store.accept(decode_json(doc), doc.encode(), "J")
+        store.flush()
+        return loop.once()
+
+    assert send({r: (0, 2) for r in rids}) == 0
+    con = connect(tmp_path / "db.duckdb", read_only=True)
+    assert con.execute("SELECT count(*) FROM in_flight").fetchall() == [(table.n,)]
+    con.close()
+    assert send({r: (2, None) for r in rids}) == table.n
+    store.close()
+    con = connect(tmp_path / "db.duckdb", read_only=True)
+    assert con.execute("SELECT count(*), count(*) FILTER (WHERE queue_s IS NULL) FROM requests").fetchall() == [
+        (table.n, 0)]
+    assert con.execute("SELECT count(*) FROM in_flight").fetchall() == [(0,)]
