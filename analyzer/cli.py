@@ -121,6 +121,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--deployment", required=True)
     p.add_argument("--releases", type=Path, default=None, metavar="FILE")
+    p.add_argument("--prometheus", default=None, metavar="URL",
+                   help="Prometheus to ask what the engines hold in flight, for deployments whose spans are all sent at "
+                        "the end (vLLM's shape); without it their final buckets are bounded conservatively")
     p.set_defaults(func=_triage)
 
 
@@ -216,7 +219,12 @@ def _triage(args: argparse.Namespace) -> int:
     since, until = _window_of(args)
     releases = load_releases(args.releases) if args.releases else []
     con = connect(args.db, read_only=True)
-    t = triage(con, args.deployment, since=since, until=until, releases=releases)
+    in_flight = None
+    if args.prometheus:
+        from analyzer.completeness import prometheus_in_flight
+
+        in_flight = prometheus_in_flight(args.prometheus)
+    t = triage(con, args.deployment, since=since, until=until, releases=releases, prometheus_in_flight=in_flight)
     if args.format == "json":
         print(json.dumps(t.record(), indent=2, default=str))
     elif args.format == "csv":

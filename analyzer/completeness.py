@@ -12,9 +12,11 @@ any figure over them (arrival rate, p95, lengths) points the wrong way. Here:
 - shapes without early spans (vLLM's ``llm_request``, a gateway that exports nothing early): the store cannot
   see what is in flight. Prometheus can count it (engines' waiting + running); when it says nothing is in
   flight the store is final up to its newest data, otherwise (or when Prometheus is not asked) the bound is
-  conservative: the newest completion minus the longest request the store holds for the deployment — a request
-  in flight longer than every one that finished would break it, so during an incident that is still growing it
-  errs late, never early. Arrivals there are complete only up to ``final_before``.
+  conservative: the newest completion minus twice the longest request that finished in the hour before it. In a
+  first-come queue whose wait grows, the oldest request in flight arrived about one longest request before the
+  newest completion; priorities (a starved low tier) stretch that, hence the margin. A request stuck longer
+  still is beyond what a store without early spans can know. Arrivals there are complete only up to
+  ``final_before``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from analyzer.store import sql
 from exporters.catalog import by_name
 from goodput.foundation.promapi import Client, PromError, Query, config_error
 
-__all__ = ["Completeness", "arrival_count", "arrivals", "completeness", "drop_incomplete", "final_window",
+__all__ = ["BOUND_FACTOR", "Completeness", "arrival_count", "arrivals", "completeness", "drop_incomplete", "final_window",
            "prometheus_in_flight", "verdict_window"]
+
+BOUND_FACTOR = 2.0  # final_before without early spans: the newest completion minus this x the longest request
 
 
 def _ts(ns: int | None) -> datetime | None:
@@ -98,7 +102,7 @@ def completeness(con: duckdb.DuckDBPyConnection, deployment: str | None = None,
         if told is not None and told <= 0:
             final, basis = newest, "prometheus"
         else:
-            bound = _ts(done_ns - int((longest_s or 0.0) * 1e9)) if done_ns is not None else None
+            bound = _ts(done_ns - int(BOUND_FACTOR * (longest_s or 0.0) * 1e9)) if done_ns is not None else None
             final, basis = (min(bound, newest) if bound and newest else bound), "bound"
         out[dep] = Completeness(dep, False, None if told is None else int(told), None, _ts(done_ns), newest, final,
                                 final, basis)
@@ -143,11 +147,11 @@ def arrival_count(con: duckdb.DuckDBPyConnection, deployment: str, since: dateti
     return int(arrivals(con, "100 years", since=since, until=until, deployment=deployment)["arrivals"].sum())
 
 
-def verdict_window(con: duckdb.DuckDBPyConnection, deployment: str, until: datetime | None
-                   ) -> tuple[Completeness | None, datetime | None, str]:
+def verdict_window(con: duckdb.DuckDBPyConnection, deployment: str, until: datetime | None,
+                   prometheus: dict[str, float] | None = None) -> tuple[Completeness | None, datetime | None, str]:
     """What a verdict on ``deployment`` may read: its completeness, the end of the final part of the window, and
     one line saying what was left out ("" when nothing was)."""
-    c = completeness(con, deployment).get(deployment)
+    c = completeness(con, deployment, prometheus).get(deployment)
     cut = final_window(c, until)
     end = until or (c.newest_data if c else None)
     if c is None or cut is None or (end is not None and cut >= end):

@@ -54,9 +54,10 @@ def _pct(x: float | None) -> str:
 
 
 def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
-           until: datetime | None = None, releases: list[Release] | None = None) -> Triage:
+           until: datetime | None = None, releases: list[Release] | None = None,
+           prometheus_in_flight: dict[str, float] | None = None) -> Triage:
     # --- completeness: every step reads only buckets whose requests have all finished (analyzer/completeness.py)
-    comp, until, left_out = verdict_window(con, deployment, until)
+    comp, until, left_out = verdict_window(con, deployment, until, prometheus_in_flight)
     # ---
     span = con.execute("SELECT min(ts), max(ts) FROM requests WHERE deployment = ? AND (? IS NULL OR ts >= ?) "
                        "AND (? IS NULL OR ts < ?)", [deployment, since, since, until, until]).fetchall()[0]

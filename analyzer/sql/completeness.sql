@@ -1,9 +1,13 @@
 -- How far the store is complete, per deployment ($deployment NULL = every one): its newest completion, the longest
--- request it holds, what is in flight (requests whose early spans came without their root) and the arrival of the
+-- request of the hour before it, what is in flight (requests whose early spans came without their root) and the arrival of the
 -- oldest, whether its gateway spans name it (arrivals counted at admission), and the store's newest data.
-WITH done AS (
-    SELECT deployment, max(end_ns) AS newest_completion_ns, max(e2e_s) AS longest_s
+WITH newest_done AS (
+    SELECT deployment, max(end_ns) AS newest_completion_ns
     FROM requests WHERE $deployment IS NULL OR deployment = $deployment GROUP BY deployment
+), done AS (   -- the longest request among those that finished in the hour before the newest completion
+    SELECT deployment, any_value(d.newest_completion_ns) AS newest_completion_ns, max(r.e2e_s) AS longest_s
+    FROM requests r JOIN newest_done d USING (deployment)
+    WHERE r.end_ns >= d.newest_completion_ns - 3600000000000 GROUP BY deployment
 ), open AS (
     SELECT deployment, count(*) AS in_flight, min(gateway_start) AS oldest_arrival_ns
     FROM in_flight WHERE $deployment IS NULL OR deployment = $deployment GROUP BY deployment

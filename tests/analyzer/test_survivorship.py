@@ -53,9 +53,10 @@ def incident():
     return cfg, fleet.done
 
 
-def cut_store(cfg, done, cut_s: float, root: Path, early: bool = True) -> Path:
-    """The trace store a live exporter holds at ``cut_s``: finished requests whole, and (``early``) the gateway
-    and queue spans of the admitted ones still in flight."""
+def cut_store(cfg, done, cut_s: float, root: Path, span_format: str = "goodput") -> Path:
+    """The trace store a live exporter holds at ``cut_s``: finished requests whole, and (goodput's shape) the
+    gateway and queue spans of the admitted ones still in flight."""
+    early = span_format != "vllm"
     parts, kept = {}, []
     for r in done:
         if r.completed <= cut_s:
@@ -67,7 +68,7 @@ def cut_store(cfg, done, cut_s: float, root: Path, early: bool = True) -> Path:
         kept.append(r)
     table = RequestTable(cfg, kept, SEED)
     store = TraceStore(root)
-    for doc in span_documents(table, service="goodput-fleet", parts=parts):
+    for doc in span_documents(table, service="goodput-fleet", parts=parts, span_format=span_format):
         store.accept(decode_json(doc), doc.encode(), "J")
     store.flush()
     store.close()
@@ -165,3 +166,37 @@ def test_workload_page_draws_the_queue_s_minutes_as_incomplete(cut, monkeypatch)
     final, incomplete = bars
     assert incomplete["name"] == "incomplete" and len(incomplete["x"]) >= 2 and len(final["x"]) >= 15
     assert all(t.startswith("incomplete: ") for t in incomplete["text"])
+
+
+def test_without_early_spans_the_bound_is_conservative(cut, tmp_path):
+    """vLLM's shape, cut the same: nothing in flight is visible, so what is final comes from the bound (or from
+    Prometheus saying nothing is in flight)."""
+    cfg, done, _ = cut
+    con = connect(tmp_path / "db.duckdb")
+    ingest(con, [cut_store(cfg, done, CUT_S, tmp_path / "store", span_format="vllm")])
+    c = completeness(con, "rag")["rag"]
+    assert (c.early_spans, c.in_flight, c.basis) == (False, None, "bound")
+    held = [r for r in done if r.completed > CUT_S and r.queue_start <= CUT_S]
+    oldest = START + timedelta(seconds=min(r.queue_start for r in held))  # vLLM's span starts at the engine
+    assert c.final_before <= oldest and c.arrivals_through == c.final_before
+    assert completeness(con, "rag", {"rag": len(held)})["rag"].in_flight == len(held)
+    assert completeness(con, "rag", {"rag": 0})["rag"].final_before == c.newest_data  # Prometheus: none in flight
+    t = triage(con, "rag", since=START, until=CUT)
+    assert "no early spans" in t.left_out and t.completeness["basis"] == "bound"
+
+
+def test_triage_command_shows_what_is_in_flight(cut):
+    from tests.analyzer.test_analysis import _cli
+
+    cfg, done, con = cut
+    db = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()[0][0]
+    window = ("--since", START.isoformat(), "--until", CUT.isoformat())
+    r = _cli("triage", "--db", db, "--deployment", "rag", *window, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    held = sum(1 for x in done if x.completed > CUT_S and x.queue_start <= CUT_S)
+    assert rec["completeness"]["in_flight"] == held and rec["left_out"].startswith("left out: the ")
+    r = _cli("triage", "--db", db, "--deployment", "rag", *window)
+    assert r.returncode == 0 and f"0. in flight: {held} in flight, the oldest arrived" in r.stdout
+    r = _cli("triage", "--db", db, "--deployment", "rag", "--prometheus", "http://127.0.0.1:9")
+    assert r.returncode == 2 and "--prometheus" in r.stderr and "Traceback" not in r.stderr
