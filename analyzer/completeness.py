@@ -8,7 +8,8 @@ any figure over them (arrival rate, p95, lengths) points the wrong way. Here:
 - arrivals are counted by arrival time from finished requests *and* those in flight (``analyzer/sql/arrivals.sql``);
 - ``final_before``: a bucket by arrival is final when its end is at or before it. With early spans it is the
   oldest in-flight arrival (or the store's newest data, when nothing is in flight); arrivals are complete up to
-  the newest data whatever is still in flight.
+  the newest data whatever is still in flight. A request in flight for over ``ABANDONED_S`` (its fleet stopped,
+  its root's spans were lost) is counted as abandoned and holds nothing open.
 - shapes without early spans (vLLM's ``llm_request``, a gateway that exports nothing early): the store cannot
   see what is in flight. Prometheus can count it (engines' waiting + running); when it says nothing is in
   flight the store is final up to its newest data, otherwise (or when Prometheus is not asked) the bound is
@@ -32,10 +33,11 @@ from analyzer.store import sql
 from exporters.catalog import by_name
 from goodput.foundation.promapi import Client, PromError, Query, config_error
 
-__all__ = ["BOUND_FACTOR", "Completeness", "arrival_count", "arrivals", "completeness", "drop_incomplete", "final_window",
-           "prometheus_in_flight", "verdict_window"]
+__all__ = ["ABANDONED_S", "BOUND_FACTOR", "Completeness", "arrival_count", "arrivals", "completeness",
+           "drop_incomplete", "final_window", "prometheus_in_flight", "verdict_window"]
 
 BOUND_FACTOR = 2.0  # final_before without early spans: the newest completion minus this x the longest request
+ABANDONED_S = 3600.0  # in flight longer than this: its root will not come (a fleet that stopped, spans lost)
 
 
 def _ts(ns: int | None) -> datetime | None:
@@ -53,6 +55,7 @@ class Completeness:
     final_before: datetime | None  # a bucket by arrival is final when it ends at or before this
     arrivals_through: datetime | None  # arrivals before this are all counted
     basis: str  # how final_before was found: "store" (in flight known to it), "prometheus", "bound"
+    abandoned: int = 0  # in flight longer than ABANDONED_S: counted here, never waited for
 
     @property
     def oldest_age_s(self) -> float | None:
@@ -72,6 +75,8 @@ class Completeness:
             flight = f"{self.in_flight} in flight, the oldest arrived {self.oldest_age_s:.0f} s before the newest data"
         else:
             flight = f"{self.in_flight} in flight"
+        if self.abandoned:
+            flight += f" ({self.abandoned} more abandoned: in flight over {ABANDONED_S / 3600:g} h)"
         until = f"final before {self.final_before:%H:%M:%S}" if self.final_before else "nothing final yet"
         done = f"newest completion {self.newest_completion:%H:%M:%S}" if self.newest_completion else "none finished"
         return f"{flight}; {done}; {until} ({self.basis})"
@@ -82,7 +87,7 @@ class Completeness:
             ("newest_data", self.newest_data), ("final_before", self.final_before),
             ("arrivals_through", self.arrivals_through))}
         return {"deployment": self.deployment, "early_spans": self.early_spans, "in_flight": self.in_flight,
-                "oldest_age_s": self.oldest_age_s, "basis": self.basis, **iso}
+                "abandoned": self.abandoned, "oldest_age_s": self.oldest_age_s, "basis": self.basis, **iso}
 
 
 def completeness(con: duckdb.DuckDBPyConnection, deployment: str | None = None,
@@ -90,13 +95,13 @@ def completeness(con: duckdb.DuckDBPyConnection, deployment: str | None = None,
     """Per deployment; ``prometheus``: requests in flight by deployment as Prometheus counts them
     (``prometheus_in_flight``), used for deployments without early spans."""
     out = {}
-    for dep, done_ns, longest_s, n_open, oldest_ns, early, newest_ns in con.execute(
-            sql("completeness"), {"deployment": deployment}).fetchall():
+    for dep, done_ns, longest_s, n_open, oldest_ns, abandoned, early, newest_ns in con.execute(
+            sql("completeness"), {"deployment": deployment, "abandoned_s": ABANDONED_S}).fetchall():
         newest = _ts(newest_ns)
         if early:
             final = min(x for x in (_ts(oldest_ns), newest) if x is not None) if newest else None
             out[dep] = Completeness(dep, True, n_open, _ts(oldest_ns), _ts(done_ns), newest, final, newest,
-                                    "store")
+                                    "store", abandoned)
             continue
         told = prometheus.get(dep) if prometheus is not None else None
         if told is not None and told <= 0:

@@ -1,5 +1,6 @@
 """A request seen in flight (its early spans only), then finished: kept, never quarantined, completed in place."""
 
+from analyzer.completeness import ABANDONED_S, completeness
 from analyzer.ingest import ingest
 from analyzer.store import connect
 from exporters.otlp import decode_json
@@ -14,12 +15,17 @@ from tests.conftest import make_fleet
 SEGMENTS = "SELECT segment, round(sum(duration_s), 6) FROM segments GROUP BY ALL ORDER BY 1"
 
 
-def _table():
+def _run():
     cfg = make_fleet()
     fleet = Fleet(cfg, generate(cfg, 30.0, 1))
     fleet.run(30.0)
     fleet.drain(400.0)
-    return RequestTable(cfg, fleet.done, 1)
+    return cfg, fleet.done
+
+
+def _table():
+    cfg, done = _run()
+    return RequestTable(cfg, done, 1)
 
 
 def _write(path, docs):
@@ -89,3 +95,20 @@ def test_the_demo_ingest_loop_completes_in_flight_requests_on_a_later_refresh(tm
     assert con.execute("SELECT count(*), count(*) FILTER (WHERE queue_s IS NULL) FROM requests").fetchall() == [
         (table.n, 0)]
     assert con.execute("SELECT count(*) FROM in_flight").fetchall() == [(0,)]
+
+
+def test_a_request_whose_root_never_comes_is_abandoned_after_an_hour(tmp_path):
+    """A fleet that stopped leaves early spans without roots: after ABANDONED_S they hold no bucket open."""
+    cfg, done = _run()
+    table = RequestTable(cfg, done, 1)
+    first = int(table.rid[0])
+    con = connect(tmp_path / "db.duckdb")
+    ingest(con, [_write(tmp_path / "a.jsonl", span_documents(table, parts={int(r): (0, 2) if r == first else (0, None)
+                                                                           for r in table.rid}))])
+    c = completeness(con, "chat")["chat"]
+    assert (c.in_flight, c.abandoned) == (1, 0) and c.final_before == c.oldest_arrival
+    later = RequestTable(cfg, done, 1, base_ns=table.base_ns + int((ABANDONED_S + 600) * 1e9), run_id="later")
+    ingest(con, [_write(tmp_path / "b.jsonl", span_documents(later))])
+    c = completeness(con, "chat")["chat"]
+    assert (c.in_flight, c.abandoned) == (0, 1) and c.final_before == c.newest_data
+    assert "1 more abandoned" in c.describe()
