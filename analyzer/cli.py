@@ -145,7 +145,7 @@ def _ingest(args: argparse.Namespace) -> int:
         print(f"read {d['files']} file(s){skipped}: {d['spans']:,} spans in {d['seconds']:.1f} s")
         print(f"{d['requests_added']:,} requests added ({d['retries']:,} of them retries of an earlier call in their "
               f"trace); {d['duplicates_skipped']:,} already known; {d['quarantined']:,} quarantined; "
-              f"{d['ignored']:,} spans ignored")
+              f"{d['ignored']:,} spans ignored; {d['in_flight']:,} in flight (early spans, root still to come)")
         for reason, n in d["quarantine_reasons"].items():
             print(f"  quarantined {n:,}: {reason}")
         for reason, n in d["ignored_reasons"].items():

@@ -53,6 +53,7 @@ class IngestSummary:
     duplicates: int = 0
     quarantined: int = 0
     in_flight: int = 0  # requests admitted (their early spans are in) whose root has not arrived, after this run
+    new_in_flight: int = 0  # of those, how many this run added
     reasons: dict[str, int] = field(default_factory=dict)
     ignored: int = 0
     ignored_reasons: dict[str, int] = field(default_factory=dict)
@@ -60,13 +61,14 @@ class IngestSummary:
 
     @property
     def usable(self) -> bool:
-        """Whether anything in the input was a request (new or already known)."""
-        return self.requests + self.duplicates > 0
+        """Whether anything in the input was a request (new, already known, or newly in flight)."""
+        return self.requests + self.duplicates + self.new_in_flight > 0
 
     def as_dict(self) -> dict:
         return {"files": self.files, "skipped_files": self.skipped_files, "spans": self.spans,
                 "requests_added": self.requests, "retries": self.retried, "duplicates_skipped": self.duplicates,
-                "quarantined": self.quarantined, "in_flight": self.in_flight, "quarantine_reasons": self.reasons,
+                "quarantined": self.quarantined, "in_flight": self.in_flight, "new_in_flight": self.new_in_flight,
+                "quarantine_reasons": self.reasons,
                 "ignored": self.ignored,
                 "ignored_reasons": self.ignored_reasons, "seconds": round(self.seconds, 3)}
 
@@ -362,6 +364,7 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
     out = IngestSummary()
     before_q = _count(con, "SELECT count(*) FROM quarantine")
     before_r = _count(con, "SELECT count(*) FROM requests")
+    con.execute("CREATE OR REPLACE TEMP TABLE in_flight_before AS SELECT trace_id, parent_span_id FROM in_flight")
     con.execute(sql("stage_spans"))
     sim_rows = sim_added = 0
     for groups, skipped in plans:
@@ -402,12 +405,15 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
     out.reasons = {r: n for r, n in rows}
     out.quarantined = sum(out.reasons.values())
     out.in_flight = _count(con, "SELECT count(*) FROM in_flight")
+    out.new_in_flight = _count(con, "SELECT count(*) FROM in_flight WHERE (trace_id, parent_span_id) NOT IN "
+                                    "(SELECT (trace_id, parent_span_id) FROM in_flight_before)")
     bad_sim = sum(n for r, n in rows if r.startswith("request has no"))
     out.duplicates = span_dups + (sim_rows - sim_added - bad_sim)
     con.execute("INSERT INTO ingest_log VALUES (?, now(), ?, ?, ?, ?)",
                 [", ".join(str(p) for p in paths)[:4000], out.spans + sim_rows, out.requests, out.duplicates,
                  out.quarantined])
-    for table in ("staged_engine", "staged_kids", "staged_context", "ignored", "known", "new_requests"):
+    for table in ("staged_engine", "staged_kids", "staged_context", "ignored", "known", "new_requests",
+                  "in_flight_before"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     out.seconds = time.perf_counter() - t0
     return out

@@ -42,12 +42,13 @@ def test_an_in_flight_trace_is_kept_then_completed_by_its_root(tmp_path):
 
     con = connect(tmp_path / "db.duckdb")
     first = ingest(con, [early])
-    assert (first.requests, first.quarantined, first.in_flight) == (0, 0, table.n)
+    assert (first.requests, first.quarantined, first.in_flight, first.new_in_flight) == (0, 0, table.n, table.n)
+    assert first.usable  # a run of early spans only found requests: in flight
     assert con.execute("SELECT count(DISTINCT deployment), count(*) FILTER (WHERE tier IS NULL) "
                        "FROM in_flight").fetchall() == [(1, 0)]
     assert con.execute("SELECT deployment FROM admission_spans").fetchall() == [("chat",)]
     again = ingest(con, [early])  # the same early spans twice add nothing
-    assert (again.requests, again.quarantined, again.in_flight) == (0, 0, table.n)
+    assert (again.requests, again.quarantined, again.in_flight, again.new_in_flight) == (0, 0, table.n, 0)
 
     second = ingest(con, [late])
     assert (second.requests, second.quarantined, second.in_flight) == (table.n, 0, 0)
