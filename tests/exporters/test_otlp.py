@@ -210,3 +210,80 @@ def test_fuzzed_protobuf_gets_2xx_or_4xx_only(receiver):
     assert statuses.get(400, 0) > 20 and statuses.get(200, 0) > 20, statuses
     receiver.store.flush()
     assert receiver.store.quarantined_total == 0
+
+
+def test_an_integer_attribute_beyond_int64_is_a_400_before_anything_is_stored(receiver):
+    body = json.dumps(_doc(_span(attributes=[{"key": "gen_ai.usage.input_tokens",
+                                               "value": {"intValue": "1" + "0" * 400}}]))).encode()  # > float max
+    status, _, msg, _ = receiver.handle("application/json", "", body)
+    assert status == 400 and b"int64" in msg, msg
+    assert receiver.store.buffered == 0 and receiver.metrics.received == 0
+    assert receiver.metrics.rejected_payloads == {"invalid": 1}
+
+
+@pytest.mark.parametrize("what, doc, limit", [
+    ("attributes", _doc(_span(attributes=[{"key": f"k{i}", "value": {"intValue": i}} for i in range(129)])), b"128"),
+    ("string", _doc(_span(name="x" * 65_537)), b"65536"),
+    ("nesting", _doc(_span(attributes=[{"key": "deep", "value": json.loads(
+        '{"arrayValue": {"values": [' * 9 + '{"intValue": 1}' + "]}}" * 9)}])), b"8 deep"),
+])
+def test_per_span_limits_are_a_400_naming_the_limit(receiver, what, doc, limit):
+    status, _, msg, _ = receiver.handle("application/json", "", json.dumps(doc).encode())
+    assert status == 400 and limit in msg, (what, msg)
+    assert receiver.store.buffered == 0
+
+
+def _peak(fn, transient: bool = False) -> tuple[int, object]:
+    """The peak of memory allocated while ``fn`` ran (``transient``: less what it still held at the end)."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        out = fn()
+        current, peak = tracemalloc.get_traced_memory()
+        return peak - current if transient else peak, out
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_body_whose_decoded_tree_would_dwarf_it_is_refused_before_it_is_decoded(receiver):
+    """1.5 million empty objects: 4.5 MB of JSON that ``json.loads`` would turn into ~100 MB of dicts."""
+    body = b'{"resourceSpans": [' + b"{}," * 1_500_000 + b"{}]}"
+    peak, (status, _, msg, _) = _peak(lambda: receiver.handle("application/json", "", body))
+    assert status == 413 and b"1000000" in msg, msg
+    assert peak < len(body) // 4, f"sizing up a {len(body)}-byte body cost {peak} bytes"
+    many = json.dumps(_doc(*(_span(spanId=f"{i:016x}") for i in range(10_001)))).encode()
+    status, _, msg, _ = receiver.handle("application/json", "", many)
+    assert status == 413 and b"10000 " in msg, msg
+
+
+def test_parallel_posts_cost_at_most_the_decode_slots_worth_of_memory(tmp_path):
+    """Eight 1 MB posts at once cost, beyond the spans they leave buffered, near what two cost (``DECODE_SLOTS``),
+    not eight times one."""
+    import threading
+    body = json.dumps(_doc(*(_span(spanId=f"{i:016x}", attributes=[
+        {"key": f"attr.{k}", "value": {"stringValue": f"value-{i}-{k}"}} for k in range(8)]) for i in range(2000)))
+    ).encode()
+
+    def run(n: int) -> int:
+        store = TraceStore(tmp_path / f"store{n}", flush_interval_s=3600)
+        recv = TraceReceiver(RequestMetrics(), store)
+        statuses = []
+
+        def post(i: int) -> None:  # distinct trace ids per thread: every post is stored, none a duplicate
+            statuses.append(recv.handle("application/json", "", body.replace(b'"abab', b'"%04x' % i))[0])
+
+        def go():
+            threads = [threading.Thread(target=post, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        try:
+            peak, _ = _peak(go, transient=True)
+        finally:
+            store.close()
+        assert statuses == [200] * n
+        return peak
+
+    one, eight = run(1), run(8)
+    assert eight < 3.5 * one, f"one post cost {one} bytes, eight at once {eight}"
