@@ -36,11 +36,13 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
+
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.textformat import CONTENT_TYPE
 
-__all__ = ["Response", "Route", "Server", "health_route", "healthz", "metrics_routes",
-           "serve_until_signal"]
+__all__ = ["Response", "Route", "Server", "health_route", "healthz", "http_url_problem", "metrics_routes",
+           "redact_url", "serve_until_signal"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,27 @@ Response = tuple[int, str, bytes, dict[str, str]]
 Route = Callable[[BaseHTTPRequestHandler, bytes], Response]
 
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_PASSWORD = re.compile(r"(?<=//)([^/?#@]*?):[^/?#@]*@")  # the password of a URL's user-info part
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its user-info replaced by ``***``, for error messages and logs."""
+    return _PASSWORD.sub(r"\1:***@", url)
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` is not an http(s) URL with a host and a port in 1..65535 that a client can request; None if
+    it is. The message quotes the URL with its password redacted."""
+    shown = redact_url(url)
+    try:
+        u = httpx.URL(url)
+        if u.port is not None and not 0 < u.port < 65536:
+            raise ValueError(f"port {u.port} is not in 1..65535")
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        return f"not a valid URL {shown!r}: {redact_url(str(e))}"
+    if u.scheme not in ("http", "https") or not u.host:
+        return f"not an http(s) URL with a host: {shown!r}"
+    return None
 _MAX_TRAILERS = 100
 
 

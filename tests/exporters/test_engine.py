@@ -280,3 +280,13 @@ def test_a_label_value_in_the_targets_file_is_capped_at_load(tmp_path):
     t.write_text(yaml.safe_dump({"targets": [{"deployment": "d" * 300, "replica": "r", "url": "http://x/metrics"}]}))
     with pytest.raises(ConfigError, match=r"targets\[0\].deployment: longer than 256 bytes"):
         load_targets(t)
+
+
+@pytest.mark.parametrize("url", ["http://scraper:hunter2@127.0.0.1:99999/metrics", "ftp://scraper:hunter2@127.0.0.1/m",
+                                 "http://scraper:hunter2@[::1/metrics"])
+def test_a_bad_target_url_is_reported_without_its_password(tmp_path, url):
+    f = tmp_path / "targets.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"deployment": "d", "replica": "r", "url": url}]}))
+    with pytest.raises(ConfigError) as e:
+        load_targets(f)
+    assert "hunter2" not in str(e.value) and "scraper:***@" in str(e.value), str(e.value)

@@ -213,3 +213,15 @@ def test_fleet_serve_process_answers_and_stops_on_a_signal(tmp_path, sig):
     assert "Traceback" not in err, err
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{base}/health", timeout=2)
+
+
+@pytest.mark.parametrize("endpoint", ["not-a-url", "127.0.0.1:4318/v1/traces", "http://u:hunter2@127.0.0.1:99999/v1/traces"])
+def test_fleet_serve_refuses_an_otlp_endpoint_that_is_not_a_url_in_one_line(capsys, endpoint):
+    from goodput.cli import main
+    from tests.conftest import REPO
+
+    with pytest.raises(SystemExit) as e:
+        main(["fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--otlp-endpoint", endpoint, "--duration", "1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--otlp-endpoint" in err and err.count("\n") == 1, err
+    assert "hunter2" not in err
