@@ -225,3 +225,15 @@ def test_fleet_serve_refuses_an_otlp_endpoint_that_is_not_a_url_in_one_line(caps
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--otlp-endpoint" in err and err.count("\n") == 1, err
     assert "hunter2" not in err
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_a_deeply_nested_json_body_is_a_400_in_openais_error_shape(one_replica, path):
+    lf, base, _ = one_replica
+    body = b'{"model": "x", "prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # 200 kB, under the body limit
+    r = httpx.post(f"http://127.0.0.1:{base}{path}", content=body, headers={"Content-Type": "application/json"},
+                   timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == 400 and "nested more than" in err["message"], err
+    assert httpx.get(f"http://127.0.0.1:{base}/health", timeout=10).status_code == 200
