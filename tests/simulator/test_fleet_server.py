@@ -237,3 +237,28 @@ def test_a_deeply_nested_json_body_is_a_400_in_openais_error_shape(one_replica, 
     err = r.json()["error"]
     assert err["code"] == 400 and "nested more than" in err["message"], err
     assert httpx.get(f"http://127.0.0.1:{base}/health", timeout=10).status_code == 200
+
+
+def test_health_metrics_and_completions_are_served_while_300_slow_clients_trickle_headers(one_replica):
+    """Header lines every 0.4 s never finish a request: each connection is closed at the 1 s idle timeout from
+    its opening (not renewed by the bytes it trickles), while the replica answers everyone else."""
+    from tests.slow_clients import SlowLoris
+
+    lf, base, _ = one_replica
+    url = f"http://127.0.0.1:{base}"
+    with SlowLoris(("127.0.0.1", base), b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 300, trickle_s=0.4) as loris:
+        deadline = time.monotonic() + 30
+        while loris.open < 300 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        statuses = []
+        with httpx.Client(timeout=20) as c:
+            for _ in range(5):
+                statuses += [c.get(f"{url}/health").status_code, c.get(f"{url}/metrics").status_code,
+                             c.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2}
+                                    ).status_code]
+                time.sleep(0.4)
+        assert statuses == [200] * 15
+        deadline = time.monotonic() + 30
+        while loris.reconnects < 300 and time.monotonic() < deadline:  # every one dropped at least once
+            time.sleep(0.1)
+        assert loris.reconnects >= 300, f"only {loris.reconnects} of 300 trickling connections were ever dropped"
