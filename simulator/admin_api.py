@@ -137,7 +137,7 @@ def make_admin_app(backend: AdminBackend, bind_host: str = "127.0.0.1", token: s
             return _error(400, f"cold_start_s: must be a number >= 0, got {raw!r}")
         return web.json_response(await run(backend.add_replica, request.match_info["deployment"], cold))
 
-    app = web.Application(middlewares=[_guard(bind_host, token)], client_max_size=64 * 1024)
+    app = web.Application(middlewares=[_guard(bind_host, token)])
     app.router.add_get("/admin/replicas", replicas)
     app.router.add_post("/admin/replicas/{deployment}/lose", lose)
     app.router.add_post("/admin/replicas/{deployment}/add", add)
