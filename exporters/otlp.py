@@ -5,8 +5,9 @@ decimal strings or numbers. Anything that does not fit raises ``OtlpError`` with
 
 Given ``Limits`` (the receiver does; files read by the analyzer do not), a payload is sized up before it is
 decoded: for JSON, spans and values are counted in the raw bytes (no allocation) so a body whose decoded tree
-would dwarf it is refused first; for protobuf (whose C parse is compact), spans are counted before any becomes
-a Python object. AnyValue nesting is capped at ``MAX_DEPTH`` always.
+would dwarf it is refused first; for protobuf, spans are counted by walking the wire format (each span skipped by
+its length, stopping at the limit) before the C parser allocates a message per span. AnyValue nesting is capped
+at ``MAX_DEPTH`` always.
 """
 
 from __future__ import annotations
@@ -134,16 +135,70 @@ def _limit_strings(span: Span, limits: Limits | None, where: str) -> None:
 
 def _limit_spans(n: int, limits: Limits | None) -> None:
     if limits is not None and n > limits.max_spans:
-        raise OtlpTooLarge(f"{n} spans in one payload, over the limit of {limits.max_spans} (send smaller batches)")
+        raise OtlpTooLarge(f"more than {limits.max_spans} spans in one payload, the limit (send smaller batches)")
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift < 64:
+        if i >= len(buf):
+            break
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+    raise OtlpError("not an OTLP ExportTraceServiceRequest (protobuf): truncated or overlong varint")
+
+
+def _len_fields(buf: bytes, start: int, end: int, number: int, budget: list[int]):
+    """(start, end) of each length-delimited field ``number`` in ``buf[start:end]``, skipping the other fields;
+    every field visited spends one of ``budget[0]``."""
+    i = start
+    while i < end:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise OtlpTooLarge("too many protobuf fields around the spans of one payload")
+        key, i = _varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(buf, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            if key >> 3 == number and i + n <= end:
+                yield i, i + n
+            i += n
+        else:
+            raise OtlpError(f"not an OTLP ExportTraceServiceRequest (protobuf): wire type {wire}")
+        if i > end:
+            raise OtlpError("not an OTLP ExportTraceServiceRequest (protobuf): a field runs past its message")
+
+
+def _size_up_protobuf(body: bytes, limits: Limits) -> None:
+    """Count the spans of a protobuf payload from its wire format (resource_spans = 1, scope_spans = 2, spans = 2),
+    stopping at the limit: O(limit) work and no allocation, where the C parser would build every span first."""
+    spans, budget = 0, [4 * limits.max_spans + 1024]
+    for rs in _len_fields(body, 0, len(body), 1, budget):
+        for ss in _len_fields(body, *rs, 2, budget):
+            for _ in _len_fields(body, *ss, 2, budget):
+                spans += 1
+                if spans > limits.max_spans:
+                    _limit_spans(spans, limits)
 
 
 def decode_protobuf(body: bytes, limits: Limits | None = None) -> list[Span]:
+    if limits is not None:
+        _size_up_protobuf(body, limits)
     req = ExportTraceServiceRequest()
     try:
         req.ParseFromString(body)
     except DecodeError as e:
         raise OtlpError(f"not an OTLP ExportTraceServiceRequest (protobuf): {e}") from None
-    _limit_spans(sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans), limits)
     out = []
     for i, rs in enumerate(req.resource_spans):
         _limit_attributes(len(rs.resource.attributes), limits, f"resource_spans[{i}].resource")

@@ -288,10 +288,11 @@ class TraceReceiver:
     decoding), 503 with Retry-After when the store is full, shutting down, or ``DECODE_SLOTS`` payloads are
     already being decoded; every refusal is counted by reason in ``llm_exporter_otlp_rejected_total``."""
 
-    def __init__(self, metrics: RequestMetrics, store: TraceStore, decode_slots: int = DECODE_SLOTS) -> None:
+    def __init__(self, metrics: RequestMetrics, store: TraceStore, decode_slots: int = DECODE_SLOTS,
+                 decode_wait_s: float = DECODE_WAIT_S) -> None:
         self.metrics, self.store = metrics, store
         self.lock = threading.Lock()
-        self.decode_slots = decode_slots
+        self.decode_slots, self.decode_wait_s = decode_slots, decode_wait_s
         self.decoding = threading.BoundedSemaphore(decode_slots)
 
     def _refuse(self, reason: str, status: int, message: str,
@@ -301,7 +302,7 @@ class TraceReceiver:
         return status, "application/json", json.dumps({"error": message}).encode(), headers or {}
 
     def handle(self, content_type: str, encoding: str, body: bytes) -> tuple[int, str, bytes, dict[str, str]]:
-        if not self.decoding.acquire(timeout=DECODE_WAIT_S):
+        if not self.decoding.acquire(timeout=self.decode_wait_s):
             return self._refuse("busy", 503, f"{self.decode_slots} payloads are being decoded already; retry",
                                 {"Retry-After": "1"})
         try:

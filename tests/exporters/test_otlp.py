@@ -266,7 +266,7 @@ def test_parallel_posts_cost_at_most_the_decode_slots_worth_of_memory(tmp_path):
 
     def run(n: int) -> int:
         store = TraceStore(tmp_path / f"store{n}", flush_interval_s=3600)
-        recv = TraceReceiver(RequestMetrics(), store)
+        recv = TraceReceiver(RequestMetrics(), store, decode_wait_s=120)  # waits, however loaded the machine
         statuses = []
 
         def post(i: int) -> None:  # distinct trace ids per thread: every post is stored, none a duplicate
@@ -287,3 +287,48 @@ def test_parallel_posts_cost_at_most_the_decode_slots_worth_of_memory(tmp_path):
 
     one, eight = run(1), run(8)
     assert eight < 3.5 * one, f"one post cost {one} bytes, eight at once {eight}"
+
+
+def test_a_protobuf_of_a_million_tiny_spans_is_refused_before_the_parser_builds_them():
+    """31 MiB of 30-byte spans: the C parser would allocate ~200 MB for its 1.1 million messages (RSS, which
+    tracemalloc cannot see); counted from the wire format first, the payload is a 413 and RSS barely moves."""
+    import subprocess
+    import sys
+    code = """
+import resource, tempfile
+from pathlib import Path
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from exporters.requests import RequestMetrics, TraceReceiver
+from exporters.trace_store import TraceStore
+req = ExportTraceServiceRequest()
+ss = req.resource_spans.add().scope_spans.add()
+for i in range(20000):
+    s = ss.spans.add(); s.trace_id = b"a" * 16; s.span_id = b"b" * 8
+one = req.SerializeToString()
+body = one * (31 * 2**20 // len(one))  # concatenated messages merge: 1.1 million spans
+with tempfile.TemporaryDirectory() as d:
+    store = TraceStore(Path(d) / "s", flush_interval_s=3600)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    status, _, msg, _ = TraceReceiver(RequestMetrics(), store).handle("application/x-protobuf", "", body)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    store.close()
+print(status, grown // 1024, msg.decode())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    status, grown_mb, msg = out.stdout.split(" ", 2)
+    assert status == "413" and "more than 10000 spans" in msg, out.stdout
+    assert int(grown_mb) < 50, f"refusing it grew RSS by {grown_mb} MB"
+
+
+def test_a_payload_that_finds_no_decode_slot_in_time_is_a_503_with_retry_after(tmp_path):
+    store = TraceStore(tmp_path / "store", flush_interval_s=3600)
+    recv = TraceReceiver(RequestMetrics(), store, decode_slots=1, decode_wait_s=0.1)
+    try:
+        assert recv.decoding.acquire(timeout=1)  # one payload being decoded
+        status, _, msg, headers = recv.handle("application/json", "", json.dumps(_doc(_span())).encode())
+        assert status == 503 and headers["Retry-After"] == "1" and b"1 payloads are being decoded" in msg
+        recv.decoding.release()
+        assert recv.handle("application/json", "", json.dumps(_doc(_span())).encode())[0] == 200
+        assert recv.metrics.rejected_payloads == {"busy": 1}
+    finally:
+        store.close()
