@@ -10,11 +10,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from exporters.dialects import DIALECTS
 from exporters.normalize import MAX_LABEL_VALUE_BYTES
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.http import http_url_problem
 from goodput.foundation.yamlfile import load_mapping
 
 __all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets"]
@@ -36,15 +35,11 @@ class Targets:
 
 
 def _url(src: str, key: str, url: str) -> str:
-    """The URL if httpx can request it: http(s), a host, a numeric port; else ConfigError naming the entry."""
-    try:
-        u = httpx.URL(url)
-        if u.port is not None and not 0 < u.port < 65536:
-            raise ValueError(f"port {u.port} is not in 1..65535")
-    except (httpx.InvalidURL, ValueError, TypeError) as e:
-        raise ConfigError(src, key, f"not a valid URL {url!r}: {e}") from None
-    if u.scheme not in ("http", "https") or not u.host:
-        raise ConfigError(src, key, f"not an http(s) URL with a host: {url!r}")
+    """The URL if httpx can request it: http(s), a host, a numeric port; else ConfigError naming the entry (and
+    never echoing a password the URL carries)."""
+    problem = http_url_problem(url)
+    if problem is not None:
+        raise ConfigError(src, key, problem)
     return url
 
 

@@ -11,6 +11,7 @@ stop finishing (see ``exporters.liveness``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import defaultdict
@@ -22,11 +23,12 @@ from exporters.catalog import ENGINE, ENGINE_LABELS
 from exporters.config import Plan, Target, Targets
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
 from exporters.liveness import Heartbeat
-from exporters.normalize import UnknownDialect, normalize
+from exporters.normalize import TooManySeries, UnknownDialect, normalize
 
 __all__ = ["EngineExporter", "TargetState"]
 
 EXPORTER = "engine"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -94,6 +96,8 @@ class EngineExporter:
             self._down(st, "parse", t0)
         except UnknownDialect:
             self._down(st, "unknown_dialect", t0)
+        except TooManySeries as e:
+            self._down(st, "too_many_series", t0, str(e))
         except httpx.InvalidURL:
             self._down(st, "invalid_url", t0)
         except Exception:  # whatever one target does, the others keep being scraped
@@ -113,7 +117,10 @@ class EngineExporter:
                 for kind, n in norm.errors.items():
                     self.errors[kind] += n
 
-    def _down(self, st: TargetState, kind: str, t0: float) -> None:
+    def _down(self, st: TargetState, kind: str, t0: float, detail: str = "") -> None:
+        if detail and st.error != kind:  # once as the target goes down for this reason, not every round
+            t = st.target
+            log.warning("engine exporter: target %s/%s is down: %s", t.deployment, t.replica, detail)
         with self.lock:
             st.up, st.error, st.lines = False, kind, {}
             st.duration_s = time.perf_counter() - t0

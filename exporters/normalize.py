@@ -10,7 +10,9 @@ What a hostile or broken engine can send is bounded: a series repeated in one bo
 sample (counted as ``duplicate_series``, never summed); series of several ``model_name`` values are
 kept apart, one group per model; a label value copied into the output longer than
 ``MAX_LABEL_VALUE_BYTES`` is cut to a prefix, ``…`` and a digest of the whole value (counted as
-``label_truncated``), so distinct values stay distinct and one huge label cannot blow up ``/metrics``.
+``label_truncated``), so distinct values stay distinct and one huge label cannot blow up ``/metrics``; and one
+body may publish at most ``MAX_SERIES_PER_TARGET`` canonical series (``TooManySeries`` as the one more is met, so
+an engine inventing a ``model_name`` per sample costs the exporter nothing beyond the limit).
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from exporters.catalog import ENGINE
 from exporters.dialects import DIALECTS, PREFIXES, Rule
 from exporters.exposition import escape, fmt_float
 
-__all__ = ["MAX_LABEL_VALUE_BYTES", "Normalized", "UnknownDialect", "cap_label", "detect_dialect", "normalize"]
+__all__ = ["MAX_LABEL_VALUE_BYTES", "MAX_SERIES_PER_TARGET", "Normalized", "TooManySeries", "UnknownDialect",
+           "cap_label", "detect_dialect", "normalize"]
 
 MAX_LABEL_VALUE_BYTES = 256  # an engine's label value longer than this is cut (see cap_label)
+MAX_SERIES_PER_TARGET = 10_000  # canonical series one engine's body may yield (a vLLM serving one model: ~400)
 _DIGEST_HEX = 8
 
 VALUE, BUCKET, SUM, COUNT = 0, 1, 2, 3
@@ -36,6 +40,10 @@ _SUFFIX = {VALUE: "", BUCKET: "_bucket", SUM: "_sum", COUNT: "_count"}
 
 class UnknownDialect(ValueError):
     """The text carries no metric of any engine goodput knows."""
+
+
+class TooManySeries(ValueError):
+    """The text would yield more than ``MAX_SERIES_PER_TARGET`` canonical series."""
 
 
 Families = dict[str, dict[tuple[str, str], float]]  # canonical family -> {(sample, extra labels): value}
@@ -224,7 +232,7 @@ def _accumulate(lines: list[str], table: dict[str, tuple[_Op, ...]], slots: tupl
     label = _label
     les = _LE_CACHE
     seen: set[str] | None = set() if check_repeats else None
-    samples = 0
+    samples = series = 0
     for line in lines:
         if not line or line[0] == "#":
             continue
@@ -315,6 +323,10 @@ def _accumulate(lines: list[str], table: dict[str, tuple[_Op, ...]], slots: tupl
             key = (group, op.sample, extra)
             old = bucket.get(key)
             if old is None:
+                series += 1
+                if series > MAX_SERIES_PER_TARGET:
+                    raise TooManySeries(f"more than {MAX_SERIES_PER_TARGET} series (label values such as "
+                                        f"model_name {group!r} keep adding new ones)")
                 bucket[key] = v
             else:
                 bucket[key] = max(old, v) if op.agg_max else old + v

@@ -2,6 +2,12 @@
 
 JSON follows the OTLP JSON encoding: lowercase-or-not hex ids, integer enums, 64-bit integers as
 decimal strings or numbers. Anything that does not fit raises ``OtlpError`` with what and where.
+
+Given ``Limits`` (the receiver does; files read by the analyzer do not), a payload is sized up before it is
+decoded: for JSON, spans and values are counted in the raw bytes (no allocation) so a body whose decoded tree
+would dwarf it is refused first; for protobuf, spans are counted by walking the wire format (each span skipped by
+its length, stopping at the limit) before the C parser allocates a message per span. AnyValue nesting is capped
+at ``MAX_DEPTH`` always.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-__all__ = ["OtlpError", "OtlpInvalid", "Span", "decode_json", "decode_protobuf", "span_from_dict"]
+__all__ = ["MAX_DEPTH", "RECEIVER_LIMITS", "Limits", "OtlpError", "OtlpInvalid", "OtlpTooLarge", "Span",
+           "decode_json", "decode_protobuf", "span_from_dict"]
 
 
 class OtlpError(ValueError):
@@ -22,7 +29,26 @@ class OtlpError(ValueError):
 
 
 class OtlpInvalid(OtlpError):
-    """Well-formed OTLP holding a value the trace store cannot (enum or time out of range, text not UTF-8)."""
+    """Well-formed OTLP holding a value the trace store cannot (enum or time out of range, text not UTF-8), or over
+    a per-span limit (attributes, string length, nesting)."""
+
+
+class OtlpTooLarge(OtlpError):
+    """A payload over a per-post count limit (spans, JSON values): refused before it is decoded (HTTP 413)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one payload may hold, checked before the work it would cost."""
+
+    max_spans: int = 10_000  # per payload
+    max_json_values: int = 1_000_000  # JSON values and keys per payload (each costs a Python object)
+    max_attributes: int = 128  # per span, and per resource (OpenTelemetry's default attribute count limit)
+    max_string_chars: int = 65_536  # a span name or string attribute value
+
+
+RECEIVER_LIMITS = Limits()
+MAX_DEPTH = 8  # arrays / kvlists nested in one attribute value
 
 
 @dataclass(slots=True)
@@ -45,14 +71,16 @@ class Span:
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def _any_pb(v) -> Any:
+def _any_pb(v, depth: int = 0) -> Any:
     which = v.WhichOneof("value")
     if which is None:
         return None
+    if which in ("array_value", "kvlist_value") and depth >= MAX_DEPTH:
+        raise OtlpInvalid(f"an attribute value nests arrays / kvlists more than {MAX_DEPTH} deep")
     if which == "array_value":
-        return [_any_pb(x) for x in v.array_value.values]
+        return [_any_pb(x, depth + 1) for x in v.array_value.values]
     if which == "kvlist_value":
-        return {kv.key: _any_pb(kv.value) for kv in v.kvlist_value.values}
+        return {kv.key: _any_pb(kv.value, depth + 1) for kv in v.kvlist_value.values}
     if which == "bytes_value":
         return v.bytes_value.hex()
     return getattr(v, which)
@@ -92,7 +120,80 @@ def _utf8(spans: list[Span]) -> None:
                             "(lone surrogate)") from None
 
 
-def decode_protobuf(body: bytes) -> list[Span]:
+def _limit_attributes(n: int, limits: Limits | None, where: str) -> None:
+    if limits is not None and n > limits.max_attributes:
+        raise OtlpInvalid(f"{where}: {n} attributes, over the limit of {limits.max_attributes}")
+
+
+def _limit_strings(span: Span, limits: Limits | None, where: str) -> None:
+    if limits is None:
+        return
+    cap = limits.max_string_chars
+    if len(span.name) > cap or any(v.__class__ is str and len(v) > cap for v in span.attributes.values()):
+        raise OtlpInvalid(f"{where}: a name or string attribute over the limit of {cap} characters")
+
+
+def _limit_spans(n: int, limits: Limits | None) -> None:
+    if limits is not None and n > limits.max_spans:
+        raise OtlpTooLarge(f"more than {limits.max_spans} spans in one payload, the limit (send smaller batches)")
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift < 64:
+        if i >= len(buf):
+            break
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+    raise OtlpError("not an OTLP ExportTraceServiceRequest (protobuf): truncated or overlong varint")
+
+
+def _len_fields(buf: bytes, start: int, end: int, number: int, budget: list[int]):
+    """(start, end) of each length-delimited field ``number`` in ``buf[start:end]``, skipping the other fields;
+    every field visited spends one of ``budget[0]``."""
+    i = start
+    while i < end:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise OtlpTooLarge("too many protobuf fields around the spans of one payload")
+        key, i = _varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(buf, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            if key >> 3 == number and i + n <= end:
+                yield i, i + n
+            i += n
+        else:
+            raise OtlpError(f"not an OTLP ExportTraceServiceRequest (protobuf): wire type {wire}")
+        if i > end:
+            raise OtlpError("not an OTLP ExportTraceServiceRequest (protobuf): a field runs past its message")
+
+
+def _size_up_protobuf(body: bytes, limits: Limits) -> None:
+    """Count the spans of a protobuf payload from its wire format (resource_spans = 1, scope_spans = 2, spans = 2),
+    stopping at the limit: O(limit) work and no allocation, where the C parser would build every span first."""
+    spans, budget = 0, [4 * limits.max_spans + 1024]
+    for rs in _len_fields(body, 0, len(body), 1, budget):
+        for ss in _len_fields(body, *rs, 2, budget):
+            for _ in _len_fields(body, *ss, 2, budget):
+                spans += 1
+                if spans > limits.max_spans:
+                    _limit_spans(spans, limits)
+
+
+def decode_protobuf(body: bytes, limits: Limits | None = None) -> list[Span]:
+    if limits is not None:
+        _size_up_protobuf(body, limits)
     req = ExportTraceServiceRequest()
     try:
         req.ParseFromString(body)
@@ -100,6 +201,7 @@ def decode_protobuf(body: bytes) -> list[Span]:
         raise OtlpError(f"not an OTLP ExportTraceServiceRequest (protobuf): {e}") from None
     out = []
     for i, rs in enumerate(req.resource_spans):
+        _limit_attributes(len(rs.resource.attributes), limits, f"resource_spans[{i}].resource")
         res = {kv.key: _any_pb(kv.value) for kv in rs.resource.attributes}
         service = str(res.get("service.name", ""))
         for j, ss in enumerate(rs.scope_spans):
@@ -107,24 +209,29 @@ def decode_protobuf(body: bytes) -> list[Span]:
                 where = f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"
                 if len(s.trace_id) != 16 or len(s.span_id) != 8:
                     raise OtlpError(f"{where} {s.name!r}: trace_id must be 16 bytes and span_id 8 bytes")
+                _limit_attributes(len(s.attributes), limits, where)
                 out.append(_check(Span(
                     s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name, s.kind,
                     s.start_time_unix_nano, s.end_time_unix_nano, s.status.code, s.status.message, service,
                     {kv.key: _any_pb(kv.value) for kv in s.attributes}, res,
                 ), where))
+                _limit_strings(out[-1], limits, where)
     return out
 
 
-def _any_json(v: Any, where: str) -> Any:
+def _any_json(v: Any, where: str, depth: int = 0) -> Any:
     if not isinstance(v, dict):
         raise OtlpError(f"{where}: AnyValue must be an object")
     if "stringValue" in v:
         return _str(v["stringValue"], f"{where}.stringValue")
     if "intValue" in v:
         try:
-            return int(v["intValue"])
+            n = int(v["intValue"])
         except (TypeError, ValueError, OverflowError):
             return _int(v["intValue"], f"{where}.intValue")  # raises, saying why
+        if not -_INT64 <= n < _INT64:  # AnyValue.int_value is an int64, as the store and the metrics take it
+            raise OtlpInvalid(f"{where}.intValue: {v['intValue']!r} is outside the int64 range")
+        return n
     if "doubleValue" in v:
         d = v["doubleValue"]
         if isinstance(d, bool) or not isinstance(d, int | float | str):
@@ -137,11 +244,13 @@ def _any_json(v: Any, where: str) -> Any:
         if not isinstance(v["boolValue"], bool):
             raise OtlpError(f"{where}: boolValue {v['boolValue']!r} is not true or false")
         return v["boolValue"]
+    if ("arrayValue" in v or "kvlistValue" in v) and depth >= MAX_DEPTH:
+        raise OtlpInvalid(f"{where}: arrays / kvlists nested more than {MAX_DEPTH} deep")
     if "arrayValue" in v:
-        return [_any_json(x, where) for x in _list(_obj(v["arrayValue"], f"{where}.arrayValue").get("values"),
-                                                     f"{where}.arrayValue.values")]
+        return [_any_json(x, where, depth + 1) for x in _list(_obj(v["arrayValue"], f"{where}.arrayValue").get(
+            "values"), f"{where}.arrayValue.values")]
     if "kvlistValue" in v:
-        return _attrs_json(_obj(v["kvlistValue"], f"{where}.kvlistValue").get("values") or [], where)
+        return _attrs_json(_obj(v["kvlistValue"], f"{where}.kvlistValue").get("values") or [], where, depth + 1)
     if "bytesValue" in v:
         return _str(v["bytesValue"], f"{where}.bytesValue")
     return None
@@ -169,7 +278,7 @@ def _str(v: Any, where: str) -> str:
     return v
 
 
-def _attrs_json(items: Any, where: str) -> dict[str, Any]:
+def _attrs_json(items: Any, where: str, depth: int = 0) -> dict[str, Any]:
     if not isinstance(items, list):
         raise OtlpError(f"{where}: attributes must be a list")
     out = {}
@@ -183,7 +292,7 @@ def _attrs_json(items: Any, where: str) -> dict[str, Any]:
         if v.__class__ is dict and v.get("stringValue").__class__ is str:  # the common case, without a call
             out[key] = v["stringValue"]
         else:
-            out[key] = _any_json(v, f"{where}.{key}")
+            out[key] = _any_json(v, f"{where}.{key}", depth)
     return out
 
 
@@ -248,7 +357,21 @@ def _refuse_span(s: Any, where: str) -> None:
     raise OtlpError(f"{where}: not an OTLP span")
 
 
-def decode_json(body: bytes | str) -> list[Span]:
+def _size_up_json(body: bytes | str, limits: Limits) -> None:
+    """Refuse a JSON payload whose decoded tree would be too large, from counts in its raw text: every value and
+    key follows a ``{``, ``[``, ``:`` or ``,`` (or is the document), and every span has a ``"spanId"`` key, so
+    these counts are upper bounds (characters inside strings only overcount)."""
+    raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+    values = 1 + sum(raw.count(c) for c in (b"{", b"[", b":", b","))
+    if values > limits.max_json_values:
+        raise OtlpTooLarge(f"about {values} JSON values in one payload, over the limit of {limits.max_json_values} "
+                           "(send smaller batches)")
+    _limit_spans(raw.count(b'"spanId"'), limits)
+
+
+def decode_json(body: bytes | str, limits: Limits | None = None) -> list[Span]:
+    if limits is not None:
+        _size_up_json(body, limits)
     try:
         doc = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -261,12 +384,18 @@ def decode_json(body: bytes | str) -> list[Span]:
     for i, rs in enumerate(doc.get("resourceSpans") or []):
         where = f"resourceSpans[{i}]"
         rs = _obj(rs, where)
-        res = _attrs_json(_obj(rs.get("resource"), f"{where}.resource").get("attributes") or [], f"{where}.resource")
+        attrs = _obj(rs.get("resource"), f"{where}.resource").get("attributes") or []
+        _limit_attributes(len(attrs) if isinstance(attrs, list) else 0, limits, f"{where}.resource")
+        res = _attrs_json(attrs, f"{where}.resource")
         service = str(res.get("service.name", ""))
         for j, ss in enumerate(_list(rs.get("scopeSpans"), f"{where}.scopeSpans")):
             w = f"{where}.scopeSpans[{j}]"
             for k, s in enumerate(_list(_obj(ss, w).get("spans"), f"{w}.spans")):
-                out.append(span_from_dict(s, service, res, f"{w}.spans[{k}]"))
+                span = span_from_dict(s, service, res, f"{w}.spans[{k}]")
+                if limits is not None:
+                    _limit_attributes(len(span.attributes), limits, f"{w}.spans[{k}]")
+                    _limit_strings(span, limits, f"{w}.spans[{k}]")
+                out.append(span)
     if _ESCAPED_SURROGATE.search(body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")):
         _utf8(out)
     return out

@@ -27,16 +27,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, TOKEN_BUCKETS, by_name
 from exporters.exposition import fmt_float, labels, render
-from exporters.otlp import OtlpError, OtlpInvalid, Span, decode_json, decode_protobuf
+from exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
 from exporters.trace_store import StoreClosed, StoreFull, TraceStore
 from goodput.foundation.histogram import Histogram
 from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
 
-__all__ = ["OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceReceiver", "UnsupportedEncoding",
+__all__ = ["DECODE_SLOTS", "OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceReceiver", "UnsupportedEncoding",
            "inflate", "run_request_exporter"]
 
 EXPORTER = "requests"
 OTLP_MAX_BODY_BYTES = 32 * 1024 * 1024
+DECODE_SLOTS = 2  # payloads inflated and decoded at once: what decoding may cost is this many times one payload's
+DECODE_WAIT_S = 10.0  # a payload that finds no decode slot this long is answered 503 with Retry-After
 ROOTS = ("llm.request", "llm_request")
 MAX_LABEL_CHARS = 128
 TIERS = frozenset({"P0", "P1", "P2"})
@@ -282,12 +284,16 @@ def inflate(body: bytes, encoding: str, limit: int = OTLP_MAX_BODY_BYTES) -> byt
 class TraceReceiver:
     """``POST /v1/traces``: decode, validate, de-duplicate, log durably, then answer.
 
-    400 for bad input, 413 over the limit once decompressed, 503 with Retry-After when the store is full or
-    shutting down; every refusal is counted by reason in ``llm_exporter_otlp_rejected_total``."""
+    400 for bad input, 413 over the limit once decompressed or over ``RECEIVER_LIMITS`` (sized up before
+    decoding), 503 with Retry-After when the store is full, shutting down, or ``DECODE_SLOTS`` payloads are
+    already being decoded; every refusal is counted by reason in ``llm_exporter_otlp_rejected_total``."""
 
-    def __init__(self, metrics: RequestMetrics, store: TraceStore) -> None:
+    def __init__(self, metrics: RequestMetrics, store: TraceStore, decode_slots: int = DECODE_SLOTS,
+                 decode_wait_s: float = DECODE_WAIT_S) -> None:
         self.metrics, self.store = metrics, store
         self.lock = threading.Lock()
+        self.decode_slots, self.decode_wait_s = decode_slots, decode_wait_s
+        self.decoding = threading.BoundedSemaphore(decode_slots)
 
     def _refuse(self, reason: str, status: int, message: str,
                 headers: dict[str, str] | None = None) -> tuple[int, str, bytes, dict[str, str]]:
@@ -296,6 +302,15 @@ class TraceReceiver:
         return status, "application/json", json.dumps({"error": message}).encode(), headers or {}
 
     def handle(self, content_type: str, encoding: str, body: bytes) -> tuple[int, str, bytes, dict[str, str]]:
+        if not self.decoding.acquire(timeout=self.decode_wait_s):
+            return self._refuse("busy", 503, f"{self.decode_slots} payloads are being decoded already; retry",
+                                {"Retry-After": "1"})
+        try:
+            return self._handle(content_type, encoding, body)
+        finally:
+            self.decoding.release()
+
+    def _handle(self, content_type: str, encoding: str, body: bytes) -> tuple[int, str, bytes, dict[str, str]]:
         proto = "protobuf" in content_type
         try:
             body = inflate(body, encoding)
@@ -308,7 +323,9 @@ class TraceReceiver:
         if not proto and "json" not in content_type and not body.lstrip().startswith(b"{"):
             proto = True
         try:
-            spans = decode_protobuf(body) if proto else decode_json(body)
+            spans = decode_protobuf(body, RECEIVER_LIMITS) if proto else decode_json(body, RECEIVER_LIMITS)
+        except OtlpTooLarge as e:
+            return self._refuse("too_large", 413, f"bad OTLP payload: {e}")
         except OtlpInvalid as e:
             return self._refuse("invalid", 400, f"bad OTLP payload: {e}")
         except OtlpError as e:

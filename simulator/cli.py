@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from goodput.foundation.args import non_negative_number, port, positive_number, seed
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.http import http_url_problem
 
 __all__ = ["register"]
+
+
+def _http_url(text: str) -> str:
+    problem = http_url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--speed", type=positive_number, default=1.0, help="virtual seconds per wall second (default 1)")
     s.add_argument("--targets", type=Path, default=Path("targets.yaml"), metavar="FILE",
                    help="write the engine exporter's targets file here (default targets.yaml)")
-    s.add_argument("--otlp-endpoint", default=None, metavar="URL",
+    s.add_argument("--otlp-endpoint", type=_http_url, default=None, metavar="URL",
                    help="POST request spans to this OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces)")
     s.add_argument("--spans-file", type=Path, default=None, metavar="FILE", help="append request spans here (OTLP JSON lines)")
     s.add_argument("--span-format", choices=("goodput", "vllm", "both"), default="goodput",
@@ -54,7 +63,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
                    help="stop after this many wall seconds")
     s.add_argument("--admin-port", type=port, default=None, metavar="PORT",
-                   help="serve the admin API (lose or add replicas) on 127.0.0.1:PORT, loopback peers only")
+                   help="serve the admin API (lose or add replicas) on HOST:PORT; without a token, loopback peers "
+                        "only, same-origin JSON requests only (docs/simulator.md#admin-api)")
+    s.add_argument("--admin-token", default=None, metavar="TOKEN",
+                   help="require 'Authorization: Bearer TOKEN' on the admin API and answer any peer that sends it; "
+                        "required when --host is not loopback (default: the GOODPUT_ADMIN_TOKEN environment variable)")
     s.set_defaults(func=_serve)
 
 
@@ -96,10 +109,12 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from simulator.admin_api import TOKEN_ENV
     from simulator.config import load_fleet
     from simulator.live import serve
 
     cfg = load_fleet(args.fleet)
     return serve(cfg, host=args.host, base_port=args.base_port, speed=args.speed, targets=args.targets,
                  otlp_endpoint=args.otlp_endpoint, spans_file=args.spans_file, traffic=args.traffic,
-                 seed=args.seed, duration=args.duration, span_format=args.span_format, admin_port=args.admin_port)
+                 seed=args.seed, duration=args.duration, span_format=args.span_format, admin_port=args.admin_port,
+                 admin_token=args.admin_token or os.environ.get(TOKEN_ENV) or None)

@@ -24,7 +24,7 @@ import yaml
 from prometheus_client.exposition import generate_latest
 
 from goodput.foundation.errors import ConfigError
-from simulator.admin_api import AdminError, make_admin_app
+from simulator.admin_api import AdminError, is_loopback, make_admin_app
 from simulator.config import FleetConfig
 from simulator.distributions import QuantileDistribution
 from simulator.fleet import Deployment, Fleet
@@ -107,11 +107,15 @@ class LiveFleet:
     def __init__(self, cfg: FleetConfig, *, host: str = "127.0.0.1", base_port: int = 8100, speed: float = 1.0,
                  traffic: float = 1.0, seed: int | None = None, targets: Path | None = None,
                  sink: SpanSink | None = None, releases: Path | None = None, http: HttpHost | None = None,
-                 admin_port: int | None = None) -> None:
-        """``admin_port``: serve the admin API (``simulator.admin_api``) there, on ``host``, for loopback peers."""
+                 admin_port: int | None = None, admin_token: str | None = None) -> None:
+        """``admin_port``: serve the admin API (``simulator.admin_api``) there, on ``host``: for loopback peers, or
+        for callers with ``admin_token`` (required when ``host`` is not loopback)."""
+        if admin_port is not None and not admin_token and not (host == "localhost" or is_loopback(host)):
+            raise ConfigError(host, "--admin-token", "the admin API on a non-loopback address needs a token "
+                                                     "(--admin-token or GOODPUT_ADMIN_TOKEN)")
         self.cfg = cfg
         self.host, self.base_port, self.speed = host, base_port, speed
-        self.admin_port = admin_port
+        self.admin_port, self.admin_token = admin_port, admin_token or None
         self.serving = False  # set once start() has its replicas listening
         self.traffic = traffic
         self.seed = cfg.seed if seed is None else seed
@@ -385,7 +389,7 @@ class LiveFleet:
         with self.lock:
             self._sync_servers()
         if self.admin_port is not None:
-            self.http.add(make_admin_app(self), self.host, self.admin_port)
+            self.http.add(make_admin_app(self, self.host, self.admin_token), self.host, self.admin_port)
         self.serving = True
         if self.sink is not None:
             self.sink.start()
@@ -408,10 +412,11 @@ class LiveFleet:
 
 def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets: Path | None,
           otlp_endpoint: str | None, spans_file: Path | None, traffic: float, seed: int | None,
-          duration: float | None, span_format: str = "goodput", admin_port: int | None = None) -> int:
+          duration: float | None, span_format: str = "goodput", admin_port: int | None = None,
+          admin_token: str | None = None) -> int:
     sink = SpanSink(cfg, cfg.seed if seed is None else seed, otlp_endpoint, spans_file, span_format=span_format)
     live = LiveFleet(cfg, host=host, base_port=base_port, speed=speed, traffic=traffic, seed=seed,
-                     targets=targets, sink=sink, admin_port=admin_port)
+                     targets=targets, sink=sink, admin_port=admin_port, admin_token=admin_token)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -421,7 +426,8 @@ def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets:
         for rs in live.servers:
             print(f"  {rs.name:28s} {rs.model:16s} http://{host}:{rs.port}/v1  metrics http://{host}:{rs.port}/metrics")
         if admin_port is not None:
-            print(f"  admin API (loopback peers only): http://{host}:{admin_port}/admin/replicas")
+            who = "token holders" if live.admin_token else "loopback peers only"
+            print(f"  admin API ({who}): http://{host}:{admin_port}/admin/replicas")
         if targets is not None:
             print(f"  targets file: {targets}")
         if otlp_endpoint:

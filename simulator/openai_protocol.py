@@ -10,6 +10,7 @@ differences from vLLM that remain.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 
 __all__ = ["REFUSAL_REASONS", "ROLES", "ApiError", "Generation", "error_body", "parse_body", "validate"]
@@ -56,6 +57,8 @@ def parse_body(raw: bytes) -> dict:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"body is not JSON: {e}", "malformed_json") from None
+    except RecursionError:  # the decoder's own depth limit (the interpreter's recursion limit, ~1000 levels)
+        raise ApiError(400, f"body is nested more than {sys.getrecursionlimit()} levels deep", "malformed_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "body must be a JSON object", "malformed_json")
     return body

@@ -105,7 +105,7 @@ class FaultDriver:
             listed = resp.json()["replicas"]
             deployment = listed[0]["deployment"]
         verb = "lose" if fault.kind == "replica_lost" else "add"
-        resp = await client.post(f"{self.admin_url}/admin/replicas/{deployment}/{verb}")
+        resp = await client.post(f"{self.admin_url}/admin/replicas/{deployment}/{verb}", json={})  # JSON: see admin_api
         if resp.status_code != 200:
             return {"deployment": deployment, "error": f"admin API answered {resp.status_code}: {resp.text[:200]}"}
         return {"deployment": deployment, "replica": resp.json()["name"]}

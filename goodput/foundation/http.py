@@ -3,18 +3,30 @@
 Binds 127.0.0.1 unless told otherwise. Handlers are plain callables returning (status, content type,
 body, headers), so exporters stay testable without a server.
 
-Hostile and unlucky clients are expected: every connection has a read timeout (a stalled upload is
-dropped, not held), at most ``max_connections`` are served at once (the next ones get 503 with
-Retry-After from one small refuser thread), the listen backlog takes bursts, chunked bodies are
-decoded within the size limit, bad framing gets one 400 and a closed connection, and a client that
-disconnects is a debug log line. ``stop`` drains: new requests get 503 with Retry-After while the ones
-in flight finish, so nothing a route acknowledged is cut off by shutdown.
+Hostile and unlucky clients are expected. Each request (its line, headers and body, and the keep-alive wait
+before it) must arrive whole within ``timeout_s`` of the connection starting to wait for it: the deadline is
+for the request, not per read, so a client that trickles a header line every few seconds is dropped all the
+same. At most ``max_connections`` connections are held, and at most ``max_connections_per_client`` from one
+peer address; a connection beyond either cap evicts the one (of that peer, or of all) that has waited longest
+for its request, so a well-behaved client (a scrape, a health check, a post sent at once) is served while
+slow ones are stalled; only when every held connection is busy in a route is the new one answered 503 with
+Retry-After (from one small refuser thread). Bodies buffered at once are capped at ``max_buffered_bytes``
+across all connections (beyond it, 503 with Retry-After before the body is read). The listen backlog takes
+bursts, chunked bodies are decoded within the size limit, bad framing gets one 400 and a closed connection,
+and a client that disconnects is a debug log line. ``stop`` drains: new requests get 503 with Retry-After
+while the ones in flight finish, so nothing a route acknowledged is cut off by shutdown.
+
+A thread per connection, not an event loop: routes are plain blocking callables (a Parquet write, a render
+under a lock), the caps bound the threads, and eviction plus the deadline bound what slow clients can hold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import logging
+import math
 import queue
 import re
 import signal
@@ -24,11 +36,13 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
+
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.textformat import CONTENT_TYPE
 
-__all__ = ["Response", "Route", "Server", "health_route", "healthz", "metrics_routes",
-           "serve_until_signal"]
+__all__ = ["Response", "Route", "Server", "health_route", "healthz", "http_url_problem", "metrics_routes",
+           "redact_url", "serve_until_signal"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +51,27 @@ Response = tuple[int, str, bytes, dict[str, str]]
 Route = Callable[[BaseHTTPRequestHandler, bytes], Response]
 
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_PASSWORD = re.compile(r"(?<=//)([^/?#@]*?):[^/?#@]*@")  # the password of a URL's user-info part
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its user-info replaced by ``***``, for error messages and logs."""
+    return _PASSWORD.sub(r"\1:***@", url)
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` is not an http(s) URL with a host and a port in 1..65535 that a client can request; None if
+    it is. The message quotes the URL with its password redacted."""
+    shown = redact_url(url)
+    try:
+        u = httpx.URL(url)
+        if u.port is not None and not 0 < u.port < 65536:
+            raise ValueError(f"port {u.port} is not in 1..65535")
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        return f"not a valid URL {shown!r}: {redact_url(str(e))}"
+    if u.scheme not in ("http", "https") or not u.host:
+        return f"not an http(s) URL with a host: {shown!r}"
+    return None
 _MAX_TRAILERS = 100
 
 
@@ -74,6 +109,36 @@ class _Gone(Exception):
     """The client went away mid-request."""
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The socket's reads, each given only the time left until ``deadline`` (monotonic): a deadline for the whole
+    request, which a per-read timeout is not (a byte every 29 s would renew a 30 s one forever)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.deadline = math.inf
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not received whole within the deadline")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(b)
+
+
+class _Conn:
+    """One held connection: its peer, and since when it has waited for a request (None while a route runs)."""
+
+    __slots__ = ("client", "evicted", "sock", "waiting_since")
+
+    def __init__(self, sock: socket.socket, client: str) -> None:
+        self.sock, self.client = sock, client
+        self.waiting_since: float | None = time.monotonic()
+        self.evicted = False
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
@@ -81,8 +146,17 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stall
 
     def setup(self) -> None:
-        self.timeout = self.server.timeout_s  # StreamRequestHandler applies it to the socket: reads and writes
+        self.timeout = self.server.timeout_s  # StreamRequestHandler applies it to the socket (writes keep it)
         super().setup()
+        self.rfile.close()  # reads go through the request deadline instead
+        self.reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self.reader)
+        self.conn: _Conn = self.server.conn_of(self.connection)
+        self.reserved = 0
+
+    def handle_one_request(self) -> None:
+        self.reader.deadline = self.server.waiting(self.conn) + self.server.timeout_s
+        super().handle_one_request()
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - signature of the base class
         log.debug("%s: " + format, self.client_address[0], *args)
@@ -110,8 +184,11 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 body = self._body() if method == "POST" else b""
             except _Refused as e:
-                self._reply((e.status, "text/plain", f"{e}\n".encode(), {"Connection": "close"}))
+                retry = {"Retry-After": str(self.server.retry_after_s)} if e.status == 503 else {}
+                self._reply((e.status, "text/plain", f"{e}\n".encode(), {"Connection": "close", **retry}))
                 return
+            if not self.server.busy(self.conn):
+                raise _Gone("evicted while its request was still arriving")
             try:
                 resp = route(self, body)
             except Exception as e:  # a failing route answers 500; the server keeps serving
@@ -119,7 +196,16 @@ class _Handler(BaseHTTPRequestHandler):
                 resp = (500, "text/plain", f"internal error: {type(e).__name__}: {e}\n".encode(), {})
             self._reply(resp)
         finally:
+            self.server.unreserve(self.reserved)
+            self.reserved = 0
             self.server.leave()
+
+    def _reserve(self, n: int) -> None:
+        """Count ``n`` more body bytes against the server-wide buffer cap, or refuse (503) before reading them."""
+        if not self.server.reserve(n):
+            raise _Refused(503, f"the server is buffering {self.server.max_buffered_bytes} bytes of request "
+                                "bodies already; retry later")
+        self.reserved += n
 
     def _body(self) -> bytes:
         """The request body, Content-Length or chunked, never more than ``max_body_bytes``."""
@@ -137,6 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(lengths[0]) if lengths else 0
         if length > limit:
             raise _Refused(413, f"body over {limit} bytes")
+        self._reserve(length)
         body = self.rfile.read(length)
         if len(body) < length:
             raise _Gone(f"after {len(body)} of {length} body bytes")
@@ -157,6 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
             total += n
             if total > limit:
                 raise _Refused(413, f"body over {limit} bytes")
+            self._reserve(n)
             data = self.rfile.read(n)
             if len(data) < n:
                 raise _Gone("in a chunk")
@@ -178,6 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {**headers, "Content-Encoding": "gzip"}
         if headers.get("Connection") == "close":
             self.close_connection = True
+        self.connection.settimeout(self.server.timeout_s)  # the whole answer is sent within it (sendall)
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -202,12 +291,21 @@ class Server(ThreadingHTTPServer):
 
     def __init__(self, host: str, port: int, routes: dict[tuple[str, str], Route],
                  max_body_bytes: int = 16 * 1024 * 1024, *, timeout_s: float = 30.0, max_connections: int = 256,
+                 max_connections_per_client: int = 64, max_buffered_bytes: int | None = None,
                  retry_after_s: int = 1) -> None:
+        """``timeout_s``: the whole-request deadline (and the time one answer may take to send);
+        ``max_buffered_bytes``: request bodies held at once across connections (default 4 x ``max_body_bytes``)."""
         self.routes = routes
         self.max_body_bytes = max_body_bytes
+        self.max_buffered_bytes = 4 * max_body_bytes if max_buffered_bytes is None else max_buffered_bytes
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
-        self._slots = threading.BoundedSemaphore(max_connections)
+        self.max_connections = max_connections
+        self.max_connections_per_client = max_connections_per_client
+        self._conns: dict[socket.socket, _Conn] = {}
+        self._per_client: dict[str, int] = {}
+        self._buffered = 0
+        self._lock = threading.Lock()
         self._refusals: queue.Queue[socket.socket] = queue.Queue(maxsize=max_connections)
         self._state = threading.Condition()
         self._in_flight = 0
@@ -226,7 +324,18 @@ class Server(ThreadingHTTPServer):
     # ------------------------------------------------------------------ connections
 
     def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
+        client = str(client_address[0])
+        with self._lock:
+            if self._per_client.get(client, 0) >= self.max_connections_per_client:
+                room = self._evict(c for c in self._conns.values() if c.client == client)
+            elif len(self._conns) >= self.max_connections:
+                room = self._evict(self._conns.values())
+            else:
+                room = True
+            if room:
+                self._conns[request] = _Conn(request, client)
+                self._per_client[client] = self._per_client.get(client, 0) + 1
+        if not room:
             try:
                 self._refusals.put_nowait(request)
             except queue.Full:  # even the refuser is behind: drop without an answer
@@ -236,11 +345,63 @@ class Server(ThreadingHTTPServer):
         threading.Thread(target=self._serve_connection, args=(request, client_address), name=name,
                          daemon=True).start()
 
+    def _evict(self, conns) -> bool:
+        """Close the connection of ``conns`` that has waited longest for its request (under ``_lock``); False
+        when every one is busy in a route."""
+        waiting = [c for c in conns if c.waiting_since is not None]
+        if not waiting:
+            return False
+        victim = min(waiting, key=lambda c: c.waiting_since)
+        self._drop(victim)
+        victim.evicted = True
+        with contextlib.suppress(OSError):  # its thread's read returns at once and the thread ends
+            victim.sock.shutdown(socket.SHUT_RDWR)
+        log.debug("evicted %s: waited %.1f s for its request", victim.client, time.monotonic() - victim.waiting_since)
+        return True
+
+    def _drop(self, conn: _Conn) -> None:
+        del self._conns[conn.sock]
+        left = self._per_client[conn.client] - 1
+        if left:
+            self._per_client[conn.client] = left
+        else:
+            del self._per_client[conn.client]
+
+    def conn_of(self, sock: socket.socket) -> _Conn:
+        with self._lock:
+            return self._conns.get(sock) or _Conn(sock, "?")  # absent only once already evicted
+
+    def waiting(self, conn: _Conn) -> float:
+        """Mark ``conn`` waiting for a request (evictable); the time it began waiting."""
+        with self._lock:
+            if conn.waiting_since is None:
+                conn.waiting_since = time.monotonic()
+            return conn.waiting_since
+
+    def busy(self, conn: _Conn) -> bool:
+        """Mark ``conn``'s request received whole (no longer evictable); False if it was evicted meanwhile."""
+        with self._lock:
+            conn.waiting_since = None
+            return not conn.evicted
+
+    def reserve(self, n: int) -> bool:
+        with self._lock:
+            if self._buffered + n > self.max_buffered_bytes:
+                return False
+            self._buffered += n
+            return True
+
+    def unreserve(self, n: int) -> None:
+        with self._lock:
+            self._buffered -= n
+
     def _serve_connection(self, request, client_address) -> None:
         try:
             self.process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            with self._lock:
+                if request in self._conns:  # not evicted (an evicted one was dropped then)
+                    self._drop(self._conns[request])
 
     def _refuse_loop(self) -> None:
         """Answer connections beyond the cap with 503, then wait (briefly) for the client to close first, so the

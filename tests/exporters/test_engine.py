@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.config import Plan, Target, Targets, load_plan, load_targets
 from exporters.engine import EngineExporter
-from exporters.normalize import MAX_LABEL_VALUE_BYTES, cap_label
+from exporters.normalize import MAX_LABEL_VALUE_BYTES, MAX_SERIES_PER_TARGET, cap_label
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.http import Server, metrics_routes
 from tests.conftest import REPO, require
@@ -280,3 +280,31 @@ def test_a_label_value_in_the_targets_file_is_capped_at_load(tmp_path):
     t.write_text(yaml.safe_dump({"targets": [{"deployment": "d" * 300, "replica": "r", "url": "http://x/metrics"}]}))
     with pytest.raises(ConfigError, match=r"targets\[0\].deployment: longer than 256 bytes"):
         load_targets(t)
+
+
+@pytest.mark.parametrize("url", ["http://scraper:hunter2@127.0.0.1:99999/metrics", "ftp://scraper:hunter2@127.0.0.1/m",
+                                 "http://scraper:hunter2@[::1/metrics"])
+def test_a_bad_target_url_is_reported_without_its_password(tmp_path, url):
+    f = tmp_path / "targets.yaml"
+    f.write_text(yaml.safe_dump({"targets": [{"deployment": "d", "replica": "r", "url": url}]}))
+    with pytest.raises(ConfigError) as e:
+        load_targets(f)
+    assert "hunter2" not in str(e.value) and "scraper:***@" in str(e.value), str(e.value)
+
+
+def test_a_target_publishing_100000_models_is_down_at_the_series_cap_and_the_others_keep_serving(engines, caplog):
+    BODIES["models"] = "".join(f'vllm:num_requests_running{{model_name="m{i}"}} 1\n'
+                               for i in range(100_000)).encode()  # ~4 MB, under --max-bytes
+    ts = Targets((Target("chat", "chat-ok", f"{engines}/ok", "auto", "Llama-3.1-8B"),
+                  Target("chat", "chat-many", f"{engines}/body/models")), {})
+    exp = EngineExporter(ts, timeout_s=30)
+    with caplog.at_level("WARNING", logger="exporters.engine"):
+        exp.scrape_once()
+        exp.scrape_once()
+    fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+    up = {s.labels["replica"]: s.value for s in fams["llm_engine_up"].samples}
+    assert up == {"chat-ok": 1, "chat-many": 0}
+    assert [s.labels["replica"] for s in fams["llm_requests_running"].samples] == ["chat-ok"]
+    assert _errors(fams)["too_many_series"] == 2
+    warned = [r.getMessage() for r in caplog.records if "chat-many" in r.getMessage()]
+    assert len(warned) == 1 and f"more than {MAX_SERIES_PER_TARGET} series" in warned[0], warned  # once, not per round

@@ -210,3 +210,125 @@ def test_fuzzed_protobuf_gets_2xx_or_4xx_only(receiver):
     assert statuses.get(400, 0) > 20 and statuses.get(200, 0) > 20, statuses
     receiver.store.flush()
     assert receiver.store.quarantined_total == 0
+
+
+def test_an_integer_attribute_beyond_int64_is_a_400_before_anything_is_stored(receiver):
+    body = json.dumps(_doc(_span(attributes=[{"key": "gen_ai.usage.input_tokens",
+                                               "value": {"intValue": "1" + "0" * 400}}]))).encode()  # > float max
+    status, _, msg, _ = receiver.handle("application/json", "", body)
+    assert status == 400 and b"int64" in msg, msg
+    assert receiver.store.buffered == 0 and receiver.metrics.received == 0
+    assert receiver.metrics.rejected_payloads == {"invalid": 1}
+
+
+@pytest.mark.parametrize("what, doc, limit", [
+    ("attributes", _doc(_span(attributes=[{"key": f"k{i}", "value": {"intValue": i}} for i in range(129)])), b"128"),
+    ("string", _doc(_span(name="x" * 65_537)), b"65536"),
+    ("nesting", _doc(_span(attributes=[{"key": "deep", "value": json.loads(
+        '{"arrayValue": {"values": [' * 9 + '{"intValue": 1}' + "]}}" * 9)}])), b"8 deep"),
+])
+def test_per_span_limits_are_a_400_naming_the_limit(receiver, what, doc, limit):
+    status, _, msg, _ = receiver.handle("application/json", "", json.dumps(doc).encode())
+    assert status == 400 and limit in msg, (what, msg)
+    assert receiver.store.buffered == 0
+
+
+def _peak(fn, transient: bool = False) -> tuple[int, object]:
+    """The peak of memory allocated while ``fn`` ran (``transient``: less what it still held at the end)."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        out = fn()
+        current, peak = tracemalloc.get_traced_memory()
+        return peak - current if transient else peak, out
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_body_whose_decoded_tree_would_dwarf_it_is_refused_before_it_is_decoded(receiver):
+    """1.5 million empty objects: 4.5 MB of JSON that ``json.loads`` would turn into ~100 MB of dicts."""
+    body = b'{"resourceSpans": [' + b"{}," * 1_500_000 + b"{}]}"
+    peak, (status, _, msg, _) = _peak(lambda: receiver.handle("application/json", "", body))
+    assert status == 413 and b"1000000" in msg, msg
+    assert peak < len(body) // 4, f"sizing up a {len(body)}-byte body cost {peak} bytes"
+    many = json.dumps(_doc(*(_span(spanId=f"{i:016x}") for i in range(10_001)))).encode()
+    status, _, msg, _ = receiver.handle("application/json", "", many)
+    assert status == 413 and b"10000 " in msg, msg
+
+
+def test_parallel_posts_cost_at_most_the_decode_slots_worth_of_memory(tmp_path):
+    """Eight 1 MB posts at once cost, beyond the spans they leave buffered, near what two cost (``DECODE_SLOTS``),
+    not eight times one."""
+    import threading
+    body = json.dumps(_doc(*(_span(spanId=f"{i:016x}", attributes=[
+        {"key": f"attr.{k}", "value": {"stringValue": f"value-{i}-{k}"}} for k in range(8)]) for i in range(2000)))
+    ).encode()
+
+    def run(n: int) -> int:
+        store = TraceStore(tmp_path / f"store{n}", flush_interval_s=3600)
+        recv = TraceReceiver(RequestMetrics(), store, decode_wait_s=120)  # waits, however loaded the machine
+        statuses = []
+
+        def post(i: int) -> None:  # distinct trace ids per thread: every post is stored, none a duplicate
+            statuses.append(recv.handle("application/json", "", body.replace(b'"abab', b'"%04x' % i))[0])
+
+        def go():
+            threads = [threading.Thread(target=post, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        try:
+            peak, _ = _peak(go, transient=True)
+        finally:
+            store.close()
+        assert statuses == [200] * n
+        return peak
+
+    one, eight = run(1), run(8)
+    assert eight < 3.5 * one, f"one post cost {one} bytes, eight at once {eight}"
+
+
+def test_a_protobuf_of_a_million_tiny_spans_is_refused_before_the_parser_builds_them():
+    """31 MiB of 30-byte spans: the C parser would allocate ~200 MB for its 1.1 million messages (RSS, which
+    tracemalloc cannot see); counted from the wire format first, the payload is a 413 and RSS barely moves."""
+    import subprocess
+    import sys
+    code = """
+import resource, tempfile
+from pathlib import Path
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from exporters.requests import RequestMetrics, TraceReceiver
+from exporters.trace_store import TraceStore
+req = ExportTraceServiceRequest()
+ss = req.resource_spans.add().scope_spans.add()
+for i in range(20000):
+    s = ss.spans.add(); s.trace_id = b"a" * 16; s.span_id = b"b" * 8
+one = req.SerializeToString()
+body = one * (31 * 2**20 // len(one))  # concatenated messages merge: 1.1 million spans
+with tempfile.TemporaryDirectory() as d:
+    store = TraceStore(Path(d) / "s", flush_interval_s=3600)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    status, _, msg, _ = TraceReceiver(RequestMetrics(), store).handle("application/x-protobuf", "", body)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    store.close()
+print(status, grown // 1024, msg.decode())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    status, grown_mb, msg = out.stdout.split(" ", 2)
+    assert status == "413" and "more than 10000 spans" in msg, out.stdout
+    assert int(grown_mb) < 50, f"refusing it grew RSS by {grown_mb} MB"
+
+
+def test_a_payload_that_finds_no_decode_slot_in_time_is_a_503_with_retry_after(tmp_path):
+    store = TraceStore(tmp_path / "store", flush_interval_s=3600)
+    recv = TraceReceiver(RequestMetrics(), store, decode_slots=1, decode_wait_s=0.1)
+    try:
+        assert recv.decoding.acquire(timeout=1)  # one payload being decoded
+        status, _, msg, headers = recv.handle("application/json", "", json.dumps(_doc(_span())).encode())
+        assert status == 503 and headers["Retry-After"] == "1" and b"1 payloads are being decoded" in msg
+        recv.decoding.release()
+        assert recv.handle("application/json", "", json.dumps(_doc(_span())).encode())[0] == 200
+        assert recv.metrics.rejected_payloads == {"busy": 1}
+    finally:
+        store.close()

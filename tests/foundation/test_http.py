@@ -1,5 +1,6 @@
-"""The shared HTTP server under hostile clients, over raw sockets: stalled, reset, chunked, bad lengths, pipelined,
-bursts beyond its thread cap, and a drain on stop that answers 503 instead of dropping what is in flight."""
+"""The shared HTTP server under hostile clients, over raw sockets: stalled and trickling (a deadline per request),
+reset, chunked, bad lengths, pipelined, bursts beyond its caps (eviction of the longest-waiting, per-peer shares,
+buffered bodies), and a drain on stop that answers 503 instead of dropping what is in flight."""
 
 import logging
 import shutil
@@ -91,7 +92,7 @@ def _request(srv: Server, raw: bytes) -> tuple[int, dict[str, str], bytes]:
         return c.response()
 
 
-def test_a_stalled_upload_is_dropped_after_the_read_timeout(server):
+def test_a_stalled_upload_is_dropped_after_the_deadline(server):
     with _connect(server) as s:
         s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly part of the body")
         s.until_closed()
@@ -105,18 +106,31 @@ def _server_threads(srv: Server) -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith(f"http-{srv.server_address[1]}-conn"))
 
 
-def test_connections_beyond_the_cap_are_refused_politely_and_threads_stay_bounded():
-    srv = Server("127.0.0.1", 0, {("GET", "/"): _hello}, timeout_s=60, max_connections=4).start()
-    stalled = []
+def _wait_threads(srv: Server, n: int) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while _server_threads(srv) != n:
+        assert time.monotonic() < deadline, f"{_server_threads(srv)} connection threads, expected {n}"
+        time.sleep(0.01)
+
+
+def test_connections_beyond_the_cap_are_refused_politely_while_all_are_busy_and_threads_stay_bounded():
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def slow(h, body):
+        entered.release()
+        release.wait(DEADLINE)
+        return 200, "text/plain", b"done\n", {}
+
+    srv = Server("127.0.0.1", 0, {("GET", "/"): _hello, ("GET", "/slow"): slow}, timeout_s=60,
+                 max_connections=4).start()
+    busy = []
     try:
-        for _ in range(4):
+        for _ in range(4):  # four connections busy in a route: none can be evicted
             s = _connect(srv)
-            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finishes its headers
-            stalled.append(s)
-        deadline = time.monotonic() + DEADLINE
-        while _server_threads(srv) < 4:
-            assert time.monotonic() < deadline, "the four stalled connections never got their threads"
-            time.sleep(0.01)
+            s.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            busy.append(s)
+        for _ in range(4):
+            assert entered.acquire(timeout=DEADLINE), "the slow route never ran"
         for _ in range(20):  # 20 more: each refused with 503 and Retry-After, none gets a thread
             with _connect(srv) as s:
                 s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -124,18 +138,137 @@ def test_connections_beyond_the_cap_are_refused_politely_and_threads_stay_bounde
                 assert status == 503 and int(headers["retry-after"]) >= 1, (status, headers, body)
                 assert headers.get("connection") == "close"
         assert _server_threads(srv) == 4
-        for s in stalled:
-            s.close()
-        deadline = time.monotonic() + DEADLINE
-        while True:  # once the stalled clients leave, the server serves again
-            status = _request(srv, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")[0]
-            if status == 200:
-                break
-            assert status == 503 and time.monotonic() < deadline, "slots of closed connections never came back"
-            time.sleep(0.05)
+        release.set()
+        assert [s.response()[0] for s in busy] == [200] * 4
+        assert _request(srv, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
     finally:
-        for s in stalled:
+        release.set()
+        for s in busy:
             s.close()
+        srv.stop(drain_s=5)
+
+
+def _closed_by_server(c: _Conn, wait_s: float) -> bool:
+    """True once the server has closed ``c`` (EOF or reset) within ``wait_s``, whatever it answered first; False if
+    it is still open."""
+    deadline = time.monotonic() + wait_s
+    while (left := deadline - time.monotonic()) > 0:
+        c.sock.settimeout(left)
+        try:
+            if c.sock.recv(65536) == b"":
+                return True
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+    return False
+
+
+def test_at_the_cap_a_new_connection_evicts_the_one_that_waited_longest_for_its_request():
+    srv = Server("127.0.0.1", 0, {("GET", "/"): _hello}, timeout_s=60, max_connections=4).start()
+    stalled, served = [], []
+    try:
+        for _ in range(4):
+            s = _connect(srv)
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finishes its headers
+            stalled.append(s)
+            _wait_threads(srv, len(stalled))
+        for _ in range(3):  # each served at once, evicting the oldest stalled connection (and kept alive after)
+            s = _connect(srv)
+            served.append(s)
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.response()[0] == 200
+        assert [_closed_by_server(s, 2.0) for s in stalled[:3]] == [True] * 3
+        assert not _closed_by_server(stalled[3], 0.2), "the newest stalled connection was evicted first"
+        assert _server_threads(srv) <= 4
+    finally:
+        for s in stalled + served:
+            s.close()
+        srv.stop(drain_s=5)
+
+
+def _connect_from(srv: Server, source: str) -> _Conn:
+    c = _Conn.__new__(_Conn)
+    c.sock = socket.create_connection(srv.server_address[:2], timeout=DEADLINE, source_address=(source, 0))
+    c.buf = b""
+    return c
+
+
+def test_one_peer_holds_at_most_its_share_of_connections():
+    srv = Server("127.0.0.1", 0, {("GET", "/"): _hello}, timeout_s=60, max_connections=16,
+                 max_connections_per_client=2).start()
+    conns = []
+    try:
+        for source in ("127.0.0.2",) * 4 + ("127.0.0.3",) * 2:
+            c = _connect_from(srv, source)
+            c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            conns.append(c)
+            deadline = time.monotonic() + DEADLINE
+            while _server_threads(srv) < min(len(conns), 2) + max(0, len(conns) - 4):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        # 127.0.0.2's two oldest made room for its two newest; 127.0.0.3's two are its own share, untouched
+        assert [_closed_by_server(c, 2.0 if i < 2 else 0.2) for i, c in enumerate(conns)] == \
+            [True, True, False, False, False, False]
+    finally:
+        for c in conns:
+            c.close()
+        srv.stop(drain_s=5)
+
+
+def test_the_deadline_is_for_the_whole_request_not_per_read():
+    srv = Server("127.0.0.1", 0, {("GET", "/"): _hello, ("POST", "/echo"): _echo}, timeout_s=1.0).start()
+    try:
+        with _connect(srv) as s:  # a header line every 0.2 s: each read is quick, the request never ends
+            s.sendall(b"GET / HTTP/1.1\r\n")
+            for i in range(50):
+                try:
+                    s.sendall(b"X-Slow-%d: y\r\n" % i)
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                if _closed_by_server(s, 0.2):
+                    break
+            else:
+                pytest.fail("a request trickling in over 10 s was held past its 1 s deadline")
+        with _connect(srv) as s:  # and a body trickling in after quick headers
+            s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            for _ in range(50):
+                try:
+                    s.sendall(b"x")
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                if _closed_by_server(s, 0.2):
+                    break
+            else:
+                pytest.fail("a body trickling in over 10 s was held past its 1 s deadline")
+    finally:
+        srv.stop(drain_s=5)
+
+
+def test_bodies_buffered_at_once_are_capped_across_connections():
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(h, body):
+        entered.set()
+        release.wait(DEADLINE)
+        return 200, "text/plain", b"ok\n", {}
+
+    srv = Server("127.0.0.1", 0, {("POST", "/hold"): hold}, max_body_bytes=1000, max_buffered_bytes=1500,
+                 retry_after_s=3).start()
+    try:
+        first = _connect(srv)
+        first.sendall(b"POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"x" * 1000)
+        assert entered.wait(DEADLINE)
+        status, headers, body = _request(srv, b"POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n"
+                                         + b"y" * 900)
+        assert status == 503 and headers["retry-after"] == "3" and b"1500 bytes" in body, (status, body)
+        release.set()
+        assert first.response()[0] == 200
+        assert _request(srv, b"POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n"
+                        + b"y" * 900)[0] == 200  # the budget came back
+        first.close()
+    finally:
+        release.set()
         srv.stop(drain_s=5)
 
 

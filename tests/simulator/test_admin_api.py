@@ -1,11 +1,14 @@
-"""The live fleet's admin API: list, lose and add replicas over HTTP, loopback peers only."""
+"""The live fleet's admin API: list, lose and add replicas over HTTP; loopback peers only, same-origin JSON requests
+only (a web page in headless Chromium on another origin cannot drive it), known Host names only, or a token."""
 
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import signal
 import socket
+import threading
 import time
 from unittest import mock
 
@@ -18,8 +21,9 @@ from aiohttp.test_utils import make_mocked_request
 from goodput.cli import main
 from simulator.admin_api import is_loopback, make_admin_app
 from simulator.live import LiveFleet
-from tests.conftest import REPO, fleet_serve, free_port_block, make_fleet
+from tests.conftest import REPO, fleet_serve, free_port_block, make_fleet, needs
 
+JSON = {"Content-Type": "application/json"}
 GEN = {"model": "Llama-3.1-8B", "prompt": "hello", "max_tokens": 4000, "ignore_eos": True, "stream": True}
 
 
@@ -35,7 +39,7 @@ def fleet(tmp_path):
 def test_lose_and_add_replicas_through_the_admin_api(fleet):
     lf, base, tmp = fleet
     admin = f"http://127.0.0.1:{base + 3}/admin/replicas"
-    with httpx.Client(timeout=30) as c:
+    with httpx.Client(timeout=30, headers=JSON) as c:
         listed = c.get(admin).json()["replicas"]
         assert [(r["name"], r["url"], r["alive"]) for r in listed] == [
             ("chat-0", f"http://127.0.0.1:{base}", True), ("chat-1", f"http://127.0.0.1:{base + 1}", True)]
@@ -67,7 +71,7 @@ def test_lose_and_add_replicas_through_the_admin_api(fleet):
 def test_bad_admin_requests_are_answered_and_the_fleet_keeps_serving(fleet):
     lf, base, _ = fleet
     admin = f"http://127.0.0.1:{base + 3}/admin/replicas"
-    with httpx.Client(timeout=30) as c:
+    with httpx.Client(timeout=30, headers=JSON) as c:
         assert c.post(f"{admin}/nope/lose").status_code == 404
         assert "no deployment 'nope'" in c.post(f"{admin}/nope/add").json()["error"]["message"]
         assert c.post(f"{admin}/chat/lose", params={"replica": "x"}).status_code == 400
@@ -83,7 +87,7 @@ def test_bad_admin_requests_are_answered_and_the_fleet_keeps_serving(fleet):
 def test_a_new_replica_whose_port_is_taken_is_refused_and_the_fleet_serves_on(fleet):
     lf, base, _ = fleet
     admin = f"http://127.0.0.1:{base + 3}/admin/replicas"
-    with socket.socket() as taken, httpx.Client(timeout=30) as c:
+    with socket.socket() as taken, httpx.Client(timeout=30, headers=JSON) as c:
         taken.bind(("127.0.0.1", base + 2))
         taken.listen()
         now = c.post(f"{admin}/chat/add")
@@ -131,7 +135,8 @@ def test_a_peer_that_is_not_loopback_is_refused_before_any_handler_runs(fleet, p
 
     transport = mock.Mock()
     transport.get_extra_info.side_effect = lambda key, default=None: (peer, 40000) if key == "peername" else default
-    request = make_mocked_request("POST", "/admin/replicas/chat/lose", app=app, transport=transport)
+    request = make_mocked_request("POST", "/admin/replicas/chat/lose", app=app, transport=transport,
+                                  headers={"Host": "127.0.0.1", **JSON})
     response = asyncio.run(app.middlewares[0](request, handler))
     assert response.status == status
     assert ran == ([] if status == 403 else [peer])
@@ -145,3 +150,99 @@ def test_a_peer_that_is_not_loopback_is_refused_before_any_handler_runs(fleet, p
                                           ("fd00::2", False), ("", False), (None, False), ("localhost", False)])
 def test_loopback_peers(peer, ok):
     assert is_loopback(peer) is ok
+
+
+def _alive(lf) -> list[bool]:
+    return [r["alive"] for r in lf.replicas()]
+
+
+@pytest.mark.parametrize(("headers", "status", "says"), [
+    ({"Origin": "http://evil.example"}, 403, "cross-origin"),
+    ({"Origin": "http://127.0.0.1:1"}, 403, "cross-origin"),  # another port on this machine is another origin
+    ({"Host": "evil.example"}, 403, "is not this admin API"),  # DNS rebinding: evil.example -> 127.0.0.1
+    ({"Host": "127.0.0.1:1"}, 403, "is not this admin API"),
+    ({"Content-Type": "text/plain"}, 415, "application/json"),  # what a no-cors page may send
+    ({"Content-Type": "application/x-www-form-urlencoded"}, 415, "application/json"),  # a plain HTML form
+])
+def test_requests_a_web_page_could_send_are_refused_and_change_nothing(fleet, headers, status, says):
+    lf, base, _ = fleet
+    r = httpx.post(f"http://127.0.0.1:{base + 3}/admin/replicas/chat/lose", headers=JSON | headers, timeout=30)
+    assert r.status_code == status and says in r.json()["error"]["message"], r.text
+    assert _alive(lf) == [True, True]
+    same = {"Origin": f"http://localhost:{base + 3}", "Host": f"localhost:{base + 3}"}
+    for h in ({}, same):  # its own origin, or a loopback name, and JSON: answered
+        assert httpx.get(f"http://127.0.0.1:{base + 3}/admin/replicas", headers=h, timeout=30).status_code == 200
+
+
+@needs("chromium")
+def test_a_page_on_another_origin_cannot_lose_replicas_from_headless_chromium(fleet):
+    playwright = pytest.importorskip("playwright.sync_api")
+    lf, base, _ = fleet
+    admin = f"http://127.0.0.1:{base + 3}/admin/replicas"
+    page_port = free_port_block(1)
+    html = f"""<!doctype html><title>not the fleet</title><script>
+      window.done = (async () => {{
+        const sent = [];
+        for (const verb of ["lose", "lose"]) {{
+          for (const init of [{{method: "POST", mode: "no-cors"}},
+                              {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}},
+                              {{method: "POST", headers: {{"Content-Type": "application/json"}}, body: "{{}}"}}]) {{
+            try {{ await fetch("{admin}/chat/" + verb, init); sent.push("sent"); }}
+            catch (e) {{ sent.push("blocked: " + e); }}
+          }}
+        }}
+        return sent;
+      }})();
+    </script>""".encode()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(html)))
+            self.end_headers()
+            self.wfile.write(html)
+
+        def log_message(self, *args):
+            pass
+
+    page_server = http.server.ThreadingHTTPServer(("127.0.0.1", page_port), Page)
+    threading.Thread(target=page_server.serve_forever, daemon=True).start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                        args=["--no-sandbox", "--disable-gpu", "--headless"])
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{page_port}/", timeout=30_000)
+                sent = page.evaluate("window.done")
+            finally:
+                browser.close()
+    finally:
+        page_server.shutdown()
+        page_server.server_close()
+    assert sent.count("sent") >= 4, sent  # the no-cors requests did reach the API (opaque answers)
+    assert _alive(lf) == [True, True], "a page on another origin lost replicas"
+
+
+def test_a_token_admits_any_peer_that_sends_it_and_refuses_others(tmp_path):
+    base = free_port_block(3)
+    lf = LiveFleet(make_fleet(), base_port=base, traffic=0, targets=tmp_path / "targets.yaml", admin_port=base + 2,
+                   admin_token="s3cret")
+    lf.start()
+    try:
+        url = f"http://127.0.0.1:{base + 2}/admin/replicas"
+        assert httpx.get(url, timeout=30).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer wrong"}, timeout=30).status_code == 401
+        ok = httpx.get(url, headers={"Authorization": "Bearer s3cret", "Host": "fleet.internal"}, timeout=30)
+        assert ok.status_code == 200, ok.text  # with a token, any name the fleet is reached by
+        assert _alive(lf) == [True, True]
+    finally:
+        lf.close()
+
+
+def test_fleet_serve_on_a_non_loopback_address_without_a_token_is_one_line(capsys, monkeypatch):
+    monkeypatch.delenv("GOODPUT_ADMIN_TOKEN", raising=False)
+    code = main(["fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--host", "0.0.0.0", "--admin-port", "9"])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs a token" in err and err.count("\n") == 1, err

@@ -213,3 +213,52 @@ def test_fleet_serve_process_answers_and_stops_on_a_signal(tmp_path, sig):
     assert "Traceback" not in err, err
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{base}/health", timeout=2)
+
+
+@pytest.mark.parametrize("endpoint", ["not-a-url", "127.0.0.1:4318/v1/traces", "http://u:hunter2@127.0.0.1:99999/v1/traces"])
+def test_fleet_serve_refuses_an_otlp_endpoint_that_is_not_a_url_in_one_line(capsys, endpoint):
+    from goodput.cli import main
+    from tests.conftest import REPO
+
+    with pytest.raises(SystemExit) as e:
+        main(["fleet", "serve", str(REPO / "examples" / "fleet.yaml"), "--otlp-endpoint", endpoint, "--duration", "1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--otlp-endpoint" in err and err.count("\n") == 1, err
+    assert "hunter2" not in err
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_a_deeply_nested_json_body_is_a_400_in_openais_error_shape(one_replica, path):
+    lf, base, _ = one_replica
+    body = b'{"model": "x", "prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # 200 kB, under the body limit
+    r = httpx.post(f"http://127.0.0.1:{base}{path}", content=body, headers={"Content-Type": "application/json"},
+                   timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == 400 and "nested more than" in err["message"], err
+    assert httpx.get(f"http://127.0.0.1:{base}/health", timeout=10).status_code == 200
+
+
+def test_health_metrics_and_completions_are_served_while_300_slow_clients_trickle_headers(one_replica):
+    """Header lines every 0.4 s never finish a request: each connection is closed at the 1 s idle timeout from
+    its opening (not renewed by the bytes it trickles), while the replica answers everyone else."""
+    from tests.slow_clients import SlowLoris
+
+    lf, base, _ = one_replica
+    url = f"http://127.0.0.1:{base}"
+    with SlowLoris(("127.0.0.1", base), b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 300, trickle_s=0.4) as loris:
+        deadline = time.monotonic() + 30
+        while loris.open < 300 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        statuses = []
+        with httpx.Client(timeout=20) as c:
+            for _ in range(5):
+                statuses += [c.get(f"{url}/health").status_code, c.get(f"{url}/metrics").status_code,
+                             c.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2}
+                                    ).status_code]
+                time.sleep(0.4)
+        assert statuses == [200] * 15
+        deadline = time.monotonic() + 30
+        while loris.reconnects < 300 and time.monotonic() < deadline:  # every one dropped at least once
+            time.sleep(0.1)
+        assert loris.reconnects >= 300, f"only {loris.reconnects} of 300 trickling connections were ever dropped"
