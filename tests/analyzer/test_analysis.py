@@ -133,7 +133,7 @@ def test_triage_of_a_healthy_run_names_no_cause(healthy_run):
     assert r.returncode == 0 and "no regression" in r.stdout and "most likely" not in r.stdout
     assert "-0.000" not in r.stdout
     r = _cli("regressions", "--db", str(healthy_run / "db.duckdb"))
-    assert r.returncode == 0 and r.stdout.startswith("no regression: searched 8 series")
+    assert r.returncode == 0 and r.stdout.startswith("no regression or improvement: searched 8 series")
     assert "chat/P0" in r.stdout and "12 buckets" in r.stdout
     r = _cli("regressions", "--db", str(healthy_run / "db.duckdb"), "--format", "json")
     assert r.returncode == 0 and json.loads(r.stdout) == [] and "no regression" in r.stderr
