@@ -35,24 +35,42 @@ def _alert_for_s(name: str) -> float:
     return float(rule["for"].removesuffix("m")) * 60
 
 
-def _live_store(fleet: dict, cut_s: float, out: Path) -> tuple[Path, Path]:
-    """``fleet`` run in virtual time and its spans cut at ``cut_s`` as a live store holds them (a span is there once
-    it has ended), with the releases file as the live fleet writes it then. Returns (traces dir, releases file)."""
+def _live_store(fleet: dict, cuts_s: list[float], out: Path) -> list[tuple[Path, Path]]:
+    """``fleet`` run in virtual time to the last of ``cuts_s``, its spans cut at each as a live store holds them (a
+    span is there once it has ended), with the releases file as the live fleet writes it then (what has happened).
+    Returns (traces dir, releases file) per cut."""
     cfg = parse_fleet(fleet, "fleet.yaml")
-    res = simulate(cfg, cut_s)
-    write_outputs(res, out)
-    cut_ns = int((cfg.start_time.timestamp() + cut_s) * 1e9)
-    traces = out / "traces"
-    traces.mkdir()
-    with (out / "spans.otlp.jsonl").open() as src, (traces / "spans.jsonl").open("w") as dst:
-        for line in src:
-            batch = json.loads(line)
-            for rs in batch["resourceSpans"]:
-                for ss in rs["scopeSpans"]:
-                    ss["spans"] = [s for s in ss["spans"] if int(s["endTimeUnixNano"]) <= cut_ns]
-            dst.write(json.dumps(batch) + "\n")
-    (out / "spans.otlp.jsonl").unlink()
-    return traces, out / "releases.yaml"
+    write_outputs(simulate(cfg, max(cuts_s)), out)
+    released = yaml.safe_load((out / "releases.yaml").read_text())
+    stores = []
+    for cut_s in cuts_s:
+        cut = out / f"cut-{cut_s:g}"
+        (cut / "traces").mkdir(parents=True)
+        cut_ns = int((cfg.start_time.timestamp() + cut_s) * 1e9)
+        with (out / "spans.otlp.jsonl").open() as src, (cut / "traces" / "spans.jsonl").open("w") as dst:
+            for line in src:
+                batch = json.loads(line)
+                for rs in batch["resourceSpans"]:
+                    for ss in rs["scopeSpans"]:
+                        ss["spans"] = [s for s in ss["spans"] if int(s["endTimeUnixNano"]) <= cut_ns]
+                dst.write(json.dumps(batch) + "\n")
+        at = cfg.start_time + timedelta(seconds=cut_s)
+        (cut / "releases.yaml").write_text(yaml.safe_dump(
+            [r for r in released if datetime.fromisoformat(r["time"]) <= at], sort_keys=False))
+        stores.append((cut / "traces", cut / "releases.yaml"))
+    return stores
+
+
+@pytest.fixture(scope="module")
+def framework_stores(tmp_path_factory) -> dict[int, tuple[Path, Path]]:
+    """The framework scenario's store 10 and 15 minutes after its release, ingested: minutes -> (db, releases)."""
+    out = tmp_path_factory.mktemp("framework")
+    stores = {}
+    for minutes, (traces, releases) in zip((10, 15), _live_store(_framework_fleet(), [1200, 1500], out), strict=True):
+        db = traces.parent / "db.duckdb"
+        assert _goodput(f"analyze ingest {traces} --db {db}").returncode == 0
+        stores[minutes] = (db, releases)
+    return stores
 
 
 def _goodput(command: str) -> subprocess.CompletedProcess:
@@ -81,10 +99,11 @@ def _page(am_url: str, deployment: str, alert: str, severity: str = "page") -> N
 
 @needs("prometheus-alertmanager|alertmanager")
 def test_the_demos_printed_commands_find_its_release_10_minutes_after_the_page(tmp_path):
-    fleet = incident_fleet(load_mapping(REPO / "examples" / "fleet.yaml", "a fleet"), "examples/fleet.yaml")
+    fleet = incident_fleet(load_mapping(REPO / "examples" / "fleet.yaml", "a fleet"), "examples/fleet.yaml",
+                           only_rag=True)  # the headless demo's fleet: the other pools cost time and change nothing here
     rag = next(e["deployment"] for e in fleet["events"] if e["kind"] == "release")
     page_s = INCIDENT_AT_S + _alert_for_s(ALERT)  # the earliest the page can fire: the hardest cut
-    traces, releases = _live_store(fleet, page_s + 600, tmp_path)
+    ((traces, releases),) = _live_store(fleet, [page_s + 600], tmp_path)
     am = _alertmanager(tmp_path, free_port_block(1))
     try:
         _page(am.url, rag, ALERT)
@@ -121,10 +140,8 @@ def _framework_fleet(events: list[dict] | None = None) -> dict:
 
 
 @pytest.mark.parametrize("minutes_after", [10, 15])
-def test_triage_names_a_framework_release_while_the_queue_builds(tmp_path, minutes_after):
-    traces, releases = _live_store(_framework_fleet(), 600 + 60 * minutes_after, tmp_path)
-    db = tmp_path / "db.duckdb"
-    assert _goodput(f"analyze ingest {traces} --db {db}").returncode == 0
+def test_triage_names_a_framework_release_while_the_queue_builds(framework_stores, minutes_after):
+    db, releases = framework_stores[minutes_after]
     r = _goodput(f"analyze triage --db {db} --releases {releases} --format json")
     assert r.returncode == 0, r.stderr
     t = json.loads(r.stdout)
@@ -143,7 +160,7 @@ def test_triage_names_a_framework_release_while_the_queue_builds(tmp_path, minut
 def test_a_scale_out_after_a_release_is_an_improvement_of_the_scale_event(tmp_path):
     fleet = incident_fleet(load_mapping(REPO / "examples" / "fleet.yaml", "a fleet"), "examples/fleet.yaml",
                            only_rag=True)
-    traces, releases = _live_store(fleet, RESCUE_AT_S + 900, tmp_path)
+    ((traces, releases),) = _live_store(fleet, [RESCUE_AT_S + 900], tmp_path)
     scale = [r for r in yaml.safe_load(releases.read_text()) if r["kind"] == "scale"]
     assert [(s["from"], s["to"]) for s in scale] == [("1", "4")]  # the three replica_added events: one record
     db = tmp_path / "db.duckdb"
@@ -158,10 +175,8 @@ def test_a_scale_out_after_a_release_is_an_improvement_of_the_scale_event(tmp_pa
 
 
 @needs("prometheus-alertmanager|alertmanager")
-def test_triage_takes_the_deployment_paging_in_alertmanager(tmp_path):
-    traces, releases = _live_store(_framework_fleet(), 600 + 600, tmp_path)
-    db = tmp_path / "db.duckdb"
-    assert _goodput(f"analyze ingest {traces} --db {db}").returncode == 0
+def test_triage_takes_the_deployment_paging_in_alertmanager(tmp_path, framework_stores):
+    db, _releases = framework_stores[10]
     port = free_port_block(2)
     am = _alertmanager(tmp_path, port)
     try:
