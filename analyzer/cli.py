@@ -243,7 +243,9 @@ def _triage(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         from analyzer.report import render
 
-        print(render([{"step": s, "finding": f} for s, f in t.steps] + [{"step": "verdict", "finding": t.verdict}], "csv"))
+        picked = [{"step": "picked", "finding": t.picked}] if t.picked else []
+        print(render([*picked, *({"step": s, "finding": f} for s, f in t.steps), {"step": "verdict", "finding": t.verdict}],
+                     "csv"))
     else:
         print(f"triage of {t.deployment}" + (f" (picked: {t.picked})" if t.picked else ""))
         for step, finding in t.steps:

@@ -54,7 +54,7 @@ def paging_alerts(url: str) -> list[tuple[str, str, str]]:
                 if time.monotonic() > deadline or len(body) > MAX_BODY:
                     raise Unreachable(f"{api} did not answer within {DEADLINE_S:g} s")
         alerts = httpx.Response(200, content=body).json()
-    except httpx.HTTPError as e:
+    except (httpx.HTTPError, httpx.InvalidURL) as e:
         raise Unreachable(f"{api}: {type(e).__name__}: {str(e) or 'no answer'}") from None
     except ValueError:
         raise Unreachable(f"{api} did not answer JSON (is it Alertmanager?)") from None
