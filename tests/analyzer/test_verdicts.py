@@ -42,23 +42,26 @@ def _live_store(fleet: dict, cuts_s: list[float], out: Path) -> list[tuple[Path,
     cfg = parse_fleet(fleet, "fleet.yaml")
     write_outputs(simulate(cfg, max(cuts_s)), out)
     released = yaml.safe_load((out / "releases.yaml").read_text())
-    stores = []
-    for cut_s in cuts_s:
-        cut = out / f"cut-{cut_s:g}"
+    cuts = [out / f"cut-{cut_s:g}" for cut_s in cuts_s]
+    for cut, cut_s in zip(cuts, cuts_s, strict=True):
         (cut / "traces").mkdir(parents=True)
-        cut_ns = int((cfg.start_time.timestamp() + cut_s) * 1e9)
-        with (out / "spans.otlp.jsonl").open() as src, (cut / "traces" / "spans.jsonl").open("w") as dst:
-            for line in src:
-                batch = json.loads(line)
-                for rs in batch["resourceSpans"]:
-                    for ss in rs["scopeSpans"]:
-                        ss["spans"] = [s for s in ss["spans"] if int(s["endTimeUnixNano"]) <= cut_ns]
-                dst.write(json.dumps(batch) + "\n")
         at = cfg.start_time + timedelta(seconds=cut_s)
         (cut / "releases.yaml").write_text(yaml.safe_dump(
             [r for r in released if datetime.fromisoformat(r["time"]) <= at], sort_keys=False))
-        stores.append((cut / "traces", cut / "releases.yaml"))
-    return stores
+    ends_ns = [int((cfg.start_time.timestamp() + cut_s) * 1e9) for cut_s in cuts_s]
+    dsts = [(cut / "traces" / "spans.jsonl").open("w") for cut in cuts]
+    with (out / "spans.otlp.jsonl").open() as src:
+        for line in src:
+            batch = json.loads(line)
+            scopes = [ss for rs in batch["resourceSpans"] for ss in rs["scopeSpans"]]
+            whole = [ss["spans"] for ss in scopes]
+            for dst, end_ns in zip(dsts, ends_ns, strict=True):
+                for ss, spans in zip(scopes, whole, strict=True):
+                    ss["spans"] = [s for s in spans if int(s["endTimeUnixNano"]) <= end_ns]
+                dst.write(json.dumps(batch) + "\n")
+    for dst in dsts:
+        dst.close()
+    return [(cut / "traces", cut / "releases.yaml") for cut in cuts]
 
 
 @pytest.fixture(scope="module")
