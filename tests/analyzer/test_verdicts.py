@@ -16,12 +16,18 @@ import httpx
 import pytest
 import yaml
 
+from analyzer.regressions import bucket_label, choose_bucket
+from analyzer.releases import load_releases
 from goodput.demo import analysis_commands
 from goodput.foundation.yamlfile import load_mapping
 from goodput.incident import ALERT, INCIDENT_AT_S, RESCUE_AT_S, incident_fleet
 from goodput.stack import start_alertmanager
+from simulator.autoscaler import Autoscaler, ScalingPolicy
 from simulator.config import parse_fleet
+from simulator.fleet import Fleet
+from simulator.releases import write_releases
 from simulator.run import simulate, write_outputs
+from simulator.workload import generate
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, needs
 
 DEMO_RELEASE = "prompt_template rag-v3 -> rag-v4"
@@ -198,3 +204,33 @@ def test_triage_takes_the_deployment_paging_in_alertmanager(tmp_path, framework_
         am.stop()
     r = _goodput(f"analyze triage --db {db} --alertmanager http://127.0.0.1:{port + 1}")  # nothing listens there
     assert r.returncode == 0 and r.stdout.startswith("triage of code-8b (picked: Alertmanager unreachable ("), r.stdout
+
+
+def test_the_autoscaler_and_the_fleet_record_their_scale_events(tmp_path):
+    cfg = parse_fleet(_framework_fleet([{"at": 300, "kind": "replica_lost", "deployment": "code-8b", "replica": 0}]),
+                      "fleet.yaml")
+    fleet = Fleet(cfg, generate(cfg, 1500, 0))
+    scaler = Autoscaler(fleet, "code-8b", ScalingPolicy("signals", 1, 4, goodput_tokens_per_s=1e9, cold_start_s=60,
+                                                        scale_down_stabilisation_s=60, scale_down_period_s=60))
+    scaler.run(1500)
+    rows = [(r.time, r.kind, r.from_version, r.to_version, r.note) for r in fleet.releases]
+    assert rows[0] == (300, "scale", "1", "0", "replica lost")
+    assert rows[1][1:4] == ("scale", "0", "1") and rows[1][4].startswith("scaled by the signals policy")
+    assert 300 <= rows[1][0] <= 315  # the scrape after the loss restores it
+    assert ("framework", "vllm-0.10.1", "vllm-0.10.2") in [r[1:4] for r in rows]
+    ups = [r for r in rows if r[0] > 600 and r[1] == "scale" and int(r[3]) > int(r[2])]
+    assert ups and all(r[4] == "scaled by the signals policy, serving after 60 s" for r in ups)  # the queue's doing
+    releases = tmp_path / "releases.yaml"
+    write_releases(fleet.releases, cfg.start_time, releases)
+    assert [r.kind for r in load_releases(releases)] == [r[1] for r in rows]  # the analyzer reads them back
+
+
+def test_the_bucket_follows_the_window():
+    assert choose_bucket([(2400, 1380.0)]) == 60  # 23 minutes of 1.8 req/s: 1m (16 buckets need <= 86 s)
+    assert choose_bucket([(200, 600.0)]) == 30  # 10 minutes: narrower than 1m, for 16 buckets
+    assert choose_bucket([(100_000, 86400.0)]) == 300  # a day: 288 buckets of 5m
+    assert choose_bucket([(2000, 86400.0)]) == 3600  # a sparse day: 1h (50 requests a bucket would be 12 buckets)
+    # the median series' rate (10 in 10 minutes: 50 requests need 50 min), over the longest span (4 days: 20 min)
+    assert choose_bucket([(2000, 4 * 86400.0), (50, 600.0), (10, 600.0)]) == 3600
+    assert choose_bucket([]) == 300
+    assert [bucket_label(s) for s in (30, 60, 300, 7200, 86400)] == ["30s", "1m", "5m", "2h", "1d"]
