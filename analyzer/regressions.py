@@ -3,9 +3,9 @@
 For each deployment and tier, every latency series (E2E, TTFT, TPOT and each segment) is bucketed
 (p95 per bucket) and searched for change points (analyzer/changepoint.py). Each change point gets its
 evidence — which segment moved, which tenants and routes, whether the workload shifted (request
-lengths, arrival rate) or the per-token cost changed — and the latest release before it (a DuckDB ASOF
-JOIN). The evidence decides the verdict: a workload shift is reported as such and blamed on a release
-only when that release changes request lengths (a prompt template, a routing or config change); a
+lengths, arrival rate) or the per-token cost changed — and the releases and scale events of the window before
+it. The evidence decides the verdict, and which of them it blames: a workload shift is reported as such and
+blamed on a release only when that release changes request lengths (a prompt template, a routing or config change); a
 change of per-token cost is blamed on the release (or scale event) before it; a queue that moved with neither is
 blamed on a scale event before it (capacity changed); what none explains says so. Each change has a direction: a
 step down is an improvement, reported in its own word. Scale events (kind ``scale``, replicas added, lost or scaled
