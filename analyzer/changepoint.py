@@ -3,7 +3,7 @@
 Binary segmentation with an L2 cost on log values (a step in p95 latency is multiplicative), each split
 kept only if it passes a significance check: Welch's t statistic between the windows on either side of
 at least ``t_min``, and a relative change of at least ``min_change``. Why this and not PELT: the
-series here are hours to days of 5-minute buckets (hundreds to a few thousand points), binary
+series here are minutes to days of buckets chosen for the window (16 to a few thousand points), binary
 segmentation is O(n log n) in pure numpy, and the explicit t / magnitude gates say in plain numbers why a
 step was kept (docs/analyzer.md).
 """

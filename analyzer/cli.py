@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,8 @@ __all__ = ["register"]
 
 FORMATS = ("table", "json", "csv")
 NOTHING = 1  # exit status when the input or the window holds nothing to report (errors exit 2)
+ALERTMANAGER_ENV = "GOODPUT_ALERTMANAGER_URL"  # triage's default --alertmanager
+DEFAULT_SLOS = Path(__file__).resolve().parent.parent / "rules" / "slos.yaml"
 
 
 def _time(flag: str, text: str | None) -> datetime | None:
@@ -107,7 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "whether a release, a workload shift or a per-token cost change explains each.")
     _common(p)
     p.add_argument("--releases", type=Path, default=None, metavar="FILE", help="releases file (YAML or CSV)")
-    p.add_argument("--bucket", default="5m", metavar="5m", help="time bucket, 1s to 366d (default 5m)")
+    p.add_argument("--bucket", default="auto", metavar="auto|5m",
+                   help="time bucket, 1s to 366d; auto (the default) chooses it for the window: at least 16 buckets "
+                        "of a short window, 1m or wider where the window allows, a day of 5m at most")
     p.add_argument("--window", default="30m", metavar="30m",
                    help="how long before a change a release may be blamed (default 30m)")
     p.add_argument("--min-change", default="0.1", metavar="0.1", help="smallest relative change reported (default 0.1)")
@@ -117,10 +122,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = asub.add_parser("triage", help="walk the troubleshooting order for one deployment and name the likely cause",
                         description="Latency split, workload, KV cache, routing and cache, releases — for one "
                                     "deployment, comparing the last quarter of the window with what came before. A "
-                                    "cause is named only when p95 latency regressed; otherwise it says so.")
+                                    "cause is named only when p95 latency regressed; otherwise it says so. Without "
+                                    "--deployment it triages the deployment that is paging (Alertmanager), else the "
+                                    "one with the worst SLO attainment in the store, and says why.")
     _common(p)
-    p.add_argument("--deployment", required=True)
-    p.add_argument("--releases", type=Path, default=None, metavar="FILE")
+    p.add_argument("--deployment", default=None,
+                   help="the deployment to triage (default: the one paging, else the worst SLO attainment)")
+    p.add_argument("--alertmanager", default=os.environ.get(ALERTMANAGER_ENV) or None, metavar="URL",
+                   help=f"Alertmanager to ask which deployment pages (default ${ALERTMANAGER_ENV}; "
+                        "unset: the worst SLO attainment)")
+    p.add_argument("--slos", type=Path, default=DEFAULT_SLOS, metavar="FILE",
+                   help="SLO spec for the worst-attainment choice (default: the repository's rules/slos.yaml)")
+    p.add_argument("--releases", type=Path, default=None, metavar="FILE", help="releases file (YAML or CSV)")
     p.add_argument("--prometheus", default=None, metavar="URL",
                    help="Prometheus to ask what the engines hold in flight, for deployments whose spans are all sent at "
                         "the end (vLLM's shape); without it their final buckets are bounded conservatively")
@@ -195,23 +208,28 @@ def _regressions(args: argparse.Namespace) -> int:
     from analyzer.store import connect
 
     since, until = _window_of(args)
-    bucket, window = _duration("--bucket", args.bucket), _duration("--window", args.window)
+    window = _duration("--window", args.window)
+    bucket = None if args.bucket == "auto" else f"{int(_duration('--bucket', args.bucket).total_seconds())} seconds"
     min_change = _fraction("--min-change", args.min_change)
     releases = load_releases(args.releases) if args.releases else []
     con = connect(args.db, read_only=True)
-    regs = scan_regressions(con, releases, bucket=f"{int(bucket.total_seconds())} seconds", window=window,
+    regs = scan_regressions(con, releases, bucket=bucket, window=window,
                             since=since, until=until, deployment=args.deployment, min_change=min_change)
     rows = [r.record() for r in regs.found]
-    cols = ["time", "deployment", "tier", "metric", "change", "before_p95_s", "after_p95_s", "segment", "release", "cause"]
+    cols = ["time", "deployment", "tier", "metric", "direction", "change", "before_p95_s", "after_p95_s", "segment",
+            "release", "cause"]
     if not rows:
-        print(f"no regression: {regs.describe()}", file=sys.stdout if args.format == "table" else sys.stderr)
+        print(f"no regression or improvement: {regs.describe()}", file=sys.stdout if args.format == "table" else sys.stderr)
         if args.format == "table":
             return 0
-    print(render(rows, args.format, title="latency change points", columns=None if args.format == "json" else cols))
+    chosen = ", chosen for the window" if regs.chosen else ""
+    print(render(rows, args.format, title=f"latency change points (buckets of {regs.bucket}{chosen})",
+                 columns=None if args.format == "json" else cols))
     return 0
 
 
 def _triage(args: argparse.Namespace) -> int:
+    from analyzer.paging import pick_deployment
     from analyzer.releases import load_releases
     from analyzer.store import connect
     from analyzer.triage import triage
@@ -224,15 +242,21 @@ def _triage(args: argparse.Namespace) -> int:
         from analyzer.completeness import prometheus_in_flight
 
         in_flight = prometheus_in_flight(args.prometheus)
-    t = triage(con, args.deployment, since=since, until=until, releases=releases, prometheus_in_flight=in_flight)
+    picked = None if args.deployment else pick_deployment(con, args.alertmanager, slos=args.slos, since=since,
+                                                          until=until)
+    t = triage(con, args.deployment or picked.deployment, since=since, until=until, releases=releases,
+               prometheus_in_flight=in_flight)
+    t.picked = picked.reason if picked else ""
     if args.format == "json":
         print(json.dumps(t.record(), indent=2, default=str))
     elif args.format == "csv":
         from analyzer.report import render
 
-        print(render([{"step": s, "finding": f} for s, f in t.steps] + [{"step": "verdict", "finding": t.verdict}], "csv"))
+        picked = [{"step": "picked", "finding": t.picked}] if t.picked else []
+        print(render([*picked, *({"step": s, "finding": f} for s, f in t.steps), {"step": "verdict", "finding": t.verdict}],
+                     "csv"))
     else:
-        print(f"triage of {args.deployment}")
+        print(f"triage of {t.deployment}" + (f" (picked: {t.picked})" if t.picked else ""))
         for step, finding in t.steps:
             print(f"  {step}: {finding}")
         print(f"most likely: {t.verdict}" if t.regressed else t.verdict)

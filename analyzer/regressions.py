@@ -3,10 +3,17 @@
 For each deployment and tier, every latency series (E2E, TTFT, TPOT and each segment) is bucketed
 (p95 per bucket) and searched for change points (analyzer/changepoint.py). Each change point gets its
 evidence — which segment moved, which tenants and routes, whether the workload shifted (request
-lengths, arrival rate) or the per-token cost changed — and the latest release before it (a DuckDB ASOF
-JOIN). The evidence decides the verdict: a workload shift is reported as such and blamed on a release
-only when that release changes request lengths (a prompt template, a routing or config change); a
-change of per-token cost is blamed on the release before it; what neither explains says so.
+lengths, arrival rate) or the per-token cost changed — and the releases and scale events of the window before
+it. The evidence decides the verdict, and which of them it blames: a workload shift is reported as such and
+blamed on a release only when that release changes request lengths (a prompt template, a routing or config change); a
+change of per-token cost is blamed on the release (or scale event) before it; a queue that moved with neither is
+blamed on a scale event before it (capacity changed); what none explains says so. Each change has a direction: a
+step down is an improvement, reported in its own word. Scale events (kind ``scale``, replicas added, lost or scaled
+by a policy) are causes like releases: a decode drop after a scale-out is the scale-out's, not the release's.
+
+The bucket follows the window (``choose_bucket``): about ``MAX_BUCKETS`` over a long window, never fewer than
+``MIN_BUCKETS`` over a short one, wide enough for a steady p95 where the traffic allows, so a search a few minutes
+into an incident has buckets enough to find its step.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from analyzer.changepoint import detect
 from analyzer.completeness import drop_incomplete
 from analyzer.releases import Release
 from analyzer.store import sql
+from simulator.config import SCALE_KIND
 
-__all__ = ["METRICS", "Regression", "Scan", "find_regressions", "scan_regressions"]
+__all__ = ["METRICS", "Regression", "Scan", "bucket_label", "choose_bucket", "find_regressions", "scan_regressions"]
 
 METRICS = ("e2e_s", "ttft_s", "tpot_s", "gateway_s", "queue_s", "prefill_s", "decode_s", "send_s")
 SEGMENTS_OF = {"e2e_s": ("gateway", "queue", "prefill", "decode", "send"), "ttft_s": ("gateway", "queue", "prefill"),
@@ -32,6 +40,11 @@ SEGMENTS_OF = {"e2e_s": ("gateway", "queue", "prefill", "decode", "send"), "ttft
 LENGTH_KINDS = ("prompt_template", "routing", "config", "model")  # releases that can change what requests look like
 LENGTH_SHIFT, RATE_SHIFT, COST_CHANGE = 0.2, 0.5, 0.1
 MIN_REQUESTS = 5
+NICE_BUCKETS_S = (10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+MIN_BUCKETS = 16  # a short window still gets this many buckets: 8 per side of a step (detect needs 8 in all)
+MIN_WIDTH_S = 60  # narrower only when the window is too short for MIN_BUCKETS of it: a burst of seconds is no step
+MAX_BUCKETS = 288  # a long window: a day of 5-minute buckets
+PER_BUCKET = 50  # requests a typical series' bucket should hold for a steady p95, where the window allows
 
 
 @dataclass
@@ -45,6 +58,8 @@ class Regression:
     after_p95_s: float
     segment: str
     cause: str
+    direction: str = ""  # "regression" (p95 rose) or "improvement" (it fell)
+    bucket: str = ""  # the bucket width searched
     release: str | None = None
     release_time: datetime | None = None
     blamed: bool = False
@@ -62,9 +77,10 @@ class Scan:
     """What a search for change points looked at, and what it found."""
 
     found: list[Regression]
-    bucket: str
+    bucket: str  # its width, as bucket_label writes it
     min_change: float
     t_min: float
+    chosen: bool = False  # the bucket was chosen for the window (choose_bucket), not given
     groups: list[str] = field(default_factory=list)  # "deployment/tier" searched
     series: int = 0  # (group, metric) series long enough to search
     buckets: int = 0
@@ -81,7 +97,8 @@ class Scan:
         span = f"{self.start:%Y-%m-%d %H:%M} .. {self.end:%Y-%m-%d %H:%M}" if self.start and self.end else "?"
         return (f"searched {self.series} series ({len(METRICS)} latency metrics x {len(self.groups)} deployment/tier: "
                 f"{', '.join(self.groups[:8])}{' ...' if len(self.groups) > 8 else ''}) over {span} in {self.buckets} "
-                f"buckets of {self.bucket}; no step of p95 of at least {self.min_change:.0%} with Welch's t >= "
+                f"buckets of {self.bucket}{' (chosen for the window)' if self.chosen else ''}; no step of p95 of at least "
+                f"{self.min_change:.0%} with Welch's t >= "
                 f"{self.t_min:g} (series need 8 buckets of >= {MIN_REQUESTS} ok requests)" + skipped)
 
 
@@ -96,20 +113,52 @@ def _median(frame: pd.DataFrame, col: str) -> float:
     return float(v.median()) if len(v) else float("nan")
 
 
+def bucket_label(seconds: float) -> str:
+    """``30s``, ``1m``, ``2h``, ``1d``: a width as the command line's --bucket takes it."""
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n and seconds % n == 0:
+            return f"{int(seconds // n)}{unit}"
+    return f"{seconds:g}s"
+
+
+def choose_bucket(groups: list[tuple[int, float]]) -> int:
+    """The bucket width in seconds for a window whose (deployment, tier) series hold ``(requests, seconds)``:
+    ``PER_BUCKET`` requests of the median series per bucket, at least ``MIN_WIDTH_S`` and at most ``MAX_BUCKETS`` over
+    the longest span, but never fewer than ``MIN_BUCKETS`` buckets; rounded to a width people use."""
+    spans = [sec for n, sec in groups if n > 0 and sec > 0]
+    if not spans:
+        return 300
+    span = max(spans)
+    rates = sorted(n / max(sec, 1.0) for n, sec in groups if n > 0)
+    want = max(MIN_WIDTH_S, span / MAX_BUCKETS, PER_BUCKET / rates[len(rates) // 2])
+    most = span / MIN_BUCKETS
+    wide = [w for w in NICE_BUCKETS_S if w >= want]
+    if wide and wide[0] <= most:
+        return wide[0]
+    fits = [w for w in NICE_BUCKETS_S if w <= most]
+    return fits[-1] if fits else NICE_BUCKETS_S[0]
+
+
 def find_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], **kw) -> list[Regression]:
     """The change points of ``scan_regressions``, most significant first."""
     return scan_regressions(con, releases, **kw).found
 
 
-def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str = "5 minutes",
+def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str | None = None,
                      window: timedelta = timedelta(minutes=30), since: datetime | None = None,
                      until: datetime | None = None, deployment: str | None = None, t_min: float = 4.0,
                      min_change: float = 0.1) -> Scan:
-    series = con.execute(sql("bucket_series"), {"bucket": bucket, "since": since, "until": until,
-                                                "deployment": deployment}).fetchdf()
+    """Search every series of the window; ``bucket`` (an interval, e.g. ``"5 minutes"``) or None: chosen for the
+    window by ``choose_bucket``."""
+    where = {"since": since, "until": until, "deployment": deployment}
+    chosen = bucket is None
+    if chosen:
+        spans = con.execute(sql("series_span"), where).fetchall()
+        bucket = f"{choose_bucket([(n, sec) for _dep, _tier, n, sec in spans])} seconds"
+    series = con.execute(sql("bucket_series"), {"bucket": bucket, **where}).fetchdf()
     width = pd.to_timedelta(con.execute("SELECT CAST(? AS INTERVAL)", [bucket]).fetchall()[0][0])
     series, left_out = drop_incomplete(con, series, width, deployment)  # only final buckets (analyzer/completeness.py)
-    scan = Scan([], bucket, min_change, t_min, left_out=left_out)
+    scan = Scan([], bucket_label(width.total_seconds()), min_change, t_min, chosen, left_out=left_out)
     if len(series):
         scan.buckets = series["bucket"].nunique()
         scan.start, scan.end = series["bucket"].min().to_pydatetime(), series["bucket"].max().to_pydatetime() + width
@@ -131,7 +180,8 @@ def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *,
                 before = g.loc[idx[max(lo, cp.index - 12):cp.index]]
                 after = g.loc[idx[cp.index:min(hi, cp.index + 12)]]
                 at = s["bucket"].iloc[cp.index].to_pydatetime()
-                reg = Regression(str(dep), str(tier), metric, at, cp.change, cp.before, cp.after, "", "")
+                reg = Regression(str(dep), str(tier), metric, at, cp.change, cp.before, cp.after, "", "",
+                                 "regression" if cp.change > 0 else "improvement", scan.bucket)
                 found.append((reg, before, after))
     if not found:
         return scan
@@ -157,12 +207,13 @@ def _attribute(con, found, releases: list[Release], width, window: timedelta) ->
     cur.register("releases", rel.astype({"time": "datetime64[ns, UTC]"}))
     rows = cur.execute(sql("attribute_releases"), {"window": window}).fetchall()
     for cid, rtime, kind, frm, to, _note in rows:
-        if rtime is not None:
-            reg = found[cid][0]
-            reg.release_time = rtime
-            reg.release = f"{kind} {frm} -> {to}".strip()
-            reg.evidence["release_kind"] = kind
+        found[cid][0].evidence.setdefault("candidates", []).append((rtime, kind, f"{kind} {frm} -> {to}".strip()))
     cur.close()
+
+
+def _pick(kinds: tuple[str, ...], candidates: list[tuple]) -> tuple | None:
+    """The latest of ``candidates`` (time, kind, label; latest first) of one of ``kinds``."""
+    return next((c for c in candidates if c[1] in kinds), None)
 
 
 def _evidence(con, reg: Regression, before: pd.DataFrame, after: pd.DataFrame, width) -> None:
@@ -197,27 +248,34 @@ def _evidence(con, reg: Regression, before: pd.DataFrame, after: pd.DataFrame, w
             moved[dim].append((value, round(ch, 3)))
     ev["tenants"] = [v for v, _ in sorted(moved["tenant"], key=lambda x: -abs(x[1]))]
     ev["routes"] = [v for v, _ in sorted(moved["route"], key=lambda x: -abs(x[1]))]
-    # the verdict
-    kind = ev.get("release_kind")
+    # the verdict: the latest candidate (release or scale event) whose kind can explain what moved
     length_shift = max(abs(x) for x in (inp, outp) if np.isfinite(x)) >= LENGTH_SHIFT if any(
         np.isfinite(x) for x in (inp, outp)) else False
+    candidates = ev.pop("candidates", [])
+    latest = candidates[0] if candidates else None
+    pick = None
     if length_shift:
         what = "input" if np.isfinite(inp) and abs(inp) >= LENGTH_SHIFT else "output"
-        if reg.release and kind in LENGTH_KINDS:
-            reg.cause = f"workload shift: {what} length changed after a {kind} release"
-            reg.blamed = True
-        else:
-            reg.cause = f"workload shift: {what} length changed (no release changes request lengths here)"
+        pick = _pick(LENGTH_KINDS, candidates)
+        reg.cause = (f"workload shift: {what} length changed after a {pick[1]} release" if pick else
+                     f"workload shift: {what} length changed (no release changes request lengths here)")
     elif np.isfinite(rate) and abs(rate) >= RATE_SHIFT:
         reg.cause = "workload shift: arrival rate changed"
     elif np.isfinite(cost) and abs(cost) >= COST_CHANGE:
-        reg.cause = f"per-token {reg.segment} cost changed"
-        reg.blamed = reg.release is not None
+        pick = latest  # any release or scale event can change what a token costs
+        since = (" after a scale event (the batch per replica changed)" if pick and pick[1] == SCALE_KIND else
+                 f" after a {pick[1]} release" if pick else "")
+        reg.cause = f"per-token {reg.segment} cost changed{since}"
+    elif reg.segment == "queue" and (pick := _pick((SCALE_KIND,), candidates)):
+        reg.cause = "queue wait changed after a scale event (capacity changed)"
     else:
         reg.cause = "unexplained: neither the workload nor the per-token cost moved"
-    if not reg.blamed:
-        ev["nearest_release"] = reg.release
-        reg.release, reg.release_time = None, None
+    reg.blamed = pick is not None
+    if pick is not None:
+        reg.release_time, kind, reg.release = pick
+        ev["release_kind"] = kind
+    else:
+        ev["nearest_release"] = latest[2] if latest else None
 
 
 def _round(x: float) -> float | None:

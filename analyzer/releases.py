@@ -1,4 +1,5 @@
-"""The releases file of DESIGN.md (YAML or CSV): time (RFC 3339), deployment (or *), kind, from, to, note."""
+"""The releases file of DESIGN.md (YAML or CSV): time (RFC 3339), deployment (or *), kind, from, to, note. Kind
+``scale`` is a replica-count change (from / to replicas) the fleet and the autoscaler record beside releases."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import yaml
 
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import read_text
-from simulator.config import RELEASE_KINDS
+from simulator.config import RELEASE_KINDS, SCALE_KIND
 
-__all__ = ["Release", "load_releases"]
+__all__ = ["KINDS", "Release", "load_releases"]
+
+KINDS = (*RELEASE_KINDS, SCALE_KIND)
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,8 @@ def _parse(rows: list, src: str) -> list[Release]:
             ts = ts.replace(tzinfo=UTC)
         if not r.get("deployment"):
             raise ConfigError(src, f"{key}.deployment", "is required (a deployment name or *)")
-        if r.get("kind") not in RELEASE_KINDS:
-            raise ConfigError(src, f"{key}.kind", f"must be one of {', '.join(RELEASE_KINDS)}; got {r.get('kind')!r}")
+        if r.get("kind") not in KINDS:
+            raise ConfigError(src, f"{key}.kind", f"must be one of {', '.join(KINDS)}; got {r.get('kind')!r}")
         out.append(Release(ts, str(r["deployment"]), r["kind"], str(r.get("from", "") or ""), str(r.get("to", "") or ""),
                            str(r.get("note", "") or "")))
     return sorted(out, key=lambda r: r.time)

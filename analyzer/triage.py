@@ -6,6 +6,11 @@ The recent period (the last quarter of the window) is compared with what came be
 named only when latency regressed — p95 E2E or TTFT of the recent period at least ``REGRESSION`` above
 what came before, or a step up in any p95 series of the window; otherwise the verdict says "no
 regression" and what was checked, since every window has a largest segment and some drift.
+
+Step 5 also weighs every release of the deployment in the window on its own evidence — per-token prefill and decode
+cost, prompt and output length of the requests after it against those before — so a release whose evidence moved is
+named even when the queue (too little capacity) is what the requests feel, or when the window is too short for a
+change point. Scale events in the window are said beside it.
 """
 
 from __future__ import annotations
@@ -17,19 +22,26 @@ import duckdb
 
 from analyzer.completeness import arrival_count, verdict_window
 from analyzer.decompose import decompose
-from analyzer.regressions import find_regressions
+from analyzer.regressions import COST_CHANGE, LENGTH_SHIFT, find_regressions
 from analyzer.releases import Release
 from analyzer.store import sql
 from goodput.foundation.errors import ConfigError
+from simulator.config import SCALE_KIND
 
 __all__ = ["REGRESSION", "Triage", "triage"]
 
 REGRESSION = 0.1  # relative rise of recent p95 E2E or TTFT that counts as a regression
+BEFORE_S = 1800.0  # a release's evidence: requests of up to this long before it against all after it
+MIN_OK = 20  # finished requests each side of a release before its evidence counts
+EVIDENCE = (("prefill_s_per_token", "per-token prefill cost", COST_CHANGE),
+            ("decode_s_per_token", "per-token decode cost", COST_CHANGE),
+            ("input_tokens", "prompt length", LENGTH_SHIFT), ("output_tokens", "output length", LENGTH_SHIFT))
 
 
 @dataclass
 class Triage:
     deployment: str
+    picked: str = ""  # why this deployment, when the caller did not name it
     steps: list[tuple[str, str]] = field(default_factory=list)  # (step, finding)
     verdict: str = ""
     regressed: bool = False
@@ -38,7 +50,7 @@ class Triage:
     left_out: str = ""  # what the verdict did not read: buckets whose requests are still in flight
 
     def record(self) -> dict:
-        return {"deployment": self.deployment, "regressed": self.regressed, "verdict": self.verdict,
+        return {"deployment": self.deployment, "picked": self.picked, "regressed": self.regressed, "verdict": self.verdict,
                 "steps": [{"step": s, "finding": f} for s, f in self.steps], "facts": self.facts,
                 "completeness": self.completeness, "left_out": self.left_out}
 
@@ -118,21 +130,40 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
         causes.append((3, f"routing imbalance: one replica's p95 queue wait is {imbalance:.1f}x another's"))
     if hit is not None and hit <= -0.3:
         causes.append((3, f"prefix-cache hit ratio fell {_pct(hit)}"))
-    # 5. releases
+    # 5. releases: each release's own evidence, then the change points of the window
+    moved = _release_evidence(con, deployment, releases or [], since, until, span)
+    t.facts["releases"] = [{"release": r.label(), "time": r.time.isoformat(), "moved": m} for r, m in moved]
+    scales = [r for r in releases or [] if r.kind == SCALE_KIND and r.deployment in (deployment, "*")
+              and span[0] <= r.time <= span[1]]
     regs = [r for r in find_regressions(con, releases or [], deployment=deployment, since=since, until=until)
             if r.change > 0]
-    blamed = [r for r in regs if r.blamed]
+    blamed = [r for r in regs if r.blamed and r.evidence.get("release_kind") != SCALE_KIND]
+    named = [(r, m) for r, m in moved if m]
+    findings = []
+    if named:
+        rel, m = named[-1]
+        what = ", ".join(f"{k} {_pct(v)}" for k, v in m.items())
+        findings.append(f"{rel.label()} at {rel.time:%Y-%m-%d %H:%M}: after it {what}")
+        causes.append((0, f"release {rel.label()} at {rel.time:%H:%M} ({what} after it)"))
     if blamed:
         top = blamed[0]
-        t.steps.append(("5. releases", f"{top.release} at {top.release_time:%Y-%m-%d %H:%M} preceded a {_pct(top.change)} "
-                        f"step in p95 {top.metric.removesuffix('_s')} ({top.segment}): {top.cause}"))
-        causes.append((0, f"release {top.release} ({top.cause}; p95 {top.metric.removesuffix('_s')} {_pct(top.change)})"))
+        findings.append(f"{top.release} at {top.release_time:%Y-%m-%d %H:%M} preceded a {_pct(top.change)} "
+                        f"step in p95 {top.metric.removesuffix('_s')} ({top.segment}): {top.cause}")
+        if not named:
+            causes.append((0, f"release {top.release} ({top.cause}; p95 {top.metric.removesuffix('_s')} "
+                              f"{_pct(top.change)})"))
     elif regs:
         top = regs[0]
-        t.steps.append(("5. releases", f"no release explains the {_pct(top.change)} step in p95 "
-                        f"{top.metric.removesuffix('_s')} at {top.time:%H:%M}: {top.cause}"))
+        findings.append(f"no release explains the {_pct(top.change)} step in p95 {top.metric.removesuffix('_s')} at "
+                        f"{top.time:%H:%M}: {top.cause}")
     else:
-        t.steps.append(("5. releases", "no significant step in latency in the window"))
+        findings.append("no significant step in latency in the window")
+    if moved and not named:
+        findings.append(f"{', '.join(r.label() for r, _ in moved)}: no per-token cost or request length moved after it")
+    if scales:
+        findings.append("scale events: " + ", ".join(f"{r.from_version} -> {r.to_version} replicas at {r.time:%H:%M}"
+                                                     for r in scales))
+    t.steps.append(("5. releases", "; ".join(findings)))
     t.facts["regressions"] = [r.record() for r in regs[:10]]
     e2e_chg, ttft_chg = _chg(before.get("e2e_p95"), now.get("e2e_p95")), _chg(before.get("ttft_p95"), now.get("ttft_p95"))
     t.facts.update({"e2e_p95_change": e2e_chg, "ttft_p95_change": ttft_chg})
@@ -144,9 +175,35 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
                      + (f"; {left_out}" if left_out else ""))
         return t
     t.regressed = True
-    if not causes and d and d[0]["e2e_p95_top_segment"] == "queue":
+    queued = bool(d) and d[0]["e2e_p95_top_segment"] == "queue"
+    if not causes and queued:
         causes.append((4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
     t.verdict = min(causes)[1] if causes else ("latency rose but nothing explains it: workload, KV, routing and "
                                                "releases are steady")
+    if queued and min(causes)[0] < 4:
+        t.verdict += "; requests wait in the queue: the pool is short of capacity for it"
     t.verdict += f"; {left_out}" if left_out else ""
     return t
+
+
+def _release_evidence(con, deployment: str, releases: list[Release], since, until,
+                      span: tuple) -> list[tuple[Release, dict[str, float]]]:
+    """Each release of ``deployment`` inside the window (scale events aside), with what moved after it: the
+    evidence of ``EVIDENCE`` whose relative change reached its threshold (empty: nothing moved)."""
+    out = []
+    for r in releases:
+        if r.kind == SCALE_KIND or r.deployment not in (deployment, "*") or not span[0] < r.time <= span[1]:
+            continue
+        res = con.execute(sql("release_evidence"), {"deployment": deployment, "at": r.time, "before_s": BEFORE_S,
+                                                    "since": since, "until": until})
+        cols = [c[0] for c in res.description]
+        sides = {row[0]: dict(zip(cols, row, strict=True)) for row in res.fetchall()}
+        if any(sides.get(p, {}).get("ok", 0) < MIN_OK for p in ("before", "after")):
+            continue
+        moved = {}
+        for col, name, threshold in EVIDENCE:
+            ch = _chg(sides["before"][col], sides["after"][col])
+            if ch is not None and abs(ch) >= threshold:
+                moved[name] = ch
+        out.append((r, moved))
+    return out

@@ -227,6 +227,14 @@ class Demo:
             s.stop()
 
 
+def analysis_commands(db: Path, traces: Path, releases: Path, alertmanager: str | None) -> list[str]:
+    """The analyzer commands the demo prints (tests run them as printed): triage names no deployment, so it takes
+    the one paging in ``alertmanager`` (else the worst SLO attainment in the store)."""
+    am = f" --alertmanager {alertmanager}" if alertmanager else ""
+    return [f"analyze ingest {traces} --db {db}", f"analyze decompose --db {db} --by deployment,tier",
+            f"analyze regressions --db {db} --releases {releases}", f"analyze triage --db {db} --releases {releases}{am}"]
+
+
 def _demo(args: argparse.Namespace) -> int:
     if args.week:
         from capacity.review.week import demo_week
@@ -253,11 +261,9 @@ def _demo(args: argparse.Namespace) -> int:
         # a database of your own: the console's (demo.db) is replaced by the ingest loop as it refreshes
         db, traces, rel = args.out / "my-analysis.duckdb", args.out / "traces", args.out / "releases.yaml"
         print("Analyze the stored traces yourself (works while the demo runs; re-run ingest to add new ones):")
-        print(f"  .venv/bin/goodput analyze ingest {traces} --db {db}")
-        print(f"  .venv/bin/goodput analyze decompose --db {db} --by deployment,tier")
-        print(f"  .venv/bin/goodput analyze regressions --db {db} --releases {rel}")
-        first = demo.live.cfg.deployments[0].name
-        print(f"  .venv/bin/goodput analyze triage --db {db} --deployment {first} --releases {rel}")
+        for command in analysis_commands(db, traces, rel, next((p.url for p in demo.processes
+                                                                if p.name == "alertmanager"), None)):
+            print(f"  .venv/bin/goodput {command}")
         if not args.no_incident:
             print(f"Scripted incident (goodput/incident.py; --no-incident to skip): a prompt-template release at "
                   f"{INCIDENT_AT_S / args.speed:.0f} s doubles the RAG deployment's input; replicas are added at "

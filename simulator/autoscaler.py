@@ -14,8 +14,9 @@ Signals, per deployment, over the last ``window_s`` (the recording rules' rate w
 
 A ``signals`` policy takes the maximum of the first five, a ``utilisation`` policy only the last, ``static``
 holds its replicas. Scaling down drains: the replica takes no new requests, finishes what it has (at most
-``drain_s``, then aborts the rest) and is gone. GPU-seconds count every replica from the moment it is asked
-for until it is gone, warm-pool replicas included.
+``drain_s``, then aborts the rest) and is gone. Each decision that changes the count is a ``scale`` release of the
+fleet (``Fleet.releases``: from / to replicas), a cause the analyzer knows. GPU-seconds count every replica from
+the moment it is asked for until it is gone, warm-pool replicas included.
 """
 
 from __future__ import annotations
@@ -234,14 +235,14 @@ class Autoscaler:
                 self._warm_ready_at[slot] = t + p.cold_start_s
             else:
                 start = p.cold_start_s
-            self.fleet.add_replica(self.dep, t + start)
+            self.fleet.add_replica(self.dep, t + start, t, note=f"scaled by the {p.kind} policy")
 
     def _scale_down(self, t: float, k: int) -> None:
         """Drain the ``k`` newest serving replicas (starting ones first: they hold no requests)."""
         serving = sorted(self._serving(), key=lambda r: (-r.available_from, -r.index))
         for r in serving[:k]:
             self._draining[r.index] = t + self.policy.drain_s
-            self.fleet.drain_replica(self.dep, r.index)
+            self.fleet.drain_replica(self.dep, r.index, t, note=f"scaled by the {self.policy.kind} policy")
 
     def _retire(self, t: float) -> None:
         for idx, deadline in list(self._draining.items()):

@@ -27,6 +27,7 @@ __all__ = [
     "FleetConfig",
     "RELEASE_KINDS",
     "ROUTERS",
+    "SCALE_KIND",
     "TIERS",
     "TraceSpec",
     "WorkloadConfig",
@@ -38,6 +39,7 @@ TIERS = ("P0", "P1", "P2")
 SCENES = ("chat", "rag", "code", "batch", "agent")
 ROUTERS = ("round-robin", "least-outstanding", "kv-aware")
 RELEASE_KINDS = ("model", "quantization", "framework", "prompt_template", "config", "hardware", "routing")
+SCALE_KIND = "scale"  # a replica-count change the fleet records beside its releases (never a fleet file's release_kind)
 EVENT_KINDS = ("replica_lost", "replica_added", "release")
 EFFECTS = ("input_scale", "output_scale", "step_time_scale", "prefill_time_scale", "decode_time_scale")
 

@@ -3,7 +3,8 @@
 ``Fleet.run(until)`` advances a discrete-event loop over three sources in time order: replica
 segment ends (a step or a run of decode steps, kept in a ``ReplicaQueue``), request arrivals, and
 scheduled fleet events (replica lost or added, releases). It can be called repeatedly, which is how
-the live fleet drives the same model in real time.
+the live fleet drives the same model in real time. Releases and replica-count changes after the start (kind
+``scale``: a fleet event, the admin API, an autoscaler) are kept in ``releases``, the analyzer's causes.
 
 Finished requests are kept in ``done`` (``keep_done``, the default) and handed to the sinks given to
 ``watch``; a long replay that only needs counts keeps none (``simulator/tally.py``). A controller outside the
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from math import inf
 
 from simulator.catalog import gpus, models
-from simulator.config import DeploymentConfig, EventConfig, FleetConfig
+from simulator.config import SCALE_KIND, DeploymentConfig, EventConfig, FleetConfig
 from simulator.replica import Replica
 from simulator.replica_queue import ReplicaQueue
 from simulator.request import Request
@@ -72,7 +73,7 @@ class Fleet:
             self.deployments.append(dep)
             self.by_name[d.name] = dep
             for _ in range(d.replicas):
-                self.add_replica(dep, 0.0)
+                self.add_replica(dep, 0.0, note="")
         self.queue = ReplicaQueue()
         self.now = 0.0
         self.arrivals = arrivals
@@ -86,8 +87,29 @@ class Fleet:
 
     # ------------------------------------------------------------------ structure
 
-    def add_replica(self, dep: Deployment, available_from: float) -> Replica:
-        """A new replica of ``dep`` (the next index), routed to from ``available_from`` (its cold start's end)."""
+    def serving(self, dep: Deployment) -> int:
+        """Replicas of ``dep`` alive and not draining (starting ones included): the count a scale record gives."""
+        return sum(1 for r in dep.replicas if r.alive and r.available_from != inf)
+
+    def record_scale(self, dep: Deployment, t: float, before: int, note: str) -> None:
+        """A ``scale`` release: ``dep`` went from ``before`` replicas to its count now at ``t``. Changes at one instant
+        with one note (three replicas added by one event or one autoscaler decision) are one record."""
+        after = self.serving(dep)
+        if after == before or not note:
+            return
+        last = self.releases[-1] if self.releases else None
+        if (last is not None and last.kind == SCALE_KIND and last.time == t and last.deployment == dep.cfg.name
+                and last.note == note):
+            last.to_version = str(after)
+            return
+        self.releases.append(ReleaseRecord(t, dep.cfg.name, SCALE_KIND, str(before), str(after), note))
+
+    def add_replica(self, dep: Deployment, available_from: float, t: float | None = None,
+                    note: str = "replica added") -> Replica:
+        """A new replica of ``dep`` (the next index), asked for at ``t`` (default: the fleet's now) and routed to from
+        ``available_from`` (its cold start's end); recorded as a scale release with ``note`` (empty: not recorded, the
+        fleet's initial size)."""
+        before = self.serving(dep)
         idx = len(dep.replicas)
         obs = self.observer_factory(dep, idx) if self.observer_factory else None
         rep = self.replica_class(idx, dep.cfg.engine, dep.roofline, dep.num_blocks, self._finished, obs, self.max_run_steps)
@@ -96,12 +118,18 @@ class Fleet:
         rep.deployment = dep.index
         dep.replicas.append(rep)
         dep.router.invalidate()
+        if note:
+            t = self.now if t is None else t
+            wait = available_from - t
+            self.record_scale(dep, t, before, f"{note}, serving after {wait:g} s" if wait > 0 else note)
         return rep
 
-    def drain_replica(self, dep: Deployment, index: int) -> None:
-        """Replica ``index`` takes no new requests from now on; it finishes what it holds (then ``retire_replica``)."""
+    def drain_replica(self, dep: Deployment, index: int, t: float, note: str = "replica drained") -> None:
+        """Replica ``index`` takes no new requests from ``t`` on; it finishes what it holds (then ``retire_replica``)."""
+        before = self.serving(dep)
         dep.replicas[index].available_from = inf
         dep.router.invalidate()
+        self.record_scale(dep, t, before, note)
 
     def retire_replica(self, dep: Deployment, index: int, t: float) -> None:
         """A drained replica is gone at ``t``: what it still holds is aborted (finish_reason ``abort``)."""
@@ -114,9 +142,11 @@ class Fleet:
         """Replica ``index`` dies at ``t``: its requests fail and the router stops sending to it."""
         rep = dep.replicas[index]
         if rep.alive:
+            before = self.serving(dep)
             rep.fail_all(t)
             self.queue.update(rep)
             dep.router.invalidate()
+            self.record_scale(dep, t, before, "replica lost")
 
     def watch(self, sink) -> None:
         """Hand every request that finishes from now on to ``sink.add(request)``."""
@@ -170,7 +200,7 @@ class Fleet:
             if ev.replica < len(deps[0].replicas):  # an event may name a replica the fleet never grew to
                 self.lose_replica(deps[0], ev.replica, t)
         elif ev.kind == "replica_added":
-            self.add_replica(deps[0], t + ev.cold_start_s)
+            self.add_replica(deps[0], t + ev.cold_start_s, t)
         elif ev.kind == "release":
             for dep in deps:
                 dep.step_scale *= ev.effect("step_time_scale")

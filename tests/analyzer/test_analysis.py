@@ -100,7 +100,7 @@ def test_cli_reports_in_every_format(regression_run):
     rows = json.loads(r.stdout)
     assert r.returncode == 0 and {(x["deployment"], x["tenant"]) for x in rows} >= {("chat", "acme"), ("rag", "hooli")}
     r = _cli("regressions", "--db", db, "--releases", str(regression_run / "releases.yaml"), "--format", "csv")
-    assert r.returncode == 0 and r.stdout.startswith("time,deployment,tier,metric,change")
+    assert r.returncode == 0 and r.stdout.startswith("time,deployment,tier,metric,direction,change")
     r = _cli("triage", "--db", db, "--deployment", "chat", "--releases", str(regression_run / "releases.yaml"))
     assert r.returncode == 0 and "most likely:" in r.stdout and "framework" in r.stdout
     r = _cli("decompose", "--db", db, "--by", "colour")
@@ -133,8 +133,8 @@ def test_triage_of_a_healthy_run_names_no_cause(healthy_run):
     assert r.returncode == 0 and "no regression" in r.stdout and "most likely" not in r.stdout
     assert "-0.000" not in r.stdout
     r = _cli("regressions", "--db", str(healthy_run / "db.duckdb"))
-    assert r.returncode == 0 and r.stdout.startswith("no regression: searched 8 series")
-    assert "chat/P0" in r.stdout and "12 buckets" in r.stdout
+    assert r.returncode == 0 and r.stdout.startswith("no regression or improvement: searched 8 series")
+    assert "chat/P0" in r.stdout and "60 buckets of 1m (chosen for the window)" in r.stdout  # an hour: 1m buckets
     r = _cli("regressions", "--db", str(healthy_run / "db.duckdb"), "--format", "json")
     assert r.returncode == 0 and json.loads(r.stdout) == [] and "no regression" in r.stderr
 
