@@ -15,7 +15,9 @@ plan's per-replica goodput is multiplied by it (tokens per wall second are that 
 from __future__ import annotations
 
 import argparse
+import shlex
 import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -29,7 +31,16 @@ from exporters.trace_store import TraceStore
 from goodput.foundation.args import port, positive_number
 from goodput.foundation.http import Server, metrics_routes, serve_until_signal
 from goodput.foundation.yamlfile import load_mapping
-from goodput.incident import INCIDENT_AT_S, RESCUE_AT_S, incident_fleet
+from goodput.incident import (
+    ADDED_REPLICAS,
+    ALERT,
+    COLD_START_S,
+    INCIDENT_AT_S,
+    RESCUE_AT_S,
+    incident_fleet,
+    incident_plan,
+    rag_deployment,
+)
 from goodput.ingest_loop import IngestLoop
 from goodput.rulegen import build, load_spec, write
 from goodput.stack import (
@@ -40,6 +51,7 @@ from goodput.stack import (
     start_console,
     start_prometheus,
 )
+from goodput.timeline import Timeline, alert_line
 from goodput.webhook import WebhookReceiver
 from simulator.config import load_fleet
 from simulator.live import LiveFleet
@@ -48,6 +60,11 @@ from simulator.span_sink import SpanSink
 __all__ = ["Demo", "register"]
 
 DEFAULT_FLEET = Path("examples/fleet.yaml")
+# what each child serves that a person opens: Debian's Prometheus 2.42 serves its classic UI only (/alerts is a
+# 404 there), Debian's Alertmanager no UI at all (its API; the console's Overview reads it)
+PAGES = {"prometheus": ("/classic/alerts", "alerts and rules; /classic/graph to query"),
+         "alertmanager": ("/api/v2/alerts", "API; /api/v2/silences; no web UI in Debian's package"),
+         "console": ("/", "the triage console")}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,11 +108,18 @@ class Demo:
         out = args.out
         out.mkdir(parents=True, exist_ok=True)
         self.fleet_path = args.fleet
+        self.plan_path: Path | None = args.plan if args.plan and args.plan.exists() else None
         if not args.no_incident:
             self.fleet_path = out / "fleet.yaml"
-            fleet = incident_fleet(load_mapping(args.fleet, "a fleet"), str(args.fleet), only_rag=args.headless)
+            source = load_mapping(args.fleet, "a fleet")
+            fleet = incident_fleet(source, str(args.fleet), only_rag=args.headless)
             self.fleet_path.write_text("# the demo's fleet: " + str(args.fleet) + " with the scripted incident "
                                        "(goodput/incident.py)\n" + yaml.safe_dump(fleet, sort_keys=False))
+            if self.plan_path is not None:
+                plan_doc = incident_plan(load_mapping(self.plan_path, "a plan"), rag_deployment(fleet, str(args.fleet)))
+                self.plan_path = out / "plan.yaml"
+                self.plan_path.write_text(f"# the demo's plan: {args.plan} with the incident's RAG pool "
+                                          "(goodput/incident.py)\n" + yaml.safe_dump(plan_doc, sort_keys=False))
         cfg = load_fleet(self.fleet_path)
         host = args.host
         self.metrics = RequestMetrics()
@@ -118,13 +142,16 @@ class Demo:
             lambda: self.engine.heartbeat.problem() if self.engine else None))
         self.sampler: Sampler | None = None
         self._watch = threading.Event()
-        plan = load_plan(args.plan) if args.plan and args.plan.exists() else None
+        plan = load_plan(self.plan_path) if self.plan_path is not None else None
         self.plan = plan and Plan({d: g * args.speed for d, g in plan.goodput.items()}, plan.desired)
         self.db = out / "analyzer.duckdb"
         self.ingester = IngestLoop(out / "traces", self.db, interval_s=10.0 / min(args.speed, 5.0))
         self.alerts_log = out / "alerts.log"
         self.hook = WebhookReceiver(host, args.webhook_port, on_alert=self._log_alert)
         self.processes: list[Process] = []
+        self.timeline = Timeline(self.live)
+        self.received: list[tuple[float, str, dict]] = []  # (wall time, receiver, alert) as the webhook got them
+        self.died: dict[str, int] = {}  # child -> exit code, for those that exited while the demo ran
 
     def start(self) -> Demo:
         self.store.start()
@@ -142,13 +169,23 @@ class Demo:
         self.ingester.start()
         if not self.args.no_console and not self.args.headless:
             self._start_console()
+        self.timeline.start(self._watch_children)
         return self
+
+    def _watch_children(self) -> None:
+        """Say once when Prometheus, Alertmanager or the console exits without being stopped."""
+        for p in self.processes:
+            code = p.died()
+            if code is not None and p.name not in self.died:
+                self.died[p.name] = code
+                self.timeline.say(self.live.virtual_now(), "DIED", f"{p.name} exited with code {code}; its log: "
+                                  f"{p.log}; the demo goes on without it (Ctrl-C to stop)")
 
     def _start_console(self) -> None:
         a = self.args
         urls = {p.name: p.url for p in self.processes}
         env = {"GOODPUT_DB": str(self.db.resolve()), "GOODPUT_RELEASES": str((a.out / "releases.yaml").resolve()),
-               "GOODPUT_PLAN": str(a.plan.resolve()),
+               "GOODPUT_PLAN": str((self.plan_path or a.plan).resolve()),
                "GOODPUT_PROMETHEUS_URL": urls.get("prometheus", f"http://{a.host}:{a.prometheus_port}"),
                "GOODPUT_ALERTMANAGER_URL": urls.get("alertmanager", f"http://{a.host}:{a.alertmanager_port}")}
         console = start_console(a.out / "console", a.console_port, env, a.host)
@@ -194,24 +231,39 @@ class Demo:
         prom.ready("/-/ready")
 
     def _log_alert(self, receiver: str, alert: dict) -> None:
-        labels = alert.get("labels", {})
-        line = (f"{alert.get('startsAt', '')} {receiver:6s} {alert.get('status', ''):8s} {labels.get('alertname', '')} "
-                + " ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname",)))
+        self.received.append((time.time(), receiver, alert))
         with self.alerts_log.open("a") as f:
-            f.write(line + "\n")
-        if receiver == "pager" and alert.get("status") == "firing":
-            print(f"PAGE: {line}", flush=True)
+            f.write(alert_line(receiver, alert) + "\n")
+        self.timeline.alert(receiver, alert)
+
+    def incident_deployment(self) -> str:
+        return rag_deployment(load_mapping(self.fleet_path, "a fleet"), str(self.fleet_path))
+
+    def commands(self, db: Path | None = None) -> dict[str, list[str]]:
+        """The analyzer commands the demo prints (``goodput`` arguments), on the traces it stores; the headless run
+        runs exactly these. ``db``: a database of your own (the console's is replaced as the ingest loop refreshes)."""
+        out = self.args.out
+        db, traces, rel = str(db or out / "my-analysis.duckdb"), str(out / "traces"), str(out / "releases.yaml")
+        dep = self.live.cfg.deployments[0].name if self.args.no_incident else self.incident_deployment()
+        return {"ingest": ["analyze", "ingest", traces, "--db", db],
+                "decompose": ["analyze", "decompose", "--db", db, "--by", "deployment,tier"],
+                "regressions": ["analyze", "regressions", "--db", db, "--releases", rel],
+                "triage": ["analyze", "triage", "--db", db, "--deployment", dep, "--releases", rel]}
 
     def urls(self) -> dict[str, str]:
         urls = {"gpu exporter": f"{self.gpu_srv.url}/metrics", "engine exporter": f"{self.eng_srv.url}/metrics",
                 "request exporter": f"{self.req_srv.url}/metrics", "OTLP/HTTP traces": f"{self.otlp.url}/v1/traces"}
         for p in self.processes:
-            urls[p.name] = p.url
+            path, what = PAGES.get(p.name, ("", ""))
+            urls[p.name] = f"{p.url}{path}" + (f"  ({what})" if what else "")
         urls["webhook receiver"] = f"{self.hook.url}/{{pager,ticket,log}}  (log: {self.alerts_log})"
         return urls
 
     def stop(self) -> None:
         self._watch.set()
+        for proc in self.processes:
+            proc.stopping = True
+        self.timeline.stop()
         self.ingester.stop()
         for proc in self.processes:
             proc.stop()
@@ -250,18 +302,17 @@ def _demo(args: argparse.Namespace) -> int:
                   "prometheus-alertmanager, or drop --no-prometheus)")
         print(f"  targets file             {demo.targets_path}")
         print(f"  trace store              {args.out / 'traces'}")
-        # a database of your own: the console's (demo.db) is replaced by the ingest loop as it refreshes
-        db, traces, rel = args.out / "my-analysis.duckdb", args.out / "traces", args.out / "releases.yaml"
         print("Analyze the stored traces yourself (works while the demo runs; re-run ingest to add new ones):")
-        print(f"  .venv/bin/goodput analyze ingest {traces} --db {db}")
-        print(f"  .venv/bin/goodput analyze decompose --db {db} --by deployment,tier")
-        print(f"  .venv/bin/goodput analyze regressions --db {db} --releases {rel}")
-        first = demo.live.cfg.deployments[0].name
-        print(f"  .venv/bin/goodput analyze triage --db {db} --deployment {first} --releases {rel}")
+        for argv in demo.commands().values():
+            print("  .venv/bin/goodput " + shlex.join(argv))
         if not args.no_incident:
-            print(f"Scripted incident (goodput/incident.py; --no-incident to skip): a prompt-template release at "
-                  f"{INCIDENT_AT_S / args.speed:.0f} s doubles the RAG deployment's input; replicas are added at "
-                  f"{RESCUE_AT_S / args.speed:.0f} s. Watch the console's Overview and Releases pages.")
+            dep = demo.incident_deployment()
+            stamp = demo.timeline.stamp
+            print(f"Scripted incident (goodput/incident.py; --no-incident to skip), every tier within its SLO before "
+                  f"it:\n  {stamp(INCIDENT_AT_S)} a prompt-template release doubles {dep}'s input; its queue builds "
+                  f"and {ALERT} pages some minutes later\n  {stamp(RESCUE_AT_S)} {ADDED_REPLICAS} replicas are "
+                  f"added, serving from {stamp(RESCUE_AT_S + COLD_START_S)}; the queue drains and the alert resolves\n"
+                  "Watch the console's Overview, Workload and Releases pages (docs/console.md). As it happens:")
         print(f"The analyzer database {demo.db} is refreshed every {demo.ingester.interval_s:g} s.")
         print("Ctrl-C to stop.", flush=True)
         serve_until_signal(lambda: None, args.duration)
