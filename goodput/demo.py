@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import threading
 import time
 from pathlib import Path
@@ -178,8 +179,9 @@ class Demo:
             code = p.died()
             if code is not None and p.name not in self.died:
                 self.died[p.name] = code
-                self.timeline.say(self.live.virtual_now(), "DIED", f"{p.name} exited with code {code}; its log: "
-                                  f"{p.log}; the demo goes on without it (Ctrl-C to stop)")
+                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                self.timeline.say(self.live.virtual_now(), "DIED", f"{p.name} {how}; its log: {p.log}; the demo "
+                                  "goes on without it (Ctrl-C to stop)")
 
     def _start_console(self) -> None:
         a = self.args

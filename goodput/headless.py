@@ -112,13 +112,14 @@ class Story:
     def wait(self, what: str, check: Callable[[], object], by_virtual_s: float, every_s: float = 0.5,
              slack_s: float = SLACK_S) -> object:
         deadline = self.demo.live.t0 + by_virtual_s / self.demo.args.speed + slack_s
-        last = None
-        while time.monotonic() < deadline:
+        while True:  # looked at once at least, however late
             if self.demo.died:
                 raise Died(", ".join(f"{n} exited with code {c}" for n, c in self.demo.died.items()))
             last = check()
             if last:
                 return last
+            if time.monotonic() >= deadline:
+                break
             time.sleep(every_s)
         raise Missed(f"no {what} by virtual second {by_virtual_s:.0f} (+{SLACK_S:.0f} s); last seen: {last!r}")
 

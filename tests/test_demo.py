@@ -10,6 +10,7 @@ stored, the console it prints answers, and SIGTERM stops it cleanly. Then the sc
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -23,11 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from goodput.incident import RESCUE_AT_S
+from goodput.incident import INCIDENT_AT_S, RESCUE_AT_S, incident_fleet, incident_plan, rag_deployment
+from simulator.config import parse_fleet
+from simulator.run import simulate
 from tests.conftest import REPO, free_port_block, require
 
 LOST_AT_S = 30  # virtual = wall seconds after the fleet starts; leaves room for a slow start under load
@@ -199,3 +203,65 @@ def test_headless_incident_pages_is_attributed_and_resolves(tmp_path):
     assert resolved and int(resolved.group(1)) >= RESCUE_AT_S, out
     log = (tmp_path / "out" / "alerts.log").read_text()
     assert re.search(r" pager +resolved +LLMQueueWaitRisingReplicasShort .*deployment=rag-70b-h200", log), log
+
+
+
+def _attainment(requests, start, slos: list[dict], lo_s: float, hi_s: float) -> dict[tuple[str, str, str], float]:
+    """Per deployment, tier and route: the share of requests arriving in [lo, hi) virtual seconds after ``start``
+    that met both the TTFT and TPOT thresholds, as the Overview counts them (console/sql/overview.sql: a rejection
+    misses, TPOT over output tokens - 1)."""
+    d = requests[((requests["arrival"] - start).dt.total_seconds() >= lo_s)
+                 & ((requests["arrival"] - start).dt.total_seconds() < hi_s)]
+    ttft = (d["first_token"] - d["arrival"]).dt.total_seconds()
+    tpot = ((d["completed"] - d["first_token"]).dt.total_seconds() / (d["output_tokens"] - 1)).where(
+        d["output_tokens"] > 1, 0.0)
+    out = {}
+    for s in slos:
+        sel = (d["tier"] == s["tier"]) & (d["route"] == s["route"])
+        ok = sel & (d["outcome"] == "ok") & (ttft <= s["ttft_seconds"]) & (tpot.fillna(0) <= s["tpot_seconds"])
+        for dep in d.loc[sel, "deployment"].unique():
+            mine = d["deployment"] == dep
+            out[(dep, s["tier"], s["route"])] = float(ok[mine & sel].sum() / (mine & sel).sum())
+    return out
+
+
+def _demo_fleet() -> tuple[dict, dict]:
+    """The fleet and plan ``goodput demo`` runs (its DIR/fleet.yaml and DIR/plan.yaml), from the committed files."""
+    source = yaml.safe_load((REPO / "examples" / "fleet.yaml").read_text())
+    fleet = incident_fleet(source, "examples/fleet.yaml")
+    plan = incident_plan(yaml.safe_load((REPO / "examples" / "plan.yaml").read_text()), rag_deployment(fleet, "x"))
+    return fleet, plan
+
+
+def test_the_demo_fleet_meets_every_slo_before_the_release_and_only_the_release_overloads_it():
+    """Measured in virtual time (`goodput simulate` of the demo's fleet) against rules/slos.yaml: in the five minutes
+    before the release every deployment, tier and route meets its objective, and no deployment is short of
+    replicas by the plan (demand x redundancy / per-replica goodput, as deployment:llm_replicas_required:ceil); the
+    other deployments keep meeting theirs through the incident (no burst or batch of their own)."""
+    fleet, plan = _demo_fleet()
+    spec = yaml.safe_load((REPO / "rules" / "slos.yaml").read_text())
+    cfg = parse_fleet(fleet, "the demo's fleet")
+    res = simulate(cfg, RESCUE_AT_S, drain_s=300.0)
+    requests = res.table.arrow().to_pandas()
+    start = pd.Timestamp(cfg.start_time)
+    objective = {(s["tier"], s["route"]): s["objective"] for s in spec["slos"]}
+    before = _attainment(requests, start, spec["slos"], INCIDENT_AT_S - 300, INCIDENT_AT_S)
+    assert len(before) == 4, before  # chat P0, code P1, rag P1, batch P2
+    missed = {k: round(v, 3) for k, v in before.items() if v < objective[k[1:]]}
+    assert not missed, f"missed before the release: {missed} (objectives {objective})"
+
+    window = ((requests["arrival"] - start).dt.total_seconds() >= INCIDENT_AT_S - 300) & (
+        (requests["arrival"] - start).dt.total_seconds() < INCIDENT_AT_S)
+    tokens = requests[window].groupby("deployment")[["input_tokens", "output_tokens"]].sum().sum(axis=1) / 300
+    redundancy = spec["thresholds"]["capacity_redundancy"]
+    replicas = {d["name"]: d["replicas"] for d in fleet["deployments"]}
+    goodput = {d: p["replica_goodput_tokens_per_second"] for d, p in plan["deployments"].items()}
+    short = {d: (tok, math.ceil(tok * redundancy / goodput[d]), replicas[d]) for d, tok in tokens.items()
+             if math.ceil(tok * redundancy / goodput[d]) > replicas[d]}
+    assert not short, f"replicas short before the release (tokens/s, required, replicas): {short}"
+
+    rag = rag_deployment(fleet, "x")
+    for lo in range(0, int(RESCUE_AT_S) - 300 + 1, 300):
+        during = _attainment(requests, start, spec["slos"], lo, lo + 300)
+        hurt = {k: round(v, 3) for k, v in during.items() if k[0] != rag and v < objective[k[1:]]}
+        assert not hurt, f"an overload besides the scripted one, virtual {lo}-{lo + 300} s: {hurt}"
