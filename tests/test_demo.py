@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -32,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from goodput.incident import INCIDENT_AT_S, RESCUE_AT_S, incident_fleet, incident_plan, rag_deployment
 from simulator.config import parse_fleet
 from simulator.run import simulate
-from tests.conftest import REPO, free_port_block, require
+from tests.conftest import REPO, free_port_block, needs, require
 
 LOST_AT_S = 30  # virtual = wall seconds after the fleet starts; leaves room for a slow start under load
 FLEET = {
@@ -265,3 +266,97 @@ def test_the_demo_fleet_meets_every_slo_before_the_release_and_only_the_release_
         during = _attainment(requests, start, spec["slos"], lo, lo + 300)
         hurt = {k: round(v, 3) for k, v in during.items() if k[0] != rag and v < objective[k[1:]]}
         assert not hurt, f"an overload besides the scripted one, virtual {lo}-{lo + 300} s: {hurt}"
+
+
+STORY_SPEED = 10
+STORY_FLEET = {
+    "name": "story-test", "start_time": "2026-11-23T09:00:00Z", "seed": 5,
+    "deployments": [{"name": "story", "model": "Llama-3.1-8B", "gpu": "H100-80GB-SXM", "replicas": 1}],
+    "workloads": [{"name": "chat", "scene": "chat", "tier": "P0", "deployment": "story", "tenants": {"acme": 1},
+                   "input_tokens": {"p50": 300, "p95": 1000, "p99": 1500, "max": 2000},
+                   "output_tokens": {"p50": 60, "p95": 200, "p99": 300, "max": 400},
+                   "arrival": {"process": "poisson", "rate": 2}}],
+    "events": [{"at": 20, "kind": "release", "deployment": "story", "release_kind": "config", "from": "c1",
+                "to": "c2", "note": "a knob"},
+               {"at": 40, "kind": "replica_added", "deployment": "story", "cold_start_s": 20}],
+}
+NARRATED = re.compile(r"^\[(\d\d:\d\d:\d\d) UTC  T\+(\d\d):(\d\d)\] (\S+) +(.*)$", re.M)
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()]
+
+
+@needs("prometheus", "prometheus-alertmanager")
+def test_the_terminal_tells_the_timeline_logs_start_and_end_and_says_when_a_child_dies(tmp_path):
+    """`goodput demo` on a fleet with a release and a scale-out: the terminal tells each with its wall-clock and
+    virtual time, in order; a page and its resolution as Alertmanager posts them to the webhook (told once, however
+    often resent), and alerts.log keeps each alert's start and, once resolved, its end; SIGKILL to the demo's
+    Alertmanager is told at once, naming it, how it ended and its log."""
+    fleet, out = tmp_path / "fleet.yaml", tmp_path / "out"
+    fleet.write_text(yaml.safe_dump(STORY_FLEET))
+    base = free_port_block(10)
+    ports = {"gpu": base + 3, "engine": base + 4, "requests": base + 5, "otlp": base + 6, "prometheus": base + 7,
+             "alertmanager": base + 8, "webhook": base + 9}
+    stdout = tmp_path / "stdout.txt"
+    with stdout.open("w") as so:
+        p = subprocess.Popen([sys.executable, "-m", "goodput", "demo", "--fleet", str(fleet), "--out", str(out),
+                              "--base-port", str(base), *(a for k, v in ports.items() for a in (f"--{k}-port", str(v))),
+                              "--speed", str(STORY_SPEED), "--duration", "200", "--no-incident", "--no-console"],
+                             cwd=REPO, stdout=so, stderr=subprocess.STDOUT, text=True)
+    hook = f"http://127.0.0.1:{ports['webhook']}/pager"
+    told = lambda what: [m for m in NARRATED.finditer(stdout.read_text()) if m.group(4) == what]  # noqa: E731
+    try:
+        _wait("the demo to start", lambda: "Ctrl-C to stop." in stdout.read_text(), 90)
+        _wait("the scale-out to be told", lambda: told("SCALE-OUT"), 60)
+        alert = {"status": "firing", "labels": {"alertname": "StoryPage", "deployment": "story", "tier": "P0"},
+                 "fingerprint": "0123456789abcdef", "startsAt": _rfc3339(time.time()),
+                 "endsAt": _rfc3339(time.time() + 300)}
+        for _ in range(2):  # Alertmanager resends a firing alert at every repeat interval
+            assert httpx.post(hook, json={"status": "firing", "alerts": [alert]}, timeout=10).status_code == 200
+        _wait("the page to be told", lambda: told("PAGE"), 30)
+        _wait("the added replica to be told ready", lambda: told("READY"), 60)
+        resolved = {**alert, "status": "resolved", "endsAt": _rfc3339(time.time())}
+        assert httpx.post(hook, json={"status": "resolved", "alerts": [resolved]}, timeout=10).status_code == 200
+        _wait("the resolution to be told", lambda: told("RESOLVED"), 30)
+
+        am = [c for c in _children(p.pid) if "alertmanager" in Path(f"/proc/{c}/cmdline").read_text()]
+        assert len(am) == 1, _children(p.pid)
+        os.kill(am[0], signal.SIGKILL)
+        died = _wait("the demo to say Alertmanager died", lambda: told("DIED"), 30)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, stdout.read_text()[-3000:]
+    printed = stdout.read_text()
+    assert died[0].group(5).startswith("alertmanager was killed by SIGKILL; its log: "), printed
+    assert str(out / "alertmanager" / "alertmanager.log") in died[0].group(5), printed
+
+    lines = [m for m in NARRATED.finditer(printed)]
+    kinds = [m.group(4) for m in lines]
+    assert kinds == ["RELEASE", "SCALE-OUT", "PAGE", "READY", "RESOLVED", "DIED"], printed
+    virtual = {m.group(4): int(m.group(2)) * 60 + int(m.group(3)) for m in lines}
+    assert [virtual[k] for k in kinds] == sorted(virtual[k] for k in kinds), printed
+    assert (virtual["RELEASE"], virtual["SCALE-OUT"], virtual["READY"]) == (20, 40, 60), printed  # the fleet's own times
+    assert "story config c1 -> c2: a knob" in lines[0].group(5)
+    assert "story 1 -> 2 replicas (1 added, cold start 20 s)" in lines[1].group(5)
+    assert "story 2 of 2 replicas serving" in lines[3].group(5)
+    wall = {m.group(4): m.group(1) for m in lines}
+    assert wall["PAGE"] == alert["startsAt"][11:19] and wall["RESOLVED"] == resolved["endsAt"][11:19], printed
+    assert lines[2].group(5) == "StoryPage deployment=story tier=P0", printed
+    # wall clock and virtual time agree: STORY_SPEED virtual seconds a wall second
+    t = {k: datetime.strptime(v, "%H:%M:%S") for k, v in wall.items()}
+    assert abs((t["READY"] - t["RELEASE"]).total_seconds() - 40 / STORY_SPEED) <= 1, printed
+
+    log = [line.split() for line in (out / "alerts.log").read_text().splitlines() if "StoryPage" in line]
+    assert [(x[0], x[1], x[2], x[3]) for x in log] == [(alert["startsAt"], "-", "pager", "firing")] * 2 + [
+        (alert["startsAt"], resolved["endsAt"], "pager", "resolved")], log
