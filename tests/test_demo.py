@@ -186,8 +186,13 @@ def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
 
 
 @pytest.mark.slow
-def test_headless_incident_pages_is_attributed_and_resolves(tmp_path):
-    """CI's run of the scripted incident at speed 20 (rules at 1/20 of their durations: goodput/demo.py)."""
+def test_headless_incident_tells_and_checks_the_whole_story(tmp_path):
+    """CI's run of the scripted incident at speed 20 (rules at 1/20 of their durations: goodput/demo.py): met
+    before the release, paged, found, resolved after the scale-out, quiet after it; and the terminal told it.
+
+    Two of its checks need the other engineers' work of issue 21 (merged with this branch): the printed
+    `regressions` finding the release within 10 minutes of the page ("verdicts": the bucket chosen from the window)
+    and no new page once the added replicas serve ("signals": rules on what waits now)."""
     require("prometheus", "prometheus-alertmanager")
     base = free_port_block(12, below_ephemeral=True)  # its added replicas bind a minute in
     ports = [a for k, p in {"gpu": 6, "engine": 7, "requests": 8, "otlp": 9, "prometheus": 10, "alertmanager": 11,
@@ -195,17 +200,28 @@ def test_headless_incident_pages_is_attributed_and_resolves(tmp_path):
     r = subprocess.run([sys.executable, "-m", "goodput", "demo", "--headless", "--speed", "20", "--out",
                         str(tmp_path / "out"), "--base-port", str(base), *ports],
                        cwd=REPO, capture_output=True, text=True, timeout=420)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     out = r.stdout
-    assert re.search(r"PAGE .* pager +firing +LLMQueueWaitRisingReplicasShort deployment=rag-70b-h200", out), out
-    assert "the Overview lists LLMQueueWaitRisingReplicasShort for rag-70b-h200" in out
-    assert re.search(r"Releases blames the release: .* after prompt_template rag-v3 -> rag-v4", out), out
-    resolved = re.search(r"virtual +(\d+) s: RESOLVED .* resolved +LLMQueueWaitRisingReplicasShort", out)
-    assert resolved and int(resolved.group(1)) >= RESCUE_AT_S, out
+    ok = [line.split("] ", 1)[1] for line in out.splitlines() if line.startswith("  ok   [")]
+    for check in (r"before the release rag-70b-h200 met its SLO \(tpot P1/rag .* ttft P1/rag .*\) with 1 replicas "
+                  r"available, 1 required",
+                  r"paged: \S+ - pager +firing +LLMQueueWaitRisingReplicasShort deployment=rag-70b-h200",
+                  r"the Overview lists LLMQueueWaitRisingReplicasShort for rag-70b-h200",
+                  r"Releases blames the release: .* after prompt_template rag-v3 -> rag-v4",
+                  r"resolved at \[\S+ UTC  T\+(\d\d):\d\d\] \(after the scale-out",
+                  r"the printed regressions command finds the release: .* after prompt_template rag-v3 -> rag-v4",
+                  r"no new page for rag-70b-h200 from the replicas' readiness"):
+        assert any(re.match(check, line) for line in ok), f"missed: {check}\n{out[-5000:]}"
+    resolved = next(re.match(r"resolved at \[\S+ UTC  T\+(\d\d):(\d\d)", line) for line in ok
+                    if line.startswith("resolved at"))
+    assert int(resolved.group(1)) * 60 + int(resolved.group(2)) >= RESCUE_AT_S, out
+    told = {m.group(4): int(m.group(2)) * 60 + int(m.group(3)) for m in reversed(list(NARRATED.finditer(out)))
+            if m.group(4) not in ("PAGE", "RESOLVED") or m.group(5).startswith("LLMQueueWaitRisingReplicasShort ")}
+    assert told.get("RELEASE") == INCIDENT_AT_S and told.get("SCALE-OUT") == RESCUE_AT_S, out
+    assert INCIDENT_AT_S < told.get("PAGE", 0) < RESCUE_AT_S < told.get("READY", 0) <= told.get("RESOLVED", 0), out
     log = (tmp_path / "out" / "alerts.log").read_text()
-    assert re.search(r" pager +resolved +LLMQueueWaitRisingReplicasShort .*deployment=rag-70b-h200", log), log
-
-
+    assert re.search(r"^\S+Z \S+Z pager +resolved +LLMQueueWaitRisingReplicasShort .*deployment=rag-70b-h200", log,
+                     re.M), log
+    assert r.returncode == 0, out[-4000:] + r.stderr[-2000:]
 
 def _attainment(requests, start, slos: list[dict], lo_s: float, hi_s: float) -> dict[tuple[str, str, str], float]:
     """Per deployment, tier and route: the share of requests arriving in [lo, hi) virtual seconds after ``start``
