@@ -65,7 +65,7 @@ DEFAULT_FLEET = Path("examples/fleet.yaml")
 # 404 there), Debian's Alertmanager no UI at all (its API; the console's Overview reads it)
 PAGES = {"prometheus": ("/classic/alerts", "alerts and rules; /classic/graph to query"),
          "alertmanager": ("/api/v2/alerts", "API; /api/v2/silences; no web UI in Debian's package"),
-         "console": ("/", "the triage console")}
+         "console": ("", "the triage console")}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
