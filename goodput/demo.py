@@ -4,7 +4,9 @@ One process runs the live fleet, the three exporters (GPU on fake GPUs that foll
 engine scraping every replica, requests receiving the fleet's spans over OTLP/HTTP), Prometheus,
 Alertmanager, an ingest loop that keeps the analyzer's database current, and the triage console, and
 prints where everything is. Unless ``--no-incident``, the fleet runs the scripted incident of
-goodput/incident.py. Ctrl-C or SIGTERM stops it, flushing the trace store.
+goodput/incident.py. The terminal then tells the timeline as it happens (goodput/timeline.py: releases,
+scale-outs, replicas ready, pages and resolutions, with their times) and says when a child (Prometheus,
+Alertmanager, the console) exits. Ctrl-C or SIGTERM stops it, flushing the trace store.
 
 At ``--speed`` above 1 the fleet's clock runs that much faster than Prometheus': the rules are generated
 with every window and ``for`` divided by the speed (into DIR/rules), Alertmanager's waits likewise, and the
@@ -93,8 +95,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-console", action="store_true", help="do not start the triage console")
     p.add_argument("--no-incident", action="store_true", help="run the fleet file as it is, without the scripted incident")
     p.add_argument("--headless", action="store_true",
-                   help="run the incident on the RAG deployment alone, check that it pages, that the release is blamed "
-                        "and that it resolves, and exit 0 (1 when a check fails); use with --speed 20")
+                   help="run the incident on the RAG deployment alone and check its story: SLO met before the release, "
+                        "the page, the release found by the printed commands, resolved after the scale-out, no page "
+                        "after it; exit 0 (1 when a check fails); use with --speed 20")
     p.add_argument("--week", default=None, metavar="YYYY-Www",
                    help="instead of the live stack: simulate that week, backfill it into Prometheus (--prometheus-port), "
                         "write OUT/week/review/ and serve the week until Ctrl-C (docs/review.md)")
