@@ -307,6 +307,7 @@ def _demo(args: argparse.Namespace) -> int:
                   "prometheus-alertmanager, or drop --no-prometheus)")
         print(f"  targets file             {demo.targets_path}")
         print(f"  trace store              {args.out / 'traces'}")
+        print(f"The analyzer database {demo.db} is refreshed every {demo.ingester.interval_s:g} s.")
         print("Analyze the stored traces yourself (works while the demo runs; re-run ingest to add new ones):")
         for argv in demo.commands().values():
             print("  .venv/bin/goodput " + shlex.join(argv))
@@ -318,7 +319,6 @@ def _demo(args: argparse.Namespace) -> int:
                   f"and {ALERT} pages some minutes later\n  {stamp(RESCUE_AT_S)} {ADDED_REPLICAS} replicas are "
                   f"added, serving from {stamp(RESCUE_AT_S + COLD_START_S)}; the queue drains and the alert resolves\n"
                   "Watch the console's Overview, Workload and Releases pages (docs/console.md). As it happens:")
-        print(f"The analyzer database {demo.db} is refreshed every {demo.ingester.interval_s:g} s.")
         print("Ctrl-C to stop.", flush=True)
         serve_until_signal(lambda: None, args.duration)
     except KeyboardInterrupt:
