@@ -78,6 +78,16 @@ def _gpus(url: str) -> dict[str, dict[str, float]]:
     return out
 
 
+def _stop(p: subprocess.Popen) -> None:
+    """SIGTERM, as Ctrl-C stops the demo cleanly; killed only if it has not stopped in a minute."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
 
@@ -180,12 +190,7 @@ def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
         facts = json.loads(_run([*goodput, *triage, "--format", "json"]).stdout)["facts"]
         assert facts["decomposition"]["deployment"] == "chat-test" and facts["recent"]["requests"] > 0
     finally:
-        p.send_signal(signal.SIGTERM)  # stops cleanly, like Ctrl-C
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        _stop(p)
     assert p.returncode == 0, stderr.read_text()[-3000:]
     assert stdout.read_text().rstrip().endswith("goodput demo stopped.")
     assert list(Path(out / "traces").glob("date=*/hour=*/*.parquet"))
@@ -352,12 +357,7 @@ def test_the_terminal_tells_the_timeline_logs_start_and_end_and_says_when_a_chil
         os.kill(am[0], signal.SIGKILL)
         died = _wait("the demo to say Alertmanager died", lambda: told("DIED"), 30)
     finally:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        _stop(p)
     assert p.returncode == 0, stdout.read_text()[-3000:]
     printed = stdout.read_text()
     assert died[0].group(5).startswith("alertmanager was killed by SIGKILL; its log: "), printed
