@@ -9,6 +9,7 @@ stored, the console it prints answers, and SIGTERM stops it cleanly. Then the sc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -315,8 +316,12 @@ def _rfc3339(t: float) -> str:
 
 
 def _children(pid: int) -> list[int]:
-    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-            for c in (task / "children").read_text().split()]
+    """The process' children (those its threads started; a thread may end while we read)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
 
 
 @needs("prometheus", "prometheus-alertmanager")
