@@ -17,12 +17,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TextIO
 
-__all__ = ["Timeline", "alert_line", "alert_times"]
+__all__ = ["Timeline", "alert_line", "alert_times", "parse_time"]
 
 NARRATED_RECEIVERS = ("pager", "ticket")
 
 
-def _parse(ts: str) -> datetime | None:
+def parse_time(ts: str) -> datetime | None:
     """An RFC 3339 time from Alertmanager (nanosecond fractions and Go's zero time included); None if unset."""
     if not ts or ts.startswith("0001-"):
         return None
@@ -37,7 +37,7 @@ def _parse(ts: str) -> datetime | None:
 def alert_times(alert: dict) -> tuple[str, str]:
     """(start, end) as the alerts log writes them: RFC 3339, end ``-`` while the alert fires."""
     start = alert.get("startsAt") or "-"
-    end = alert.get("endsAt") if alert.get("status") == "resolved" and _parse(alert.get("endsAt", "")) else None
+    end = alert.get("endsAt") if alert.get("status") == "resolved" and parse_time(alert.get("endsAt", "")) else None
     return start, end or "-"
 
 
@@ -120,7 +120,7 @@ class Timeline:
                 return
             self._status[key] = status
         labels = alert.get("labels") or {}
-        start, end = _parse(alert.get("startsAt", "")), _parse(alert.get("endsAt", ""))
+        start, end = parse_time(alert.get("startsAt", "")), parse_time(alert.get("endsAt", ""))
         at = end if status == "resolved" and end else start
         virtual = (at.timestamp() - self.live.started) * self.live.speed if at else self.live.virtual_now()
         what = {"firing": "PAGE" if receiver == "pager" else "TICKET", "resolved": "RESOLVED"}.get(status, status)

@@ -220,7 +220,7 @@ def test_headless_incident_tells_and_checks_the_whole_story(tmp_path):
                   r"the Overview lists LLMQueueWaitRisingReplicasShort for rag-70b-h200",
                   r"Releases blames the release: .* after prompt_template rag-v3 -> rag-v4",
                   r"resolved at \[\S+ UTC  T\+(\d\d):\d\d\] \(after the scale-out",
-                  r"the printed regressions command finds the release: .* after prompt_template rag-v3 -> rag-v4",
+                  r"the printed regressions command, run at .* allowed\), finds the release: .* after prompt_template rag-v3 ",
                   r"no new page for rag-70b-h200 from the replicas' readiness"):
         assert any(re.match(check, line) for line in ok), f"missed: {check}\n{out[-5000:]}"
     resolved = next(re.match(r"resolved at \[\S+ UTC  T\+(\d\d):(\d\d)", line) for line in ok
