@@ -115,8 +115,7 @@ class Demo:
         self.plan_path: Path | None = args.plan if args.plan and args.plan.exists() else None
         if not args.no_incident:
             self.fleet_path = out / "fleet.yaml"
-            source = load_mapping(args.fleet, "a fleet")
-            fleet = incident_fleet(source, str(args.fleet), only_rag=args.headless)
+            fleet = incident_fleet(load_mapping(args.fleet, "a fleet"), str(args.fleet), only_rag=args.headless)
             self.fleet_path.write_text("# the demo's fleet: " + str(args.fleet) + " with the scripted incident "
                                        "(goodput/incident.py)\n" + yaml.safe_dump(fleet, sort_keys=False))
             if self.plan_path is not None:
@@ -182,7 +181,7 @@ class Demo:
             code = p.died()
             if code is not None and p.name not in self.died:
                 self.died[p.name] = code
-                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
                 self.timeline.say(self.live.virtual_now(), "DIED", f"{p.name} {how}; its log: {p.log}; the demo "
                                   "goes on without it (Ctrl-C to stop)")
 
@@ -282,6 +281,13 @@ class Demo:
         self.store.close()
         for s in (self.req_srv, self.gpu_srv, self.eng_srv):
             s.stop()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _demo(args: argparse.Namespace) -> int:
