@@ -4,7 +4,9 @@ One process runs the live fleet, the three exporters (GPU on fake GPUs that foll
 engine scraping every replica, requests receiving the fleet's spans over OTLP/HTTP), Prometheus,
 Alertmanager, an ingest loop that keeps the analyzer's database current, and the triage console, and
 prints where everything is. Unless ``--no-incident``, the fleet runs the scripted incident of
-goodput/incident.py. Ctrl-C or SIGTERM stops it, flushing the trace store.
+goodput/incident.py. The terminal then tells the timeline as it happens (goodput/timeline.py: releases,
+scale-outs, replicas ready, pages and resolutions, with their times) and says when a child (Prometheus,
+Alertmanager, the console) exits. Ctrl-C or SIGTERM stops it, flushing the trace store.
 
 At ``--speed`` above 1 the fleet's clock runs that much faster than Prometheus': the rules are generated
 with every window and ``for`` divided by the speed (into DIR/rules), Alertmanager's waits likewise, and the
@@ -15,7 +17,10 @@ plan's per-replica goodput is multiplied by it (tokens per wall second are that 
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -29,7 +34,16 @@ from exporters.trace_store import TraceStore
 from goodput.foundation.args import port, positive_number
 from goodput.foundation.http import Server, metrics_routes, serve_until_signal
 from goodput.foundation.yamlfile import load_mapping
-from goodput.incident import INCIDENT_AT_S, RESCUE_AT_S, incident_fleet
+from goodput.incident import (
+    ADDED_REPLICAS,
+    ALERT,
+    COLD_START_S,
+    INCIDENT_AT_S,
+    RESCUE_AT_S,
+    incident_fleet,
+    incident_plan,
+    rag_deployment,
+)
 from goodput.ingest_loop import IngestLoop
 from goodput.rulegen import build, load_spec, write
 from goodput.stack import (
@@ -40,6 +54,7 @@ from goodput.stack import (
     start_console,
     start_prometheus,
 )
+from goodput.timeline import Timeline, alert_line
 from goodput.webhook import WebhookReceiver
 from simulator.config import load_fleet
 from simulator.live import LiveFleet
@@ -48,6 +63,11 @@ from simulator.span_sink import SpanSink
 __all__ = ["Demo", "register"]
 
 DEFAULT_FLEET = Path("examples/fleet.yaml")
+# what each child serves that a person opens: Debian's Prometheus 2.42 serves its classic UI only (/alerts is a
+# 404 there), Debian's Alertmanager no UI at all (its API; the console's Overview reads it)
+PAGES = {"prometheus": ("/classic/alerts", "alerts and rules; /classic/graph to query"),
+         "alertmanager": ("/api/v2/alerts", "API; /api/v2/silences; no web UI in Debian's package"),
+         "console": ("", "the triage console")}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,8 +95,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-console", action="store_true", help="do not start the triage console")
     p.add_argument("--no-incident", action="store_true", help="run the fleet file as it is, without the scripted incident")
     p.add_argument("--headless", action="store_true",
-                   help="run the incident on the RAG deployment alone, check that it pages, that the release is blamed "
-                        "and that it resolves, and exit 0 (1 when a check fails); use with --speed 20")
+                   help="run the incident on the RAG deployment alone and check its story: SLO met before the release, "
+                        "the page, the release found by the printed commands, resolved after the scale-out, no page "
+                        "after it; exit 0 (1 when a check fails); use with --speed 20")
     p.add_argument("--week", default=None, metavar="YYYY-Www",
                    help="instead of the live stack: simulate that week, backfill it into Prometheus (--prometheus-port), "
                         "write OUT/week/review/ and serve the week until Ctrl-C (docs/review.md)")
@@ -91,11 +112,17 @@ class Demo:
         out = args.out
         out.mkdir(parents=True, exist_ok=True)
         self.fleet_path = args.fleet
+        self.plan_path: Path | None = args.plan if args.plan and args.plan.exists() else None
         if not args.no_incident:
             self.fleet_path = out / "fleet.yaml"
             fleet = incident_fleet(load_mapping(args.fleet, "a fleet"), str(args.fleet), only_rag=args.headless)
             self.fleet_path.write_text("# the demo's fleet: " + str(args.fleet) + " with the scripted incident "
                                        "(goodput/incident.py)\n" + yaml.safe_dump(fleet, sort_keys=False))
+            if self.plan_path is not None:
+                plan_doc = incident_plan(load_mapping(self.plan_path, "a plan"), rag_deployment(fleet, str(args.fleet)))
+                self.plan_path = out / "plan.yaml"
+                self.plan_path.write_text(f"# the demo's plan: {args.plan} with the incident's RAG pool "
+                                          "(goodput/incident.py)\n" + yaml.safe_dump(plan_doc, sort_keys=False))
         cfg = load_fleet(self.fleet_path)
         host = args.host
         self.metrics = RequestMetrics()
@@ -118,13 +145,16 @@ class Demo:
             lambda: self.engine.heartbeat.problem() if self.engine else None))
         self.sampler: Sampler | None = None
         self._watch = threading.Event()
-        plan = load_plan(args.plan) if args.plan and args.plan.exists() else None
+        plan = load_plan(self.plan_path) if self.plan_path is not None else None
         self.plan = plan and Plan({d: g * args.speed for d, g in plan.goodput.items()}, plan.desired)
         self.db = out / "analyzer.duckdb"
         self.ingester = IngestLoop(out / "traces", self.db, interval_s=10.0 / min(args.speed, 5.0))
         self.alerts_log = out / "alerts.log"
         self.hook = WebhookReceiver(host, args.webhook_port, on_alert=self._log_alert)
         self.processes: list[Process] = []
+        self.timeline = Timeline(self.live)
+        self.received: list[tuple[float, str, dict]] = []  # (wall time, receiver, alert) as the webhook got them
+        self.died: dict[str, int] = {}  # child -> exit code, for those that exited while the demo ran
 
     def start(self) -> Demo:
         self.store.start()
@@ -142,13 +172,24 @@ class Demo:
         self.ingester.start()
         if not self.args.no_console and not self.args.headless:
             self._start_console()
+        self.timeline.start(self._watch_children)
         return self
+
+    def _watch_children(self) -> None:
+        """Say once when Prometheus, Alertmanager or the console exits without being stopped."""
+        for p in self.processes:
+            code = p.died()
+            if code is not None and p.name not in self.died:
+                self.died[p.name] = code
+                how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+                self.timeline.say(self.live.virtual_now(), "DIED", f"{p.name} {how}; its log: {p.log}; the demo "
+                                  "goes on without it (Ctrl-C to stop)")
 
     def _start_console(self) -> None:
         a = self.args
         urls = {p.name: p.url for p in self.processes}
         env = {"GOODPUT_DB": str(self.db.resolve()), "GOODPUT_RELEASES": str((a.out / "releases.yaml").resolve()),
-               "GOODPUT_PLAN": str(a.plan.resolve()),
+               "GOODPUT_PLAN": str((self.plan_path or a.plan).resolve()), "GOODPUT_FLEET": str(self.fleet_path.resolve()),
                "GOODPUT_PROMETHEUS_URL": urls.get("prometheus", f"http://{a.host}:{a.prometheus_port}"),
                "GOODPUT_ALERTMANAGER_URL": urls.get("alertmanager", f"http://{a.host}:{a.alertmanager_port}")}
         console = start_console(a.out / "console", a.console_port, env, a.host)
@@ -194,24 +235,38 @@ class Demo:
         prom.ready("/-/ready")
 
     def _log_alert(self, receiver: str, alert: dict) -> None:
-        labels = alert.get("labels", {})
-        line = (f"{alert.get('startsAt', '')} {receiver:6s} {alert.get('status', ''):8s} {labels.get('alertname', '')} "
-                + " ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname",)))
+        self.received.append((time.time(), receiver, alert))
         with self.alerts_log.open("a") as f:
-            f.write(line + "\n")
-        if receiver == "pager" and alert.get("status") == "firing":
-            print(f"PAGE: {line}", flush=True)
+            f.write(alert_line(receiver, alert) + "\n")
+        self.timeline.alert(receiver, alert)
+
+    def incident_deployment(self) -> str:
+        return rag_deployment(load_mapping(self.fleet_path, "a fleet"), str(self.fleet_path))
+
+    def commands(self, db: Path | None = None) -> dict[str, list[str]]:
+        """The analyzer commands the demo prints (``goodput`` arguments), on the traces it stores; the headless run
+        runs exactly these. ``db``: a database of your own (the console's is replaced as the ingest loop refreshes)."""
+        out = self.args.out
+        db, traces, rel = str(db or out / "my-analysis.duckdb"), str(out / "traces"), str(out / "releases.yaml")
+        dep = self.live.cfg.deployments[0].name if self.args.no_incident else self.incident_deployment()
+        am = next((p.url for p in self.processes if p.name == "alertmanager"), None)
+        names = ("ingest", "decompose", "regressions", "triage")
+        return dict(zip(names, (shlex.split(c) for c in analysis_commands(db, traces, rel, am, dep)), strict=True))
 
     def urls(self) -> dict[str, str]:
         urls = {"gpu exporter": f"{self.gpu_srv.url}/metrics", "engine exporter": f"{self.eng_srv.url}/metrics",
                 "request exporter": f"{self.req_srv.url}/metrics", "OTLP/HTTP traces": f"{self.otlp.url}/v1/traces"}
         for p in self.processes:
-            urls[p.name] = p.url
+            path, what = PAGES.get(p.name, ("", ""))
+            urls[p.name] = f"{p.url}{path}" + (f"  ({what})" if what else "")
         urls["webhook receiver"] = f"{self.hook.url}/{{pager,ticket,log}}  (log: {self.alerts_log})"
         return urls
 
     def stop(self) -> None:
         self._watch.set()
+        for proc in self.processes:
+            proc.stopping = True
+        self.timeline.stop()
         self.ingester.stop()
         for proc in self.processes:
             proc.stop()
@@ -227,12 +282,20 @@ class Demo:
             s.stop()
 
 
-def analysis_commands(db: Path, traces: Path, releases: Path, alertmanager: str | None) -> list[str]:
-    """The analyzer commands the demo prints (tests run them as printed): triage names no deployment, so it takes
-    the one paging in ``alertmanager`` (else the worst SLO attainment in the store)."""
-    am = f" --alertmanager {alertmanager}" if alertmanager else ""
+def analysis_commands(db: Path, traces: Path, releases: Path, alertmanager: str | None,
+                      deployment: str | None = None) -> list[str]:
+    """The analyzer commands the demo prints (tests and the headless run run them as printed). With an Alertmanager,
+    triage names no deployment: it takes the one paging there (else the worst SLO attainment in the store)."""
+    who = f" --alertmanager {alertmanager}" if alertmanager else (f" --deployment {deployment}" if deployment else "")
     return [f"analyze ingest {traces} --db {db}", f"analyze decompose --db {db} --by deployment,tier",
-            f"analyze regressions --db {db} --releases {releases}", f"analyze triage --db {db} --releases {releases}{am}"]
+            f"analyze regressions --db {db} --releases {releases}", f"analyze triage --db {db} --releases {releases}{who}"]
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -258,17 +321,18 @@ def _demo(args: argparse.Namespace) -> int:
                   "prometheus-alertmanager, or drop --no-prometheus)")
         print(f"  targets file             {demo.targets_path}")
         print(f"  trace store              {args.out / 'traces'}")
-        # a database of your own: the console's (demo.db) is replaced by the ingest loop as it refreshes
-        db, traces, rel = args.out / "my-analysis.duckdb", args.out / "traces", args.out / "releases.yaml"
-        print("Analyze the stored traces yourself (works while the demo runs; re-run ingest to add new ones):")
-        for command in analysis_commands(db, traces, rel, next((p.url for p in demo.processes
-                                                                if p.name == "alertmanager"), None)):
-            print(f"  .venv/bin/goodput {command}")
-        if not args.no_incident:
-            print(f"Scripted incident (goodput/incident.py; --no-incident to skip): a prompt-template release at "
-                  f"{INCIDENT_AT_S / args.speed:.0f} s doubles the RAG deployment's input; replicas are added at "
-                  f"{RESCUE_AT_S / args.speed:.0f} s. Watch the console's Overview and Releases pages.")
         print(f"The analyzer database {demo.db} is refreshed every {demo.ingester.interval_s:g} s.")
+        print("Analyze the stored traces yourself (works while the demo runs; re-run ingest to add new ones):")
+        for argv in demo.commands().values():
+            print("  .venv/bin/goodput " + shlex.join(argv))
+        if not args.no_incident:
+            dep = demo.incident_deployment()
+            stamp = demo.timeline.stamp
+            print(f"Scripted incident (goodput/incident.py; --no-incident to skip), every tier within its SLO before "
+                  f"it:\n  {stamp(INCIDENT_AT_S)} a prompt-template release doubles {dep}'s input; its queue builds "
+                  f"and {ALERT} pages some minutes later\n  {stamp(RESCUE_AT_S)} {ADDED_REPLICAS} replicas are "
+                  f"added, serving from {stamp(RESCUE_AT_S + COLD_START_S)}; the queue drains and the alert resolves\n"
+                  "Watch the console's Overview, Workload and Releases pages (docs/console.md). As it happens:")
         print("Ctrl-C to stop.", flush=True)
         serve_until_signal(lambda: None, args.duration)
     except KeyboardInterrupt:

@@ -1,109 +1,286 @@
-"""``goodput demo --headless``: the scripted incident, checked end to end, for CI.
+"""``goodput demo --headless``: the scripted incident's story, checked end to end, for CI.
 
-It waits for the page in the webhook log, reads it back the way the console's Overview does (Alertmanager's API
-through ``console.pages.overview.alert_rows``), asks the analyzer — as the Releases page does — whether the
-prompt-template release is blamed for the RAG deployment's regression, and waits for the alert to resolve after
-the replicas are added. Each wait has a deadline in virtual seconds; a miss prints what was seen and exits 1.
+In order, each with a deadline in virtual seconds (a miss prints what was seen):
+
+1. before the release, the RAG deployment met its SLO and was not short of replicas, as the Overview reads
+   Prometheus (TTFT and TPOT attainment over the five minutes before it, replicas available vs required);
+2. the release pages ``LLMQueueWaitRisingReplicasShort`` (the webhook log), before the replicas come, and the
+   Overview lists it (Alertmanager's API through ``console.tables.alert_rows``) with a console link for the
+   deployment and tier;
+3. the release is found: by the Releases page's verdicts, and by exactly the ``ingest`` and ``regressions``
+   commands the demo prints, within ten minutes of the page;
+4. the alert resolves after the replicas are added, not before;
+5. nothing pages for the deployment once the added replicas serve (watched ``QUIET_S`` after the resolution).
+
+A check that misses does not stop the ones that do not depend on it; the run exits 1 when any missed. A child
+(Prometheus, Alertmanager) that dies fails the run at once, naming it.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 from analyzer.regressions import scan_regressions
 from analyzer.releases import load_releases
 from console import traces
 from console.filters import Filters
-from console.prom import Alertmanager, Unreachable
+from console.prom import Alertmanager, Prometheus, Unreachable
 from console.tables import alert_rows, verdict_table
-from goodput.foundation.yamlfile import load_mapping
-from goodput.incident import ALERT, COLD_START_S, INCIDENT_AT_S, RESCUE_AT_S, rag_deployment
+from goodput.incident import ALERT, COLD_START_S, INCIDENT_AT_S, RESCUE_AT_S
+from goodput.timeline import parse_time
 
-__all__ = ["check_incident"]
+__all__ = ["check_incident", "log_entries"]
 
 PAGE_BY_S = RESCUE_AT_S  # it must page before the replicas come
-RESOLVE_BY_S = RESCUE_AT_S + COLD_START_S + 900.0
+READY_AT_S = RESCUE_AT_S + COLD_START_S
+RESOLVE_BY_S = READY_AT_S + 900.0
+FOUND_WITHIN_S = 600.0  # the printed commands name the release within this long after the page
+QUIET_S = 600.0  # after the resolution, this long without a new page
 SLACK_S = 60.0  # wall seconds for Prometheus, Alertmanager and the webhook on a loaded machine
+RELEASE = "prompt_template rag-v3 -> rag-v4"
 
 
-def _log_lines(demo, status: str, deployment: str) -> list[str]:
-    if not demo.alerts_log.exists():
-        return []
+class Missed(Exception):
+    """A check missed its deadline or saw the wrong thing."""
+
+
+class Died(Exception):
+    """A child of the demo exited."""
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One line of the demo's alerts.log (goodput/timeline.py ``alert_line``)."""
+
+    start: datetime | None
+    end: datetime | None
+    receiver: str
+    status: str
+    alertname: str
+    labels: dict[str, str]
+    line: str
+
+
+def log_entries(text: str) -> list[LogEntry]:
     out = []
-    for line in demo.alerts_log.read_text().splitlines():
+    for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 4 and parts[1] == "pager" and parts[2] == status and parts[3] == ALERT \
-                and f"deployment={deployment}" in parts[4:]:
-            out.append(line)
+        if len(parts) < 5:
+            continue
+        labels = dict(p.split("=", 1) for p in parts[5:] if "=" in p)
+        out.append(LogEntry(parse_time(parts[0]), parse_time(parts[1]), parts[2], parts[3], parts[4], labels, line))
     return out
 
 
-def _wait(demo, what: str, check: Callable[[], object], by_virtual_s: float, every_s: float = 0.5) -> object:
-    deadline = demo.live.t0 + by_virtual_s / demo.args.speed + SLACK_S
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every_s)
-    raise TimeoutError(f"no {what} by virtual second {by_virtual_s:.0f} (+{SLACK_S:.0f} s); last seen: {last!r}")
+def _regression(row: dict) -> bool:
+    """A verdict of a slowdown: its own word where the analyzer gives one (issue 21's ``direction``), else its sign
+    (a drop blamed on the release is the scale-out's doing, not the release's)."""
+    return row["direction"] == "regression" if "direction" in row else (row.get("change") or 0) > 0
 
 
-def _now(demo) -> str:
-    return f"virtual {demo.live.virtual_now():6.0f} s"
+class Story:
+    def __init__(self, demo) -> None:
+        self.demo = demo
+        self.dep = demo.incident_deployment()
+        self.passed: list[str] = []
+        self.failed: list[str] = []
 
+    def virtual(self, at: datetime) -> float:
+        return (at.timestamp() - self.demo.live.started) * self.demo.live.speed
 
-def check_incident(demo) -> int:
-    a = demo.args
-    dep = rag_deployment(load_mapping(demo.fleet_path, "a fleet"), str(demo.fleet_path))
-    am = next(p.url for p in demo.processes if p.name == "alertmanager")
-    print(f"goodput demo --headless: {dep}, speed x{a.speed:g}; release at virtual {INCIDENT_AT_S:.0f} s, "
-          f"replicas added at {RESCUE_AT_S:.0f} s", flush=True)
-    try:
-        page = _wait(demo, f"page of {ALERT} for {dep} in {demo.alerts_log}",
-                     lambda: _log_lines(demo, "firing", dep), PAGE_BY_S)
-        print(f"  {_now(demo)}: PAGE {page[0]}", flush=True)
+    def wall(self, virtual_s: float) -> datetime:
+        return datetime.fromtimestamp(self.demo.live.started + virtual_s / self.demo.live.speed, UTC)
 
-        def overview() -> list[dict]:
+    def say(self, ok: bool, what: str) -> None:
+        (self.passed if ok else self.failed).append(what)
+        print(f"  {'ok  ' if ok else 'FAIL'} {self.demo.timeline.stamp(self.demo.live.virtual_now())} {what}",
+              flush=True)
+
+    def pages(self, status: str, alertname: str | None = None) -> list[LogEntry]:
+        log = self.demo.alerts_log
+        entries = log_entries(log.read_text()) if log.exists() else []
+        return [e for e in entries if e.receiver == "pager" and e.status == status
+                and (alertname is None or e.alertname == alertname) and e.labels.get("deployment") == self.dep]
+
+    def wait(self, what: str, check: Callable[[], object], by_virtual_s: float, every_s: float = 0.5,
+             slack_s: float = SLACK_S) -> object:
+        deadline = self.demo.live.t0 + by_virtual_s / self.demo.args.speed + slack_s
+        while True:  # looked at once at least, however late
+            if self.demo.died:
+                raise Died(", ".join(f"{n} exited with code {c}" for n, c in self.demo.died.items()))
+            last = check()
+            if last:
+                return last
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(every_s)
+        raise Missed(f"no {what} by virtual second {by_virtual_s:.0f} (+{SLACK_S:.0f} s); last seen: {last!r}")
+
+    # ------------------------------------------------------------------ the checks
+
+    def slo_before(self) -> None:
+        """TTFT and TPOT attainment over the five minutes before the release, and replicas, as the Overview reads."""
+        self.wait("release", lambda: self.demo.live.virtual_now() >= INCIDENT_AT_S + 1, INCIDENT_AT_S)
+        prom = Prometheus(next(p.url for p in self.demo.processes if p.name == "prometheus"))
+        at, sel = self.wall(INCIDENT_AT_S - 1), f'{{deployment="{self.dep}"}}'
+        time.sleep(2.0)  # the scrape and rule evaluation of that second
+        objective = {(s.labels["tier"], s.labels["route"]): s.value
+                     for s in prom.query("tier_route:llm_slo_objective:config", at)}
+        att = {f"{kind} {s.labels['tier']}/{s.labels['route']}": (s.value, objective.get((s.labels["tier"],
+                                                                                          s.labels["route"])))
+               for kind in ("ttft", "tpot")
+               for s in prom.query(f"deployment_tier_route:llm_slo_{kind}:attainment_5m{sel}", at)}
+        avail = [s.value for s in prom.query(f"deployment:llm_replicas_available:max{sel}", at)]
+        need = [s.value for s in prom.query(f"deployment:llm_replicas_required:ceil{sel}", at)]
+        met = bool(att) and all(o is not None and v >= o for v, o in att.values())
+        short = not avail or not need or need[0] > avail[0]
+        shown = ", ".join(f"{k} {v:.1%} (objective {o:.0%})" if o is not None else f"{k} {v:.1%}"
+                          for k, (v, o) in sorted(att.items()))
+        self.say(met and not short, f"before the release {self.dep} met its SLO ({shown or 'no attainment'}) with "
+                                    f"{avail[0] if avail else '?':g} replicas available, "
+                                    f"{need[0] if need else '?':g} required")
+
+    def page(self) -> LogEntry:
+        page = self.wait(f"page of {ALERT} for {self.dep} in {self.demo.alerts_log}",
+                         lambda: self.pages("firing", ALERT), PAGE_BY_S)[0]
+        self.say(True, f"paged: {page.line}")
+        return page
+
+    def overview(self) -> None:
+        am = Alertmanager(next(p.url for p in self.demo.processes if p.name == "alertmanager"))
+
+        def listed() -> list[dict]:
             try:
-                alerts = Alertmanager(am).alerts()
+                alerts = am.alerts()
             except Unreachable:
                 return []
-            rows = alert_rows(alerts, dep, None)
+            rows = alert_rows(alerts, self.dep, None)
             return [x for x in alerts if x["labels"].get("alertname") == ALERT] if (rows["alert"] == ALERT).any() else []
 
-        shown = _wait(demo, "the alert in the console's Overview (Alertmanager's API)", overview, PAGE_BY_S)
-        link = shown[0]["annotations"].get("console", "")
-        print(f"  {_now(demo)}: the Overview lists {ALERT} for {dep}; the alert links to {link}", flush=True)
-        if not a.no_console:
-            query = parse_qs(urlsplit(link).query)
-            filters, bad = Filters.from_query(query)
-            if bad or filters.deployment != dep or filters.tier != "P1":
-                raise TimeoutError(f"the alert's console link {link!r} does not select {dep} tier P1")
+        link = self.wait("the alert in the console's Overview (Alertmanager's API)", listed, PAGE_BY_S)[0][
+            "annotations"].get("console", "")
+        ok = True
+        if not self.demo.args.no_console:
+            filters, bad = Filters.from_query(parse_qs(urlsplit(link).query))
+            ok = not bad and filters.deployment == self.dep and filters.tier == "P1"
+        self.say(ok, f"the Overview lists {ALERT} for {self.dep}; the alert links to {link}")
+
+    def releases_page(self) -> None:
+        a = self.demo.args
 
         def blamed() -> list[str]:
             releases = load_releases(a.out / "releases.yaml") if (a.out / "releases.yaml").exists() else []
-            with traces.snapshot(demo.db) as con:
-                found = scan_regressions(con, releases, bucket="1 minute", deployment=dep).found
+            with traces.snapshot(self.demo.db) as con:
+                found = scan_regressions(con, releases, bucket="1 minute", deployment=self.dep).found
             table = verdict_table([r.record() for r in found], None)
             hit = table[table["blamed"] & table["release"].fillna("").str.startswith("prompt_template")
                         & (table["change"] > 0)]
             return [f"p95 {r.metric} {r.change:+.0%} after {r.release}: {r.cause}" for r in hit.itertuples()]
 
-        verdicts = _wait(demo, "the Releases page blaming the prompt-template release", blamed, RESOLVE_BY_S,
-                         every_s=3.0)
-        print(f"  {_now(demo)}: Releases blames the release: {verdicts[0]}", flush=True)
-        resolved = _wait(demo, f"{ALERT} resolved", lambda: _log_lines(demo, "resolved", dep), RESOLVE_BY_S)
-        at = demo.live.virtual_now()
-        print(f"  {_now(demo)}: RESOLVED {resolved[0]}", flush=True)
-        if at < RESCUE_AT_S:
-            raise TimeoutError(f"{ALERT} resolved at virtual {at:.0f} s, before the replicas were added: it flapped")
-    except TimeoutError as e:
-        print(f"goodput demo --headless: FAILED: {e}", flush=True)
+        verdicts = self.wait("the Releases page blaming the prompt-template release", blamed, RESOLVE_BY_S, 3.0)
+        self.say(True, f"Releases blames the release: {verdicts[0]}")
+
+    def printed_commands(self, paged_at_s: float) -> None:
+        """``ingest`` then ``regressions --format json``, exactly as the demo prints them, run over and over from the
+        page on; the release must be named by a run that began within FOUND_WITHIN_S of the page (in virtual time:
+        the store then held what a person running them at that moment would have had)."""
+        cmds = self.demo.commands(self.demo.args.out / "headless-analysis.duckdb")
+        by = paged_at_s + FOUND_WITHIN_S
+
+        def run(argv: list[str]) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "goodput", *argv], capture_output=True, text=True, timeout=120)
+
+        def found() -> tuple[float, list[str]] | None:
+            began = self.demo.live.virtual_now()
+            if run(cmds["ingest"]).returncode != 0:
+                return None
+            r = run([*cmds["regressions"], "--format", "json"])
+            rows = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
+            hits = [f"{row.get('metric')} {row.get('change', 0):+.0%} after {row['release']}: {row.get('cause')}"
+                    for row in rows if row.get("deployment") == self.dep and row.get("blamed")
+                    and str(row.get("release") or "").startswith(RELEASE) and _regression(row)]
+            return (began, hits) if hits or began > by else None
+
+        began, hits = self.wait(f"'{RELEASE}' blamed by `goodput {' '.join(cmds['regressions'])}`", found, by, 1.0)
+        stamp = self.demo.timeline.stamp
+        if hits and began <= by:
+            self.say(True, f"the printed regressions command, run at {stamp(began)} ({began - paged_at_s:.0f} s after "
+                           f"the page, {FOUND_WITHIN_S:.0f} s allowed), finds the release: {hits[0]}")
+        else:
+            self.say(False, f"the printed regressions command did not name '{RELEASE}' in any run begun within "
+                            f"{FOUND_WITHIN_S:.0f} s of the page (by {stamp(by)}; its last run began at {stamp(began)}"
+                            + (f" and found it: {hits[0]})" if hits else ")"))
+
+    def resolved(self) -> float:
+        got = self.wait(f"{ALERT} resolved", lambda: self.pages("resolved", ALERT), RESOLVE_BY_S)[0]
+        at = self.virtual(got.end) if got.end else self.demo.live.virtual_now()
+        self.say(at >= RESCUE_AT_S and got.end is not None,
+                 f"resolved at {self.demo.timeline.stamp(at)} (after the scale-out at "
+                 f"{self.demo.timeline.stamp(RESCUE_AT_S)}; ends {got.end and got.end.isoformat()}): {got.line}")
+        return at
+
+    def quiet_after(self, resolved_at_s: float) -> None:
+        """No new page for the deployment once the added replicas serve (one that was not already firing then),
+        for QUIET_S after the resolution."""
+        ready = self.wall(READY_AT_S).timestamp()
+        until = max(resolved_at_s, READY_AT_S) + QUIET_S
+
+        def new_pages() -> list[str]:
+            firing = [(t, a) for t, r, a in list(self.demo.received) if r == "pager" and a.get("status") == "firing"
+                      and (a.get("labels") or {}).get("deployment") == self.dep]
+            before = {a.get("fingerprint") for t, a in firing if t < ready}
+            stamp = self.demo.timeline.stamp
+            return [f"{a['labels'].get('alertname')} at {stamp((t - self.demo.live.started) * self.demo.live.speed)}"
+                    for t, a in firing if t >= ready and a.get("fingerprint") not in before]
+
+        try:
+            late = self.wait("a page after the fix", new_pages, until, 1.0, slack_s=0.0)
+        except Missed:
+            self.say(True, f"no new page for {self.dep} from the replicas' readiness at "
+                           f"{self.demo.timeline.stamp(READY_AT_S)} to {self.demo.timeline.stamp(until)}")
+            return
+        self.say(False, "paged after the fix: " + "; ".join(late))
+
+
+def check_incident(demo) -> int:
+    if {p.name for p in demo.processes} < {"prometheus", "alertmanager"}:
+        print("goodput demo --headless: needs Prometheus and Alertmanager (Debian's prometheus and "
+              "prometheus-alertmanager; without --no-prometheus)", flush=True)
+        return 2
+    story = Story(demo)
+    print(f"goodput demo --headless: {story.dep}, speed x{demo.args.speed:g}; release at "
+          f"{demo.timeline.stamp(INCIDENT_AT_S)}, replicas added at {demo.timeline.stamp(RESCUE_AT_S)}", flush=True)
+
+    def independent(check: Callable[[], object]) -> None:
+        try:
+            check()
+        except Missed as e:
+            story.say(False, str(e))
+
+    try:
+        independent(story.slo_before)
+        page = story.page()
+        paged_at = story.virtual(page.start) if page.start else demo.live.virtual_now()
+        independent(story.overview)
+        independent(lambda: story.printed_commands(paged_at))
+        independent(story.releases_page)
+        story.quiet_after(story.resolved())
+    except (Missed, Died) as e:
+        story.say(False, str(e))
+    if story.failed:
+        print(f"goodput demo --headless: FAILED {len(story.failed)} of {len(story.passed) + len(story.failed)} checks:",
+              flush=True)
+        for f in story.failed:
+            print(f"  - {f}", flush=True)
         log = demo.alerts_log.read_text() if demo.alerts_log.exists() else "(no alerts yet)"
         print("webhook log:\n" + log[-3000:], flush=True)
         return 1
-    print("goodput demo --headless: paged, attributed and resolved.", flush=True)
+    print("goodput demo --headless: met before, paged, found, resolved, quiet after.", flush=True)
     return 0

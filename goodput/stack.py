@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -40,6 +40,11 @@ class Process:
     url: str
     proc: subprocess.Popen
     log: Path
+    stopping: bool = field(default=False, compare=False)
+
+    def died(self) -> int | None:
+        """Its exit code when it has exited without being stopped (the demo says so), else None."""
+        return None if self.stopping else self.proc.poll()
 
     def ready(self, path: str, timeout: float = 30.0) -> Process:
         deadline = time.monotonic() + timeout
@@ -55,6 +60,7 @@ class Process:
         raise RuntimeError(f"{self.name} did not become ready at {self.url}{path}")
 
     def stop(self) -> None:
+        self.stopping = True
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
