@@ -23,6 +23,7 @@ sender inventing a tenant per request grows the exporter's memory without end.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import threading
@@ -37,7 +38,7 @@ from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, TOKEN_BUCKETS, by_name
 from exporters.exposition import fmt_float, labels, render
 from exporters.otlp import OtlpError, OtlpInvalid, Span, decode_json, decode_protobuf
 from exporters.trace_store import StoreClosed, StoreFull, TraceStore
-from goodput.foundation.histogram import Histogram
+from goodput.foundation.histogram import Histogram, le_label
 from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
 
 __all__ = ["OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceReceiver", "UnsupportedEncoding",
@@ -99,7 +100,9 @@ class _Flight:
     """A request counted at admission whose root span has not arrived yet."""
 
     hist_key: tuple[str, str, str]  # (deployment, tier, route)
+    start_ns: int  # when the gateway received it: the time to first token runs from here
     scheduled: bool = False
+    missed: int = 0  # how many of the bucket bounds its time to first token is already known to exceed
 
 
 class RequestMetrics:
@@ -126,6 +129,8 @@ class RequestMetrics:
         self.in_flight: dict[tuple[str, str, str], int] = defaultdict(int)
         # per (dep, tier, route): trace id -> when it joined the queue (ns), for those not yet scheduled
         self.queued: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
+        # per (dep, tier, route): requests whose TTFT exceeded each bucket bound, counted once, as soon as known
+        self.missed: dict[tuple[str, str, str], list[int]] = {}
         self.clock_ns = 0  # the newest span end seen: "now" on the senders' clock (see oldest_queued_age)
         self.max_pending_traces = 100_000
         self.dedupe_window = dedupe_window
@@ -173,6 +178,7 @@ class RequestMetrics:
                 children.popitem(last=False)  # children whose root never came
             while len(self.flights) > self.max_pending_traces:
                 self._land(*self.flights.popitem(last=False))  # admitted, and the root never came
+            self._queued_past()
 
     def _labels(self, span: Span) -> tuple[str, str, str, str, str]:
         """(model, deployment, tenant, tier, route) of a request, each bounded, from the span that carries them."""
@@ -198,7 +204,7 @@ class RequestMetrics:
         if s.name == "llm.gateway" and flight is None and "llm.deployment" in s.attributes:
             key = self._labels(s)
             self._arrive(key)
-            flight = self.flights[s.trace_id] = _Flight(key[1:2] + key[3:])
+            flight = self.flights[s.trace_id] = _Flight(key[1:2] + key[3:], s.start_ns)
             self.in_flight[flight.hist_key] += 1
             if "llm.queue" not in self.children.get(s.trace_id, {}):
                 self.queued[flight.hist_key][s.trace_id] = s.end_ns
@@ -206,6 +212,31 @@ class RequestMetrics:
             flight.scheduled = True
             self.queued[flight.hist_key].pop(s.trace_id, None)
             _observe(self._hists(*flight.hist_key)["queue"], (s.end_ns - s.start_ns) / 1e9)
+            self._miss(flight, (s.end_ns - flight.start_ns) / 1e9)  # its first token comes after this
+
+    def _miss(self, flight: _Flight, ttft_at_least: float) -> None:
+        """``flight``'s time to first token is now known to exceed ``ttft_at_least`` seconds: count it as a miss
+        at every bucket bound below that it was not counted at yet (so each request misses a bound once)."""
+        k = bisect.bisect_left(self.buckets, ttft_at_least)
+        if k > flight.missed:
+            missed = self._missed(flight.hist_key)
+            for i in range(flight.missed, k):
+                missed[i] += 1
+            flight.missed = k
+
+    def _missed(self, key: tuple[str, str, str]) -> list[int]:
+        m = self.missed.get(key)
+        if m is None:
+            m = self.missed[key] = [0] * len(self.buckets)
+        return m
+
+    def _queued_past(self) -> None:
+        """Requests still queued whose age passed a bound have missed it now, not when they finish."""
+        clock, flights = self.clock_ns, self.flights
+        for queued in self.queued.values():
+            for trace_id in queued:
+                flight = flights[trace_id]
+                self._miss(flight, (clock - flight.start_ns) / 1e9)
 
     def _land(self, trace_id: str, flight: _Flight) -> None:
         """``flight`` is no longer in flight (its root arrived, or it was dropped over the cap)."""
@@ -252,6 +283,8 @@ class RequestMetrics:
             e2e = (root.end_ns - root.start_ns) / 1e9
         if flight is None or not flight.scheduled:  # else observed when its llm.queue span arrived
             _observe(h["queue"], queue)
+        if ttft is not None or outcome != "ok":  # refused, timed out or failed before a first token: missed all
+            self._miss(flight or _Flight((dep, tier, route), root.start_ns), math.inf if ttft is None else ttft)
         if outcome != "ok":
             return
         _observe(h["ttft"], ttft)
@@ -307,6 +340,10 @@ class RequestMetrics:
                     f"llm_gateway_requests_in_flight{{{lab}}} {float(self.in_flight.get(k, 0))}")
                 fam["llm_gateway_oldest_queued_age_seconds"].append(
                     f"llm_gateway_oldest_queued_age_seconds{{{lab}}} {fmt_float(self.oldest_queued_age(k))}")
+                missed = self.missed.get(k) or [0] * len(self.buckets)
+                fam["llm_gateway_ttft_missed_total"].extend(
+                    f'llm_gateway_ttft_missed_total{{{lab},le="{le_label(b)}"}} {float(n)}'
+                    for b, n in zip(self.buckets, missed, strict=True))
             ex = f'exporter="{EXPORTER}"'
             fam["llm_exporter_tenants_folded"].append(f"llm_exporter_tenants_folded{{{ex}}} {float(folded)}")
             fam["llm_exporter_spans_received_total"].append(f"llm_exporter_spans_received_total{{{ex}}} {float(self.received)}")

@@ -3,6 +3,7 @@
 import copy
 import dataclasses
 import json
+import math
 import signal
 import struct
 import subprocess
@@ -671,10 +672,21 @@ def test_arrivals_in_flight_and_the_oldest_queued_are_known_before_the_requests_
     by_trace: dict[str, dict[str, Span]] = {}
     for s in spans:
         by_trace.setdefault(s.trace_id, {})[s.name] = s
+    bound = 5.0  # a bucket bound the overload's queue passes
+
+    def ttft(t):  # None: no first token (the exporter's reading of the segments)
+        k = by_trace[t]
+        return (k["llm.prefill"].end_ns - roots[t].start_ns) / 1e9 if "llm.prefill" in k and "llm.decode" in k else None
+
+    def misses(t) -> bool:
+        f, ok = ttft(t), roots[t].attributes.get("llm.outcome") == "ok"
+        return (f is not None and f > bound) or (f is None and not ok)
+
     m = RequestMetrics()
-    t0, checked = spans[0].end_ns, 0
+    t0, checked, led = spans[0].end_ns, 0, 0
     cut = t0
     i = 0
+    clocks: list[int] = []
     while i < len(spans):  # one-second batches of whatever ended, as the sink sends them
         cut += 10**9
         batch = []
@@ -690,7 +702,24 @@ def test_arrivals_in_flight_and_the_oldest_queued_are_known_before_the_requests_
         scheduled = sum(1 for t in admitted if t not in done and "llm.prefill" in by_trace[t]
                         and by_trace[t]["llm.queue"].end_ns <= now) + sum(
             1 for t in done if "llm.prefill" in by_trace[t])
+        clocks.append(now)
+
+        def known(t, now=now) -> bool:  # its miss is known: it finished, or was scheduled or queued past the bound
+            start, k = roots[t].start_ns, by_trace[t]
+            if roots[t].end_ns <= now:
+                return True
+            if "llm.gateway" not in k or k["llm.gateway"].end_ns > now:
+                return False
+            qe = k["llm.queue"].end_ns if "llm.queue" in k else math.inf
+            return (qe <= now and (qe - start) / 1e9 > bound) or any(
+                k["llm.gateway"].end_ns <= c < qe and (c - start) / 1e9 > bound for c in clocks)
+
+        expected_missed = sum(1 for t in by_trace if misses(t) and known(t))
+        finished_missed = sum(1 for t in done | {t for t in roots if roots[t].end_ns <= now} if misses(t))
         fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+        missed = _sample(fams, "llm_gateway_ttft_missed", "llm_gateway_ttft_missed_total", le=le_label(bound))
+        assert missed == expected_missed
+        led += missed > finished_missed
         assert _sample(fams, "llm_gateway_requests_arrived", "llm_gateway_requests_arrived_total") == len(admitted)
         assert _sample(fams, "llm_gateway_requests_in_flight") == len(admitted) - len(done)
         age = _sample(fams, "llm_gateway_oldest_queued_age_seconds")
@@ -699,6 +728,7 @@ def test_arrivals_in_flight_and_the_oldest_queued_are_known_before_the_requests_
         assert queue_count == scheduled  # observed at scheduling, not at completion
         checked += bool(waiting) and age > 1.0 and len(admitted) > len(done) + 10
     assert checked >= 5  # the overload did build a queue the gauges saw
+    assert led >= 5  # and TTFT misses were counted while the requests still waited, before any finished
 
     # every request counted once, early or with its root; the totals match the all-at-once path
     once = RequestMetrics()
@@ -708,8 +738,11 @@ def test_arrivals_in_flight_and_the_oldest_queued_are_known_before_the_requests_
     for fam, name in (("llm_gateway_requests_arrived", "llm_gateway_requests_arrived_total"),
                       ("llm_gateway_queue_wait_seconds", "llm_gateway_queue_wait_seconds_count"),
                       ("llm_gateway_queue_wait_seconds", "llm_gateway_queue_wait_seconds_sum"),
-                      ("llm_gateway_requests", "llm_gateway_requests_total")):
+                      ("llm_gateway_requests", "llm_gateway_requests_total"),
+                      ("llm_gateway_ttft_missed", "llm_gateway_ttft_missed_total")):
         assert _sample(a, fam, name) == pytest.approx(_sample(b, fam, name)), name
+    assert _sample(a, "llm_gateway_ttft_missed", "llm_gateway_ttft_missed_total", le=le_label(bound)) == sum(
+        1 for t in roots if misses(t))
     assert _sample(a, "llm_gateway_requests_arrived", "llm_gateway_requests_arrived_total") == overload.n
     assert _sample(a, "llm_gateway_requests_in_flight") == 0 and not m.flights and not m.children
 
