@@ -24,16 +24,9 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from analyzer.releases import load_releases
+from exporters import recorded
 from exporters.catalog import by_name, names
-from exporters.recorded import (
-    AUTOSCALE_DESIRED,
-    AUTOSCALE_SIGNAL,
-    KV_USAGE_AVG,
-    QUEUE_WAIT_NOW,
-    QUEUE_WAIT_P95,
-    TOKENS_RATE,
-    tier_quantile,
-)
+from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput import dashboard_ids as ids
 from goodput.rulegen import BURN_WINDOWS, RULE_FILES, Spec
 from goodput.rulegen import build as build_rules
@@ -161,7 +154,7 @@ def _deployment(n: Names) -> list[Panel]:
               "oldest still queued, or that p95, whichever is longer). The queue alert fires when the wait now is above "
               "the tier's threshold, the engines' queue grows, and replicas are short.", "s",
               (*pct("llm_gateway_queue_wait_seconds", ("p50", "p95")),
-               Query(f"{n.r(QUEUE_WAIT_NOW)}{dt}", "now {{deployment}} {{tier}}"))),
+               Query(f"{n.r(recorded.QUEUE_WAIT_NOW)}{dt}", "now {{deployment}} {{tier}}"))),
         Panel(ids.DEPLOYMENT_TTFT, "TTFT p50 / p95 / p99", "Client-edge time to first token per tier (histogram "
               "quantiles over 5 minutes), and p99 per route, which LLMTTFTSLOBreachWithRejects holds against the "
               "route's SLO threshold.", "s",
