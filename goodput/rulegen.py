@@ -225,7 +225,10 @@ def _llm_rules(b: _Builder) -> dict:
                  f"{ARRIVALS_RATE}\n* on (deployment)\n(\n"
                  "  sum by (deployment) (deployment_tier:llm_gateway_input_tokens:rate5m)\n"
                  "  + on (deployment)\n  sum by (deployment) (deployment_tier:llm_gateway_output_tokens:rate5m)\n"
-                 ")\n/ on (deployment)\nsum by (deployment) (deployment_tier:llm_gateway_requests:rate5m)"),
+                 ")\n/ on (deployment)\nsum by (deployment) (deployment_tier:llm_gateway_requests:rate5m)\n"
+                 # a request exporter from before the arrivals counter: the finished requests' tokens
+                 "or\nsum by (deployment) (deployment_tier:llm_gateway_input_tokens:rate5m)\n"
+                 "+ on (deployment)\nsum by (deployment) (deployment_tier:llm_gateway_output_tokens:rate5m)"),
         b.record("deployment_tier_reason:llm_gateway_rejections:ratio_rate5m",
                  "sum by (deployment, tier, reason) (rate(llm_gateway_rejections_total[5m]))\n"
                  "/ on (deployment, tier) group_left\ndeployment_tier:llm_gateway_requests:rate5m"),
@@ -282,12 +285,13 @@ def _slo_rules(b: _Builder) -> dict:
         for name, metric in SLIS.items():
             le = repr(slo.ttft_seconds if name == "ttft" else slo.tpot_seconds)
             for w in windows:
-                if name == "ttft":  # each miss counted once when known (still queued past it, at the latest done)
+                # finished requests' histogram: TPOT is known only when a request finishes
+                expr = (f"1 - (\n  sum by (deployment, tier, route) (rate({metric}_bucket{{{sel},le=\"{le}\"}}[{w}]))"
+                        f"\n  /\n  sum by (deployment, tier, route) (rate({metric}_count{{{sel}}}[{w}]))\n)")
+                if name == "ttft":  # each miss counted once when known (still queued past it, at the latest done);
+                    # the histogram only for a request exporter from before the misses counter
                     expr = (f"clamp_max(\n  sum by (deployment, tier, route) (rate({MISSED}{{{sel},le=\"{le}\"}}[{w}]))"
-                            f"\n  /\n  sum by (deployment, tier, route) (rate({ARRIVED}{{{sel}}}[{w}]))\n, 1)")
-                else:  # a request's time per output token is known only when it finishes
-                    expr = (f"1 - (\n  sum by (deployment, tier, route) (rate({metric}_bucket{{{sel},le=\"{le}\"}}[{w}]))"
-                            f"\n  /\n  sum by (deployment, tier, route) (rate({metric}_count{{{sel}}}[{w}]))\n)")
+                            f"\n  /\n  sum by (deployment, tier, route) (rate({ARRIVED}{{{sel}}}[{w}]))\n, 1)\nor\n{expr}")
                 sli.append(b.record(f"deployment_tier_route:llm_slo_{name}_errors:ratio_rate{w}", expr, lab))
             sli.append(b.record(
                 f"deployment_tier_route:llm_slo_{name}:attainment_5m",
