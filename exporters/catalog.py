@@ -84,7 +84,18 @@ GATEWAY = (
     _m("llm_gateway_rejections_total", "counter", "", "Rejected requests by reason.", C + ("reason",)),
     _m("llm_gateway_input_tokens_total", "counter", "", "Input tokens per tenant.", C),
     _m("llm_gateway_output_tokens_total", "counter", "", "Output tokens per tenant.", C),
-    _m("llm_gateway_queue_wait_seconds", "histogram", "seconds", "Time from admission to engine scheduling.", H,
+    _m("llm_gateway_requests_arrived_total", "counter", "",
+       "Requests that reached the gateway, counted at admission (the llm.gateway span), or at completion for trace "
+       "shapes without one.", C),
+    _m("llm_gateway_requests_in_flight", "gauge", "", "Requests admitted whose root span has not arrived yet.", H),
+    _m("llm_gateway_oldest_queued_age_seconds", "gauge", "seconds",
+       "Age of the oldest request admitted and not yet scheduled (its llm.queue span not arrived); 0 when none.", H),
+    _m("llm_gateway_ttft_missed_total", "counter", "",
+       "Requests whose time to first token exceeded le, counted once per bound as soon as known: while still "
+       "queued, at scheduling, or at completion; one refused, timed out or failed before its first token misses "
+       "every bound. Over llm_gateway_requests_arrived_total it is the TTFT SLI.", H + ("le",)),
+    _m("llm_gateway_queue_wait_seconds", "histogram", "seconds",
+       "Time from admission to engine scheduling, observed at scheduling (when the llm.queue span arrives).", H,
        GATEWAY_BUCKETS),
     _m("llm_gateway_time_to_first_token_seconds", "histogram", "seconds", "Client-edge time to first token.", H,
        GATEWAY_BUCKETS),

@@ -5,6 +5,13 @@ request spans (DESIGN.md span model, or vLLM's single ``llm_request`` span). Cou
 model/deployment/tenant/tier/route; histograms only deployment/tier/route. A cardinality guard keeps
 the top ``max_tenants`` tenants by traffic and folds the rest into ``tenant="other"``.
 
+OpenTelemetry exports a span when it ends, so a request's ``llm.gateway`` span (admission) and ``llm.queue`` span
+(scheduling) can arrive long before its root. A gateway span that carries the request's labels counts the arrival
+(``llm_gateway_requests_arrived_total``) and puts the request in flight and in the queue; its queue span observes
+the queue wait at scheduling; the root, when it comes, lands it. A request without an early gateway span (vLLM's
+``llm_request``, or all spans at once) arrives, schedules and lands with its root, so each is counted once.
+Arrival rate and queue wait thus lead the completions during an overload instead of trailing them by the backlog.
+
 Each admitted request's input tokens and each completed one's output tokens are also observed into per-request
 token histograms (the catalog's ``TOKEN_BUCKETS``), the token mix measured demand reads from Prometheus.
 
@@ -16,11 +23,13 @@ sender inventing a tenant per request grows the exporter's memory without end.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import threading
 import zlib
 from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
@@ -29,7 +38,7 @@ from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, TOKEN_BUCKETS, by_name
 from exporters.exposition import fmt_float, labels, render
 from exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
 from exporters.trace_store import StoreClosed, StoreFull, TraceStore
-from goodput.foundation.histogram import Histogram
+from goodput.foundation.histogram import Histogram, le_label
 from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
 
 __all__ = ["DECODE_SLOTS", "OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceReceiver", "UnsupportedEncoding",
@@ -88,8 +97,18 @@ class _Bounded:
         return "other"
 
 
+@dataclass(slots=True)
+class _Flight:
+    """A request counted at admission whose root span has not arrived yet."""
+
+    hist_key: tuple[str, str, str]  # (deployment, tier, route)
+    start_ns: int  # when the gateway received it: the time to first token runs from here
+    scheduled: bool = False
+    missed: int = 0  # how many of the bucket bounds its time to first token is already known to exceed
+
+
 class RequestMetrics:
-    """Aggregates root spans into counters and histograms; renders with the tenant cardinality guard."""
+    """Aggregates request spans into counters, gauges and histograms; renders with the tenant cardinality guard."""
 
     def __init__(self, max_tenants: int = 50, buckets: tuple[float, ...] = GATEWAY_BUCKETS,
                  dedupe_window: int = 500_000) -> None:
@@ -106,6 +125,15 @@ class RequestMetrics:
         self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         # segment spans usually end (and are exported) before their root: hold them until it arrives
         self.children: OrderedDict[str, dict[str, Span]] = OrderedDict()
+        self.arrived: dict[tuple, float] = defaultdict(float)  # (model, dep, tenant, tier, route)
+        # requests counted at admission (their llm.gateway span) whose root has not arrived: the in-flight ones
+        self.flights: OrderedDict[str, _Flight] = OrderedDict()
+        self.in_flight: dict[tuple[str, str, str], int] = defaultdict(int)
+        # per (dep, tier, route): trace id -> when it joined the queue (ns), for those not yet scheduled
+        self.queued: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
+        # per (dep, tier, route): requests whose TTFT exceeded each bucket bound, counted once, as soon as known
+        self.missed: dict[tuple[str, str, str], list[int]] = {}
+        self.clock_ns = 0  # the newest span end seen: "now" on the senders' clock (see oldest_queued_age)
         self.max_pending_traces = 100_000
         self.dedupe_window = dedupe_window
         self.received = 0
@@ -135,30 +163,105 @@ class RequestMetrics:
                 seen.popitem(last=False)
             self.received += len(spans)
             children = self.children
+            rooted = {s.trace_id for s in spans if s.name in ROOTS and not s.parent_span_id}
             for s in spans:
+                self.clock_ns = max(self.clock_ns, s.end_ns)
                 if s.parent_span_id:
                     kids = children.get(s.trace_id)
                     if kids is None:
                         kids = children[s.trace_id] = {}
                     kids[s.name] = s
+                    if s.trace_id not in rooted:  # its root comes later: what it tells is known now
+                        self._early(s)
             for s in spans:
                 if s.name in ROOTS and not s.parent_span_id:
                     self._count(s, children.pop(s.trace_id, {}))
             while len(children) > self.max_pending_traces:
                 children.popitem(last=False)  # children whose root never came
+            while len(self.flights) > self.max_pending_traces:
+                self._land(*self.flights.popitem(last=False))  # admitted, and the root never came
+            self._queued_past()
 
-    def _count(self, root: Span, kids: dict[str, Span]) -> None:
-        a, bounded = root.attributes, self.bounded
+    def _labels(self, span: Span) -> tuple[str, str, str, str, str]:
+        """(model, deployment, tenant, tier, route) of a request, each bounded, from the span that carries them."""
+        a, bounded = span.attributes, self.bounded
         model = bounded["model"](str(a.get("gen_ai.request.model") or a.get("gen_ai.response.model") or ""))
-        dep = bounded["deployment"](str(a.get("llm.deployment") or root.resource.get("llm.deployment")
-                                        or root.service_name or ""))
+        dep = bounded["deployment"](str(a.get("llm.deployment") or span.resource.get("llm.deployment")
+                                        or span.service_name or ""))
         tenant = bounded["tenant"](str(a.get("llm.tenant") or "unknown"))
         tier = a.get("llm.tier")
         tier = tier if tier in TIERS else "unknown"
         route = bounded["route"](str(a.get("llm.route") or a.get("llm.scene") or "unknown"))
+        return model, dep, tenant, tier, route
+
+    def _arrive(self, key: tuple[str, str, str, str, str]) -> None:
+        self.arrived[key] += 1
+        self.traffic[key[2]] += 1  # ranked by arrivals, so a tenant's series never moves into "other" and back
+
+    def _early(self, s: Span) -> None:
+        """A segment span that arrived before its root: the gateway's admits the request (counted once, in flight,
+        queued), the queue's schedules it (its queue wait observed now). A gateway span without the request's
+        labels (``llm.deployment``) is left for the root to count, as the older all-at-once shape is."""
+        flight = self.flights.get(s.trace_id)
+        if s.name == "llm.gateway" and flight is None and "llm.deployment" in s.attributes:
+            key = self._labels(s)
+            self._arrive(key)
+            flight = self.flights[s.trace_id] = _Flight(key[1:2] + key[3:], s.start_ns)
+            self.in_flight[flight.hist_key] += 1
+            if "llm.queue" not in self.children.get(s.trace_id, {}):
+                self.queued[flight.hist_key][s.trace_id] = s.end_ns
+        elif s.name == "llm.queue" and flight is not None and not flight.scheduled:
+            flight.scheduled = True
+            self.queued[flight.hist_key].pop(s.trace_id, None)
+            _observe(self._hists(*flight.hist_key)["queue"], (s.end_ns - s.start_ns) / 1e9)
+            self._miss(flight, (s.end_ns - flight.start_ns) / 1e9)  # its first token comes after this
+
+    def _miss(self, flight: _Flight, ttft_at_least: float) -> None:
+        """``flight``'s time to first token is now known to exceed ``ttft_at_least`` seconds: count it as a miss
+        at every bucket bound below that it was not counted at yet (so each request misses a bound once)."""
+        k = bisect.bisect_left(self.buckets, ttft_at_least)
+        if k > flight.missed:
+            missed = self._missed(flight.hist_key)
+            for i in range(flight.missed, k):
+                missed[i] += 1
+            flight.missed = k
+
+    def _missed(self, key: tuple[str, str, str]) -> list[int]:
+        m = self.missed.get(key)
+        if m is None:
+            m = self.missed[key] = [0] * len(self.buckets)
+        return m
+
+    def _queued_past(self) -> None:
+        """Requests still queued whose age passed a bound have missed it now, not when they finish."""
+        clock, flights = self.clock_ns, self.flights
+        for queued in self.queued.values():
+            for trace_id in queued:
+                flight = flights[trace_id]
+                self._miss(flight, (clock - flight.start_ns) / 1e9)
+
+    def _land(self, trace_id: str, flight: _Flight) -> None:
+        """``flight`` is no longer in flight (its root arrived, or it was dropped over the cap)."""
+        self.in_flight[flight.hist_key] -= 1
+        self.queued[flight.hist_key].pop(trace_id, None)
+
+    def _hists(self, dep: str, tier: str, route: str) -> dict[str, Histogram]:
+        h = self.hists.get((dep, tier, route))
+        if h is None:
+            h = self.hists[(dep, tier, route)] = {**{k: Histogram(self.buckets) for k in HIST},
+                                                  **{k: Histogram(TOKEN_BUCKETS) for k in TOKEN_HIST}}
+        return h
+
+    def _count(self, root: Span, kids: dict[str, Span]) -> None:
+        a = root.attributes
+        key = self._labels(root)
+        _, dep, _, tier, route = key
+        flight = self.flights.pop(root.trace_id, None)
+        if flight is None:  # no early gateway span: it arrives now (the vLLM shape, or all spans at once)
+            self._arrive(key)
+        else:
+            self._land(root.trace_id, flight)
         outcome = str(a.get("llm.outcome") or ("error" if root.status_code == 2 else "ok"))
-        key = (model, dep, tenant, tier, route)
-        self.traffic[tenant] += 1
         self.requests[key + (outcome,)] += 1
         if outcome in ("rejected", "timeout"):
             reason = str(a.get("llm.reject_reason") or ("queue_timeout" if outcome == "timeout" else "overloaded"))
@@ -167,10 +270,7 @@ class RequestMetrics:
         tout = _num(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
         self.tokens_in[key] += tin or 0.0
         self.tokens_out[key] += tout or 0.0
-        h = self.hists.get((dep, tier, route))
-        if h is None:
-            h = self.hists[(dep, tier, route)] = {**{k: Histogram(self.buckets) for k in HIST},
-                                                  **{k: Histogram(TOKEN_BUCKETS) for k in TOKEN_HIST}}
+        h = self._hists(dep, tier, route)
         if outcome != "rejected":  # as the trace store's token mix: input of admitted requests, output of ok ones
             _observe(h["input"], tin)
         if outcome == "ok":
@@ -183,7 +283,10 @@ class RequestMetrics:
             queue = (q.end_ns - q.start_ns) / 1e9 if q is not None and p is not None else None
             ttft = (p.end_ns - root.start_ns) / 1e9 if p is not None and "llm.decode" in kids else None
             e2e = (root.end_ns - root.start_ns) / 1e9
-        _observe(h["queue"], queue)
+        if flight is None or not flight.scheduled:  # else observed when its llm.queue span arrived
+            _observe(h["queue"], queue)
+        if ttft is not None or outcome != "ok":  # refused, timed out or failed before a first token: missed all
+            self._miss(flight or _Flight((dep, tier, route), root.start_ns), math.inf if ttft is None else ttft)
         if outcome != "ok":
             return
         _observe(h["ttft"], ttft)
@@ -192,6 +295,17 @@ class RequestMetrics:
             _observe(h["tpot"], (e2e - ttft) / (tout - 1))
 
     # ------------------------------------------------------------------ exposition
+
+    def oldest_queued_age(self, key: tuple[str, str, str]) -> float:
+        """Seconds the oldest request admitted under ``key`` and not yet scheduled has queued; 0 when none.
+
+        "Now" is the newest span end received, the senders' clock: the age is then in the seconds the latency
+        histograms are in (a simulated fleet at ``--speed`` 20 included), and no clock skew between the gateway
+        and this exporter enters it. Call with the lock held."""
+        queued = self.queued.get(key)
+        if not queued:
+            return 0.0
+        return max(0.0, (self.clock_ns - min(queued.values())) / 1e9)
 
     def _top_tenants(self) -> set[str]:
         ranked = sorted(self.traffic.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -212,6 +326,7 @@ class RequestMetrics:
 
             for name, series, extra in (("llm_gateway_requests_total", self.requests, "outcome"),
                                         ("llm_gateway_rejections_total", self.rejections, "reason"),
+                                        ("llm_gateway_requests_arrived_total", self.arrived, None),
                                         ("llm_gateway_input_tokens_total", self.tokens_in, None),
                                         ("llm_gateway_output_tokens_total", self.tokens_out, None)):
                 cols = names + ((extra,) if extra else ())
@@ -221,6 +336,16 @@ class RequestMetrics:
                 lab = labels(("deployment", "tier", "route"), (dep, tier, route))
                 for key, name in (HIST | TOKEN_HIST).items():
                     fam[name].extend(hs[key].lines(name, lab))
+            for k in sorted(self.hists.keys() | self.in_flight.keys()):
+                lab = labels(("deployment", "tier", "route"), k)
+                fam["llm_gateway_requests_in_flight"].append(
+                    f"llm_gateway_requests_in_flight{{{lab}}} {float(self.in_flight.get(k, 0))}")
+                fam["llm_gateway_oldest_queued_age_seconds"].append(
+                    f"llm_gateway_oldest_queued_age_seconds{{{lab}}} {fmt_float(self.oldest_queued_age(k))}")
+                missed = self.missed.get(k) or [0] * len(self.buckets)
+                fam["llm_gateway_ttft_missed_total"].extend(
+                    f'llm_gateway_ttft_missed_total{{{lab},le="{le_label(b)}"}} {float(n)}'
+                    for b, n in zip(self.buckets, missed, strict=True))
             ex = f'exporter="{EXPORTER}"'
             fam["llm_exporter_tenants_folded"].append(f"llm_exporter_tenants_folded{{{ex}}} {float(folded)}")
             fam["llm_exporter_spans_received_total"].append(f"llm_exporter_spans_received_total{{{ex}}} {float(self.received)}")

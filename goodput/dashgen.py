@@ -24,6 +24,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from analyzer.releases import load_releases
+from exporters import recorded
 from exporters.catalog import by_name, names
 from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput import dashboard_ids as ids
@@ -148,10 +149,12 @@ def _deployment(n: Names) -> list[Panel]:
     rate = lambda metric: f"sum by (deployment) (rate({n.m(metric)}{d}[$__rate_interval]))"  # noqa: E731
     gen = f"sum by (deployment, replica) (rate({n.m('llm_generation_tokens_total')}{d}[$__rate_interval]))"
     return [
-        Panel(ids.DEPLOYMENT_QUEUE_WAIT, "Queue wait p50 / p95", "Time from admission at the gateway to engine "
-              "scheduling, per tier, from the request exporter's histogram over 5 minutes. The queue alert fires when "
-              "p95 is above the tier's threshold, rising, and replicas are short.", "s",
-              pct("llm_gateway_queue_wait_seconds", ("p50", "p95"))),
+        Panel(ids.DEPLOYMENT_QUEUE_WAIT, "Queue wait p50 / p95 / now", "Time from admission at the gateway to "
+              "engine scheduling, per tier: of the requests scheduled in 5 minutes (histogram quantiles), and now (the "
+              "oldest still queued, or that p95, whichever is longer). The queue alert fires when the wait now is above "
+              "the tier's threshold, the engines' queue grows, and replicas are short.", "s",
+              (*pct("llm_gateway_queue_wait_seconds", ("p50", "p95")),
+               Query(f"{n.r(recorded.QUEUE_WAIT_NOW)}{dt}", "now {{deployment}} {{tier}}"))),
         Panel(ids.DEPLOYMENT_TTFT, "TTFT p50 / p95 / p99", "Client-edge time to first token per tier (histogram "
               "quantiles over 5 minutes), and p99 per route, which LLMTTFTSLOBreachWithRejects holds against the "
               "route's SLO threshold.", "s",

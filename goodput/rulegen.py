@@ -19,8 +19,18 @@ from typing import Any
 
 import yaml
 
-from exporters.catalog import GATEWAY_BUCKETS
-from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
+from exporters.catalog import GATEWAY_BUCKETS, by_name
+from exporters.recorded import (
+    ARRIVALS_RATE,
+    AUTOSCALE_DESIRED,
+    AUTOSCALE_SIGNAL,
+    KV_USAGE_AVG,
+    QUEUE_WAIT_NOW,
+    QUEUE_WAIT_P95,
+    TOKENS_RATE,
+    WAITING,
+    tier_quantile,
+)
 from goodput.dashboard_ids import alert_link
 from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
@@ -36,14 +46,18 @@ ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LL
 SYMPTOMS = ("LLMQueueWaitRisingReplicasShort", "LLMTTFTSLOBreachWithRejects", "LLMKVCacheAllocationFailures",
             "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow")
 RULE_FILES = ("llm.rules.yaml", "slo.rules.yaml", "gpu.rules.yaml", "alerts.rules.yaml")
-# SRE workbook multi-window, multi-burn-rate table (30-day budget)
+# SRE workbook multi-window, multi-burn-rate table (30-day budget): alert, severity, long and short window, burn
+# factor, `for`. A page also needs the burn over PAGE_RESET: it is for a burn that is happening now, and lets go five
+# minutes after requests are served in time again (docs/alerting.md "Letting go after a fix").
 BURN_WINDOWS = (
     ("LLMSLOBurnRateFast", "page", "1h", "5m", 14.4, "2m"),
-    ("LLMSLOBurnRateFast", "page", "6h", "30m", 6.0, "15m"),
+    ("LLMSLOBurnRateFast", "page", "6h", "30m", 6.0, "2m"),
     ("LLMSLOBurnRateSlow", "ticket", "1d", "2h", 3.0, "1h"),
     ("LLMSLOBurnRateSlow", "ticket", "3d", "6h", 1.0, "3h"),
 )
+PAGE_RESET = "5m"
 SLIS = {"ttft": "llm_gateway_time_to_first_token_seconds", "tpot": "llm_gateway_time_per_output_token_seconds"}
+MISSED, ARRIVED = by_name("llm_gateway_ttft_missed_total").name, by_name("llm_gateway_requests_arrived_total").name
 
 
 @dataclass(frozen=True)
@@ -202,11 +216,19 @@ def _llm_rules(b: _Builder) -> dict:
                  "sum by (deployment, tier) (rate(llm_gateway_input_tokens_total[5m]))"),
         b.record("deployment_tier:llm_gateway_output_tokens:rate5m",
                  "sum by (deployment, tier) (rate(llm_gateway_output_tokens_total[5m]))"),
-        b.record(TOKENS_RATE,
-                 "sum by (deployment) (deployment_tier:llm_gateway_input_tokens:rate5m)\n"
-                 "+ on (deployment)\nsum by (deployment) (deployment_tier:llm_gateway_output_tokens:rate5m)"),
         b.record("deployment_tier:llm_gateway_requests:rate5m",
                  "sum by (deployment, tier) (rate(llm_gateway_requests_total[5m]))"),
+        b.record(ARRIVALS_RATE, "sum by (deployment) (rate(llm_gateway_requests_arrived_total[5m]))"),
+        # the demand is what arrives, in tokens: requests finish in a burst while a backlog drains, and their
+        # token rate would read as demand the fleet never had; the tokens of a finished request are still the mix
+        b.record(TOKENS_RATE,
+                 f"{ARRIVALS_RATE}\n* on (deployment)\n(\n"
+                 "  sum by (deployment) (deployment_tier:llm_gateway_input_tokens:rate5m)\n"
+                 "  + on (deployment)\n  sum by (deployment) (deployment_tier:llm_gateway_output_tokens:rate5m)\n"
+                 ")\n/ on (deployment)\nsum by (deployment) (deployment_tier:llm_gateway_requests:rate5m)\n"
+                 # a request exporter from before the arrivals counter: the finished requests' tokens
+                 "or\nsum by (deployment) (deployment_tier:llm_gateway_input_tokens:rate5m)\n"
+                 "+ on (deployment)\nsum by (deployment) (deployment_tier:llm_gateway_output_tokens:rate5m)"),
         b.record("deployment_tier_reason:llm_gateway_rejections:ratio_rate5m",
                  "sum by (deployment, tier, reason) (rate(llm_gateway_rejections_total[5m]))\n"
                  "/ on (deployment, tier) group_left\ndeployment_tier:llm_gateway_requests:rate5m"),
@@ -218,6 +240,13 @@ def _llm_rules(b: _Builder) -> dict:
                  "/ on (deployment, tier)\ndeployment_tier:llm_gateway_requests:rate5m"),
         b.record("deployment:llm_kv_cache_usage_ratio:max", "max by (deployment) (llm_kv_cache_usage_ratio)"),
         b.record(KV_USAGE_AVG, "avg by (deployment) (llm_kv_cache_usage_ratio)"),
+        b.record(WAITING, "sum by (deployment) (llm_requests_waiting)"),
+        b.record("deployment_tier:llm_gateway_oldest_queued_age_seconds:max",
+                 "max by (deployment, tier) (llm_gateway_oldest_queued_age_seconds)"),
+        b.record(QUEUE_WAIT_NOW,
+                 "max by (deployment, tier) (\n"
+                 '  label_replace(deployment_tier:llm_gateway_oldest_queued_age_seconds:max, "signal", "oldest", "", "")'
+                 f'\n  or\n  label_replace({QUEUE_WAIT_P95}, "signal", "p95", "", "")\n)'),
         b.record("deployment:llm_preemptions:rate5m", "sum by (deployment) (rate(llm_preemptions_total[5m]))"),
         b.record("deployment:llm_gateway_kv_capacity_rejections:rate5m",
                  'sum by (deployment) (rate(llm_gateway_rejections_total{reason="kv_capacity"}[5m]))'),
@@ -256,10 +285,14 @@ def _slo_rules(b: _Builder) -> dict:
         for name, metric in SLIS.items():
             le = repr(slo.ttft_seconds if name == "ttft" else slo.tpot_seconds)
             for w in windows:
-                sli.append(b.record(
-                    f"deployment_tier_route:llm_slo_{name}_errors:ratio_rate{w}",
-                    f"1 - (\n  sum by (deployment, tier, route) (rate({metric}_bucket{{{sel},le=\"{le}\"}}[{w}]))\n"
-                    f"  /\n  sum by (deployment, tier, route) (rate({metric}_count{{{sel}}}[{w}]))\n)", lab))
+                # finished requests' histogram: TPOT is known only when a request finishes
+                expr = (f"1 - (\n  sum by (deployment, tier, route) (rate({metric}_bucket{{{sel},le=\"{le}\"}}[{w}]))"
+                        f"\n  /\n  sum by (deployment, tier, route) (rate({metric}_count{{{sel}}}[{w}]))\n)")
+                if name == "ttft":  # each miss counted once when known (still queued past it, at the latest done);
+                    # the histogram only for a request exporter from before the misses counter
+                    expr = (f"clamp_max(\n  sum by (deployment, tier, route) (rate({MISSED}{{{sel},le=\"{le}\"}}[{w}]))"
+                            f"\n  /\n  sum by (deployment, tier, route) (rate({ARRIVED}{{{sel}}}[{w}]))\n, 1)\nor\n{expr}")
+                sli.append(b.record(f"deployment_tier_route:llm_slo_{name}_errors:ratio_rate{w}", expr, lab))
             sli.append(b.record(
                 f"deployment_tier_route:llm_slo_{name}:attainment_5m",
                 f"1 - deployment_tier_route:llm_slo_{name}_errors:ratio_rate5m{{{sel}}}", lab))
@@ -269,14 +302,17 @@ def _slo_rules(b: _Builder) -> dict:
             for slo in spec.slos:
                 budget = round(factor * (1 - slo.objective), 6)
                 sel = f'tier="{slo.tier}",route="{slo.route}"'
-                expr.append(f"(\n  deployment_tier_route:llm_slo_{name}_errors:ratio_rate{long}{{{sel}}} > {budget}\n"
-                            f"  and\n  deployment_tier_route:llm_slo_{name}_errors:ratio_rate{short}{{{sel}}} > {budget}\n)")
+                over = [f"deployment_tier_route:llm_slo_{name}_errors:ratio_rate{w}{{{sel}}} > {budget}"
+                        for w in (long, short, *((PAGE_RESET,) if severity == "page" and short != PAGE_RESET else ()))]
+                expr.append("(\n  " + "\n  and\n  ".join(over) + "\n)")
             alerts.append(b.alert(
                 alert, "\nor\n".join(expr), for_, severity,
                 f"{name.upper()} SLO error budget is burning {factor:g}x too fast.",
                 f"{{{{ $labels.deployment }}}} tier {{{{ $labels.tier }}}} route {{{{ $labels.route }}}}: "
                 f"{{{{ $value | humanizePercentage }}}} of requests missed the {name.upper()} threshold over the last "
-                f"{_dur(long, b.scale)}, {factor:g}x the rate the objective allows (also over {_dur(short, b.scale)}).",
+                f"{_dur(long, b.scale)}, {factor:g}x the rate the objective allows (also over {_dur(short, b.scale)}"
+                + (f" and the last {_dur(PAGE_RESET, b.scale)}" if severity == "page" and short != PAGE_RESET else "")
+                + ").",
                 {"sli": name, "long_window": _dur(long, b.scale), "short_window": _dur(short, b.scale)}))
     return {"groups": [{"name": "llm.slo.config", "rules": config}, {"name": "llm.slo.sli", "rules": sli},
                        {"name": "llm.slo.burnrate", "rules": alerts}]}
@@ -332,13 +368,15 @@ def _alert_rules(b: _Builder) -> dict:
     alerts = [
         b.alert(
             "LLMQueueWaitRisingReplicasShort",
-            "(\n  deployment_tier:llm_gateway_queue_wait_seconds:p95_5m\n    > on (tier) group_left\n"
-            "  tier:llm_queue_wait_threshold_seconds:config\n  and\n"
-            "  deriv(deployment_tier:llm_gateway_queue_wait_seconds:p95_5m[10m]) > 0\n)\nand on (deployment)\n(\n"
+            # what waits now, not what finished: a backlog that drains after a fix still finishes with long waits
+            f"(\n  {QUEUE_WAIT_NOW}\n    > on (tier) group_left\n"
+            "  tier:llm_queue_wait_threshold_seconds:config\n  and on (deployment)\n"
+            f"  deriv({WAITING}[10m]) > 0\n)\nand on (deployment)\n(\n"
             "  deployment:llm_replicas_available:max\n    < on (deployment)\n  deployment:llm_replicas_required:ceil\n)",
-            "5m", "page", "P95 queue wait is above its threshold and rising while replicas are short.",
-            "{{ $labels.deployment }} tier {{ $labels.tier }}: P95 queue wait {{ $value | humanizeDuration }} is above "
-            "the tier's threshold and still rising, with fewer available replicas than the demand requires."),
+            "5m", "page", "Requests wait past the tier's threshold, the queue grows, and replicas are short.",
+            "{{ $labels.deployment }} tier {{ $labels.tier }}: requests wait {{ $value | humanizeDuration }} now "
+            "(the oldest still queued, or the p95 of those scheduled in 5 minutes), over the tier's threshold; the "
+            "engines' queue is growing, with fewer available replicas than the arrivals require."),
         b.alert(
             "LLMKVCacheAllocationFailures",
             f"deployment:llm_preemptions:rate5m > {th['preemptions_per_second']}\nor\n"

@@ -84,6 +84,7 @@ def _gateway_counters(w: _Writer, wls: list[WorkloadSeries], served: dict[str, s
         "llm_gateway_requests_total": lambda s: [("outcome", "ok", s.ok), ("outcome", "timeout", s.timeout),
                                                  ("outcome", "rejected", sum(s.rejected.values()))],
         "llm_gateway_rejections_total": lambda s: [("reason", r, v) for r, v in s.rejected.items()],
+        "llm_gateway_requests_arrived_total": lambda s: [(None, None, s.ok + s.timeout + sum(s.rejected.values()))],
         "llm_gateway_input_tokens_total": lambda s: [(None, None, s.input_tokens)],
         "llm_gateway_output_tokens_total": lambda s: [(None, None, s.output_tokens)],
     }
@@ -113,6 +114,23 @@ def _gateway_histograms(w: _Writer, wls: list[WorkloadSeries]) -> None:
             counts = sum(count(s) for s in members)
             medians = sum(count(s) * getattr(s, attr) for s in members) / np.maximum(counts, 1e-9)
             w.histogram(name, dict(deployment=dep, tier=tier, route=route), counts, medians, HIST_SIGMA[name])
+    _ttft_missed(w, groups)
+
+
+def _ttft_missed(w: _Writer, groups: dict[tuple[str, str, str], list[WorkloadSeries]]) -> None:
+    """The TTFT SLI's misses per bound: ok requests over it (the TTFT histogram's lognormal) and every timed-out or
+    refused one (no first token). Each cumulative sum is floored once, so the counter never steps down."""
+    name, sigma = "llm_gateway_ttft_missed_total", HIST_SIGMA["llm_gateway_time_to_first_token_seconds"]
+    w.family(name)
+    for (dep, tier, route), members in sorted(groups.items()):
+        ok = sum(s.ok for s in members)
+        medians = np.maximum(sum(s.ok * s.ttft_median for s in members) / np.maximum(ok, 1e-9), 1e-6)
+        failed = sum(s.timeout + sum(s.rejected.values()) for s in members)
+        for le in GATEWAY_BUCKETS:
+            over = 0.5 * (1 - _erf((math.log(le) - np.log(medians)) / (sigma * math.sqrt(2))).astype(float))
+            missed = np.zeros(len(ok))
+            missed[w.week] = np.cumsum((ok * over + failed)[w.week])
+            w.series(name, _labels(deployment=dep, tier=tier, route=route, le=repr(le)), missed)
 
 
 def _engine(w: _Writer, model: WeekModel) -> None:

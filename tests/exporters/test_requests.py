@@ -3,6 +3,7 @@
 import copy
 import dataclasses
 import json
+import math
 import signal
 import struct
 import subprocess
@@ -32,7 +33,7 @@ from goodput.foundation.http import Server
 from simulator.records import RequestTable
 from simulator.run import simulate
 from simulator.spans import span_documents
-from tests.conftest import BASE_WORKLOAD, REPO, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet
 
 
 class Exporter:
@@ -628,3 +629,140 @@ def test_the_cli_comes_up_over_a_poisoned_write_ahead_log(tmp_path, sim):
     assert p.returncode == 0, err
     assert "quarantined 1" in out and "Traceback" not in err
     assert len(_store_ids(tmp_path / "s")) == len(decode_json(good))
+
+
+# ---------------------------------------------------------------- arrivals, in flight, queued: spans as they end
+
+LABEL_KEYS = ("gen_ai.request.model", "llm.deployment", "llm.tenant", "llm.tier", "llm.route", "llm.scene")
+
+
+@pytest.fixture(scope="module")
+def overload():
+    """One replica of six sequences at 25 requests/s for 20 s: a queue that builds while requests arrive."""
+    dep = copy.deepcopy(BASE_DEPLOYMENT)
+    dep.update(replicas=1)
+    dep["engine"].update(max_num_seqs=6, max_queue_time_s=3600)
+    wl = copy.deepcopy(BASE_WORKLOAD)
+    wl["arrival"]["rate"] = 25.0
+    return simulate(make_fleet(deployments=[dep], workloads=[wl]), 20.0).table
+
+
+def _as_they_end(table) -> tuple[list[Span], dict[str, Span]]:
+    """Every span of ``table`` in the order a gateway exports them (each when it ends), the early ``llm.gateway``
+    and ``llm.queue`` spans carrying their root's labels as the live fleet's do; and the roots by trace id."""
+    spans = [s for doc in span_documents(table) for s in decode_json(doc)]
+    roots = {s.trace_id: s for s in spans if not s.parent_span_id}
+    out = []
+    for s in spans:
+        if s.name in ("llm.gateway", "llm.queue"):
+            root = roots[s.trace_id]
+            s = dataclasses.replace(s, attributes={k: root.attributes[k] for k in LABEL_KEYS if k in root.attributes})
+        out.append(s)
+    out.sort(key=lambda s: (s.end_ns, s.parent_span_id == ""))  # a root ends with its last segment: children first
+    return out, roots
+
+
+def _sample(fams, family: str, name: str | None = None, **labels) -> float:
+    return sum(s.value for s in fams[family].samples if s.name == (name or family)
+               and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_arrivals_in_flight_and_the_oldest_queued_are_known_before_the_requests_finish(overload):
+    spans, roots = _as_they_end(overload)
+    by_trace: dict[str, dict[str, Span]] = {}
+    for s in spans:
+        by_trace.setdefault(s.trace_id, {})[s.name] = s
+    bound = 5.0  # a bucket bound the overload's queue passes
+
+    def ttft(t):  # None: no first token (the exporter's reading of the segments)
+        k = by_trace[t]
+        return (k["llm.prefill"].end_ns - roots[t].start_ns) / 1e9 if "llm.prefill" in k and "llm.decode" in k else None
+
+    def misses(t) -> bool:
+        f, ok = ttft(t), roots[t].attributes.get("llm.outcome") == "ok"
+        return (f is not None and f > bound) or (f is None and not ok)
+
+    m = RequestMetrics()
+    t0, checked, led = spans[0].end_ns, 0, 0
+    cut = t0
+    i = 0
+    clocks: list[int] = []
+    while i < len(spans):  # one-second batches of whatever ended, as the sink sends them
+        cut += 10**9
+        batch = []
+        while i < len(spans) and spans[i].end_ns <= cut:
+            batch.append(spans[i])
+            i += 1
+        m.ingest(batch)
+        now = max(s.end_ns for s in spans[:i])
+        admitted = [t for t, k in by_trace.items() if "llm.gateway" in k and k["llm.gateway"].end_ns <= now]
+        done = {t for t in admitted if roots[t].end_ns <= now}
+        waiting = [by_trace[t]["llm.gateway"].end_ns for t in admitted if t not in done and (
+            "llm.queue" not in by_trace[t] or by_trace[t]["llm.queue"].end_ns > now)]
+        scheduled = sum(1 for t in admitted if t not in done and "llm.prefill" in by_trace[t]
+                        and by_trace[t]["llm.queue"].end_ns <= now) + sum(
+            1 for t in done if "llm.prefill" in by_trace[t])
+        clocks.append(now)
+
+        def known(t, now=now) -> bool:  # its miss is known: it finished, or was scheduled or queued past the bound
+            start, k = roots[t].start_ns, by_trace[t]
+            if roots[t].end_ns <= now:
+                return True
+            if "llm.gateway" not in k or k["llm.gateway"].end_ns > now:
+                return False
+            qe = k["llm.queue"].end_ns if "llm.queue" in k else math.inf
+            return (qe <= now and (qe - start) / 1e9 > bound) or any(
+                k["llm.gateway"].end_ns <= c < qe and (c - start) / 1e9 > bound for c in clocks)
+
+        expected_missed = sum(1 for t in by_trace if misses(t) and known(t))
+        finished_missed = sum(1 for t in done | {t for t in roots if roots[t].end_ns <= now} if misses(t))
+        fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+        missed = _sample(fams, "llm_gateway_ttft_missed", "llm_gateway_ttft_missed_total", le=le_label(bound))
+        assert missed == expected_missed
+        led += missed > finished_missed
+        assert _sample(fams, "llm_gateway_requests_arrived", "llm_gateway_requests_arrived_total") == len(admitted)
+        assert _sample(fams, "llm_gateway_requests_in_flight") == len(admitted) - len(done)
+        age = _sample(fams, "llm_gateway_oldest_queued_age_seconds")
+        assert age == pytest.approx((now - min(waiting)) / 1e9 if waiting else 0.0, abs=1e-6)
+        queue_count = _sample(fams, "llm_gateway_queue_wait_seconds", "llm_gateway_queue_wait_seconds_count")
+        assert queue_count == scheduled  # observed at scheduling, not at completion
+        checked += bool(waiting) and age > 1.0 and len(admitted) > len(done) + 10
+    assert checked >= 5  # the overload did build a queue the gauges saw
+    assert led >= 5  # and TTFT misses were counted while the requests still waited, before any finished
+
+    # every request counted once, early or with its root; the totals match the all-at-once path
+    once = RequestMetrics()
+    once.ingest(list(reversed(spans)))
+    a = {f.name: f for f in text_string_to_metric_families(m.render())}
+    b = {f.name: f for f in text_string_to_metric_families(once.render())}
+    for fam, name in (("llm_gateway_requests_arrived", "llm_gateway_requests_arrived_total"),
+                      ("llm_gateway_queue_wait_seconds", "llm_gateway_queue_wait_seconds_count"),
+                      ("llm_gateway_queue_wait_seconds", "llm_gateway_queue_wait_seconds_sum"),
+                      ("llm_gateway_requests", "llm_gateway_requests_total"),
+                      ("llm_gateway_ttft_missed", "llm_gateway_ttft_missed_total")):
+        assert _sample(a, fam, name) == pytest.approx(_sample(b, fam, name)), name
+    assert _sample(a, "llm_gateway_ttft_missed", "llm_gateway_ttft_missed_total", le=le_label(bound)) == sum(
+        1 for t in roots if misses(t))
+    assert _sample(a, "llm_gateway_requests_arrived", "llm_gateway_requests_arrived_total") == overload.n
+    assert _sample(a, "llm_gateway_requests_in_flight") == 0 and not m.flights and not m.children
+
+
+def test_a_gateway_span_without_labels_is_counted_with_its_root_and_flights_are_capped():
+    t0 = 1795424400_000_000_000
+    root = Span("ab" * 16, "0000000000000001", "", "llm.request", 2, t0, t0 + 5 * 10**9, 1, "", "gw",
+                {"llm.deployment": "chat", "llm.tier": "P0", "llm.route": "chat", "llm.outcome": "ok"}, {})
+    bare = Span(root.trace_id, "0000000000000002", root.span_id, "llm.gateway", 1, t0, t0 + 10**7, 0, "", "gw", {}, {})
+    m = RequestMetrics()
+    m.ingest([bare])
+    fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+    assert "llm_gateway_requests_arrived" not in fams or not fams["llm_gateway_requests_arrived"].samples
+    m.ingest([root])
+    fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+    assert _sample(fams, "llm_gateway_requests_arrived", "llm_gateway_requests_arrived_total") == 1
+
+    capped = RequestMetrics()
+    capped.max_pending_traces = 10
+    labelled = dataclasses.replace(bare, attributes=dict(root.attributes))
+    capped.ingest([dataclasses.replace(labelled, trace_id=f"{i:032x}") for i in range(25)])
+    assert len(capped.flights) == 10 and sum(capped.in_flight.values()) == 10
+    assert sum(len(q) for q in capped.queued.values()) == 10

@@ -223,3 +223,9 @@ def test_keda_query_evaluates_to_the_recorded_replica_count(tmp_path):
     path.write_text(yaml.safe_dump(test))
     r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_drain_cases_are_written_from_their_series():
+    from tests.rules import drain_series
+
+    assert drain_series.PATH.read_text() == drain_series.render(), "run `python -m tests.rules.drain_series`"
