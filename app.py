@@ -11,7 +11,7 @@ from console.pages import PAGES
 from console.settings import Settings
 from console.ui import sidebar
 
-st.set_page_config(page_title="goodput console", page_icon="📟", layout="wide")
+st.set_page_config(page_title="goodput console", layout="wide")
 ctx = sidebar(Settings.from_env())
 
 
