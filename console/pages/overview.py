@@ -50,13 +50,15 @@ def _live(ctx: Context, alerts: pd.DataFrame | None) -> None:
 
 
 def _runbook(alerts: pd.DataFrame | None) -> None:
-    firing = [] if alerts is None else [r for r in alerts.sort_values("severity", key=lambda s: s != "page")["runbook"]
-                                        if r]
-    options = list(dict.fromkeys([*firing, *runbooks.names()]))
+    """The runbooks of the repository, the paging alerts' first; open when one pages."""
+    paging = [] if alerts is None else [r for r, sev in zip(alerts["runbook"], alerts["severity"], strict=True)
+                                        if r and sev == "page"]
+    firing = [] if alerts is None else [r for r in alerts["runbook"] if r]
+    options = list(dict.fromkeys([*paging, *firing, *runbooks.names()]))
     if not options:
         return
-    pick = st.selectbox("runbook (docs/runbooks, firing alerts first)", options, key="runbook")
-    with st.expander(f"Runbook: {pick}", expanded=bool(firing)):
+    pick = st.selectbox("runbook (docs/runbooks, paging and firing alerts first)", options, key="runbook")
+    with st.expander(f"Runbook: {pick}", expanded=bool(paging)):
         st.markdown(runbooks.safe_markdown(pick))
 
 
