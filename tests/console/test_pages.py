@@ -99,11 +99,36 @@ def test_overview_live_figures_equal_promql(monkeypatch, store, live):
     assert table.loc["rag", "kv_usage"] == pytest.approx((KV["rag-0"] + KV["rag-1"]) / 2)
     assert table.loc["rag", "capacity_tokens_per_s"] == pytest.approx(2 * 9000)
     assert table.loc["rag", "short"] == "2 short"  # 25k tok/s x 1.2 / 9000 -> 4 > 2
-    assert table.loc["rag", "status"] == "no data"  # the exporter serves no SLO histograms
+    assert table.loc["rag", "status"] == "paging"  # LLMEngineDown for rag-1
+    assert table.loc["chat", "status"] == "no data"  # the exporter serves no SLO histograms
     demand = table.loc["rag", "demand_tokens_per_s"]
     assert math.isclose(demand, TOKENS_PER_S[("rag", "P1", "rag")], rel_tol=0.2), demand
     alerts = frame(at, "alert", "runbook")
     assert "Watchdog" in set(alerts["alert"])  # Alertmanager's API, read live
+    down = alerts[alerts["alert"] == "LLMEngineDown"]
+    assert list(down["runbook"]) == ["LLMEngineDown"]
+    # the paging alert's runbook, from the repository, is open on the page
+    assert at.selectbox(key="runbook").value == "LLMEngineDown"
+    assert any(m.value.startswith("# LLMEngineDown") for m in at.markdown), [m.value[:40] for m in at.markdown]
+
+
+def test_every_time_chart_marks_the_pages_and_releases(monkeypatch, store, live, con):
+    """Prometheus' charts (now) carry the page that fires (from ALERTS), the traces' charts (the simulated hour) the
+    store's release: each time chart one of them, each page the ones its charts span."""
+    page, release = "page: LLMEngineDown rag", "rag: prompt_template rag-v1 -&gt; rag-v2"
+    at = app(monkeypatch, store / "db.duckdb", live.prometheus, live.alertmanager, range="all", deployment="rag")
+    for path, markers in (("kv", {page, release}), ("routing", {page}), ("workload", {release}),
+                          ("releases", {release})):
+        show(at, path)
+        no_exception(at)
+        charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        # a chart over time: x values are times, or a Prometheus chart with no series ("no data")
+        time_charts = [c for c in charts if not c["data"] or any(
+            isinstance(t.get("x"), list) and t["x"] and str(t["x"][0])[:2] == "20" for t in c["data"])]
+        assert time_charts, path
+        drawn = [{a.get("text") for a in c["layout"].get("annotations", [])} & markers for c in time_charts]
+        assert all(drawn), (path, [c["layout"].get("title", {}).get("text") for c, d in zip(time_charts, drawn) if not d])
+        assert set().union(*drawn) == markers, path
 
 
 def test_overview_trace_figures_equal_sql_over_the_store(monkeypatch, store, con):
