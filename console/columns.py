@@ -70,6 +70,7 @@ COLUMNS: dict[str, Col] = {
     "available": Col("up now", COUNT), "required now": Col("needed now", COUNT), "term": Col("term"),
     "action": Col("action"), "reason": Col("reason"), "numbers": Col("numbers"),
 }
+MISSING = "–"  # a figure the source does not have (Streamlit would write "None")
 _PCT = re.compile(r"(e2e|ttft)_p(\d+)_s$")
 # values a column colours by, and the colour of each
 COLOURS: dict[str, Mapping[str, str]] = {"status": STATUS, "direction": DIRECTION, "severity": {"page": STATUS["paging"]}}
@@ -120,4 +121,5 @@ def show(df: pd.DataFrame, key: str, first: Sequence[str] = (), colour_by: str |
     shown = _paint(df, colour_by) if styled else df
     for c, fmt in formats.items():
         shown = shown.format(fmt, subset=[c], na_rep="")
-    st.dataframe(shown, hide_index=True, width="stretch", key=key, column_order=order, column_config=config)
+    st.dataframe(shown, hide_index=True, width="stretch", key=key, column_order=order, column_config=config,
+                 placeholder=MISSING)

@@ -54,9 +54,10 @@ def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:
         fig = go.Figure()
         for s in series:
             name = " ".join(str(v) for k, v in sorted(s.labels.items()) if k != "__name__") or title
-            fig.add_trace(go.Scatter(x=[datetime.fromtimestamp(t, UTC) for t in s.times], y=s.values, mode="lines",
-                                     name=plain(name)))
-        fig.update_layout(title=title, height=280, margin={"t": 40, "b": 20})
+            fig.add_trace(go.Scatter(x=[datetime.fromtimestamp(t, UTC) for t in s.times], y=s.values,
+                                     mode="lines" if len(s.times) > 2 else "markers", name=plain(name)))
+        # the whole range, so a series that began late reads as late and an empty chart still has its time axis
+        fig.update_layout(title=title, height=280, margin={"t": 40, "b": 20}, xaxis={"type": "date", "range": [start, end]})
         mark(ctx, fig, start, end)
         if not series:
             fig.add_annotation(text="no data for these filters", showarrow=False, x=0.5, y=0.5, xref="paper",

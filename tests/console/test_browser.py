@@ -34,32 +34,44 @@ KEY_COLUMNS = {
 GRIDS = '[data-testid="stDataFrame"]'
 
 
-def headers_in_view(page) -> set[str]:
+def headers_in_view(page) -> tuple[set[str], list[str]]:
     """The column headers each table shows without scrolling sideways: glide-data-grid's accessibility tree lists
-    the columns it draws in view (of a grid scrolled into view vertically), and the grid must end in the viewport."""
+    the columns it draws in view (of a grid scrolled into view vertically), and the grid must end in the viewport.
+    Also why a grid showed none."""
     out: set[str] = set()
+    why: list[str] = []
     grids = page.locator(GRIDS)
-    for i in range(grids.count()):
+    shown = page.evaluate(f"""Array.from(document.querySelectorAll('{GRIDS}')).map(
+        (g, i) => g.closest('details:not([open])') ? -1 : i).filter(i => i >= 0)""")  # a closed expander's: none
+    for i in shown:
         grid = grids.nth(i)
-        grid.scroll_into_view_if_needed()
+        grid.scroll_into_view_if_needed(timeout=10_000)
         box = grid.bounding_box()
         if box is None or box["x"] + box["width"] > VIEWPORT["width"] + 1:
+            why.append(f"grid {i} at {box}")
             continue
+        heads = grid.locator('th[role="columnheader"]')
         try:
-            grid.locator('th[role="columnheader"]').first.wait_for(state="attached", timeout=10_000)
+            heads.first.wait_for(state="attached", timeout=10_000)
         except Exception:  # noqa: BLE001 - a grid that draws no headers shows none of the key columns
+            why.append(f"grid {i} drew no headers")
             continue
-        out.update(t.strip() for t in grid.locator('th[role="columnheader"]').all_text_contents())
-    return out
+        out.update(t.strip() for t in heads.all_text_contents())
+    return out, why
 
 
+STUCK = """() => JSON.stringify({
+  running: !!document.querySelector('[data-testid="stStatusWidget"]'),
+  skeletons: document.querySelectorAll('[data-testid="stSkeleton"]').length,
+  grids: Array.from(document.querySelectorAll('[data-testid="stDataFrame"]')).map(
+    g => [g.getClientRects().length, !!g.querySelector('canvas'), g.closest('details') ? 'in details' : ''])})"""
 RENDERED = """() => {
   const main = document.querySelector('[data-testid="stMain"]');
   const running = document.querySelector('[data-testid="stStatusWidget"]');
   const grids = Array.from(document.querySelectorAll('[data-testid="stDataFrame"]'));
   return main && main.querySelector('h1') && !running
     && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0
-    && grids.every(g => g.querySelector('canvas'));
+    && grids.every(g => g.closest('details:not([open])') || g.querySelector('canvas'));  // a closed expander's: none
 }"""
 
 
@@ -99,19 +111,28 @@ def test_every_page_loads_in_chromium_without_errors(console):
                 page.goto(url(console.url, path) + "?range=all&deployment=rag")
                 page.wait_for_function(RENDERED, timeout=90_000)
                 page.wait_for_timeout(1500)  # the charts draw after the script run ends
-                page.wait_for_function(RENDERED, timeout=90_000)
+                try:
+                    page.wait_for_function(RENDERED, timeout=90_000)
+                except Exception:  # noqa: BLE001 - say what never rendered, and go on to the next page
+                    page.screenshot(path=str(ARTIFACTS / f"{path}-stuck.png"))
+                    problems[path] = [page.evaluate(STUCK)]
+                    continue
                 h1 = page.locator('[data-testid="stMain"] h1').first.inner_text()
                 boxes = page.locator('[data-testid="stException"]').count()
                 deploy = page.get_by_text("Deploy", exact=True).count()
                 shown_url = page.url
                 page.screenshot(path=str(ARTIFACTS / f"{path}.png"))  # what on call sees first
-                # the main column scrolls inside the page: its block, whole, is the rest
-                page.locator('[data-testid="stMainBlockContainer"]').screenshot(path=str(ARTIFACTS / f"{path}-all.png"))
-                in_view = headers_in_view(page)
+                in_view, why = headers_in_view(page)
+                # the main column scrolls inside the page: a viewport as tall as it shows the rest, then back
+                tall = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+                page.set_viewport_size({"width": VIEWPORT["width"], "height": min(int(tall), 6000)})
+                page.wait_for_timeout(800)
+                page.screenshot(path=str(ARTIFACTS / f"{path}-all.png"))
+                page.set_viewport_size(VIEWPORT)
                 found = list(errors)
                 missing = [c for c in KEY_COLUMNS[path] if c not in in_view]
                 if missing:
-                    found.append(f"columns not in the 1,400 px view: {missing} (in view: {sorted(in_view)})")
+                    found.append(f"columns not in the 1,400 px view: {missing} (in view: {sorted(in_view)}; {why})")
                 if deploy:
                     found.append("a Deploy button")
                 for _ in probes:

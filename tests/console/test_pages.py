@@ -127,7 +127,8 @@ def test_every_time_chart_marks_the_pages_and_releases(monkeypatch, store, live,
             isinstance(t.get("x"), list) and t["x"] and str(t["x"][0])[:2] == "20" for t in c["data"])]
         assert time_charts, path
         drawn = [{a.get("text") for a in c["layout"].get("annotations", [])} & markers for c in time_charts]
-        assert all(drawn), (path, [c["layout"].get("title", {}).get("text") for c, d in zip(time_charts, drawn) if not d])
+        assert all(drawn), (path, [c["layout"].get("title", {}).get("text") for c, d in zip(time_charts, drawn, strict=True)
+                           if not d])
         assert set().union(*drawn) == markers, path
 
 
