@@ -22,7 +22,12 @@ __all__ = ["COLUMNS", "label", "show"]
 @dataclass(frozen=True)
 class Col:
     label: str
-    format: str | None = None  # printf-style for numbers; None: text (or Streamlit's own for dates)
+    # printf-style for numbers, or a function of the value (a Styler format); None: text (Streamlit's own for dates)
+    format: str | Callable[[float], str] | None = None
+
+
+def _signed_share(v: float) -> str:
+    return f"{v:+.0%}"
 
 
 S, S3, SHARE, COUNT, TOKENS, RATIO = "%.2f", "%.3f", "percent", "%d", "%.0f", "%.2f"
@@ -54,7 +59,7 @@ COLUMNS: dict[str, Col] = {
     "input_tokens": Col("input (tokens)", TOKENS), "output_tokens": Col("output (tokens)", TOKENS),
     "retries": Col("retries", COUNT),
     # Workload, KV, Routing
-    "measure": Col("measure"), "before": Col("before"), "now": Col("now"), "change": Col("change", SHARE),
+    "measure": Col("measure"), "before": Col("before"), "now": Col("now"), "change": Col("change", _signed_share),
     "shift": Col("shift?"), "bucket": Col("from (UTC)"), "kv_rejections": Col("KV rejections", COUNT),
     "rejected": Col("rejected", COUNT), "replica": Col("replica"), "replicas": Col("replicas", COUNT),
     "queue_p95_s": Col("p95 queue wait (s)", S), "cache_hit_ratio": Col("prefix-cache hits", SHARE),
@@ -64,7 +69,7 @@ COLUMNS: dict[str, Col] = {
     # Releases
     "metric": Col("p95 of"), "time": Col("changed at (UTC)"), "before_p95_s": Col("p95 before (s)", S),
     "after_p95_s": Col("p95 after (s)", S), "segment": Col("segment"), "cause": Col("cause"), "release": Col("release"),
-    "blamed": Col("blamed"), "direction": Col("direction"), "note": Col("note"),
+    "blamed": Col("blamed"), "direction": Col("direction"), "note": Col("note"), "released": Col("released (UTC)"),
     # Capacity
     "per-replica goodput tok/s": Col("per-replica goodput (tok/s)", TOKENS), "desired (plan)": Col("planned", COUNT),
     "available": Col("up now", COUNT), "required now": Col("needed now", COUNT), "term": Col("term"),
@@ -89,9 +94,15 @@ def label(name: str) -> str:
     return _col(name).label
 
 
+def _number(dtype) -> bool:
+    return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+
+
 def _config(name: str, dtype, own_format: bool) -> object:
     c = _col(name)
-    if c.format and not own_format and pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
+    if isinstance(dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_any_dtype(dtype):
+        return st.column_config.DatetimeColumn(c.label, format="YYYY-MM-DD HH:mm:ss")
+    if isinstance(c.format, str) and not own_format and _number(dtype):
         return st.column_config.NumberColumn(c.label, format=c.format)
     return c.label
 
@@ -114,7 +125,8 @@ def show(df: pd.DataFrame, key: str, first: Sequence[str] = (), colour_by: str |
          formats: Mapping[str, Callable[[float], str]] | None = None) -> None:
     """``df`` as a table: labelled, rounded (``formats`` for a column whose rows differ in unit), ``first``
     leading (the rest in their order), coloured words."""
-    formats = formats or {}
+    formats = {**{c: _col(c).format for c in df.columns if _number(df[c].dtype) and callable(_col(c).format)},
+               **(formats or {})}
     order = [c for c in first if c in df.columns] + [c for c in df.columns if c not in first]
     config = {c: _config(c, df[c].dtype, c in formats) for c in df.columns}
     styled = formats or colour_by is not None or any(c in df.columns for c in COLOURS)

@@ -12,6 +12,7 @@ __all__ = ["RUNBOOKS", "for_alert", "names", "safe_markdown"]
 RUNBOOKS = Path(__file__).resolve().parents[1] / "docs" / "runbooks"
 _IMAGE = re.compile(r"!\[")
 _HTML = re.compile(r"<")
+_HEADING = re.compile(r"^(#{1,4}) ", re.MULTILINE)
 
 
 @cache
@@ -26,6 +27,7 @@ def for_alert(alertname: str, runbook_url: str = "") -> str:
 
 
 def safe_markdown(name: str) -> str:
-    """The runbook as markdown that fetches nothing and runs nothing: no images, no raw HTML."""
+    """The runbook as markdown that fetches nothing and runs nothing (no images, no raw HTML), its headings two
+    levels down so it reads as a part of the page."""
     text = (RUNBOOKS / f"{name}.md").read_text() if name in names() else ""
-    return _HTML.sub("&lt;", _IMAGE.sub(r"\\![", text))
+    return _HEADING.sub(r"##\1 ", _HTML.sub("&lt;", _IMAGE.sub(r"\\![", text)))

@@ -65,6 +65,6 @@ def render(ctx: Context) -> None:
                    f"release {r['release']}: {r['cause']}"), icon=icon)
     if table.empty:
         st.info(esc(searched))
-    show(table, "verdicts", VERDICT_FIRST, colour_by="direction")
-    show(pd.DataFrame([{"time": r.time, "deployment": r.deployment, "release": r.label(), "note": r.note}
-                       for r in shown], columns=["time", "deployment", "release", "note"]), "release_list")
+    show(table.assign(time=pd.to_datetime(table["time"], utc=True)), "verdicts", VERDICT_FIRST, colour_by="direction")
+    show(pd.DataFrame([{"released": r.time, "deployment": r.deployment, "release": r.label(), "note": r.note}
+                       for r in shown], columns=["released", "deployment", "release", "note"]), "release_list")

@@ -109,7 +109,7 @@ def test_overview_live_figures_equal_promql(monkeypatch, store, live):
     assert list(down["runbook"]) == ["LLMEngineDown"]
     # the paging alert's runbook, from the repository, is open on the page
     assert at.selectbox(key="runbook").value == "LLMEngineDown"
-    assert any(m.value.startswith("# LLMEngineDown") for m in at.markdown), [m.value[:40] for m in at.markdown]
+    assert any(m.value.startswith("### LLMEngineDown") for m in at.markdown), [m.value[:40] for m in at.markdown]
 
 
 def test_every_time_chart_marks_the_pages_and_releases(monkeypatch, store, live, con):
