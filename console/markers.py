@@ -86,4 +86,5 @@ def draw(fig: go.Figure, markers: list[Marker], start: datetime | None, end: dat
         colour, dash = MARKER[m.kind]
         fig.add_vline(x=m.time, line_dash=dash, line_color=colour, line_width=1.5)
         fig.add_annotation(x=m.time, y=1, yref="paper", text=plain(m.text), showarrow=False, textangle=-90,
-                           xanchor="right", yanchor="top", font={"size": 10, "color": colour})
+                           xanchor="right", yanchor="top", font={"size": 10, "color": colour},
+                           bgcolor="rgba(255, 255, 255, 0.85)")  # readable over bars and lines

@@ -66,3 +66,19 @@ def test_segments_keep_a_requests_order_and_labels_are_plain():
     assert sorted(["send", "prefill", "queue", "decode", "gateway"], key=segment_order) == list(SEGMENTS[:5])
     assert label("queue_wait_p95_s") == "p95 queue wait (s)" and label("e2e_p99_s") == "p99 E2E (s)"
     assert plain("<a href='x'>y</a>") == "&lt;a href='x'&gt;y&lt;/a&gt;"
+
+
+def test_markers_draw_releases_scale_events_and_pages_in_their_style_inside_the_window():
+    import plotly.graph_objects as go
+
+    from console.markers import Marker, draw
+    from console.palette import MARKER
+
+    t = pd.Timestamp("2026-11-23T08:30:00Z").to_pydatetime()
+    fig = go.Figure()
+    draw(fig, [Marker(t, "release", "rag: model <b>a</b> -> b"), Marker(t, "scale", "rag: scale 2 -> 4"),
+               Marker(t, "page", "page: LLMEngineDown rag"), Marker(t - pd.Timedelta(hours=2), "release", "old")],
+         t - pd.Timedelta(hours=1), t + pd.Timedelta(hours=1))
+    assert [(s.line.color, s.line.dash) for s in fig.layout.shapes] == [MARKER[k] for k in ("release", "scale", "page")]
+    assert [a.text for a in fig.layout.annotations] == ["rag: model &lt;b&gt;a&lt;/b&gt; -&gt; b", "rag: scale 2 -&gt; 4",
+                                                        "page: LLMEngineDown rag"]
