@@ -122,7 +122,7 @@ def _paint(df: pd.DataFrame, colour_by: str | None):
 
 
 def show(df: pd.DataFrame, key: str, first: Sequence[str] = (), colour_by: str | None = None,
-         formats: Mapping[str, Callable[[float], str]] | None = None) -> None:
+         formats: Mapping[str, Callable[[object], str]] | None = None) -> None:
     """``df`` as a table: labelled, rounded (``formats`` for a column whose rows differ in unit), ``first``
     leading (the rest in their order), coloured words."""
     formats = {**{c: _col(c).format for c in df.columns if _number(df[c].dtype) and callable(_col(c).format)},

@@ -23,6 +23,11 @@ VERDICT_FIRST = ("release", "direction", "change", "metric", "deployment", "tier
                  "after_p95_s", "segment", "blamed", "cause")
 BANNER = {"improvement": (st.success, ":material/trending_down:"), "scale": (st.info, ":material/stacks:")}
 REGRESSION = (st.error, ":material/trending_up:")  # the analyzer's word, or none (then a blamed change is one)
+METRIC = {"e2e_s": "E2E", "ttft_s": "TTFT", "tpot_s": "TPOT"}  # the others are segments: queue_s -> queue
+
+
+def _metric(name: str) -> str:
+    return METRIC.get(name, str(name).removesuffix("_s"))
 
 def render(ctx: Context) -> None:
     st.title("Releases")
@@ -61,10 +66,11 @@ def render(ctx: Context) -> None:
     for _, r in blamed.head(3).iterrows():
         banner, icon = BANNER.get(r["direction"], REGRESSION)
         word = "" if not r["direction"] else f" ({r['direction']})"
-        banner(esc(f"{r['deployment']} {r['tier']}: p95 {str(r['metric'])[:-2]} {r['change']:+.0%}{word} after "
+        banner(esc(f"{r['deployment']} {r['tier']}: p95 {_metric(r['metric'])} {r['change']:+.0%}{word} after "
                    f"release {r['release']}: {r['cause']}"), icon=icon)
     if table.empty:
         st.info(esc(searched))
-    show(table.assign(time=pd.to_datetime(table["time"], utc=True)), "verdicts", VERDICT_FIRST, colour_by="direction")
+    show(table.assign(time=pd.to_datetime(table["time"], utc=True)), "verdicts", VERDICT_FIRST, colour_by="direction",
+         formats={"metric": _metric})
     show(pd.DataFrame([{"released": r.time, "deployment": r.deployment, "release": r.label(), "note": r.note}
                        for r in shown], columns=["released", "deployment", "release", "note"]), "release_list")
