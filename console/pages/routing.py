@@ -31,7 +31,9 @@ def render(ctx: Context) -> None:
                              go.Scatter(x=label, y=df["queue_p95_s"], name="p95 queue wait (s)", yaxis="y2",
                                         mode="markers", marker={"size": 10})])
             fig.update_layout(title="requests and p95 queue wait per replica", height=320, margin={"t": 40, "b": 20},
-                              yaxis2={"overlaying": "y", "side": "right"})
+                              yaxis={"title": "requests", "rangemode": "tozero"},
+                              yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ".2f",
+                                      "title": "p95 queue wait (s)"})
             st.plotly_chart(fig, width="stretch", key="replicas")
             show(df, "routing_table", ("deployment", "replica", "requests", "queue_p95_s"))
     st.subheader("Live (Prometheus)")
