@@ -1,7 +1,7 @@
 """The goodput triage console: ``streamlit run app.py`` (or ``goodput console``).
 
 Reads its sources from the environment (console/settings.py: GOODPUT_DB, GOODPUT_PROMETHEUS_URL,
-GOODPUT_ALERTMANAGER_URL, GOODPUT_PLAN, GOODPUT_RUNS, GOODPUT_RELEASES); the sidebar's filters travel in the
+GOODPUT_ALERTMANAGER_URL, GOODPUT_PLAN, GOODPUT_RUNS, GOODPUT_RELEASES, GOODPUT_FLEET, ...); the sidebar's filters travel in the
 URL's query string, so an alert can link to a page with its deployment and tier set.
 """
 
@@ -11,7 +11,7 @@ from console.pages import PAGES
 from console.settings import Settings
 from console.ui import sidebar
 
-st.set_page_config(page_title="goodput console", page_icon="📟", layout="wide")
+st.set_page_config(page_title="goodput console", layout="wide")
 ctx = sidebar(Settings.from_env())
 
 

@@ -17,7 +17,8 @@ __all__ = ["APP", "environment", "register", "streamlit_command"]
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 FLAGS = {"db": "--db", "prometheus_url": "--prometheus-url", "alertmanager_url": "--alertmanager-url",
-         "plan": "--plan", "runs": "--runs", "releases": "--releases", "slos": "--slos", "reviews": "--reviews"}
+         "plan": "--plan", "runs": "--runs", "releases": "--releases", "slos": "--slos", "reviews": "--reviews",
+         "fleet": "--fleet"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -20,9 +20,8 @@ from analyzer.store import sql as analyzer_sql
 from console import traces
 from console.prom import Alertmanager, Prometheus, Sample, Series
 
-__all__ = ["alerts", "arrivals", "bucket_series", "completeness", "decomposition",
-           "prom_instant", "prom_range", "regressions", "store_query",
-           "store_version"]
+__all__ = ["alerts", "arrivals", "bucket_series", "completeness", "decomposition", "prom_instant", "prom_range",
+           "regressions", "silences", "store_query", "store_version"]
 
 PROM_TTL_S = 10
 STORE_TTL_S = 15
@@ -96,3 +95,8 @@ def prom_range(url: str, expr: str, start: datetime, end: datetime, step_s: floa
 @st.cache_data(ttl=PROM_TTL_S, show_spinner=False)
 def alerts(url: str) -> list[dict]:
     return Alertmanager(url).alerts()
+
+
+@st.cache_data(ttl=PROM_TTL_S, show_spinner=False)
+def silences(url: str) -> list[dict]:
+    return Alertmanager(url).silences()

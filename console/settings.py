@@ -15,10 +15,11 @@ __all__ = ["DEFAULTS", "ENV", "Settings"]
 # field -> environment variable
 ENV = {"db": "GOODPUT_DB", "prometheus_url": "GOODPUT_PROMETHEUS_URL", "alertmanager_url": "GOODPUT_ALERTMANAGER_URL",
        "plan": "GOODPUT_PLAN", "runs": "GOODPUT_RUNS", "releases": "GOODPUT_RELEASES", "slos": "GOODPUT_SLOS",
-       "reviews": "GOODPUT_REVIEWS"}
+       "reviews": "GOODPUT_REVIEWS", "fleet": "GOODPUT_FLEET"}
 DEFAULTS = {"db": "demo-out/analyzer.duckdb", "prometheus_url": "http://127.0.0.1:9090",
             "alertmanager_url": "http://127.0.0.1:9093", "plan": "examples/plan.yaml", "runs": "loadtest-runs",
-            "releases": "demo-out/releases.yaml", "slos": "rules/slos.yaml", "reviews": "demo-out/week"}
+            "releases": "demo-out/releases.yaml", "slos": "rules/slos.yaml", "reviews": "demo-out/week",
+            "fleet": "examples/fleet.yaml"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Settings:
     releases: Path
     slos: Path
     reviews: Path  # searched for the newest review.json (`goodput review --out`, `goodput demo --week`)
+    fleet: Path  # the deployments' model, GPU, TP and dtypes, where the Capacity what-if starts
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -38,7 +40,8 @@ class Settings:
         v = {k: env.get(var) or DEFAULTS[k] for k, var in ENV.items()}
         return cls(db=Path(v["db"]), prometheus_url=v["prometheus_url"].rstrip("/"),
                    alertmanager_url=v["alertmanager_url"].rstrip("/"), plan=Path(v["plan"]), runs=Path(v["runs"]),
-                   releases=Path(v["releases"]), slos=Path(v["slos"]), reviews=Path(v["reviews"]))
+                   releases=Path(v["releases"]), slos=Path(v["slos"]), reviews=Path(v["reviews"]),
+                   fleet=Path(v["fleet"]))
 
     def environment(self) -> dict[str, str]:
         """The variables that make ``streamlit run app.py`` read these settings."""

@@ -9,13 +9,16 @@ import pandas as pd
 
 from analyzer.regressions import LENGTH_SHIFT, RATE_SHIFT
 from console.prom import Sample
+from console.runbooks import for_alert
 
-__all__ = ["alert_rows", "live_table", "shift_table", "skew", "trace_table", "verdict_table"]
+__all__ = ["alert_rows", "live_table", "shift_table", "silence_rows", "skew", "status", "trace_table",
+           "verdict_table"]
 
 # how each live query folds onto a (deployment, tier) row: min attainment and max burn over the routes
 FOLD = {"ttft_attainment": "min", "tpot_attainment": "min", "ttft_burn_1h": "max", "tpot_burn_1h": "max"}
 VERDICT_COLUMNS = ["deployment", "tier", "metric", "time", "change", "before_p95_s", "after_p95_s", "segment", "cause",
-                   "release", "blamed"]
+                   "release", "blamed", "direction"]
+BUDGET = 1.0  # a burn rate above this spends the error budget faster than the objective earns it
 
 
 def live_table(results: dict[str, list[Sample]]) -> pd.DataFrame:
@@ -47,12 +50,46 @@ def alert_rows(alerts: list[dict], deployment: str | None, tier: str | None) -> 
         lab, ann = a.get("labels", {}), a.get("annotations", {})
         if deployment and lab.get("deployment") not in (None, deployment) or tier and lab.get("tier") not in (None, tier):
             continue
-        link = ann.get("runbook_url", "")
-        rows.append({"alert": lab.get("alertname", ""), "severity": lab.get("severity", ""),
+        name = lab.get("alertname", "")
+        rows.append({"alert": name, "severity": lab.get("severity", ""),
                      "deployment": lab.get("deployment", ""), "tier": lab.get("tier", ""),
-                     "since": a.get("startsAt", ""), "summary": ann.get("summary", ""),
-                     "runbook": link if link.startswith(("http://", "https://")) else ""})
+                     "since": str(a.get("startsAt", ""))[:19].replace("T", " "), "summary": ann.get("summary", ""),
+                     "runbook": for_alert(name, ann.get("runbook_url", ""))})
     return pd.DataFrame(rows, columns=["alert", "severity", "deployment", "tier", "since", "summary", "runbook"])
+
+
+def silence_rows(silences: list[dict]) -> pd.DataFrame:
+    """Alertmanager's silences, newest first: state, what they match, when, by whom, why."""
+    def matcher(m: dict) -> str:
+        op = ("=" if m.get("isEqual", True) else "!=") if not m.get("isRegex") else ("=~" if m.get("isEqual", True) else "!~")
+        return f"{m.get('name', '')}{op}{m.get('value', '')}"
+
+    rows = [{"state": s["status"].get("state", ""), "matchers": ", ".join(matcher(m) for m in s["matchers"]),
+             "starts": str(s.get("startsAt", ""))[:19].replace("T", " "),
+             "ends": str(s.get("endsAt", ""))[:19].replace("T", " "),
+             "created_by": str(s.get("createdBy", "")), "comment": str(s.get("comment", ""))} for s in silences]
+    cols = ["state", "matchers", "starts", "ends", "created_by", "comment"]
+    return pd.DataFrame(rows, columns=cols).sort_values("starts", ascending=False, kind="stable")
+
+
+def status(table: pd.DataFrame, alerts: pd.DataFrame | None) -> list[str]:
+    """Per live row: "paging" (a page fires for its deployment and tier), "burning" (either SLI's 1 h burn above the
+    budget), "met", or "no data" (no attainment yet)."""
+    pages = set() if alerts is None else {(d, t) for d, t, sev in zip(alerts["deployment"], alerts["tier"],
+                                                                       alerts["severity"], strict=True) if sev == "page"}
+    out = []
+    for r in table.to_dict("records"):
+        burn = [r.get(k) for k in ("ttft_burn_1h", "tpot_burn_1h")]
+        met = [r.get(k) for k in ("ttft_attainment", "tpot_attainment")]
+        if (r["deployment"], r["tier"]) in pages or (r["deployment"], "") in pages:
+            out.append("paging")
+        elif any(b is not None and b > BUDGET for b in burn):
+            out.append("burning")
+        elif any(m is not None and not math.isnan(m) for m in met):
+            out.append("met")
+        else:
+            out.append("no data")
+    return out
 
 
 def trace_table(df: pd.DataFrame, seconds: float) -> pd.DataFrame:
@@ -70,8 +107,16 @@ def trace_table(df: pd.DataFrame, seconds: float) -> pd.DataFrame:
 
 
 def verdict_table(found: list[dict], tier: str | None) -> pd.DataFrame:
+    """The analyzer's rows; ``direction`` is theirs ("regression" / "improvement"), "scale" for a scale event's,
+    '' where the analyzer gives none."""
     rows = [r for r in found if not tier or r["tier"] == tier]
-    return pd.DataFrame([{c: r[c] for c in VERDICT_COLUMNS} for r in rows], columns=VERDICT_COLUMNS)
+    out = []
+    for r in rows:
+        row = {c: r.get(c) for c in VERDICT_COLUMNS}
+        kind = str(r.get("release") or "").split(" ", 1)[0]
+        row["direction"] = "scale" if kind == "scale" else str(r.get("direction") or "")
+        out.append(row)
+    return pd.DataFrame(out, columns=VERDICT_COLUMNS)
 
 
 def shift_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -55,7 +55,7 @@ class Context:
     def store_ready(self) -> bool:
         """True when the trace pages can query; else shows why not and what to run."""
         if self.store_problem:
-            st.info(self.store_problem, icon="🗄️")
+            st.info(self.store_problem, icon=":material/database:")
             return False
         return True
 
@@ -130,4 +130,4 @@ def sidebar(settings: Settings) -> Context:
 
 def prom_down(what: str, error: Exception) -> None:
     st.warning(f"{what} is unreachable, so its figures are missing here; the trace figures below still work. "
-               f"({esc(error)})", icon="⚠️")
+               f"({esc(error)})", icon=":material/warning:")

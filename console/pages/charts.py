@@ -1,4 +1,5 @@
-"""Charts the pages share: Prometheus range series as lines, and a bucket width for a time window."""
+"""Charts the pages share: Prometheus range series as lines, a bucket width for a time window, and the markers
+(releases, scale events, pages) every time chart carries."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from console import data
+from console import data, markers
+from console.palette import plain
 from console.prom import Unreachable
 from console.ui import Context, prom_down, step_for
 
-__all__ = ["bucket_for", "bucketed", "prom_charts"]
+__all__ = ["bucket_for", "bucketed", "mark", "prom_charts"]
 
 BUCKETS = ((timedelta(minutes=1), "1 minute"), (timedelta(minutes=5), "5 minutes"), (timedelta(minutes=15), "15 minutes"),
            (timedelta(hours=1), "1 hour"), (timedelta(days=1), "1 day"))
@@ -31,6 +33,14 @@ def bucketed(ctx: Context, name: str) -> tuple[str, pd.DataFrame]:
     return bucket, data.store_query(ctx.db, ctx.db_version, name, {**ctx.sql_params(), "bucket": bucket})
 
 
+def mark(ctx: Context, fig: go.Figure, start: datetime | None, end: datetime) -> None:
+    """The releases, scale events and pages of [start, end] (``start`` None: from the store's first request)."""
+    start = start or ctx.first or end - timedelta(hours=1)
+    found = markers.releases(ctx.settings.releases, ctx.filters)
+    found += markers.pages(ctx.settings.prometheus_url, ctx.filters, start, end, step_for(start, end))
+    markers.draw(fig, found, start, end)
+
+
 def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:
     """One line chart per query over the time range; one banner if Prometheus is down."""
     start, end = ctx.prom_window()
@@ -44,9 +54,11 @@ def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:
         fig = go.Figure()
         for s in series:
             name = " ".join(str(v) for k, v in sorted(s.labels.items()) if k != "__name__") or title
-            fig.add_trace(go.Scatter(x=[datetime.fromtimestamp(t, UTC) for t in s.times], y=s.values, mode="lines",
-                                     name=name))
-        fig.update_layout(title=title, height=280, margin={"t": 40, "b": 20})
+            fig.add_trace(go.Scatter(x=[datetime.fromtimestamp(t, UTC) for t in s.times], y=s.values,
+                                     mode="lines" if len(s.times) > 2 else "markers", name=plain(name)))
+        # the whole range, so a series that began late reads as late and an empty chart still has its time axis
+        fig.update_layout(title=title, height=280, margin={"t": 40, "b": 20}, xaxis={"type": "date", "range": [start, end]})
+        mark(ctx, fig, start, end)
         if not series:
             fig.add_annotation(text="no data for these filters", showarrow=False, x=0.5, y=0.5, xref="paper",
                                yref="paper")

@@ -7,7 +7,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from console import promql
-from console.pages.charts import bucketed, prom_charts
+from console.columns import show
+from console.pages.charts import bucketed, mark, prom_charts
+from console.palette import plain
 from console.ui import Context
 
 __all__ = ["render"]
@@ -22,11 +24,13 @@ def render(ctx: Context) -> None:
     bucket, df = bucketed(ctx, "kv")
     fig = go.Figure()
     for dep, g in df.groupby("deployment", sort=True):
-        fig.add_trace(go.Scatter(x=g["bucket"], y=g["preemptions"] / g["requests"], name=f"{dep} preemptions/request",
+        fig.add_trace(go.Scatter(x=g["bucket"], y=g["preemptions"] / g["requests"], name=plain(f"{dep} preemptions/request"),
                                  mode="lines+markers"))
-        fig.add_trace(go.Bar(x=g["bucket"], y=g["kv_rejections"], name=f"{dep} KV rejections", yaxis="y2",
+        fig.add_trace(go.Bar(x=g["bucket"], y=g["kv_rejections"], name=plain(f"{dep} KV rejections"), yaxis="y2",
                              opacity=0.4))
     fig.update_layout(title=f"preemptions per request and KV-capacity rejections (per {bucket})", height=320,
                       margin={"t": 40, "b": 20}, yaxis2={"overlaying": "y", "side": "right"})
+    since, until = ctx.window()
+    mark(ctx, fig, since, until)
     st.plotly_chart(fig, width="stretch", key="kv_traces")
-    st.dataframe(df, hide_index=True, width="stretch", key="kv_table")
+    show(df, "kv_table")

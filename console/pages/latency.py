@@ -8,11 +8,12 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from console import data
+from console.columns import show
+from console.palette import SEGMENT_COLOURS, SEGMENTS, plain, segment_order
 from console.ui import Context
 
-__all__ = ["SEGMENTS", "decomposition_rows", "render"]
+__all__ = ["decomposition_rows", "render"]
 
-SEGMENTS = ("gateway", "queue", "prefill", "decode", "send", "other")
 SLOWEST = 20
 MAX_GROUPS = 12
 
@@ -27,24 +28,39 @@ def decomposition_rows(ctx: Context, by: str) -> list[dict]:
     return [r for r in recs if all(r.get(d) == getattr(f, d) for d in ("tier", "tenant") if getattr(f, d))]
 
 
-def _waterfall(rec: dict, name: str) -> go.Figure:
-    values = [rec[f"{s}_s"] or 0.0 for s in SEGMENTS]
-    fig = go.Figure(go.Waterfall(x=[*SEGMENTS, "mean E2E"], y=[*values, None],
-                                 measure=["relative"] * len(SEGMENTS) + ["total"], name=name))
-    fig.update_layout(title=f"mean seconds per segment: {name}", height=320, margin={"t": 40, "b": 20})
+def _segment_bars(rows: list[tuple[str, str, float, float]], title: str) -> go.Figure:
+    """Horizontal bars (label, segment, start s, seconds), each in its segment's colour, one legend entry each."""
+    fig = go.Figure()
+    seen: set[str] = set()
+    for label, segment, start, seconds in rows:
+        fig.add_trace(go.Bar(y=[plain(label)], x=[seconds], base=[start], orientation="h", name=plain(segment),
+                             marker_color=SEGMENT_COLOURS.get(segment, "#444444"), legendgroup=segment,
+                             showlegend=segment not in seen))
+        seen.add(segment)
+    fig.update_layout(title=title, height=80 + 28 * len(rows), margin={"t": 40, "b": 20},
+                      yaxis={"autorange": "reversed"}, xaxis_title="seconds")
     return fig
+
+
+def _waterfall(rec: dict, name: str) -> go.Figure:
+    """The mean request of one group, its segments one after the other."""
+    rows, t = [], 0.0
+    for seg in SEGMENTS:
+        v = rec.get(f"{seg}_s") or 0.0
+        rows.append((seg, seg, t, v))
+        t += v
+    return _segment_bars(rows, f"mean seconds per segment: {plain(name)} (mean E2E {t:.2f} s)")
 
 
 def _trace_figure(seg: pd.DataFrame) -> go.Figure:
+    """One trace's requests (retries apart, in time order), each one's segments in a request's path order."""
     t0 = seg["start_ns"].min()
-    fig = go.Figure()
-    for _, row in seg.iterrows():
-        start = (row["start_ns"] - t0) / 1e9 if pd.notna(row["start_ns"]) else 0.0
-        fig.add_trace(go.Bar(y=[f"{row['request_id'] or ''} {row['segment']}"], x=[row["duration_s"]], base=[start],
-                             orientation="h", name=str(row["segment"]), showlegend=False))
-    fig.update_layout(title="segments (seconds from the first)", height=60 + 28 * len(seg), margin={"t": 40, "b": 20},
-                      yaxis={"autorange": "reversed"})
-    return fig
+    seg = seg.assign(first=seg.groupby(seg["request_id"].fillna(""))["start_ns"].transform("min"),
+                     order=seg["segment"].map(segment_order)).sort_values(["first", "order"], kind="stable")
+    rows = [(f"{r['request_id'] or ''} {r['segment']}".strip(), str(r["segment"]),
+             (r["start_ns"] - t0) / 1e9 if pd.notna(r["start_ns"]) else 0.0, r["duration_s"])
+            for r in seg.to_dict("records")]
+    return _segment_bars(rows, "segments (seconds from the first)")
 
 
 def render(ctx: Context) -> None:
@@ -56,11 +72,11 @@ def render(ctx: Context) -> None:
     if not recs:
         st.info("No requests match these filters in this time range.")
         return
-    table = pd.DataFrame(recs)
-    st.dataframe(table, hide_index=True, width="stretch", key="decomposition")
+    show(pd.DataFrame(recs), "decomposition", (by, "tier", "tenant", "requests", "e2e_p95_s", "e2e_p95_top_segment",
+                                               "ttft_p95_s", *(f"{s}_s" for s in SEGMENTS)))
     top = sorted(recs, key=lambda r: -(r["requests"] or 0))[:MAX_GROUPS]
-    stacked = go.Figure([go.Bar(name=s, x=[str(r[by]) for r in top], y=[r[f"{s}_s"] or 0.0 for r in top])
-                         for s in SEGMENTS])
+    stacked = go.Figure([go.Bar(name=s, x=[plain(r[by]) for r in top], y=[r[f"{s}_s"] or 0.0 for r in top],
+                                marker_color=SEGMENT_COLOURS[s]) for s in SEGMENTS])
     stacked.update_layout(barmode="relative", title=f"mean seconds per segment, by {by}", height=340,
                           margin={"t": 40, "b": 20})
     st.plotly_chart(stacked, width="stretch", key="stacked")
@@ -70,7 +86,8 @@ def render(ctx: Context) -> None:
 
     st.subheader("Slowest requests")
     slow = data.store_query(ctx.db, ctx.db_version, "slowest", {**ctx.sql_params(), "limit": SLOWEST})
-    st.dataframe(slow, hide_index=True, width="stretch", key="slowest")
+    show(slow, "slowest", ("e2e_s", "ttft_s", "queue_s", "prefill_s", "decode_s", "deployment", "tier", "tenant",
+                           "replica", "outcome", "input_tokens", "output_tokens"))
     if slow.empty:
         return
     trace_id = st.selectbox("drill into trace", list(slow["trace_id"]), key="lat_trace")

@@ -1,54 +1,110 @@
-"""Overview: per deployment and tier, is it hurting — SLO attainment and burn, firing alerts, replicas
-available against required, queue wait, KV usage, demand against capacity; then the traces' view."""
+"""Overview: per deployment and tier, is it hurting — status (met, burning, paging), queue wait, KV usage, demand
+against capacity, replicas up against needed, SLO attainment and burn; the firing alerts with their runbooks (served
+from the repository), Alertmanager's silences and the alerts' history; then the traces' view."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
-from console import data, promql
+from console import data, promql, runbooks
+from console.columns import show
+from console.markers import spans
 from console.prom import Unreachable
 from console.slos import slo_params
-from console.tables import alert_rows, live_table, trace_table
-from console.ui import Context, esc, prom_down
+from console.tables import alert_rows, live_table, silence_rows, status, trace_table
+from console.ui import Context, esc, prom_down, step_for
 
 __all__ = ["render"]
 
-# how each live query folds onto a (deployment, tier) row: min attainment and max burn over the routes
-FOLD = {"ttft_attainment": "min", "tpot_attainment": "min", "ttft_burn_1h": "max", "tpot_burn_1h": "max"}
+LIVE_FIRST = ("deployment", "tier", "status", "queue_wait_p95_s", "kv_usage", "demand_tokens_per_s",
+              "capacity_tokens_per_s", "replicas_available", "replicas_required", "short")
+ALERT_FIRST = ("alert", "severity", "deployment", "tier", "since", "runbook", "summary")
+TRACE_FIRST = ("deployment", "tier", "p95 queue wait s", "p95 TTFT s", "demand tok/s", "goodput tok/s",
+               "TTFT attainment", "TPOT attainment")
 
 
+def _alerts(ctx: Context) -> pd.DataFrame | None:
+    try:
+        return alert_rows(data.alerts(ctx.settings.alertmanager_url), ctx.filters.deployment, ctx.filters.tier)
+    except Unreachable as e:
+        prom_down("Alertmanager", e)
+        return None
 
+
+def _live(ctx: Context, alerts: pd.DataFrame | None) -> None:
+    s = ctx.settings
+    try:
+        results = {k: data.prom_instant(s.prometheus_url, q) for k, q in promql.overview(ctx.filters).items()}
+    except Unreachable as e:
+        prom_down("Prometheus", e)
+        return
+    table = live_table(results)
+    if table.empty:
+        st.info("Prometheus has no goodput series for these filters yet.")
+        return
+    table.insert(2, "status", status(table, alerts))
+    short = (table["replicas_required"] - table["replicas_available"]).clip(lower=0)
+    table["short"] = [f"{n:.0f} short" if n > 0 else "" for n in short.fillna(0)]
+    show(table, "live", LIVE_FIRST)
+
+
+def _runbook(alerts: pd.DataFrame | None) -> None:
+    """The runbooks of the repository, the paging alerts' first; open when one pages."""
+    paging = [] if alerts is None else [r for r, sev in zip(alerts["runbook"], alerts["severity"], strict=True)
+                                        if r and sev == "page"]
+    firing = [] if alerts is None else [r for r in alerts["runbook"] if r]
+    options = list(dict.fromkeys([*paging, *firing, *runbooks.names()]))
+    if not options:
+        return
+    pick = st.selectbox("runbook (docs/runbooks, paging and firing alerts first)", options, key="runbook")
+    with st.expander(f"Runbook: {pick}", expanded=bool(paging)):
+        st.markdown(runbooks.safe_markdown(pick))
+
+
+def _history(ctx: Context) -> None:
+    with st.expander("Alert history (Prometheus) and silences (Alertmanager)"):
+        start, end = ctx.prom_window()
+        try:
+            rows = [{"alert": s.labels.get("alertname", ""), "severity": s.labels.get("severity", ""),
+                     "deployment": s.labels.get("deployment", ""), "tier": s.labels.get("tier", ""),
+                     "since": f"{s.start:%Y-%m-%d %H:%M:%S}",
+                     "until": "firing now" if s.ongoing else f"{s.end:%Y-%m-%d %H:%M:%S}"}
+                    for s in spans(ctx.settings.prometheus_url, ctx.filters, start, end, step_for(start, end))]
+        except Unreachable as e:
+            prom_down("Prometheus", e)
+        else:
+            if rows:
+                show(pd.DataFrame(rows).sort_values("since", ascending=False), "alert_history",
+                     ("alert", "severity", "deployment", "tier", "since", "until"))
+            else:
+                st.caption("No alert fired in this time range.")
+        try:
+            silences = silence_rows(data.silences(ctx.settings.alertmanager_url))
+        except Unreachable as e:
+            prom_down("Alertmanager", e)
+        else:
+            if silences.empty:
+                st.caption("No silences.")
+            else:
+                show(silences, "silences")
 
 
 def render(ctx: Context) -> None:
     st.title("Overview")
-    f, s = ctx.filters, ctx.settings
+    alerts = _alerts(ctx)
     st.subheader("Live (Prometheus)")
-    try:
-        results = {k: data.prom_instant(s.prometheus_url, q) for k, q in promql.overview(f).items()}
-    except Unreachable as e:
-        prom_down("Prometheus", e)
-    else:
-        table = live_table(results)
-        short = table["replicas_available"] < table["replicas_required"]
-        table.insert(2, "status", ["replicas short" if x else "" for x in short])
-        if table.empty:
-            st.info("Prometheus has no goodput series for these filters yet.")
-        else:
-            st.dataframe(table, hide_index=True, width="stretch", key="live")
+    _live(ctx, alerts)
     st.subheader("Firing alerts (Alertmanager)")
-    try:
-        alerts = alert_rows(data.alerts(s.alertmanager_url), f.deployment, f.tier)
-    except Unreachable as e:
-        prom_down("Alertmanager", e)
-    else:
+    if alerts is not None:
         paging = alerts[alerts["severity"] == "page"]
         if len(paging):
             st.error(f"{len(paging)} paging: " + ", ".join(esc(f"{a} {d}".strip())
                                                            for a, d in zip(paging["alert"], paging["deployment"],
-                                                                           strict=True)), icon="🚨")
-        st.dataframe(alerts, hide_index=True, width="stretch", key="alerts",
-                     column_config={"runbook": st.column_config.LinkColumn("runbook", display_text="runbook")})
+                                                                           strict=True)), icon=":material/campaign:")
+        show(alerts, "alerts", ALERT_FIRST)
+    _runbook(alerts)
+    _history(ctx)
     st.subheader("From the traces")
     if not ctx.store_ready():
         return
@@ -58,5 +114,4 @@ def render(ctx: Context) -> None:
     seconds = max((end - start).total_seconds(), 1.0)
     st.caption(f"rates over {start:%Y-%m-%d %H:%M} .. {end:%H:%M} UTC ({seconds / 60:.0f} min), the span the traces "
                "cover in this range")
-    st.dataframe(trace_table(df, seconds), hide_index=True, width="stretch", key="traces")
-
+    show(trace_table(df, seconds), "traces", TRACE_FIRST)

@@ -7,7 +7,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from console import data, promql
+from console.columns import show
 from console.pages.charts import prom_charts
+from console.palette import plain
 from console.tables import skew
 from console.ui import Context
 
@@ -23,14 +25,16 @@ def render(ctx: Context) -> None:
         if df.empty:
             st.info("No requests with a replica match these filters.")
         else:
-            st.dataframe(skew(df), hide_index=True, width="stretch", key="skew")
-            label = df["deployment"] + " / " + df["replica"]
+            show(skew(df), "skew")
+            label = (df["deployment"] + " / " + df["replica"]).map(plain)
             fig = go.Figure([go.Bar(x=label, y=df["requests"], name="requests"),
                              go.Scatter(x=label, y=df["queue_p95_s"], name="p95 queue wait (s)", yaxis="y2",
                                         mode="markers", marker={"size": 10})])
             fig.update_layout(title="requests and p95 queue wait per replica", height=320, margin={"t": 40, "b": 20},
-                              yaxis2={"overlaying": "y", "side": "right"})
+                              yaxis={"title": "requests", "rangemode": "tozero"},
+                              yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ".2f",
+                                      "title": "p95 queue wait (s)"})
             st.plotly_chart(fig, width="stretch", key="replicas")
-            st.dataframe(df, hide_index=True, width="stretch", key="routing_table")
+            show(df, "routing_table", ("deployment", "replica", "requests", "queue_p95_s"))
     st.subheader("Live (Prometheus)")
     prom_charts(ctx, promql.routing(ctx.filters), "routing")

@@ -13,7 +13,8 @@ import streamlit as st
 
 from analyzer.completeness import final_window
 from console import data
-from console.pages.charts import bucketed
+from console.columns import show
+from console.pages.charts import bucketed, mark
 from console.tables import shift_table
 from console.ui import Context
 
@@ -25,6 +26,11 @@ def _incomplete(comps: dict) -> tuple[object, int]:
     cuts = [c.final_before for c in comps.values()]
     cut = None if not cuts or None in cuts else min(cuts)
     return cut, sum(c.in_flight or 0 for c in comps.values())
+
+
+def rounded(v: float) -> str:
+    """A rate (req/s) to two decimals, a token count to whole tokens."""
+    return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
 
 
 def render(ctx: Context) -> None:
@@ -54,6 +60,8 @@ def render(ctx: Context) -> None:
                             text=[f"incomplete: {n} in flight" for n in open_["in_flight"]], textposition="outside")])
     fig.update_layout(title=f"arrival rate (req/s, per {bucket}, counted at arrival)", height=280,
                       margin={"t": 40, "b": 20})
+    since, until = ctx.window()
+    mark(ctx, fig, since, until)
     st.plotly_chart(fig, width="stretch", key="arrivals")
     lengths = go.Figure([go.Scatter(x=series["bucket"], y=series[c], name=c.replace("_", " "), mode="lines+markers")
                          for c in ("input_p50", "input_p95", "output_p50", "output_p95")])
@@ -62,9 +70,9 @@ def render(ctx: Context) -> None:
                           annotation_text=f"incomplete: {n_open} in flight", annotation_position="top left")
     lengths.update_layout(title="request lengths (tokens; shaded: requests still in flight)", height=300,
                           margin={"t": 40, "b": 20})
+    mark(ctx, lengths, since, until)
     st.plotly_chart(lengths, width="stretch", key="lengths")
 
-    since, until = ctx.window()
     first = since or ctx.first
     earliest = min(comps.values(), key=lambda c: c.final_before or first, default=None)  # the least complete
     final_until = final_window(earliest, until)
@@ -75,8 +83,8 @@ def render(ctx: Context) -> None:
     shift = data.store_query(ctx.db, ctx.db_version, "shift", {**params, "until": final_until, "split": split})
     table = shift_table(shift)
     if table["shift"].any():
-        st.warning("workload shift: " + ", ".join(table.loc[table["shift"], "measure"]), icon="📈")
-    st.dataframe(table, hide_index=True, width="stretch", key="shift")
+        st.warning("workload shift: " + ", ".join(table.loc[table["shift"], "measure"]), icon=":material/trending_up:")
+    show(table, "shift", formats=dict.fromkeys(("before", "now"), rounded))
     sample = data.store_query(ctx.db, ctx.db_version, "lengths", {**params, "until": final_until, "split": split})
     hist = go.Figure([go.Histogram(x=sample.loc[sample["period"] == p, "input_tokens"], name=p, opacity=0.6,
                                    histnorm="probability") for p in ("before", "now")])

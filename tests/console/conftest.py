@@ -1,6 +1,7 @@
 """What the console tests read: a real analyzer database from a simulated hour with a prompt-template release,
 and a real Prometheus (rules generated with durations scaled down, so recorded series appear in seconds) and
-Alertmanager scraping a small exporter of catalog metrics whose values the tests know."""
+Alertmanager scraping a small exporter of catalog metrics whose values the tests know — during an incident:
+rag is replicas short and one of its engines is down, so LLMEngineDown pages."""
 
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ def store(tmp_path_factory) -> Path:
 # the small exporter: every value known, the counters growing at a known rate
 RULE_SCALE = 1 / 30  # rule durations and windows, scaled so the live tests run in seconds
 KV = {"rag-0": 0.5, "rag-1": 0.9, "chat-0": 0.25}
+DOWN = "rag-1"  # its engine does not answer: LLMEngineDown pages for rag
 TOKENS_PER_S = {("rag", "P1", "rag"): 25_000.0, ("chat", "P0", "chat"): 2_000.0}
 
 
@@ -72,6 +74,9 @@ def exposition(t0: float) -> str:
     lines = ["# TYPE llm_kv_cache_usage_ratio gauge"]
     lines += [f'llm_kv_cache_usage_ratio{{model="m",deployment="{r.rsplit("-", 1)[0]}",replica="{r}"}} {v}'
               for r, v in KV.items()]
+    lines += ["# TYPE llm_engine_up gauge"]
+    lines += [f'llm_engine_up{{model="m",deployment="{r.rsplit("-", 1)[0]}",replica="{r}"}} {int(r != DOWN)}'
+              for r in KV]
     lines += ["# TYPE llm_deployment_replicas gauge",
               'llm_deployment_replicas{deployment="rag",state="available"} 2',
               'llm_deployment_replicas{deployment="chat",state="available"} 1',
@@ -94,6 +99,9 @@ class Live:
 
     def query(self, expr: str) -> list[dict]:
         return httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=5).json()["data"]["result"]
+
+    def alerts(self) -> list[dict]:
+        return httpx.get(f"{self.alertmanager}/api/v2/alerts", timeout=5).json()
 
 
 @pytest.fixture(scope="session")
@@ -124,6 +132,9 @@ def live(tmp_path_factory) -> Iterator[Live]:
         # a rate over a window longer than the series is extrapolated from its first sample only half a scrape back,
         # so it reads low until the recording rules' 5m window (10 s here) is full of scrapes
         time.sleep(300 * RULE_SCALE + 2)
+        while not any(a["labels"].get("alertname") == "LLMEngineDown" for a in live.alerts()):
+            assert time.monotonic() < deadline + 30, "LLMEngineDown reached no Alertmanager in 120 s"
+            time.sleep(1)
         yield live
     finally:
         prom.stop()

@@ -1,6 +1,8 @@
 """A real browser on a running console: `streamlit run app.py` (as `goodput console` starts it) against a real
-Prometheus and Alertmanager and the analyzer database; headless Chromium loads every page, finds no exception
-box and no console error, and saves a screenshot of each to out/test-artifacts/console/."""
+Prometheus and Alertmanager (the live fixture: a deployment replicas short, alerts firing) and the analyzer
+database; headless Chromium at 1,400 x 900 loads every page, finds no exception box, no console error and no
+Deploy button, finds the columns on call needs first inside the viewport, and saves a screenshot of each (its
+first screen) to out/test-artifacts/console/."""
 
 from __future__ import annotations
 
@@ -18,11 +20,60 @@ ARTIFACTS = TEST_ARTIFACTS / "console"
 # the root: those two 404s (and the browser's line for each) are Streamlit's, not the console's.
 PROBE = re.compile(r"/[a-z]+/_stcore/(health|host-config)$")
 PROBE_LINE = "Failed to load resource: the server responded with a status of 404 (Not Found)"
+VIEWPORT = {"width": 1400, "height": 900}
+# per page, the column labels that must be in view without scrolling sideways (each in a table on the page)
+KEY_COLUMNS = {
+    "overview": ("status", "p95 queue wait (s)", "KV cache used", "demand (tok/s)", "runbook"),
+    "latency": ("p95 E2E (s)", "E2E (s)", "TTFT (s)"),
+    "workload": ("before", "now", "change"),
+    "kv": ("requests", "preemptions", "KV rejections"),
+    "routing": ("replica", "requests", "p95 queue wait (s)"),
+    "releases": ("release", "direction", "change"),
+    "capacity": ("deployment", "demand (tok/s)", "needed now"),
+}
+GRIDS = '[data-testid="stDataFrame"]'
+
+
+def headers_in_view(page, wanted: tuple[str, ...]) -> tuple[set[str], list[str]]:
+    """The column headers each table shows without scrolling sideways: glide-data-grid's accessibility tree lists
+    the columns it draws in view (of a grid scrolled into view vertically), and the grid must end in the viewport.
+    Also why a grid showed none. Stops once it has seen ``wanted``."""
+    out: set[str] = set()
+    why: list[str] = []
+    grids = page.locator(GRIDS)
+    shown = page.evaluate(f"""Array.from(document.querySelectorAll('{GRIDS}')).map(
+        (g, i) => g.closest('details:not([open])') ? -1 : i).filter(i => i >= 0)""")  # a closed expander's: none
+    for i in shown:
+        if set(wanted) <= out:
+            break
+        grid = grids.nth(i)
+        grid.scroll_into_view_if_needed(timeout=10_000)
+        box = grid.bounding_box()
+        if box is None or box["x"] + box["width"] > VIEWPORT["width"] + 1:
+            why.append(f"grid {i} at {box}")
+            continue
+        heads = grid.locator('th[role="columnheader"]')
+        try:
+            heads.first.wait_for(state="attached", timeout=10_000)
+        except Exception:  # noqa: BLE001 - a grid that draws no headers shows none of the key columns
+            why.append(f"grid {i} drew no headers")
+            continue
+        out.update(t.strip() for t in heads.all_text_contents())
+    return out, why
+
+
+STUCK = """() => JSON.stringify({
+  running: !!document.querySelector('[data-testid="stStatusWidget"]'),
+  skeletons: document.querySelectorAll('[data-testid="stSkeleton"]').length,
+  grids: Array.from(document.querySelectorAll('[data-testid="stDataFrame"]')).map(
+    g => [g.getClientRects().length, !!g.querySelector('canvas'), g.closest('details') ? 'in details' : ''])})"""
 RENDERED = """() => {
   const main = document.querySelector('[data-testid="stMain"]');
   const running = document.querySelector('[data-testid="stStatusWidget"]');
+  const grids = Array.from(document.querySelectorAll('[data-testid="stDataFrame"]'));
   return main && main.querySelector('h1') && !running
-    && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0;
+    && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0
+    && grids.every(g => g.closest('details:not([open])') || g.querySelector('canvas'));  // a closed expander's: none
 }"""
 
 
@@ -49,7 +100,7 @@ def test_every_page_loads_in_chromium_without_errors(console):
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu", "--headless"])
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page = browser.new_page(viewport=VIEWPORT)
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -62,12 +113,24 @@ def test_every_page_loads_in_chromium_without_errors(console):
                 page.goto(url(console.url, path) + "?range=all&deployment=rag")
                 page.wait_for_function(RENDERED, timeout=90_000)
                 page.wait_for_timeout(1500)  # the charts draw after the script run ends
-                page.wait_for_function(RENDERED, timeout=90_000)
+                try:
+                    page.wait_for_function(RENDERED, timeout=90_000)
+                except Exception:  # noqa: BLE001 - say what never rendered, and go on to the next page
+                    page.screenshot(path=str(ARTIFACTS / f"{path}-stuck.png"))
+                    problems[path] = [page.evaluate(STUCK)]
+                    continue
                 h1 = page.locator('[data-testid="stMain"] h1').first.inner_text()
                 boxes = page.locator('[data-testid="stException"]').count()
+                deploy = page.get_by_text("Deploy", exact=True).count()
                 shown_url = page.url
-                page.screenshot(path=str(ARTIFACTS / f"{path}.png"), full_page=True)
+                page.screenshot(path=str(ARTIFACTS / f"{path}.png"))  # what on call sees first
+                in_view, why = headers_in_view(page, KEY_COLUMNS[path])
                 found = list(errors)
+                missing = [c for c in KEY_COLUMNS[path] if c not in in_view]
+                if missing:
+                    found.append(f"columns not in the 1,400 px view: {missing} (in view: {sorted(in_view)}; {why})")
+                if deploy:
+                    found.append("a Deploy button")
                 for _ in probes:
                     if PROBE_LINE in found:
                         found.remove(PROBE_LINE)

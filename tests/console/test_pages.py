@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import duckdb
 import pandas as pd
@@ -36,6 +37,7 @@ def app(monkeypatch, db, prometheus=DEAD, alertmanager=DEAD, releases=None, **qu
     monkeypatch.setenv("GOODPUT_RELEASES", str(releases or db.parent / "releases.yaml"))
     monkeypatch.setenv("GOODPUT_RUNS", str(db.parent / "no-runs"))
     monkeypatch.setenv("GOODPUT_REVIEWS", str(db.parent / "no-reviews"))
+    monkeypatch.setenv("GOODPUT_FLEET", str(REPO / "examples" / "fleet.yaml"))
     st.cache_data.clear()
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
     at.query_params.update(query)
@@ -54,6 +56,11 @@ def frame(at: AppTest, *columns: str) -> pd.DataFrame:
     found = [d.value for d in at.dataframe if set(columns) <= set(d.value.columns)]
     assert len(found) == 1, f"{len(found)} dataframes with {columns}: {[list(d.value.columns) for d in at.dataframe]}"
     return found[0]
+
+
+def unescape(markdown: str) -> str:
+    """What ``console.ui.esc``'d markdown reads as."""
+    return re.sub(r"\\(.)", r"\1", markdown)
 
 
 def no_exception(at: AppTest) -> None:
@@ -91,11 +98,38 @@ def test_overview_live_figures_equal_promql(monkeypatch, store, live):
     # and the values are the exporter's: KV usage averaged over the replicas, the plan's goodput x replicas
     assert table.loc["rag", "kv_usage"] == pytest.approx((KV["rag-0"] + KV["rag-1"]) / 2)
     assert table.loc["rag", "capacity_tokens_per_s"] == pytest.approx(2 * 9000)
-    assert table.loc["rag", "status"] == "replicas short"  # 25k tok/s x 1.2 / 9000 -> 4 > 2
+    assert table.loc["rag", "short"] == "2 short"  # 25k tok/s x 1.2 / 9000 -> 4 > 2
+    assert table.loc["rag", "status"] == "paging"  # LLMEngineDown for rag-1
+    assert table.loc["chat", "status"] == "no data"  # the exporter serves no SLO histograms
     demand = table.loc["rag", "demand_tokens_per_s"]
     assert math.isclose(demand, TOKENS_PER_S[("rag", "P1", "rag")], rel_tol=0.2), demand
     alerts = frame(at, "alert", "runbook")
     assert "Watchdog" in set(alerts["alert"])  # Alertmanager's API, read live
+    down = alerts[alerts["alert"] == "LLMEngineDown"]
+    assert list(down["runbook"]) == ["LLMEngineDown"]
+    # the paging alert's runbook, from the repository, is open on the page
+    assert at.selectbox(key="runbook").value == "LLMEngineDown"
+    assert any(m.value.startswith("### LLMEngineDown") for m in at.markdown), [m.value[:40] for m in at.markdown]
+
+
+def test_every_time_chart_marks_the_pages_and_releases(monkeypatch, store, live, con):
+    """Prometheus' charts (now) carry the page that fires (from ALERTS), the traces' charts (the simulated hour) the
+    store's release: each time chart one of them, each page the ones its charts span."""
+    page, release = "page: LLMEngineDown rag", "rag: prompt_template rag-v1 -&gt; rag-v2"
+    at = app(monkeypatch, store / "db.duckdb", live.prometheus, live.alertmanager, range="all", deployment="rag")
+    for path, markers in (("kv", {page, release}), ("routing", {page}), ("workload", {release}),
+                          ("releases", {release})):
+        show(at, path)
+        no_exception(at)
+        charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        # a chart over time: x values are times, or a Prometheus chart with no series ("no data")
+        time_charts = [c for c in charts if not c["data"] or any(
+            isinstance(t.get("x"), list) and t["x"] and str(t["x"][0])[:2] == "20" for t in c["data"])]
+        assert time_charts, path
+        drawn = [{a.get("text") for a in c["layout"].get("annotations", [])} & markers for c in time_charts]
+        assert all(drawn), (path, [c["layout"].get("title", {}).get("text") for c, d in zip(time_charts, drawn, strict=True)
+                           if not d])
+        assert set().union(*drawn) == markers, path
 
 
 def test_overview_trace_figures_equal_sql_over_the_store(monkeypatch, store, con):
@@ -136,7 +170,7 @@ def test_releases_page_shows_the_analyzers_verdict_blaming_the_release(monkeypat
     assert list(verdicts["change"]) == pytest.approx([r.change for r in found])
     blamed = verdicts[verdicts["blamed"]]
     assert len(blamed) and blamed["release"].str.startswith("prompt_template").all()
-    assert any("after release prompt_template rag-v1 -> rag-v2" in e.value for e in at.error)
+    assert any("after release prompt_template rag-v1 -> rag-v2" in unescape(e.value) for e in at.error)
     at_release = pd.Timestamp(found[0].release_time).timestamp()
     start = con.execute("SELECT epoch(min(ts)) FROM requests").fetchone()[0]
     assert at_release - start == pytest.approx(RELEASE_AT_S, abs=1)
@@ -185,11 +219,17 @@ def test_capacity_what_if_is_goodput_plans_and_the_latest_review_shows(monkeypat
     no_exception(page)
     recs = frame(page, "deployment", "action", "reason")
     assert list(recs["action"]) == ["add 2 replica(s) (4 -> 6)"] and "needed_now 6" in recs["numbers"][0]
-    b = memory_budget(models()["Llama-3.1-8B"], gpus()["H100-80GB-SXM"], MemorySetup())
-    assert any(f"GPU KV cache size: {b.kv_tokens:,} tokens" in c.value for c in page.caption), \
-        [c.value for c in page.caption]
     terms = frame(page, "term", "replicas")
     assert terms["replicas"].iloc[-1] == terms["replicas"].iloc[:-1].sum()
+    # the what-if starts from the selected deployment's model, GPU, TP and dtypes (examples/fleet.yaml), each
+    for dep, (model, gpu, setup) in {
+            "rag-70b-h200": ("Llama-3.1-70B", "H200-141GB", MemorySetup(tp=4, weight_dtype="fp8", kv_dtype="fp8")),
+            "chat-8b-h100": ("Llama-3.1-8B", "H100-80GB-SXM", MemorySetup(weight_dtype="bf16", kv_dtype="fp16"))}.items():
+        page = page.selectbox(key="cap_dep").set_value(dep).run()
+        no_exception(page)
+        b = memory_budget(models()[model], gpus()[gpu], setup)
+        assert any(f"GPU KV cache size: {b.kv_tokens:,} tokens" in c.value for c in page.caption), \
+            (dep, [c.value for c in page.caption])
 
 
 def test_filters_travel_in_the_url_and_bad_values_are_ignored(monkeypatch, store):
