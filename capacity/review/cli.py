@@ -7,8 +7,9 @@ import json
 import socket
 from pathlib import Path
 
-from goodput.foundation.args import non_negative_int, non_negative_number, positive_int, positive_number, seed
+from goodput.foundation.args import int_in, non_negative_number, positive_int, positive_number, seed
 from goodput.foundation.errors import ConfigError
+from simulator.week import MAX_TENANTS, MAX_WEEKS_BEFORE
 
 __all__ = ["register"]
 
@@ -30,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rules", type=Path, default=None, metavar="DIR",
                    help="rule files whose page alerts are evaluated when Prometheus has no ALERTS history "
                         "(default: the repository's rules/)")
-    p.add_argument("--history-weeks", type=positive_int, default=3, help="weeks of demand before the week for "
-                   "the forecast and the week-over-week change (default 3)")
+    p.add_argument("--history-weeks", type=int_in(1, MAX_WEEKS_BEFORE), default=3, help="weeks of demand before the week for "
+                   "the forecast and the week-over-week change (default 3, at most 52)")
     p.add_argument("--redundancy", type=positive_number, default=1.2,
                    help="replicas needed = ceil(demand x this / per-replica goodput), as rules/slos.yaml's "
                         "capacity_redundancy (default 1.2)")
@@ -51,12 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--week", required=True, metavar="YYYY-Www")
     w.add_argument("--out", type=Path, required=True, metavar="DIR")
     w.add_argument("--step", type=positive_int, default=60, metavar="SECONDS", help="seconds per sample (default 60)")
-    w.add_argument("--weeks-before", type=non_negative_int, default=3, help="weeks of demand history (default 3)")
+    w.add_argument("--weeks-before", type=int_in(0, MAX_WEEKS_BEFORE), default=3,
+                   help="weeks of demand history (default 3, at most 52)")
     w.add_argument("--growth", type=non_negative_number, default=0.06, help="demand growth per week (default 0.06)")
     w.add_argument("--peak-utilization", type=positive_number, default=0.72,
                    help="the first day's peak load of each deployment, as a share of its capacity (default 0.72)")
-    w.add_argument("--tenants", type=positive_int, default=None, metavar="N",
-                   help="tenants per workload (the fleet's plus a Zipf tail; default: the fleet's)")
+    w.add_argument("--tenants", type=int_in(1, MAX_TENANTS), default=None, metavar="N",
+                   help="tenants per workload (the fleet's plus a Zipf tail; default: the fleet's; at most 10000)")
     w.add_argument("--seed", type=seed, default=7)
     w.add_argument("--backfill", action="store_true", help="backfill into DIR/tsdb with promtool")
     w.add_argument("--rules", type=Path, default=None, metavar="DIR", help="rule files to backfill (default rules/)")

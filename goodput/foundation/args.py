@@ -2,7 +2,8 @@
 
 A value that parses but makes no sense (``--duration nan``, ``--interval 0``, ``--port 99999``,
 ``--seed -1``) is refused when the command line is read, before any work starts, rather than
-running silently on nonsense or failing later with a traceback.
+running silently on nonsense or failing later with a traceback; so is one too large to do
+(``int_in``, ``positive_number_at_most``: each command's limits are in its docs page).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from goodput.foundation.durations import seconds
@@ -19,12 +21,14 @@ __all__ = [
     "Parser",
     "any_port",
     "duration",
+    "int_in",
     "interval_seconds",
     "non_negative_int",
     "non_negative_number",
     "port",
     "positive_int",
     "positive_number",
+    "positive_number_at_most",
     "seed",
 ]
 
@@ -128,3 +132,24 @@ def any_port(text: str) -> int:
     if not 0 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port in 0..65535 (0: any free port), got {text}")
     return v
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An integer in ``low..high``; the upper bound is a limit a real user never meets, checked before the work
+    instead of growing until the OOM killer (``--tenants 1000000000``)."""
+    def parse(text: str) -> int:
+        v = _integer(text)
+        if not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer in {low}..{high}, got {text}")
+        return v
+    return parse
+
+
+def positive_number_at_most(limit: float, unit: str = "") -> Callable[[str], float]:
+    """A finite number in (0, ``limit``] (``--duration 1e12`` is refused here, not by a numpy MemoryError)."""
+    def parse(text: str) -> float:
+        v = positive_number(text)
+        if v > limit:
+            raise argparse.ArgumentTypeError(f"must be at most {limit:.15g}{unit}, got {text}")
+        return v
+    return parse
