@@ -302,7 +302,7 @@ def _tokens(r: _Reader, k: str) -> QuantileDistribution | None:
     c = r.child(k, None)
     if c is None:
         return None
-    quantiles = {kk: c.get(kk, (int, float), minimum=1) for kk in c.data}
+    quantiles = {kk: c.get(kk, (int, float), minimum=1, maximum=MAX_ENGINE_INT) for kk in c.data}
     try:
         return QuantileDistribution.from_quantiles(quantiles)
     except ValueError as e:
@@ -373,11 +373,12 @@ def _workload(r: _Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadC
     inp, out = _tokens(r, "input_tokens"), _tokens(r, "output_tokens")
     if trace is None and (inp is None or out is None):
         r.fail("input_tokens" if inp is None else "output_tokens", "is required unless the workload replays a trace")
-    max_tokens = r.get("max_tokens", int, 4096, minimum=1)
+    max_tokens = r.get("max_tokens", int, 4096, minimum=1, maximum=MAX_ENGINE_INT)
     return WorkloadConfig(
         name=name, scene=scene, route=r.get("route", str, scene), tier=r.get("tier", str, choices=TIERS),
         deployment=dep, tenants=tenants, input_tokens=inp, output_tokens=out, max_tokens=max_tokens,
-        arrival=arrival, trace=trace, shared_prefix_tokens=r.get("shared_prefix_tokens", int, 0, minimum=0),
+        arrival=arrival, trace=trace,
+        shared_prefix_tokens=r.get("shared_prefix_tokens", int, 0, minimum=0, maximum=MAX_ENGINE_INT),
         operation=r.get("operation", str, "chat", choices=("chat", "text_completion")),
     )
 
