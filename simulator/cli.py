@@ -6,8 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from goodput.foundation.args import non_negative_number, port, positive_number, positive_number_at_most, seed
-from goodput.foundation.errors import ConfigError
+from goodput.foundation.args import (
+    non_negative_number,
+    output_dir,
+    port,
+    positive_number,
+    positive_number_at_most,
+    seed,
+)
 
 __all__ = ["MAX_DURATION_S", "register"]
 
@@ -23,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("fleet", metavar="FLEET.yaml", help="fleet file (see examples/fleet.yaml)")
     p.add_argument("--duration", type=positive_number_at_most(MAX_DURATION_S, " s (31 days)"), required=True,
                    metavar="SECONDS", help="arrival window, seconds (at most 31 days)")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
+    p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--seed", type=seed, default=None, help="random seed (default: the fleet file's seed)")
     p.add_argument("--drain", type=non_negative_number, default=600.0, metavar="SECONDS",
                    help="after the window, let in-flight requests finish for at most this long (default 600)")
@@ -69,8 +75,6 @@ def _simulate(args: argparse.Namespace) -> int:
 
     cfg = load_fleet(args.fleet)
     check_request_budget(cfg, args.duration)
-    if args.out.exists() and not args.out.is_dir():
-        raise ConfigError(str(args.out), "--out", "exists and is not a directory")
     with progress_bar("simulating", args.duration, unit="virtual s") as update:
         result = simulate(cfg, args.duration, args.seed, drain_s=args.drain, progress=update)
     paths = write_outputs(result, args.out)

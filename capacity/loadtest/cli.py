@@ -19,6 +19,7 @@ from pathlib import Path
 from goodput.foundation.args import (
     int_in,
     non_negative_number,
+    output_dir,
     positive_int,
     positive_number,
     positive_number_at_most,
@@ -77,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slo", required=True, metavar="TERMS", help="e.g. ttft_p95=0.8s,tpot_p95=50ms,e2e_p99=2s")
     p.add_argument("--duration", type=positive_number_at_most(MAX_DURATION_S), default=None, metavar="SECONDS",
                    help="length of the run (every pattern but sweep, whose length is its steps; at most a week)")
-    p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
+    p.add_argument("--out", type=output_dir, required=True, metavar="RUN_DIR", help="run directory (created)")
     p.add_argument("--fault", action="append", default=[], metavar="FAULT",
                    help="abort_rate=F: the client drops this fraction of streams mid-way; replica_lost@SECONDS[:DEP] "
                         "or replica_added@SECONDS[:DEP]: the fleet's admin API (--admin-url) does it on the run clock")
@@ -121,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "shape, and write RUN_DIR/summary.json, report.html and requests.parquet where the file has "
                     "per-request data, with SLO attainment and goodput computed for --slo by goodput's own definitions.")
     imp.add_argument("file", type=Path, metavar="FILE", help="the other tool's result file")
-    imp.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
+    imp.add_argument("--out", type=output_dir, required=True, metavar="RUN_DIR", help="run directory (created)")
     imp.add_argument("--slo", required=True, metavar="TERMS",
                      help="the SLO to judge the requests by, e.g. ttft_p95=0.8s,tpot_p95=50ms")
     imp.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")

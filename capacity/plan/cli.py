@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from capacity.plan import memory_cli
-from goodput.foundation.args import duration, non_negative_int, positive_int, positive_number, seed
+from goodput.foundation.args import duration, non_negative_int, output_dir, output_file, positive_int, positive_number, seed
 
 __all__ = ["register"]
 
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--runs", nargs="+", metavar="CANDIDATE=RUN_DIR",
                      help="load-test run directories, each of one replica of the named candidate")
     src.add_argument("--simulate", action="store_true", help="measure each candidate with a simulator knee search")
-    r.add_argument("--out", type=Path, required=True, metavar="plan.yaml", help="the plan to write")
+    r.add_argument("--out", type=output_file, required=True, metavar="plan.yaml", help="the plan to write")
     r.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default table)")
     r.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
     r.add_argument("--allow-mixed", action="store_true", help="plan with runs whose workloads differ")
@@ -64,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--plan", type=Path, required=True, metavar="plan.yaml")
     a.add_argument("--cold-start", type=duration, required=True, metavar="DURATION",
                    help="time from scale-up to a serving replica, e.g. 180s")
-    a.add_argument("--out", type=Path, default=Path("autoscale"), metavar="DIR", help="output directory (default autoscale/)")
+    a.add_argument("--out", type=output_dir, default=Path("autoscale"), metavar="DIR",
+                   help="output directory (default autoscale/)")
     a.add_argument("--namespace", default="llm-serving", help="Kubernetes namespace of the manifests")
     a.add_argument("--prometheus", default="http://prometheus.monitoring.svc:9090", metavar="URL",
                    help="the Prometheus KEDA queries")

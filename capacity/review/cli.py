@@ -7,7 +7,7 @@ import json
 import socket
 from pathlib import Path
 
-from goodput.foundation.args import int_in, non_negative_number, positive_int, positive_number, seed
+from goodput.foundation.args import int_in, non_negative_number, output_dir, positive_int, positive_number, seed
 from goodput.foundation.errors import ConfigError
 from simulator.week import MAX_TENANTS, MAX_WEEKS_BEFORE
 
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://127.0.0.1:9090")
     src.add_argument("--db", type=Path, metavar="TRACES.duckdb", help="the analyzer's DuckDB store")
     p.add_argument("--week", required=True, metavar="YYYY-Www", help="ISO week to review, e.g. 2026-W48")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
+    p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--plan", type=Path, default=None, metavar="FILE",
                    help="capacity plan (examples/plan.yaml format); without it capacity sections say 'no plan'")
     p.add_argument("--releases", type=Path, default=None, metavar="FILE", help="releases file (YAML or CSV)")
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "serve that with prometheus --storage.tsdb.path=DIR/tsdb --storage.tsdb.retention.time=3650d.")
     w.add_argument("fleet", metavar="FLEET.yaml")
     w.add_argument("--week", required=True, metavar="YYYY-Www")
-    w.add_argument("--out", type=Path, required=True, metavar="DIR")
+    w.add_argument("--out", type=output_dir, required=True, metavar="DIR")
     w.add_argument("--step", type=positive_int, default=60, metavar="SECONDS", help="seconds per sample (default 60)")
     w.add_argument("--weeks-before", type=int_in(0, MAX_WEEKS_BEFORE), default=3,
                    help="weeks of demand history (default 3, at most 52)")

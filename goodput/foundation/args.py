@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from goodput.foundation.durations import seconds
@@ -25,6 +27,8 @@ __all__ = [
     "interval_seconds",
     "non_negative_int",
     "non_negative_number",
+    "output_dir",
+    "output_file",
     "port",
     "positive_int",
     "positive_number",
@@ -153,3 +157,27 @@ def positive_number_at_most(limit: float, unit: str = "") -> Callable[[str], flo
             raise argparse.ArgumentTypeError(f"must be at most {limit:.15g}{unit}, got {text}")
         return v
     return parse
+
+
+def output_dir(text: str) -> Path:
+    """A directory to write into, created now (with its parents): a path that cannot be one (under a file, on a
+    read-only or virtual file system) is refused when the command line is read, not after the work."""
+    p = Path(text)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory") from None
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot create directory {text}: {e.strerror or e}") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into {text}: permission denied")
+    return p
+
+
+def output_file(text: str) -> Path:
+    """A file to write: not a directory, in a directory ``output_dir`` accepts (created now)."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; expected a file to write")
+    output_dir(str(p.parent))
+    return p
