@@ -196,7 +196,7 @@ class _Reader:
         if minimum is not None and v < minimum:
             self.fail(k, f"must be >= {minimum:g}, got {v!r}")
         if maximum is not None and v > maximum:
-            self.fail(k, f"must be <= {maximum:g}, got {v!r}")
+            self.fail(k, f"must be <= {maximum:.15g}, got {v!r}")
         if choices is not None and v not in choices:
             self.fail(k, f"must be one of {', '.join(choices)}; got {v!r}")
         return v

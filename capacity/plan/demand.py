@@ -116,7 +116,7 @@ def _num(src: str, key: str, v: Any, *, minimum: float = 0.0, strict: bool = Fal
     if v < minimum or (strict and v == minimum):
         _fail(src, key, f"must be {'>' if strict else '>='} {minimum:g}, got {v!r}")
     if maximum is not None and v > maximum:
-        _fail(src, key, f"must be <= {maximum:g}, got {v!r}")
+        _fail(src, key, f"must be <= {maximum:.15g}, got {v!r}")
     return float(v)
 
 
