@@ -54,7 +54,7 @@ class Generation:
 def parse_body(raw: bytes) -> dict:
     try:
         body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ApiError(400, f"body is not JSON: {e}", "malformed_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "body must be a JSON object", "malformed_json")

@@ -79,6 +79,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "deep": write("deep.yaml", "x: " + "[" * 20000 + "]" * 20000 + "\n"),
         "deep_json": write("deep.json", "[" * 20000 + "]" * 20000),
         "huge": huge,
+        "control": write("control.yaml", "name: ok\nseed: 1\x9a\n"),
         "replicas_2_63": write("replicas.yaml", fleet_with({"replicas": 2**63})),
         "rate_1e6": write("rate.yaml", fleet_with(arrival={"process": "poisson", "rate": 1000000})),
         "batch_1e8": write("batch.yaml", fleet_with(arrival={"process": "batch", "batches": [{"at": 0, "count": 10**8}]})),
@@ -174,6 +175,8 @@ CASES = {
                                  "--rate 1 --duration 1 --slo ttft_p95=1s --out {out}/r", ["{deep}", "nested deeper"]),
     "loadtest import nested json": ("loadtest import {deep_json} --slo ttft_p95=1s --out {out}/i",
                                     ["{deep_json}", "nested deeper than the limit of 64"]),
+    "simulate control character": ("simulate {control} --duration 5 --out {out}",
+                                   ["{control}: line 2", "not valid YAML"]),
     "simulate replicas 2**63": ("simulate {replicas_2_63} --duration 5 --out {out}",
                                 ["{replicas_2_63}: deployments[0].replicas", "must be <= 1024"]),
     "simulate rate 1e6": ("simulate {rate_1e6} --duration 5 --out {out}",
@@ -237,3 +240,12 @@ def test_bad_input_is_one_line_and_exit_2(case, files):
     for f in fragments:
         assert f.format(**files) in err, f"{f.format(**files)!r} not in {err!r}"
     assert not r.stdout.strip(), r.stdout  # refused before anything started
+
+
+@pytest.mark.parametrize("command", ["rules generate --out /proc/goodput-test", "dashboards generate --out /proc/goodput-test"])
+def test_an_output_path_that_cannot_be_written_is_one_line_not_a_traceback(command):
+    """Paths these commands check only when they write: the failure is still one line (exit 1), not a traceback."""
+    r = subprocess.run([sys.executable, "-m", "goodput", *command.split()], capture_output=True, text=True, cwd=REPO,
+                       timeout=120)
+    assert "Traceback" not in r.stderr and r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [f"goodput: error: {command.split()[-1]}: No such file or directory"]

@@ -31,15 +31,22 @@ def read_bytes(path: str | Path, limit: int) -> bytes:
     try:
         with p.open("rb") as f:
             st = os.fstat(f.fileno())
-            size = st.st_size
-            if stat.S_ISREG(st.st_mode) and size > limit:
-                raise ConfigError(str(p), "", f"{size} bytes is larger than the limit of {limit} bytes")
-            data = f.read(limit + 1)
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                raise ConfigError(str(p), "", f"{st.st_size} bytes is larger than the limit of {limit} bytes")
+            data = _read_at_most(f, limit + 1)
     except OSError as e:
         raise ConfigError(str(p), "", f"cannot read: {e.strerror or e}") from None
     if len(data) > limit:
         raise ConfigError(str(p), "", f"larger than the limit of {limit} bytes")
     return data
+
+
+def _read_at_most(f: Any, n: int) -> bytes:
+    """Up to ``n`` bytes, a MiB at a time: ``f.read(n)`` would allocate all ``n`` up front."""
+    out = bytearray()
+    while len(out) < n and (chunk := f.read(min(2**20, n - len(out)))):
+        out += chunk
+    return bytes(out)
 
 
 def decode(data: bytes, source: str) -> str:
@@ -64,11 +71,18 @@ class _Deep(Exception):
 
 
 class _Loader(yaml.SafeLoader):
-    """``SafeLoader`` that refuses a node nested deeper than ``MAX_DEPTH`` before composing it."""
+    """``SafeLoader`` that refuses a node nested deeper than ``MAX_DEPTH``: a ``[`` or ``{`` as the scanner meets it
+    (PyYAML scans a flow collection whole before its first event, at a cost that grows with the square of its depth),
+    any other node before the composer recurses into it."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        if self.flow_level >= MAX_DEPTH:
+            raise _Deep(self.get_mark())
+        super().fetch_flow_collection_start(token_class)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
@@ -82,8 +96,8 @@ class _Loader(yaml.SafeLoader):
 
 def parse_yaml(text: str, source: str) -> Any:
     """YAML ``text`` (from ``source``, for the error) as Python data, safely, nested at most ``MAX_DEPTH`` deep."""
-    loader = _Loader(text)
     try:
+        loader = _Loader(text)  # its reader refuses unprintable characters already here
         return loader.get_single_data()
     except _Deep as e:
         raise ConfigError(source, f"line {e.mark.line + 1}",
@@ -91,9 +105,12 @@ def parse_yaml(text: str, source: str) -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""
-        raise ConfigError(source, where, f"not valid YAML: {getattr(e, 'problem', None) or e}") from None
-    finally:
-        loader.dispose()
+        problem = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e)
+        if isinstance(e, yaml.reader.ReaderError):
+            where = f"line {text.count(chr(10), 0, e.position) + 1}"
+            problem = f"character {e.character!r} is not allowed ({problem})" if isinstance(e.character, str) \
+                else problem
+        raise ConfigError(source, where, f"not valid YAML: {' '.join(str(problem).split())}") from None
 
 
 def load_yaml(path: str | Path) -> Any:
