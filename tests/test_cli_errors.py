@@ -190,7 +190,7 @@ CASES = {
     "simulate too many requests": ("simulate {good_fleet} --duration 2000000 --out {out}",
                                    ["{good_fleet}: --duration", "over the limit of 2,000,000"]),
     "simulate --out under a file": ("simulate {good_fleet} --duration 5 --out {good_fleet}/x",
-                                    ["--out", "cannot create directory", "Not a directory"]),
+                                    ["--out", "cannot create directory", "is not a directory"]),
     "week --weeks-before 100000": ("week {good_fleet} --week 2026-W48 --out {out} --weeks-before 100000",
                                    ["--weeks-before", "0..52"]),
     "week --tenants 1e9": ("week {good_fleet} --week 2026-W48 --out {out} --tenants 1000000000", ["--tenants", "1..10000"]),

@@ -12,6 +12,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -160,22 +161,24 @@ def positive_number_at_most(limit: float, unit: str = "") -> Callable[[str], flo
 
 
 def output_dir(text: str) -> Path:
-    """A directory to write into, created now (with its parents): a path that cannot be one (under a file, on a
-    read-only or virtual file system) is refused when the command line is read, not after the work."""
+    """A directory the command may create and write into: a path under a file, or in a directory that takes no new
+    entry (read-only, virtual like /proc), is refused when the command line is read, not after the work. Checked by
+    making and removing a scratch directory in the nearest existing ancestor, so a refused command leaves nothing."""
     p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    ancestor = next(a for a in (p.absolute(), *p.absolute().parents) if a.exists())
+    if not ancestor.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot create directory {text}: {ancestor} is not a directory")
     try:
-        p.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory") from None
+        os.rmdir(tempfile.mkdtemp(dir=ancestor, prefix=".goodput-write-check-"))
     except OSError as e:
-        raise argparse.ArgumentTypeError(f"cannot create directory {text}: {e.strerror or e}") from None
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot write into {text}: permission denied")
+        raise argparse.ArgumentTypeError(f"cannot write into {ancestor}: {e.strerror or e}") from None
     return p
 
 
 def output_file(text: str) -> Path:
-    """A file to write: not a directory, in a directory ``output_dir`` accepts (created now)."""
+    """A file to write: not a directory, in a directory ``output_dir`` accepts."""
     p = Path(text)
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory; expected a file to write")
