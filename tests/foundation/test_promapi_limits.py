@@ -143,31 +143,30 @@ def test_a_server_that_stalls_or_trickles_is_cut_off_at_the_deadline(ask, behave
     assert str(e) == f"{url}: demand: cannot reach Prometheus (no whole answer within {DEADLINE_S:g} s)"
 
 
-@TRANSPORTS
-@pytest.mark.parametrize("behave", [flood, declared], ids=["endless", "declared"])
-def test_an_answer_over_the_size_cap_is_refused_while_it_streams(ask, behave):
+def _with_peak(ask, behave) -> tuple[dict, int]:
+    """What ``ask`` got from a server that does ``behave``, and tracemalloc's peak meanwhile."""
     tracemalloc.start()
     try:
         with raw_server(behave) as url:
             out = _bounded(ask, url)
-        peak = tracemalloc.get_traced_memory()[1]
+        return out | {"url": url}, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+@TRANSPORTS
+@pytest.mark.parametrize("behave", [flood, declared], ids=["endless", "declared"])
+def test_an_answer_over_the_size_cap_is_refused_while_it_streams(ask, behave):
+    out, peak = _with_peak(ask, behave)
     e = out.get("error")
     assert isinstance(e, TooLarge), out
-    assert str(e) == f"{url}: demand: answer larger than the limit of {CAP} bytes"
+    assert str(e) == f"{out['url']}: demand: answer larger than the limit of {CAP} bytes"
     assert peak < 8 * CAP, f"peak {peak} bytes for a cap of {CAP}"
 
 
 @TRANSPORTS
 def test_a_compressed_answer_is_refused_before_it_is_decoded(ask):
-    tracemalloc.start()
-    try:
-        with raw_server(gzip_bomb) as url:
-            out = _bounded(ask, url)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    out, peak = _with_peak(ask, gzip_bomb)
     e = out.get("error")
     assert isinstance(e, Malformed) and "content-encoding 'gzip'" in str(e), out
     assert peak < 8 * CAP, f"peak {peak} bytes for a cap of {CAP}"
