@@ -31,6 +31,7 @@ from analyzer.store import sql
 from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
 from exporters.trace_store import spans_to_arrow
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.jsonfile import parse_json
 
 __all__ = ["IngestSummary", "ingest", "input_bytes"]
 
@@ -146,8 +147,8 @@ def _json_spans(text: bytes, where: str, quarantine: Quarantine) -> list[Span]:
     except OtlpError as e:
         whole = str(e)
     try:
-        doc = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+        doc = parse_json(text, where)
+    except ConfigError:
         doc = None
     if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list):
         quarantine(where, whole)
@@ -180,9 +181,9 @@ def _json_docs(path: Path, quarantine: Quarantine, read: Callable[[int], None]) 
     with path.open("rb") as f:
         first = f.readline()
         try:
-            json.loads(first)
+            parse_json(first, str(path))
             per_line = True
-        except ValueError:
+        except ConfigError:
             per_line = False
     if not per_line:
         if path.stat().st_size > WHOLE_FILE_LIMIT:

@@ -8,10 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import yaml
-
 from goodput.foundation.errors import ConfigError
-from goodput.foundation.yamlfile import read_text
+from goodput.foundation.yamlfile import parse_yaml, read_text
 from simulator.config import RELEASE_KINDS, SCALE_KIND
 
 __all__ = ["KINDS", "Release", "load_releases"]
@@ -66,10 +64,7 @@ def load_releases(path: str | Path) -> list[Release]:
         if rows and missing:
             raise ConfigError(str(p), "header", f"missing columns {sorted(missing)}")
         return _parse(rows, str(p))
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(str(p), "", f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    data = parse_yaml(text, str(p))
     if isinstance(data, dict):
         data = data.get("releases")
     if not isinstance(data, list):

@@ -10,7 +10,11 @@ import duckdb
 
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["connect", "sql"]
+__all__ = ["StoreLocked", "connect", "sql"]
+
+
+class StoreLocked(ConfigError):
+    """Another process holds the database's lock: worth a retry, unlike a file that is not a database."""
 
 
 @cache
@@ -28,7 +32,12 @@ def connect(path: str | Path, read_only: bool = False, threads: int | None = Non
     try:
         con = duckdb.connect(str(p), read_only=read_only)
     except duckdb.Error as e:
-        raise ConfigError(str(p), "--db", f"cannot open: {str(e).splitlines()[0]}") from None
+        first = str(e).splitlines()[0]
+        if "lock" in first.lower():  # DuckDB: "Could not set lock on file ...: Conflicting lock is held in ..."
+            raise StoreLocked(str(p), "--db", f"locked by another process (a writer): {first}") from None
+        if "not a valid DuckDB database" in first:
+            raise ConfigError(str(p), "--db", "not a DuckDB database (corrupt, or another kind of file)") from None
+        raise ConfigError(str(p), "--db", f"cannot open: {first}") from None
     con.execute(f"SET memory_limit = '{memory_limit}'")
     con.execute("SET enable_progress_bar = false")
     # order only where a statement asks for it (inserts order by arrival); halves peak memory on big ingests

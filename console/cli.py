@@ -37,12 +37,20 @@ def streamlit_command(host: str, port_: int) -> list[str]:
             "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
 
 
+PATHS = ("db", "plan", "runs", "releases", "slos", "reviews")  # the settings that name files, not servers
+
+
 def environment(args: argparse.Namespace, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The app's environment: ``base`` with the flags given. A relative path, from a flag or the environment, is made
+    absolute against the working directory here, because the app runs from the repository (``_console`` changes
+    there); the defaults stay relative to the repository, where they point."""
     env = dict(os.environ if base is None else base)
     for key in FLAGS:
         value = getattr(args, key)
         if value is not None:
             env[ENV[key]] = str(value)
+        if key in PATHS and env.get(ENV[key]):
+            env[ENV[key]] = os.path.abspath(env[ENV[key]])
     return env
 
 

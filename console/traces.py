@@ -20,8 +20,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from analyzer.store import connect
-from goodput.foundation.errors import ConfigError
+from analyzer.store import StoreLocked, connect
 
 __all__ = ["StoreBusy", "StoreMissing", "query", "snapshot", "sql"]
 
@@ -54,8 +53,8 @@ def snapshot(db: Path, memory_limit: str = "1GB") -> Iterator[duckdb.DuckDBPyCon
         try:
             con = connect(db, read_only=True, memory_limit=memory_limit)
             break
-        except ConfigError as e:
-            if "lock" not in str(e).lower() or attempt == LOCK_RETRIES - 1:
+        except StoreLocked as e:  # a file that is not a database is a ConfigError, for the page to say so
+            if attempt == LOCK_RETRIES - 1:
                 raise StoreBusy(str(e)) from None
             time.sleep(LOCK_WAIT_S)
     try:

@@ -15,6 +15,7 @@ import streamlit as st
 from console import data, traces
 from console.filters import DIMENSIONS, RANGES, Filters
 from console.settings import Settings
+from goodput.foundation.errors import ConfigError
 
 __all__ = ["ALL", "Context", "esc", "prom_down", "sidebar", "step_for"]
 
@@ -76,6 +77,9 @@ def _store_state(ctx: Context) -> None:
         b = data.store_query(str(db), ctx.db_version, "bounds", {})
     except traces.StoreBusy as e:
         ctx.store_problem = f"The analyzer database is locked by a writer; retry in a moment. ({esc(e)})"
+        return
+    except ConfigError as e:  # not a database (corrupt, another kind of file): retrying will not help
+        ctx.store_problem = f"The analyzer database {esc(db)} cannot be read: {esc(e.problem)}"
         return
     ctx.requests = int(b["requests"].iloc[0])
     if ctx.requests == 0:

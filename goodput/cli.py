@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"goodput: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a path that passed the checks and still failed (disk full, removed meanwhile): one line
+        print(f"goodput: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

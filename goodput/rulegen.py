@@ -141,8 +141,7 @@ def load_spec(path: str | Path) -> Spec:
     xids = th["critical_xids"]
     if not isinstance(xids, list) or not xids or not all(isinstance(x, int) and not isinstance(x, bool) for x in xids):
         raise ConfigError(src, "thresholds.critical_xids", f"expected a list of XID codes (integers), got {xids!r}")
-    if not isinstance(th["exporter_jobs"], str) or not th["exporter_jobs"]:
-        raise ConfigError(src, "thresholds.exporter_jobs", "expected a job-name regular expression (a string)")
+    _regex(th["exporter_jobs"], src, "thresholds.exporter_jobs")
     am = _section(data, "alertmanager", src)
     receivers = _section(am, "receivers", src, "alertmanager")
     for r in ("pager", "ticket", "log"):
@@ -153,9 +152,46 @@ def load_spec(path: str | Path) -> Spec:
         if k in am and not (isinstance(am[k], str) and re.fullmatch(r"[1-9][0-9]*[smhd]", am[k])):
             raise ConfigError(src, f"alertmanager.{k}", f"expected a duration like 30s, 5m, 4h; got {am[k]!r}")
     links = _section(data, "links", src)
-    return Spec(tuple(slos), th, am, {"runbook_base": links.get("runbook_base", "docs/runbooks/"),
-                                      "dashboard_base": links.get("dashboard_base", ""),
-                                      "console_base": links.get("console_base", "")})
+    return Spec(tuple(slos), th, am, {k: _link(links.get(k, default), src, f"links.{k}")
+                                      for k, default in (("runbook_base", "docs/runbooks/"), ("dashboard_base", ""),
+                                                         ("console_base", ""))})
+
+
+# RE2 (Prometheus' regex engine) has no lookaround and no backreferences, which Python's re would accept (numbered
+# ones need a backslash, refused anyway)
+_NOT_RE2 = re.compile(r"\(\?(?:<?[=!]|P=)")
+
+
+def _regex(v: Any, src: str, key: str) -> str:
+    """A regular expression copied into a PromQL string: it compiles (Python's re, a fair first check of RE2: what
+    RE2 lacks, lookaround and backreferences, is refused too) and holds no quote or backslash that would end or
+    escape the PromQL string around it."""
+    if not isinstance(v, str) or not v:
+        raise ConfigError(src, key, "expected a job-name regular expression (a string)")
+    if '"' in v or "\\" in v or "\n" in v:
+        raise ConfigError(src, key, f"must not hold a quote, backslash or newline (it is copied into PromQL): {v!r}")
+    try:
+        re.compile(v)
+    except re.error as e:
+        raise ConfigError(src, key, f"not a regular expression ({e}): {v!r}") from None
+    if _NOT_RE2.search(v):
+        raise ConfigError(src, key, f"uses lookaround or a backreference, which Prometheus' RE2 has not: {v!r}")
+    return v
+
+
+def _link(v: Any, src: str, key: str) -> str:
+    """A link base copied into every alert's annotations: empty, a relative path, or an http(s) URL; never another
+    scheme (``javascript:``), whitespace, or a ``{{`` that Alertmanager's templates would run."""
+    if not isinstance(v, str):
+        raise ConfigError(src, key, f"expected a URL or a relative path (a string), got {v!r}")
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", v)
+    if scheme and scheme.group(1).lower() not in ("http", "https"):
+        raise ConfigError(src, key, f"only http(s) links are allowed, got a {scheme.group(1)}: URL")
+    if scheme and not re.match(r"https?://[^/?#\s]", v, re.IGNORECASE):
+        raise ConfigError(src, key, f"expected http(s)://HOST..., got {v!r}")
+    if v.startswith("//") or re.search(r"\s|\{\{|\}\}|[\"<>]", v):
+        raise ConfigError(src, key, f"must not hold whitespace, quotes, <, >, '{{{{' or '}}}}', or start with //: {v!r}")
+    return v
 
 
 # ---------------------------------------------------------------------- helpers

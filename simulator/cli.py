@@ -7,11 +7,19 @@ import json
 import os
 from pathlib import Path
 
-from goodput.foundation.args import non_negative_number, port, positive_number, seed
-from goodput.foundation.errors import ConfigError
+from goodput.foundation.args import (
+    non_negative_number,
+    output_dir,
+    port,
+    positive_number,
+    positive_number_at_most,
+    seed,
+)
 from goodput.foundation.http import http_url_problem
 
-__all__ = ["register"]
+__all__ = ["MAX_DURATION_S", "register"]
+
+MAX_DURATION_S = 31 * 86400.0  # of one simulated run; its arrivals are bounded apart (config.MAX_REQUESTS)
 
 
 def _http_url(text: str) -> str:
@@ -28,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "DIR/spans.otlp.jsonl (OTLP JSON, one trace per request) and DIR/releases.yaml.",
     )
     p.add_argument("fleet", metavar="FLEET.yaml", help="fleet file (see examples/fleet.yaml)")
-    p.add_argument("--duration", type=positive_number, required=True, metavar="SECONDS", help="arrival window, seconds")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
+    p.add_argument("--duration", type=positive_number_at_most(MAX_DURATION_S, " s (31 days)"), required=True,
+                   metavar="SECONDS", help="arrival window, seconds (at most 31 days)")
+    p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--seed", type=seed, default=None, help="random seed (default: the fleet file's seed)")
     p.add_argument("--drain", type=non_negative_number, default=600.0, metavar="SECONDS",
                    help="after the window, let in-flight requests finish for at most this long (default 600)")
@@ -74,12 +83,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     from goodput.foundation.progress import progress_bar
     from simulator.compiled import build_status
-    from simulator.config import load_fleet
+    from simulator.config import check_request_budget, load_fleet
     from simulator.run import simulate, write_outputs
 
     cfg = load_fleet(args.fleet)
-    if args.out.exists() and not args.out.is_dir():
-        raise ConfigError(str(args.out), "--out", "exists and is not a directory")
+    check_request_budget(cfg, args.duration)
     with progress_bar("simulating", args.duration, unit="virtual s") as update:
         result = simulate(cfg, args.duration, args.seed, drain_s=args.drain, progress=update)
     paths = write_outputs(result, args.out)

@@ -25,12 +25,20 @@ __all__ = [
     "EngineConfig",
     "EventConfig",
     "FleetConfig",
+    "MAX_BATCH",
+    "MAX_BURST_FACTOR",
+    "MAX_ENGINE_INT",
+    "MAX_RATE",
+    "MAX_REPLICAS",
+    "MAX_REQUESTS",
+    "MIN_DIURNAL_PERIOD_S",
     "RELEASE_KINDS",
     "ROUTERS",
     "SCALE_KIND",
     "TIERS",
     "TraceSpec",
     "WorkloadConfig",
+    "check_request_budget",
     "load_fleet",
     "parse_fleet",
 ]
@@ -41,6 +49,15 @@ ROUTERS = ("round-robin", "least-outstanding", "kv-aware")
 RELEASE_KINDS = ("model", "quantization", "framework", "prompt_template", "config", "hardware", "routing")
 SCALE_KIND = "scale"  # a replica-count change the fleet records beside its releases (never a fleet file's release_kind)
 EVENT_KINDS = ("replica_lost", "replica_added", "release")
+# Upper bounds checked when the file is read, before any work (docs/simulator.md#limits): each far above a real
+# fleet's, each far below what grows until the OOM killer (``replicas: 9223372036854775808``, ``rate: 1000000``).
+MAX_REPLICAS = 1024  # per deployment
+MAX_RATE = 10_000.0  # requests/s of one workload (a step's too)
+MAX_BURST_FACTOR = 1000.0
+MAX_BATCH = 1_000_000  # requests in one batch
+MAX_ENGINE_INT = 2**24  # any engine count or token size (max_model_len 16M)
+MIN_DIURNAL_PERIOD_S = 60.0  # the rate is integrated at period/2880 steps
+MAX_REQUESTS = 2_000_000  # expected arrivals of one simulated run: ~1 KB of memory each while it runs
 EFFECTS = ("input_scale", "output_scale", "step_time_scale", "prefill_time_scale", "decode_time_scale")
 
 
@@ -181,7 +198,7 @@ class _Reader:
         if minimum is not None and v < minimum:
             self.fail(k, f"must be >= {minimum:g}, got {v!r}")
         if maximum is not None and v > maximum:
-            self.fail(k, f"must be <= {maximum:g}, got {v!r}")
+            self.fail(k, f"must be <= {maximum:.15g}, got {v!r}")
         if choices is not None and v not in choices:
             self.fail(k, f"must be one of {', '.join(choices)}; got {v!r}")
         return v
@@ -223,7 +240,7 @@ def _engine(r: _Reader | None) -> EngineConfig:
         if isinstance(default, bool):
             kw[name] = r.get(name, bool, default)
         elif isinstance(default, int):
-            kw[name] = r.get(name, int, default, minimum=1)
+            kw[name] = r.get(name, int, default, minimum=1, maximum=MAX_ENGINE_INT)
         elif isinstance(default, float):
             kw[name] = r.get(name, float, default, minimum=0.0)
         elif name in ("engine_version", "sampler"):  # the memory budget checks them, and names the key
@@ -274,7 +291,7 @@ def _deployment(r: _Reader) -> DeploymentConfig:
         raise ConfigError(r.source, ek("max_model_len"), f"{problem[1]} ({budget.describe()})")
     return DeploymentConfig(
         name=name, model=model.name, gpu=gpu.name, tp=tp,
-        replicas=r.get("replicas", int, 1, minimum=0),
+        replicas=r.get("replicas", int, 1, minimum=0, maximum=MAX_REPLICAS),
         router=r.get("router", str, "least-outstanding", choices=ROUTERS),
         engine=engine,
         gateway_latency_ms=r.get("gateway_latency_ms", float, 2.0, minimum=0.0),
@@ -287,7 +304,7 @@ def _tokens(r: _Reader, k: str) -> QuantileDistribution | None:
     c = r.child(k, None)
     if c is None:
         return None
-    quantiles = {kk: c.get(kk, (int, float), minimum=1) for kk in c.data}
+    quantiles = {kk: c.get(kk, (int, float), minimum=1, maximum=MAX_ENGINE_INT) for kk in c.data}
     try:
         return QuantileDistribution.from_quantiles(quantiles)
     except ValueError as e:
@@ -298,17 +315,20 @@ def _tokens(r: _Reader, k: str) -> QuantileDistribution | None:
 def _arrival(r: _Reader) -> ArrivalSpec:
     r.unknown({"process", "rate", "cv", "steps", "bursts", "diurnal", "batches"})
     process = r.get("process", str, choices=PROCESSES)
-    rate = r.get("rate", float, 0.0, minimum=0.0)
+    rate = r.get("rate", float, 0.0, minimum=0.0, maximum=MAX_RATE)
     cv = r.get("cv", float, 1.0, minimum=0.05)
     if process == "poisson":
         cv = 1.0
-    steps = tuple(Step(s.get("at", float, minimum=0.0), s.get("rate", float, minimum=0.0)) for s in r.items("steps"))
+    steps = tuple(Step(s.get("at", float, minimum=0.0), s.get("rate", float, minimum=0.0, maximum=MAX_RATE))
+                  for s in r.items("steps"))
     bursts = tuple(
-        Burst(b.get("at", float, minimum=0.0), b.get("factor", float, minimum=0.0), b.get("duration", float, minimum=0.0))
+        Burst(b.get("at", float, minimum=0.0), b.get("factor", float, minimum=0.0, maximum=MAX_BURST_FACTOR),
+              b.get("duration", float, minimum=0.0))
         for b in r.items("bursts")
     )
     batches = tuple(
-        Batch(b.get("at", float, minimum=0.0), b.get("count", int, minimum=1), b.get("spread_s", float, 0.0, minimum=0.0))
+        Batch(b.get("at", float, minimum=0.0), b.get("count", int, minimum=1, maximum=MAX_BATCH),
+              b.get("spread_s", float, 0.0, minimum=0.0))
         for b in r.items("batches")
     )
     d = r.child("diurnal", None)
@@ -316,7 +336,7 @@ def _arrival(r: _Reader) -> ArrivalSpec:
     if d is not None:
         diurnal = Diurnal(
             d.get("amplitude", float, minimum=0.0, maximum=1.0),
-            d.get("period_s", float, 86400.0, minimum=1.0),
+            d.get("period_s", float, 86400.0, minimum=MIN_DIURNAL_PERIOD_S),
             d.get("peak_at_s", float, 14 * 3600.0),
         )
     need = {"step": steps, "burst": bursts, "diurnal": diurnal, "batch": batches}
@@ -355,11 +375,12 @@ def _workload(r: _Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadC
     inp, out = _tokens(r, "input_tokens"), _tokens(r, "output_tokens")
     if trace is None and (inp is None or out is None):
         r.fail("input_tokens" if inp is None else "output_tokens", "is required unless the workload replays a trace")
-    max_tokens = r.get("max_tokens", int, 4096, minimum=1)
+    max_tokens = r.get("max_tokens", int, 4096, minimum=1, maximum=MAX_ENGINE_INT)
     return WorkloadConfig(
         name=name, scene=scene, route=r.get("route", str, scene), tier=r.get("tier", str, choices=TIERS),
         deployment=dep, tenants=tenants, input_tokens=inp, output_tokens=out, max_tokens=max_tokens,
-        arrival=arrival, trace=trace, shared_prefix_tokens=r.get("shared_prefix_tokens", int, 0, minimum=0),
+        arrival=arrival, trace=trace,
+        shared_prefix_tokens=r.get("shared_prefix_tokens", int, 0, minimum=0, maximum=MAX_ENGINE_INT),
         operation=r.get("operation", str, "chat", choices=("chat", "text_completion")),
     )
 
@@ -431,3 +452,19 @@ def parse_fleet(data: Any, source: str) -> FleetConfig:
 
 def load_fleet(path: str | Path) -> FleetConfig:
     return parse_fleet(load_mapping(path, "a mapping with deployments and workloads"), str(path))
+
+
+def check_request_budget(cfg: FleetConfig, duration_s: float, flag: str = "--duration") -> None:
+    """``ConfigError`` when the arrivals the fleet's workloads expect over ``duration_s`` (rate integrated over the
+    window, plus its batches) exceed ``MAX_REQUESTS``: refused before the run, by arithmetic, not by memory."""
+    total = 0.0
+    for w in cfg.workloads:
+        if w.arrival is None:
+            continue  # a trace is as long as its file, which is bounded
+        a = w.arrival
+        peak = max([a.rate, *(s.rate for s in a.steps)]) * max([1.0, *(b.factor for b in a.bursts)])
+        total += peak * duration_s * (1 + (a.diurnal.amplitude if a.diurnal else 0.0))
+        total += sum(b.count for b in a.batches if b.at < duration_s)
+    if total > MAX_REQUESTS:
+        raise ConfigError(cfg.source, flag, f"{duration_s:g} s of this fleet is up to {total:,.0f} requests, over the "
+                          f"limit of {MAX_REQUESTS:,} for one run; simulate a shorter window or a lower rate")

@@ -30,7 +30,8 @@ from simulator.catalog import gpus, models
 from simulator.config import DeploymentConfig, FleetConfig, WorkloadConfig
 from simulator.roofline import Roofline
 
-__all__ = ["REJECT_REASONS", "WeekModel", "WeekSpec", "WorkloadSeries", "parse_week", "simulate_week"]
+__all__ = ["MAX_TENANTS", "MAX_TENANT_POINTS", "MAX_WEEKS_BEFORE", "REJECT_REASONS", "WeekModel", "WeekSpec",
+           "WorkloadSeries", "parse_week", "simulate_week"]
 
 WEEK_S = 7 * 86400
 REJECT_REASONS = ("queue_full", "kv_capacity")
@@ -44,6 +45,11 @@ def parse_week(text: str, source: str = "--week") -> datetime:
         return datetime.fromisocalendar(int(year), int(w), 1).replace(tzinfo=UTC)
     except ValueError:
         raise ConfigError(source, "week", f"{text!r} is not an ISO week like 2026-W48") from None
+
+
+MAX_WEEKS_BEFORE = 52  # the limits of `goodput week` (docs/review.md): checked before any array is made
+MAX_TENANTS = 10_000  # per workload; the request exporter keeps 50 by default (--max-tenants)
+MAX_TENANT_POINTS = 20_000_000  # steps x tenants: the lines of week.om, ~100 bytes each
 
 
 @dataclass(frozen=True)
@@ -179,6 +185,10 @@ def simulate_week(fleet: FleetConfig, spec: WeekSpec) -> WeekModel:
     week_start = parse_week(spec.week)
     start = week_start - timedelta(weeks=spec.weeks_before)
     n = (spec.weeks_before + 1) * WEEK_S // spec.step_s
+    points = n * sum(max(spec.tenants or 0, len(w.tenants)) for w in fleet.workloads)  # _tenants' lengths
+    if points > MAX_TENANT_POINTS:
+        raise ConfigError("--tenants", "", f"{points:,} per-tenant samples (steps x tenants) is over the limit of "
+                          f"{MAX_TENANT_POINTS:,}; use fewer --tenants or --weeks-before, or a longer --step")
     rel = np.arange(1, n + 1) * spec.step_s  # seconds since start, at each step's end
     times = start.timestamp() + rel
     hours_of_week = (rel / 3600.0) % 168

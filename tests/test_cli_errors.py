@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import BASE_WORKLOAD, REPO, fleet_data
+from tests.capacity.plan_fixtures import CHAT
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data
 
 GOOD_TARGETS = {"targets": [{"deployment": "chat", "replica": "chat-0", "url": "http://127.0.0.1:9/metrics"}]}
 
@@ -40,6 +41,24 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (d / "a-directory").mkdir()
     spec = yaml.safe_load((REPO / "rules" / "slos.yaml").read_text())
     spec["thresholds"]["capacity_redundancy"] = "lots"
+
+    def spec_with(section: str, key: str, value) -> dict:
+        out = yaml.safe_load((REPO / "rules" / "slos.yaml").read_text())
+        out[section][key] = value
+        return out
+
+    def fleet_with(deployment: dict | None = None, arrival: dict | None = None) -> dict:
+        wl = copy.deepcopy(BASE_WORKLOAD)
+        wl["arrival"] = arrival or wl["arrival"]
+        return fleet_data(deployments=[dict(copy.deepcopy(BASE_DEPLOYMENT), **(deployment or {}))], workloads=[wl])
+
+    huge = d / "huge.yaml"
+    with huge.open("wb") as f:
+        f.truncate(200 * 2**20)  # sparse: 200 MB by its size, nothing on disk
+    chat = yaml.safe_load(CHAT)["deployments"]["chat"]
+    plan = {"deployments": {"chat": {"candidate": chat["candidates"][0], "streams": chat["streams"],
+                                     "slos": yaml.safe_load(CHAT)["slos"], "headroom": {"base": 3},
+                                     "desired_replicas": 10**9, "replica_goodput_tokens_per_second": 9000.0}}}
     return {
         "nonutf8": write("nonutf8.yaml", "name: caf\xe9\n".encode("latin-1")),
         "empty": write("empty.yaml", ""),
@@ -57,6 +76,20 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "fake_high": write("fake.yaml", {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "utilization": "high"}]}),
         "fake_good": write("fake-good.yaml", {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}),
         "spec_bad": write("slos.yaml", spec),
+        "deep": write("deep.yaml", "x: " + "[" * 20000 + "]" * 20000 + "\n"),
+        "deep_json": write("deep.json", "[" * 20000 + "]" * 20000),
+        "huge": huge,
+        "control": write("control.yaml", "name: ok\nseed: 1\x9a\n"),
+        "replicas_2_63": write("replicas.yaml", fleet_with({"replicas": 2**63})),
+        "rate_1e6": write("rate.yaml", fleet_with(arrival={"process": "poisson", "rate": 1000000})),
+        "batch_1e8": write("batch.yaml", fleet_with(arrival={"process": "batch", "batches": [{"at": 0, "count": 10**8}]})),
+        "seqs_huge": write("seqs.yaml", fleet_with({"engine": {"max_num_seqs": 10**12}})),
+        "plan_1e9": write("plan-1e9.yaml", plan),
+        "demand_rps": write("demand.yaml", CHAT.replace("peak_rps: 24", "peak_rps: 1000000000000")),
+        "spec_js": write("slos-js.yaml", spec_with("links", "console_base", "javascript:alert(1)")),
+        "spec_regex": write("slos-regex.yaml", spec_with("thresholds", "exporter_jobs", "llm-(gpu|engine")),
+        "spec_lookahead": write("slos-look.yaml", spec_with("thresholds", "exporter_jobs", "llm-(?!gpu).*")),
+        "spec_quote": write("slos-quote.yaml", spec_with("thresholds", "exporter_jobs", 'x"} or vector(1) or up{a="')),
         "out": d / "out",
         "db": d / "analyzer.duckdb",
     }
@@ -128,6 +161,61 @@ CASES = {
                                        ["--cold-start", "not a duration", "'5x'"]),
     "plan autoscale --cold-start nan": ("plan autoscale --plan {out}/plan.yaml --cold-start nan",
                                         ["--cold-start", "finite duration"]),
+    # limits before the work (issue 22): nesting, size, counts, rates, durations
+    "simulate nested fleet": ("simulate {deep} --duration 5 --out {out}",
+                              ["{deep}: line 1", "nested deeper than the limit of 64"]),
+    "simulate 200 MB fleet": ("simulate {huge} --duration 5 --out {out}",
+                              ["{huge}", "209715200 bytes is larger than the limit of 8388608 bytes"]),
+    "engine nested targets": ("exporter engine --targets {deep} --port 0", ["{deep}: line 1", "nested deeper"]),
+    "rules nested spec": ("rules generate --spec {deep} --out {out}", ["{deep}: line 1", "nested deeper"]),
+    "analyze nested releases": ("analyze regressions --db {db} --releases {deep}", ["{deep}: line 1", "nested deeper"]),
+    "plan nested demand": ("plan replicas --demand {deep} --simulate --out {out}/p.yaml", ["{deep}", "nested deeper"]),
+    "autoscale nested plan": ("plan autoscale --plan {deep} --cold-start 60s --out {out}", ["{deep}", "nested deeper"]),
+    "loadtest nested workload": ("loadtest run --target http://127.0.0.1:9 --workload {deep} --pattern poisson "
+                                 "--rate 1 --duration 1 --slo ttft_p95=1s --out {out}/r", ["{deep}", "nested deeper"]),
+    "loadtest import nested json": ("loadtest import {deep_json} --slo ttft_p95=1s --out {out}/i",
+                                    ["{deep_json}", "nested deeper than the limit of 64"]),
+    "simulate control character": ("simulate {control} --duration 5 --out {out}",
+                                   ["{control}: line 2", "not valid YAML"]),
+    "simulate replicas 2**63": ("simulate {replicas_2_63} --duration 5 --out {out}",
+                                ["{replicas_2_63}: deployments[0].replicas", "must be <= 1024"]),
+    "simulate rate 1e6": ("simulate {rate_1e6} --duration 5 --out {out}",
+                          ["{rate_1e6}: workloads[0].arrival.rate", "must be <= 10000"]),
+    "simulate batch 1e8": ("simulate {batch_1e8} --duration 5 --out {out}",
+                           ["{batch_1e8}: workloads[0].arrival.batches[0].count", "must be <= 1000000"]),
+    "simulate max_num_seqs 1e12": ("simulate {seqs_huge} --duration 5 --out {out}",
+                                   ["{seqs_huge}: deployments[0].engine.max_num_seqs", "must be <= 16777216"]),
+    "simulate --duration 1e12": ("simulate {good_fleet} --duration 1e12 --out {out}",
+                                 ["--duration", "must be at most 2678400 s (31 days)"]),
+    "simulate too many requests": ("simulate {good_fleet} --duration 2000000 --out {out}",
+                                   ["{good_fleet}: --duration", "over the limit of 2,000,000"]),
+    "simulate --out under a file": ("simulate {good_fleet} --duration 5 --out {good_fleet}/x",
+                                    ["--out", "cannot create directory", "is not a directory"]),
+    "week --weeks-before 100000": ("week {good_fleet} --week 2026-W48 --out {out} --weeks-before 100000",
+                                   ["--weeks-before", "0..52"]),
+    "week --tenants 1e9": ("week {good_fleet} --week 2026-W48 --out {out} --tenants 1000000000", ["--tenants", "1..10000"]),
+    "week tenants x steps": ("week {good_fleet} --week 2026-W48 --out {out} --tenants 10000 --weeks-before 52 --step 10",
+                             ["--tenants", "over the limit of 20,000,000"]),
+    "review --history-weeks 1000": ("review --db {db} --week 2026-W48 --out {out} --history-weeks 1000",
+                                    ["--history-weeks", "1..52"]),
+    "plan desired_replicas 1e9": ("plan autoscale --plan {plan_1e9} --cold-start 60s --out {out}",
+                                  ["{plan_1e9}: deployments.chat.desired_replicas", "1..1024"]),
+    "plan peak_rps 1e12": ("plan replicas --demand {demand_rps} --simulate --out {out}/p.yaml",
+                           ["{demand_rps}: deployments.chat.streams[0].peak_rps", "<= 100000"]),
+    "loadtest --rate 1e9": ("loadtest run --target http://127.0.0.1:9 --workload {good_fleet} --pattern poisson "
+                            "--rate 1e9 --duration 1 --slo ttft_p95=1s --out {out}/r", ["--rate", "at most 10000"]),
+    "loadtest --concurrency 1e6": ("loadtest run --target http://127.0.0.1:9 --workload {good_fleet} --pattern "
+                                   "concurrency --concurrency 1000000 --duration 1 --slo ttft_p95=1s --out {out}/r",
+                                   ["--concurrency", "1..10000"]),
+    # rules spec: what is copied into generated rules
+    "rules javascript: link": ("rules generate --spec {spec_js} --out {out}",
+                               ["{spec_js}: links.console_base", "only http(s) links", "javascript"]),
+    "rules invalid regex": ("rules generate --spec {spec_regex} --out {out}",
+                            ["{spec_regex}: thresholds.exporter_jobs", "not a regular expression"]),
+    "rules lookahead regex": ("rules generate --spec {spec_lookahead} --out {out}",
+                              ["{spec_lookahead}: thresholds.exporter_jobs", "RE2"]),
+    "rules quote in regex": ("rules generate --spec {spec_quote} --out {out}",
+                             ["{spec_quote}: thresholds.exporter_jobs", "quote"]),
     # demo
     "demo --gpu-port 99999": ("demo --gpu-port 99999 --no-prometheus", ["--gpu-port", "1..65535"]),
     "demo --speed 0": ("demo --speed 0 --no-prometheus", ["--speed", "> 0"]),
@@ -152,3 +240,12 @@ def test_bad_input_is_one_line_and_exit_2(case, files):
     for f in fragments:
         assert f.format(**files) in err, f"{f.format(**files)!r} not in {err!r}"
     assert not r.stdout.strip(), r.stdout  # refused before anything started
+
+
+@pytest.mark.parametrize("command", ["rules generate --out /proc/goodput-test", "dashboards generate --out /proc/goodput-test"])
+def test_an_output_path_that_cannot_be_written_is_one_line_not_a_traceback(command):
+    """Paths these commands check only when they write: the failure is still one line (exit 1), not a traceback."""
+    r = subprocess.run([sys.executable, "-m", "goodput", *command.split()], capture_output=True, text=True, cwd=REPO,
+                       timeout=120)
+    assert "Traceback" not in r.stderr and r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [f"goodput: error: {command.split()[-1]}: No such file or directory"]

@@ -16,13 +16,24 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from goodput.foundation.args import non_negative_number, positive_int, positive_number, seed
+from goodput.foundation.args import (
+    int_in,
+    non_negative_number,
+    output_dir,
+    positive_int,
+    positive_number,
+    positive_number_at_most,
+    seed,
+)
 from goodput.foundation.errors import ConfigError
+from simulator.config import MAX_RATE
 
 __all__ = ["register"]
 
 PATTERNS = ("concurrency", "step", "poisson", "gamma", "burst", "longtail", "replay", "sweep")
 DEFAULT_MAX_IN_FLIGHT = 2048
+MAX_IN_FLIGHT = 10_000  # --concurrency and --max-in-flight: streams one client machine holds (docs/loadtest.md#limits)
+MAX_DURATION_S = 7 * 86400.0
 # comparability fields the target cannot tell the client (summary.json's "comparability"), given with --comparability
 FROM_FLAGS = ("quantization", "framework", "framework_version", "hardware", "tensor_parallel", "prompt_template",
               "cache_state")
@@ -47,14 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", required=True, metavar="FILE|FILE:NAME",
                    help="a workload YAML, or a fleet file's workload by name (docs/loadtest.md)")
     p.add_argument("--pattern", required=True, choices=PATTERNS, help="arrival pattern")
-    p.add_argument("--rate", type=positive_number, default=None, metavar="REQ/S",
-                   help="requests per second (poisson, gamma, burst, longtail; sweep: the first step)")
+    p.add_argument("--rate", type=positive_number_at_most(MAX_RATE), default=None, metavar="REQ/S",
+                   help="requests per second (poisson, gamma, burst, longtail; sweep: the first step; at most 10000)")
     p.add_argument("--context-limit", type=positive_int, default=None, metavar="TOKENS",
                    help="longtail: the context limit its long requests approach (default: the target's max_model_len)")
     p.add_argument("--longtail-fraction", type=non_negative_number, default=0.05, metavar="F",
                    help="longtail: the fraction of requests at 90-100%% of the context limit (default 0.05)")
     p.add_argument("--cv", type=positive_number, default=None, help="coefficient of variation of the gaps (gamma)")
-    p.add_argument("--concurrency", type=positive_int, default=None, metavar="N", help="requests in flight (concurrency)")
+    p.add_argument("--concurrency", type=int_in(1, MAX_IN_FLIGHT), default=None, metavar="N",
+                   help="requests in flight (concurrency; at most 10000)")
     p.add_argument("--steps", default=None, metavar="rate=R1,R2|concurrency=C1,C2", help="levels of the step pattern")
     p.add_argument("--step-s", type=positive_number, default=None, metavar="SECONDS",
                    help="how long each step (or sweep step) holds (default: duration / steps; sweep: 30)")
@@ -64,9 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, metavar="FILE", help="Azure .csv or Mooncake .jsonl trace (replay)")
     p.add_argument("--time-scale", type=positive_number, default=1.0, help="replay: multiply trace times (0.5 = twice as fast)")
     p.add_argument("--slo", required=True, metavar="TERMS", help="e.g. ttft_p95=0.8s,tpot_p95=50ms,e2e_p99=2s")
-    p.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
-                   help="length of the run (every pattern but sweep, whose length is its steps)")
-    p.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
+    p.add_argument("--duration", type=positive_number_at_most(MAX_DURATION_S), default=None, metavar="SECONDS",
+                   help="length of the run (every pattern but sweep, whose length is its steps; at most a week)")
+    p.add_argument("--out", type=output_dir, required=True, metavar="RUN_DIR", help="run directory (created)")
     p.add_argument("--fault", action="append", default=[], metavar="FAULT",
                    help="abort_rate=F: the client drops this fraction of streams mid-way; replica_lost@SECONDS[:DEP] "
                         "or replica_added@SECONDS[:DEP]: the fleet's admin API (--admin-url) does it on the run clock")
@@ -85,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="label matchers for every Prometheus series, e.g. '{deployment=\"chat\"}' (default: all)")
     p.add_argument("--timeout", type=positive_number, default=120.0, metavar="SECONDS",
                    help="a request that takes longer is a timeout (default 120)")
-    p.add_argument("--max-in-flight", type=positive_int, default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
+    p.add_argument("--max-in-flight", type=int_in(1, MAX_IN_FLIGHT), default=DEFAULT_MAX_IN_FLIGHT, metavar="N",
                    help=f"connections in the client's pool; a due request waits for one, as schedule lag "
                         f"(default {DEFAULT_MAX_IN_FLIGHT})")
     p.add_argument("--workers", type=_workers, default="auto", metavar="auto|N",
@@ -110,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "shape, and write RUN_DIR/summary.json, report.html and requests.parquet where the file has "
                     "per-request data, with SLO attainment and goodput computed for --slo by goodput's own definitions.")
     imp.add_argument("file", type=Path, metavar="FILE", help="the other tool's result file")
-    imp.add_argument("--out", type=Path, required=True, metavar="RUN_DIR", help="run directory (created)")
+    imp.add_argument("--out", type=output_dir, required=True, metavar="RUN_DIR", help="run directory (created)")
     imp.add_argument("--slo", required=True, metavar="TERMS",
                      help="the SLO to judge the requests by, e.g. ttft_p95=0.8s,tpot_p95=50ms")
     imp.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")

@@ -11,7 +11,6 @@ figures are None. ``docs/loadtest.md`` ("Importing other tools' runs") lists eac
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from http import HTTPStatus
@@ -24,6 +23,8 @@ from capacity.loadtest.results import new_summary, records_table, write_run
 from capacity.loadtest.slo import Slo
 from capacity.loadtest.stats import knee, length_stats, summarize
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.jsonfile import parse_json
+from goodput.foundation.yamlfile import decode, read_bytes
 
 __all__ = ["MAX_IMPORT_BYTES", "detect", "error_class", "import_run"]
 
@@ -92,27 +93,21 @@ def _load(path: Path) -> object:
     sections (rows as ``{column: text}``)."""
     if not path.is_file():
         raise ConfigError(str(path), "path", "file not found")
-    size = path.stat().st_size
-    if size > MAX_IMPORT_BYTES:
-        raise ConfigError(str(path), "size", f"{size} bytes is over the import limit of {MAX_IMPORT_BYTES}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(str(path), "json", f"not UTF-8 text: {e}") from None
+    text = decode(read_bytes(path, MAX_IMPORT_BYTES), str(path))
     if text.startswith("Metric,"):
         return _aiperf_csv(text)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
+        return parse_json(text, str(path), MAX_IMPORT_BYTES)
+    except ConfigError as e:
         lines = [line for line in text.splitlines() if line.strip()]
-        if len(lines) < 2:
-            raise ConfigError(str(path), "json", f"does not parse: {e}") from None
+        if len(lines) < 2 or not e.problem.startswith("not valid JSON"):
+            raise
     out = []  # vLLM's --append-result: one JSON result per line
     for n, line in enumerate(lines, start=1):
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ConfigError(str(path), f"line {n}", f"does not parse: {e}") from None
+            out.append(parse_json(line, str(path), MAX_IMPORT_BYTES))
+        except ConfigError as e:
+            raise ConfigError(str(path), f"line {n}", e.problem) from None
     return out
 
 

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.slo import Slo, SloTerm
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.jsonfile import load_json
 
 __all__ = [
     "REQUESTS_FILE", "SCHEMA", "SUMMARY_FILE",
@@ -106,10 +107,7 @@ def read_run(run_dir: str | Path) -> tuple[pa.Table | None, dict]:
     path = run / SUMMARY_FILE
     if not path.is_file():
         raise ConfigError(str(run), SUMMARY_FILE, "not found; is this a goodput loadtest run directory?")
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(str(path), "json", f"does not parse: {e}") from None
+    summary = load_json(path)
     if not isinstance(summary, dict) or summary.get("schema") != SCHEMA:
         found = summary.get("schema") if isinstance(summary, dict) else type(summary).__name__
         raise ConfigError(str(path), "schema", f"expected {SCHEMA!r}, found {found!r}")

@@ -27,7 +27,7 @@ import numpy as np
 
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_yaml
-from simulator.config import WorkloadConfig, _Reader, _tokens, parse_fleet
+from simulator.config import MAX_ENGINE_INT, WorkloadConfig, _Reader, _tokens, parse_fleet
 from simulator.distributions import QuantileDistribution
 
 __all__ = ["CHARS_PER_TOKEN", "RequestSpec", "SpecStream", "Workload", "load_workload", "prompt_text"]
@@ -162,7 +162,7 @@ def _own(r: _Reader, name: str) -> Workload:
     tokens, fraction = 0, 0.0
     if prefix is not None:
         prefix.unknown({"tokens", "fraction"})
-        tokens = prefix.get("tokens", int, minimum=1)
+        tokens = prefix.get("tokens", int, minimum=1, maximum=MAX_ENGINE_INT)
         fraction = prefix.get("fraction", float, 1.0, minimum=0, maximum=1)
     return Workload(r.get("name", str, name), r.get("api", str, "chat", choices=("chat", "completions")) == "chat",
                     inputs, outputs, _mix(r, "tiers", {"P1": 1.0}, TIERS), _mix(r, "tenants", {"loadtest": 1.0}),

@@ -12,9 +12,23 @@ import sys
 from pathlib import Path
 
 from capacity.plan import memory_cli
-from goodput.foundation.args import duration, non_negative_int, positive_int, positive_number, seed
+from capacity.plan.demand import MAX_GROWTH
+from goodput.foundation.args import (
+    duration,
+    int_in,
+    non_negative_int,
+    output_dir,
+    output_file,
+    positive_int,
+    positive_number,
+    positive_number_at_most,
+    seed,
+)
 
 __all__ = ["register"]
+
+MAX_JOBS = 256
+MAX_SIM_DURATION_S = 3600.0  # per knee probe: each probe simulates this long at one rate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,19 +53,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--weeks", type=positive_int, default=4, help="--demand-from: weeks measured (default 4)")
     r.add_argument("--until", default=None, metavar="ISO_TIME",
                    help="--demand-from: end of the window, e.g. 2026-11-30T00:00:00Z (default: now, to the hour)")
-    r.add_argument("--growth", type=positive_number, default=None, metavar="G",
+    r.add_argument("--growth", type=positive_number_at_most(MAX_GROWTH), default=None, metavar="G",
                    help="growth multiplier applied to the peaks (default: the demand file's growth)")
     src = r.add_mutually_exclusive_group(required=True)
     src.add_argument("--runs", nargs="+", metavar="CANDIDATE=RUN_DIR",
                      help="load-test run directories, each of one replica of the named candidate")
     src.add_argument("--simulate", action="store_true", help="measure each candidate with a simulator knee search")
-    r.add_argument("--out", type=Path, required=True, metavar="plan.yaml", help="the plan to write")
+    r.add_argument("--out", type=output_file, required=True, metavar="plan.yaml", help="the plan to write")
     r.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default table)")
     r.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
     r.add_argument("--allow-mixed", action="store_true", help="plan with runs whose workloads differ")
-    r.add_argument("--jobs", type=non_negative_int, default=0, help="--simulate: processes (default: all cores)")
-    r.add_argument("--sim-duration", type=positive_number, default=120.0, metavar="SECONDS",
-                   help="--simulate: virtual seconds per knee probe (default 120)")
+    r.add_argument("--jobs", type=int_in(0, MAX_JOBS), default=0,
+                   help="--simulate: processes (default: all cores; at most 256)")
+    r.add_argument("--sim-duration", type=positive_number_at_most(MAX_SIM_DURATION_S), default=120.0, metavar="SECONDS",
+                   help="--simulate: virtual seconds per knee probe (default 120, at most 3600)")
     r.add_argument("--seed", type=seed, default=0, help="--simulate: random seed (default 0)")
     r.add_argument("--report", type=Path, default=None, metavar="FILE.html", help="also write an HTML report")
     r.set_defaults(func=_replicas)
@@ -64,7 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--plan", type=Path, required=True, metavar="plan.yaml")
     a.add_argument("--cold-start", type=duration, required=True, metavar="DURATION",
                    help="time from scale-up to a serving replica, e.g. 180s")
-    a.add_argument("--out", type=Path, default=Path("autoscale"), metavar="DIR", help="output directory (default autoscale/)")
+    a.add_argument("--out", type=output_dir, default=Path("autoscale"), metavar="DIR",
+                   help="output directory (default autoscale/)")
     a.add_argument("--namespace", default="llm-serving", help="Kubernetes namespace of the manifests")
     a.add_argument("--prometheus", default="http://prometheus.monitoring.svc:9090", metavar="URL",
                    help="the Prometheus KEDA queries")

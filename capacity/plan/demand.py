@@ -17,6 +17,7 @@ import numpy as np
 
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
+from simulator.config import MAX_BURST_FACTOR, MAX_ENGINE_INT, MAX_REPLICAS
 
 __all__ = ["Candidate", "Demand", "DeploymentDemand", "Headroom", "Stream", "TierSlo", "load_demand", "parse_demand",
            "token_mix"]
@@ -24,6 +25,12 @@ __all__ = ["Candidate", "Demand", "DeploymentDemand", "Headroom", "Stream", "Tie
 TIERS = ("P0", "P1", "P2")
 SCENES = ("chat", "rag", "code", "batch", "agent")
 # the SLOs when a demand file names none: rules/slos.yaml's chat objectives per tier
+# Upper bounds checked when the file is read (docs/capacity.md#limits), beside the simulator's replica, token-size
+# and burst limits: far above a real fleet's, far below what makes the planner size a million replicas.
+MAX_PEAK_RPS = 100_000.0  # requests/s of one stream
+MAX_GROWTH = 100.0
+MAX_SECONDS = 86_400.0  # a latency objective, a cold start, a burst's rise
+MAX_TP = 64
 DEFAULT_SLOS = {"P0": (0.5, 0.05, 0.95), "P1": (1.0, 0.075, 0.95), "P2": (60.0, 0.2, 0.9)}
 
 
@@ -109,13 +116,13 @@ def _num(src: str, key: str, v: Any, *, minimum: float = 0.0, strict: bool = Fal
     if v < minimum or (strict and v == minimum):
         _fail(src, key, f"must be {'>' if strict else '>='} {minimum:g}, got {v!r}")
     if maximum is not None and v > maximum:
-        _fail(src, key, f"must be <= {maximum:g}, got {v!r}")
+        _fail(src, key, f"must be <= {maximum:.15g}, got {v!r}")
     return float(v)
 
 
-def _int(src: str, key: str, v: Any, minimum: int = 0) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        _fail(src, key, f"expected an integer >= {minimum}, got {v!r}")
+def _int(src: str, key: str, v: Any, minimum: int = 0, maximum: int = MAX_REPLICAS) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum:
+        _fail(src, key, f"expected an integer in {minimum}..{maximum}, got {v!r}")
     return v
 
 
@@ -135,10 +142,11 @@ def token_mix(src: str, key: str, v: Any) -> tuple[dict[str, float], float]:
     from simulator.distributions import QuantileDistribution
 
     if isinstance(v, int | float) and not isinstance(v, bool):
-        n = _num(src, key, v, minimum=1)
+        n = _num(src, key, v, minimum=1, maximum=MAX_ENGINE_INT)
         q = {"p50": n, "max": n}
         return q, n
-    q = {str(k): _num(src, f"{key}.{k}", x, minimum=1) for k, x in _map(src, key, v, set(_QUANTILE_KEYS)).items()}
+    q = {str(k): _num(src, f"{key}.{k}", x, minimum=1, maximum=MAX_ENGINE_INT)
+         for k, x in _map(src, key, v, set(_QUANTILE_KEYS)).items()}
     try:
         dist = QuantileDistribution.from_quantiles(q)
     except ValueError as e:
@@ -155,7 +163,7 @@ def _stream(src: str, key: str, v: Any) -> Stream:
     iq, imean = token_mix(src, f"{key}.input_tokens", d["input_tokens"])
     oq, omean = token_mix(src, f"{key}.output_tokens", d["output_tokens"])
     return Stream(_str(src, f"{key}.scene", d["scene"], SCENES), _str(src, f"{key}.tier", d["tier"], TIERS),
-                  _num(src, f"{key}.peak_rps", d["peak_rps"], strict=True), iq, oq, imean, omean)
+                  _num(src, f"{key}.peak_rps", d["peak_rps"], strict=True, maximum=MAX_PEAK_RPS), iq, oq, imean, omean)
 
 
 def _headroom(src: str, key: str, v: Any) -> Headroom:
@@ -169,11 +177,11 @@ def _headroom(src: str, key: str, v: Any) -> Headroom:
     if "release_surge" in d:
         kw["release_surge"] = _num(src, f"{key}.release_surge", d["release_surge"], maximum=1.0)
     if "cold_start_s" in d:
-        kw["cold_start_s"] = _num(src, f"{key}.cold_start_s", d["cold_start_s"])
+        kw["cold_start_s"] = _num(src, f"{key}.cold_start_s", d["cold_start_s"], maximum=MAX_SECONDS)
     if "burst_factor" in d:
-        kw["burst_factor"] = _num(src, f"{key}.burst_factor", d["burst_factor"], minimum=1.0)
+        kw["burst_factor"] = _num(src, f"{key}.burst_factor", d["burst_factor"], minimum=1.0, maximum=MAX_BURST_FACTOR)
     if "burst_rise_s" in d:
-        kw["burst_rise_s"] = _num(src, f"{key}.burst_rise_s", d["burst_rise_s"], strict=True)
+        kw["burst_rise_s"] = _num(src, f"{key}.burst_rise_s", d["burst_rise_s"], strict=True, maximum=MAX_SECONDS)
     h = Headroom(**kw)
     if h.failure_domains and h.tolerate >= h.failure_domains:
         _fail(src, f"{key}.tolerate", f"must be less than failure_domains ({h.failure_domains}), got {h.tolerate}")
@@ -186,7 +194,7 @@ def _candidate(src: str, key: str, v: Any) -> Candidate:
         if k not in d:
             _fail(src, f"{key}.{k}", "is required")
     model, gpu = _str(src, f"{key}.model", d["model"]), _str(src, f"{key}.gpu", d["gpu"])
-    tp = _int(src, f"{key}.tp", d.get("tp", 1), minimum=1)
+    tp = _int(src, f"{key}.tp", d.get("tp", 1), minimum=1, maximum=MAX_TP)
     engine = _map(src, f"{key}.engine", d.get("engine") or {})
     name = _str(src, f"{key}.name", d.get("name", f"{model}/{gpu}/tp{tp}"))
     return Candidate(name, model, gpu, tp, dict(engine))
@@ -212,15 +220,15 @@ def _deployment(src: str, name: str, v: Any) -> DeploymentDemand:
 
 def parse_demand(data: Any, source: str) -> Demand:
     root = _map(source, "", data, {"growth", "slos", "deployments"})
-    growth = _num(source, "growth", root.get("growth", 1.0), minimum=1e-9, strict=True)
+    growth = _num(source, "growth", root.get("growth", 1.0), minimum=1e-9, strict=True, maximum=MAX_GROWTH)
     slos = {t: TierSlo(*v) for t, v in DEFAULT_SLOS.items()}
     for tier, v in _map(source, "slos", root.get("slos") or {}, set(TIERS)).items():
         key = f"slos.{tier}"
         s = _map(source, key, v, {"ttft_s", "tpot_s", "objective"})
         base = slos[tier]
         slos[tier] = TierSlo(
-            _num(source, f"{key}.ttft_s", s.get("ttft_s", base.ttft_s), strict=True),
-            _num(source, f"{key}.tpot_s", s.get("tpot_s", base.tpot_s), strict=True),
+            _num(source, f"{key}.ttft_s", s.get("ttft_s", base.ttft_s), strict=True, maximum=MAX_SECONDS),
+            _num(source, f"{key}.tpot_s", s.get("tpot_s", base.tpot_s), strict=True, maximum=MAX_SECONDS),
             _num(source, f"{key}.objective", s.get("objective", base.objective), strict=True, maximum=1.0))
     deps = _map(source, "deployments", root.get("deployments"))
     if not deps:

@@ -13,6 +13,7 @@ from pathlib import Path
 from capacity.plan.demand import Candidate, DeploymentDemand, TierSlo, parse_demand
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
+from simulator.config import MAX_REPLICAS
 
 __all__ = ["PlannedDeployment", "load_plan_file"]
 
@@ -68,12 +69,13 @@ def load_plan_file(path: str | Path) -> list[PlannedDeployment]:
                                       "candidates": [d["candidate"]]}}}
         demand = parse_demand(sub, f"{src}: {key}")
         desired = d.get("desired_replicas")
-        if isinstance(desired, bool) or not isinstance(desired, int) or desired < 1:
-            raise ConfigError(src, f"{key}.desired_replicas", f"expected an integer >= 1, got {desired!r}")
+        if isinstance(desired, bool) or not isinstance(desired, int) or not 1 <= desired <= MAX_REPLICAS:
+            raise ConfigError(src, f"{key}.desired_replicas", f"expected an integer in 1..{MAX_REPLICAS}, got {desired!r}")
         headroom = d["headroom"]
-        if not isinstance(headroom, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                                                    for v in headroom.values()):
-            raise ConfigError(src, f"{key}.headroom", "expected a mapping of term -> replicas (integers >= 0)")
+        if not isinstance(headroom, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                    and 0 <= v <= MAX_REPLICAS for v in headroom.values()):
+            raise ConfigError(src, f"{key}.headroom",
+                              f"expected a mapping of term -> replicas (integers in 0..{MAX_REPLICAS})")
         out.append(PlannedDeployment(
             str(name), desired, _positive(src, f"{key}.replica_goodput_tokens_per_second",
                                           d.get("replica_goodput_tokens_per_second")),

@@ -10,6 +10,7 @@ from pathlib import Path
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from simulator.autoscaler import KINDS, ScalingPolicy
+from simulator.config import MAX_REPLICAS
 
 __all__ = ["load_policy_file"]
 
@@ -32,8 +33,9 @@ def _policy(src: str, key: str, d) -> ScalingPolicy:
             if v not in KINDS:
                 raise ConfigError(src, k, f"must be one of {', '.join(KINDS)}; got {v!r}")
         elif name in _INTS:
-            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name != "warm_pool" else 0):
-                raise ConfigError(src, k, f"expected an integer >= {1 if name != 'warm_pool' else 0}, got {v!r}")
+            low = 1 if name != "warm_pool" else 0
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_REPLICAS:
+                raise ConfigError(src, k, f"expected an integer in {low}..{MAX_REPLICAS}, got {v!r}")
         elif isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0 or \
                 (name in _POSITIVE and v == 0):
             raise ConfigError(src, k, f"expected a finite number {'> 0' if name in _POSITIVE else '>= 0'}, got {v!r}")

@@ -20,7 +20,8 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-import yaml
+
+from goodput.foundation.yamlfile import load_yaml
 
 __all__ = ["Served", "backfill", "recording_levels", "rule_names", "serve_tsdb"]
 
@@ -74,7 +75,7 @@ def rule_names(expr: str) -> set[str]:
 def recording_levels(rule_files: list[Path], wanted: set[str] | None = None) -> list[list[dict]]:
     """The recording rules of ``rule_files`` grouped so each level reads only raw series and earlier levels.
     ``wanted``: series or expressions' names to keep, with every recorded series they read (default: all)."""
-    rules = [r for f in rule_files for g in (yaml.safe_load(f.read_text()) or {}).get("groups", [])
+    rules = [r for f in rule_files for g in (load_yaml(f) or {}).get("groups", [])
              for r in g.get("rules", []) if "record" in r]
     names = {r["record"] for r in rules}
     deps = {id(r): rule_names(r["expr"]) & names for r in rules}

@@ -7,8 +7,9 @@ import json
 import socket
 from pathlib import Path
 
-from goodput.foundation.args import non_negative_int, non_negative_number, positive_int, positive_number, seed
+from goodput.foundation.args import int_in, non_negative_number, output_dir, positive_int, positive_number, seed
 from goodput.foundation.errors import ConfigError
+from simulator.week import MAX_TENANTS, MAX_WEEKS_BEFORE
 
 __all__ = ["register"]
 
@@ -23,15 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://127.0.0.1:9090")
     src.add_argument("--db", type=Path, metavar="TRACES.duckdb", help="the analyzer's DuckDB store")
     p.add_argument("--week", required=True, metavar="YYYY-Www", help="ISO week to review, e.g. 2026-W48")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory (created)")
+    p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--plan", type=Path, default=None, metavar="FILE",
                    help="capacity plan (examples/plan.yaml format); without it capacity sections say 'no plan'")
     p.add_argument("--releases", type=Path, default=None, metavar="FILE", help="releases file (YAML or CSV)")
     p.add_argument("--rules", type=Path, default=None, metavar="DIR",
                    help="rule files whose page alerts are evaluated when Prometheus has no ALERTS history "
                         "(default: the repository's rules/)")
-    p.add_argument("--history-weeks", type=positive_int, default=3, help="weeks of demand before the week for "
-                   "the forecast and the week-over-week change (default 3)")
+    p.add_argument("--history-weeks", type=int_in(1, MAX_WEEKS_BEFORE), default=3, help="weeks of demand before the week for "
+                   "the forecast and the week-over-week change (default 3, at most 52)")
     p.add_argument("--redundancy", type=positive_number, default=1.2,
                    help="replicas needed = ceil(demand x this / per-replica goodput), as rules/slos.yaml's "
                         "capacity_redundancy (default 1.2)")
@@ -49,14 +50,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "serve that with prometheus --storage.tsdb.path=DIR/tsdb --storage.tsdb.retention.time=3650d.")
     w.add_argument("fleet", metavar="FLEET.yaml")
     w.add_argument("--week", required=True, metavar="YYYY-Www")
-    w.add_argument("--out", type=Path, required=True, metavar="DIR")
+    w.add_argument("--out", type=output_dir, required=True, metavar="DIR")
     w.add_argument("--step", type=positive_int, default=60, metavar="SECONDS", help="seconds per sample (default 60)")
-    w.add_argument("--weeks-before", type=non_negative_int, default=3, help="weeks of demand history (default 3)")
+    w.add_argument("--weeks-before", type=int_in(0, MAX_WEEKS_BEFORE), default=3,
+                   help="weeks of demand history (default 3, at most 52)")
     w.add_argument("--growth", type=non_negative_number, default=0.06, help="demand growth per week (default 0.06)")
     w.add_argument("--peak-utilization", type=positive_number, default=0.72,
                    help="the first day's peak load of each deployment, as a share of its capacity (default 0.72)")
-    w.add_argument("--tenants", type=positive_int, default=None, metavar="N",
-                   help="tenants per workload (the fleet's plus a Zipf tail; default: the fleet's)")
+    w.add_argument("--tenants", type=int_in(1, MAX_TENANTS), default=None, metavar="N",
+                   help="tenants per workload (the fleet's plus a Zipf tail; default: the fleet's; at most 10000)")
     w.add_argument("--seed", type=seed, default=7)
     w.add_argument("--backfill", action="store_true", help="backfill into DIR/tsdb with promtool")
     w.add_argument("--rules", type=Path, default=None, metavar="DIR", help="rule files to backfill (default rules/)")

@@ -27,8 +27,11 @@ class Series:
 
 
 def _series(s: promapi.Series) -> Series:
+    """Without the points that cannot be a figure of the review: every series it asks for counts or measures
+    something (requests, tokens, seconds, ratios, replicas), so a NaN, an infinity or a negative is no point, not a
+    figure to print."""
     t, v = np.array(s.times, dtype=float), np.array(s.values, dtype=float)
-    ok = np.isfinite(v)
+    ok = np.isfinite(v) & (v >= 0)
     return Series(s.labels, t[ok], v[ok])
 
 

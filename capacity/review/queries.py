@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from capacity.review.prom import Query, Series
 from goodput.foundation.durations import seconds
+from goodput.foundation.yamlfile import load_yaml
 
 __all__ = ["RECORDED", "AlertRule", "Page", "alert_rules", "build_queries", "pages_from_series"]
 
@@ -73,7 +73,7 @@ class Page:
 def alert_rules(rule_files: list[Path], severities: tuple[str, ...] = ("page",)) -> list[AlertRule]:
     out = []
     for f in rule_files:
-        for g in (yaml.safe_load(f.read_text()) or {}).get("groups", []):
+        for g in (load_yaml(f) or {}).get("groups", []):
             for r in g.get("rules", []):
                 if "alert" in r and r.get("labels", {}).get("severity") in severities:
                     out.append(AlertRule(r["alert"], r["expr"], seconds(r.get("for") or "0"), r["labels"]["severity"]))

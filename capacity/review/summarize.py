@@ -72,11 +72,15 @@ def _slo(raw: dict, grid: np.ndarray, dep: str, tier: str) -> list[dict]:
         if n <= 0:
             continue
         obj = objective[(t, route)]
+        if not 0 < obj <= 1:
+            continue  # not an objective: no attainment to judge against it
+        e1, e2 = np.clip(e1, 0.0, 1.0), np.clip(e2, 0.0, 1.0)  # a ratio of errors to requests
         err1, err2 = float((e1 * req).sum() / n), float((e2 * req).sum() / n)
         worst = np.maximum(e1, e2)
         out.append({"route": route, "objective": obj, "ttft_attainment": round(1 - err1, 5),
                     "tpot_attainment": round(1 - err2, 5), "met": bool(1 - max(err1, err2) >= obj),
-                    "error_budget_burn": round(max(err1, err2) / (1 - obj), 3),
+                    # an objective of 1.0 has no budget to burn: None, shown empty, not a division by zero
+                    "error_budget_burn": round(max(err1, err2) / (1 - obj), 3) if obj < 1 else None,
                     "goodput_requests_per_second": round(float((req * (1 - worst)).mean()), 3),
                     "attainment_series": np.round(1 - worst, 4).tolist()})
     return out

@@ -2,14 +2,19 @@
 
 A value that parses but makes no sense (``--duration nan``, ``--interval 0``, ``--port 99999``,
 ``--seed -1``) is refused when the command line is read, before any work starts, rather than
-running silently on nonsense or failing later with a traceback.
+running silently on nonsense or failing later with a traceback; so is one too large to do
+(``int_in``, ``positive_number_at_most``: each command's limits are in its docs page).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from goodput.foundation.durations import seconds
@@ -19,12 +24,16 @@ __all__ = [
     "Parser",
     "any_port",
     "duration",
+    "int_in",
     "interval_seconds",
     "non_negative_int",
     "non_negative_number",
+    "output_dir",
+    "output_file",
     "port",
     "positive_int",
     "positive_number",
+    "positive_number_at_most",
     "seed",
 ]
 
@@ -128,3 +137,50 @@ def any_port(text: str) -> int:
     if not 0 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port in 0..65535 (0: any free port), got {text}")
     return v
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An integer in ``low..high``; the upper bound is a limit a real user never meets, checked before the work
+    instead of growing until the OOM killer (``--tenants 1000000000``)."""
+    def parse(text: str) -> int:
+        v = _integer(text)
+        if not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer in {low}..{high}, got {text}")
+        return v
+    return parse
+
+
+def positive_number_at_most(limit: float, unit: str = "") -> Callable[[str], float]:
+    """A finite number in (0, ``limit``] (``--duration 1e12`` is refused here, not by a numpy MemoryError)."""
+    def parse(text: str) -> float:
+        v = positive_number(text)
+        if v > limit:
+            raise argparse.ArgumentTypeError(f"must be at most {limit:.15g}{unit}, got {text}")
+        return v
+    return parse
+
+
+def output_dir(text: str) -> Path:
+    """A directory the command may create and write into: a path under a file, or in a directory that takes no new
+    entry (read-only, virtual like /proc), is refused when the command line is read, not after the work. Checked by
+    making and removing a scratch directory in the nearest existing ancestor, so a refused command leaves nothing."""
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    ancestor = next(a for a in (p.absolute(), *p.absolute().parents) if a.exists())
+    if not ancestor.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot create directory {text}: {ancestor} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=ancestor, prefix=".goodput-write-check-"))
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write into {ancestor}: {e.strerror or e}") from None
+    return p
+
+
+def output_file(text: str) -> Path:
+    """A file to write: not a directory, in a directory ``output_dir`` accepts."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; expected a file to write")
+    output_dir(str(p.parent))
+    return p

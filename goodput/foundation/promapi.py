@@ -1,30 +1,36 @@
 """Prometheus' HTTP query API, once: the request of an instant or range query, the checks of an answer, its series
-as plain dataclasses, and what went wrong as one of three errors, each one line naming the server and the query.
+as plain dataclasses, and what went wrong as one of four errors, each one line naming the server and the query.
 
-``Unreachable``: no answer (refused, reset, timed out). ``Refused``: an HTTP error or ``"status": "error"``, with
-Prometheus' own error text. ``Malformed``: an answer that is not Prometheus' API (not JSON, not a mapping, no
-``data``, a series without values, a value that is not a number). Callers turn these into their own behaviour (a
-banner, a ``ConfigError``, a counted failure); the sync ``Client`` (GET) and the async ``run_queries`` (POST, so
-long alert expressions meet no URL limit) are the two thin transports over httpx, the client the project uses.
+``Unreachable``: no whole answer (refused, reset, or not done within the deadline). ``Refused``: an HTTP error or
+``"status": "error"``, with Prometheus' own error text. ``Malformed``: an answer that is not Prometheus' API (not
+JSON, nested too deep, not a mapping, no ``data``, a series without values, a value that is not a number).
+``TooLarge``: a body over ``Limits.max_bytes``, cut off as it streams in. Callers turn these into their own behaviour
+(a banner, a ``ConfigError``, a counted failure); the sync ``Client`` (GET) and the async ``run_queries`` (POST, so
+long alert expressions meet no URL limit) are the two thin transports over httpx, the client the project uses; both
+hold every answer to ``Limits`` (a connect timeout, one deadline for the whole exchange, a size cap).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.jsonfile import parse_json
 
-__all__ = ["MAX_POINTS", "Client", "Malformed", "PromError", "Query", "Refused", "Series", "Unreachable", "config_error",
-           "parse_answer", "read_json", "request", "run_queries"]
+__all__ = ["CONNECT_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_POINTS", "Client", "Limits", "Malformed", "PromError", "Query",
+           "Refused", "Series", "TooLarge", "Unreachable", "config_error", "parse_answer", "read_json", "request",
+           "run_queries"]
 
 MAX_POINTS = 11000  # Prometheus refuses a range query with more points per series
+MAX_ANSWER_BYTES = 16 * 2**20  # a week of 5-minute points is ~40 KB a series: room for 400 series
+CONNECT_TIMEOUT_S = 5.0
 _TEXT = 200  # characters of a non-Prometheus body quoted in an error
 
 
@@ -78,6 +84,12 @@ class Malformed(PromError):
         super().__init__(url, query, f"not a Prometheus answer ({detail})", detail)
 
 
+class TooLarge(PromError):
+    def __init__(self, url: str, query: str, limit: int) -> None:
+        self.limit = limit
+        super().__init__(url, query, f"answer larger than the limit of {limit} bytes", f"over {limit} bytes")
+
+
 def config_error(url: str, e: PromError, flag: str) -> ConfigError:
     """What a command prints for ``e`` (exit 2): an unreachable server is the ``flag`` that named it, anything else
     the query that failed."""
@@ -103,19 +115,20 @@ def request(q: Query) -> tuple[str, dict[str, str]]:
                                    "step": f"{step:.15g}"}
 
 
-def read_json(url: str, key: str, status: int, text: str) -> Any:
+def read_json(url: str, key: str, status: int, body: bytes) -> Any:
     """An answer's JSON body, checked: an HTTP error or ``"status": "error"`` is ``Refused`` (with Prometheus' error
-    text), a body that is not JSON ``Malformed`` (or ``Refused`` when the status was an error anyway)."""
+    text), a body that is not JSON, or nested deeper than ``jsonfile.MAX_DEPTH``, ``Malformed`` (or ``Refused`` when
+    the status was an error anyway)."""
     try:
-        body = json.loads(text)
-    except ValueError as e:
+        doc = parse_json(body, url)
+    except ConfigError as e:
         if status >= 400:
-            raise Refused(url, key, status, _line(text) or "no body") from None
-        raise Malformed(url, key, _why(e)) from None
-    error = body.get("error") if isinstance(body, dict) else None
-    if status >= 400 or (isinstance(body, dict) and body.get("status") == "error"):
-        raise Refused(url, key, status, _line(str(error or text)) or "no body")
-    return body
+            raise Refused(url, key, status, _line(body.decode("utf-8", "replace")) or "no body") from None
+        raise Malformed(url, key, e.problem) from None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if status >= 400 or (isinstance(doc, dict) and doc.get("status") == "error"):
+        raise Refused(url, key, status, _line(str(error or body.decode("utf-8", "replace"))) or "no body")
+    return doc
 
 
 def _point(p: Any) -> tuple[float, float]:
@@ -147,12 +160,58 @@ def parse_answer(url: str, key: str, body: Any) -> list[Series]:
         raise Malformed(url, key, _why(e)) from None
 
 
-class Client:
-    """Synchronous queries against one server (the console's pages, the load test's per-step view)."""
+@dataclass(frozen=True)
+class Limits:
+    """What one answer may cost: ``deadline_s`` for the whole exchange (connect, headers, body: a server that
+    trickles a byte at a time is cut off when it is spent), ``connect_s`` to connect, ``max_bytes`` of body (decoded;
+    checked against Content-Length first, then while it streams in; the body is asked for uncompressed, so what
+    streams in is what is kept)."""
 
-    def __init__(self, url: str, timeout: float = 5.0) -> None:
+    deadline_s: float = 60.0
+    connect_s: float = CONNECT_TIMEOUT_S
+    max_bytes: int = MAX_ANSWER_BYTES
+
+    def timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.deadline_s, connect=min(self.connect_s, self.deadline_s))
+
+    def client(self, url: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=url, timeout=self.timeout(), trust_env=False,
+                                 headers={"accept-encoding": "identity"})
+
+
+async def _fetch(client: httpx.AsyncClient, url: str, key: str, limits: Limits, method: str, path: str,
+                 params: dict[str, str]) -> Any:
+    """One checked JSON answer within ``limits``; what went wrong is one ``PromError``."""
+    form = {"params": params} if method == "GET" else {"data": params}
+    try:
+        async with asyncio.timeout(limits.deadline_s):
+            async with client.stream(method, path, **form) as r:
+                declared = r.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > limits.max_bytes:
+                    raise TooLarge(url, key, limits.max_bytes)
+                encoding = r.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):  # one compressed chunk could decode to gigabytes at once
+                    raise Malformed(url, key, f"content-encoding {encoding!r} though identity was asked for")
+                body = bytearray()
+                async for chunk in r.aiter_raw():
+                    body += chunk
+                    if len(body) > limits.max_bytes:
+                        raise TooLarge(url, key, limits.max_bytes)
+    except TimeoutError:
+        raise Unreachable(url, key, f"no whole answer within {limits.deadline_s:g} s") from None
+    except (httpx.RequestError, httpx.StreamError) as e:
+        raise Unreachable(url, key, _why(e)) from None
+    return read_json(url, key, r.status_code, bytes(body))
+
+
+class Client:
+    """Synchronous queries against one server (the console's pages, the load test's per-step view). Each call runs
+    the async transport on a loop of its own (in a helper thread when the caller's thread already runs one), which
+    is what gives it a deadline for the whole exchange."""
+
+    def __init__(self, url: str, timeout: float = 5.0, max_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout, trust_env=False)
+        self.limits = Limits(deadline_s=timeout, max_bytes=max_bytes)
 
     def __enter__(self) -> Client:
         return self
@@ -161,15 +220,14 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        """Nothing stays open between calls."""
 
     def get_json(self, path: str, params: dict[str, str], key: str = "") -> Any:
         """A checked JSON answer of any API on the server (Alertmanager's too)."""
-        try:
-            r = self._http.get(path, params=params)
-        except httpx.RequestError as e:
-            raise Unreachable(self.url, key, _why(e)) from None
-        return read_json(self.url, key, r.status_code, r.text)
+        async def one() -> Any:
+            async with self.limits.client(self.url) as c:
+                return await _fetch(c, self.url, key, self.limits, "GET", path, params)
+        return _run(one())
 
     def run(self, q: Query) -> list[Series]:
         """One query, as a GET (short interactive queries; the async transport POSTs its long ones)."""
@@ -177,23 +235,31 @@ class Client:
         return parse_answer(self.url, q.key, self.get_json(path, params, q.key))
 
 
-async def _one(client: httpx.AsyncClient, url: str, q: Query, limit: asyncio.Semaphore) -> list[Series]:
+def _run(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:  # called from a coroutine: its loop cannot run another
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def _one(client: httpx.AsyncClient, url: str, q: Query, limits: Limits, slots: asyncio.Semaphore) -> list[Series]:
     path, params = request(q)
-    async with limit:
-        try:
-            r = await client.post(path, data=params)
-        except httpx.RequestError as e:
-            raise Unreachable(url, q.key, _why(e)) from None
-    return parse_answer(url, q.key, read_json(url, q.key, r.status_code, r.text))
+    async with slots:
+        body = await _fetch(client, url, q.key, limits, "POST", path, params)
+    return parse_answer(url, q.key, body)
 
 
-async def _all(url: str, queries: list[Query], concurrency: int, timeout: float) -> dict[str, list[Series]]:
-    limit = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, trust_env=False) as client:
-        got = await asyncio.gather(*(_one(client, url, q, limit) for q in queries))
+async def _all(url: str, queries: list[Query], concurrency: int, limits: Limits) -> dict[str, list[Series]]:
+    slots = asyncio.Semaphore(concurrency)
+    async with limits.client(url) as client:
+        got = await asyncio.gather(*(_one(client, url, q, limits, slots) for q in queries))
     return {q.key: s for q, s in zip(queries, got, strict=True)}
 
 
-def run_queries(url: str, queries: Iterable[Query], concurrency: int = 16, timeout: float = 60.0) -> dict[str, list[Series]]:
-    """Every query, ``concurrency`` at a time (asyncio); keyed by ``Query.key``. The first failure is raised."""
-    return asyncio.run(_all(url.rstrip("/"), list(queries), concurrency, timeout))
+def run_queries(url: str, queries: Iterable[Query], concurrency: int = 16, timeout: float = 60.0,
+                max_bytes: int = MAX_ANSWER_BYTES) -> dict[str, list[Series]]:
+    """Every query, ``concurrency`` at a time (asyncio); keyed by ``Query.key``. Each answer gets ``timeout`` seconds
+    in all and at most ``max_bytes``; the first failure is raised."""
+    return _run(_all(url.rstrip("/"), list(queries), concurrency, Limits(timeout, max_bytes=max_bytes)))

@@ -1,11 +1,16 @@
 """Reading a file a user wrote, with ConfigError (file, line, problem) instead of a traceback.
 
 Every way a user file can be unusable — missing, a directory, unreadable, not UTF-8, not YAML,
-empty, a list where a mapping belongs — becomes one ``FILE: WHERE: PROBLEM`` line.
+empty, a list where a mapping belongs, too large, nested too deep — becomes one ``FILE: WHERE: PROBLEM``
+line. The limits are checked before the work: the size before the file is read, the depth while the
+parser builds each node (PyYAML's composer recurses, so a 40 KB ``x: [[[[…]]]]`` would otherwise end in
+``RecursionError``).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,33 +18,104 @@ import yaml
 
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["load_mapping", "load_yaml", "read_text"]
+__all__ = ["MAX_DEPTH", "MAX_YAML_BYTES", "load_mapping", "load_yaml", "parse_yaml", "read_bytes", "read_text"]
+
+MAX_YAML_BYTES = 8 * 2**20  # the largest hand-written file here is ~12 KB; PyYAML reads ~1 MB/s
+MAX_DEPTH = 64  # nesting of mappings and lists; a fleet file needs 6
 
 
-def read_text(path: str | Path) -> str:
-    """The file's text (UTF-8); ``ConfigError`` when it is missing, a directory, unreadable or not UTF-8."""
+def read_bytes(path: str | Path, limit: int) -> bytes:
+    """The file's bytes; ``ConfigError`` when it is missing, a directory, unreadable or larger than ``limit``
+    (checked by its size before reading, and again while reading, for a file that grows or is a pipe)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with p.open("rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                raise ConfigError(str(p), "", f"{st.st_size} bytes is larger than the limit of {limit} bytes")
+            data = _read_at_most(f, limit + 1)
     except OSError as e:
         raise ConfigError(str(p), "", f"cannot read: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise ConfigError(str(p), "", f"larger than the limit of {limit} bytes")
+    return data
+
+
+def _read_at_most(f: Any, n: int) -> bytes:
+    """Up to ``n`` bytes, a MiB at a time: ``f.read(n)`` would allocate all ``n`` up front."""
+    out = bytearray()
+    while len(out) < n and (chunk := f.read(min(2**20, n - len(out)))):
+        out += chunk
+    return bytes(out)
+
+
+def decode(data: bytes, source: str) -> str:
+    """``data`` as UTF-8; ``ConfigError`` naming the line and offset of the first byte that is not."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise ConfigError(str(p), f"line {line}", f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") \
+        raise ConfigError(source, f"line {line}", f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") \
             from None
 
 
-def load_yaml(path: str | Path) -> Any:
-    p = Path(path)
-    text = read_text(p)
+def read_text(path: str | Path, limit: int = MAX_YAML_BYTES) -> str:
+    """The file's text (UTF-8); ``ConfigError`` when it is missing, a directory, unreadable, larger than ``limit``
+    or not UTF-8."""
+    return decode(read_bytes(path, limit), str(path))
+
+
+class _Deep(Exception):
+    def __init__(self, mark: Any) -> None:
+        self.mark = mark
+
+
+class _Loader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses a node nested deeper than ``MAX_DEPTH``: a ``[`` or ``{`` as the scanner meets it
+    (PyYAML scans a flow collection whole before its first event, at a cost that grows with the square of its depth),
+    any other node before the composer recurses into it."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        if self.flow_level >= MAX_DEPTH:
+            raise _Deep(self.get_mark())
+        super().fetch_flow_collection_start(token_class)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _Deep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML ``text`` (from ``source``, for the error) as Python data, safely, nested at most ``MAX_DEPTH`` deep."""
     try:
-        return yaml.safe_load(text)
+        loader = _Loader(text)  # its reader refuses unprintable characters already here
+        return loader.get_single_data()
+    except _Deep as e:
+        raise ConfigError(source, f"line {e.mark.line + 1}",
+                          f"nested deeper than the limit of {MAX_DEPTH} mappings and lists") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""
-        raise ConfigError(str(p), where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+        problem = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e)
+        if isinstance(e, yaml.reader.ReaderError):
+            where = f"line {text.count(chr(10), 0, e.position) + 1}"
+            problem = f"character {e.character!r} is not allowed ({problem})" if isinstance(e.character, str) \
+                else problem
+        raise ConfigError(source, where, f"not valid YAML: {' '.join(str(problem).split())}") from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    """A YAML file of at most ``MAX_YAML_BYTES``, nested at most ``MAX_DEPTH`` deep."""
+    return parse_yaml(read_text(path), str(path))
 
 
 def load_mapping(path: str | Path, expected: str) -> dict:

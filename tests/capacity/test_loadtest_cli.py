@@ -75,7 +75,7 @@ def test_a_run_against_the_live_fleet_writes_its_summary(fleet, workload, tmp_pa
     (["--target", "UNREACHABLE"], "unreachable: ConnectError"),
     (["--target", "HTML"], "/v1/models: not OpenAI-compatible: answered HTTP 200 text/html"),
     (["--prometheus", "UNREACHABLE"], "goodput: error: --prometheus: http://127.0.0.1:"),
-    (["--prometheus", "HTML"], "/html: not a Prometheus query API: JSONDecodeError"),
+    (["--prometheus", "HTML"], "/html: not a Prometheus query API: not valid JSON"),
     (["--prometheus", "HTML", "--gpu-metrics", "HTML"], "the server's view comes from one source"),
     (["--prometheus", "HTML", "--prometheus-selector", "deployment=chat"], "expected {label="),
 ])

@@ -55,7 +55,8 @@ def test_parquet_is_readable_by_plain_pyarrow(tmp_path):
 
 @pytest.mark.parametrize(("content", "key"), [
     (None, "summary.json: not found"),
-    ("{not json", "summary.json: json"),
+    ("{not json", "summary.json: line 1: not valid JSON"),
+    ("[" * 100 + "]" * 100, "summary.json: nested deeper than the limit of 64"),
     ('{"schema": "other/2", "steps": []}', "schema"),
     ('[1, 2]', "schema"),
     (json.dumps({"schema": SCHEMA, "steps": 3}), "steps"),

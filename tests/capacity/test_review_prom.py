@@ -33,3 +33,12 @@ def test_nan_and_inf_points_are_dropped_from_the_series():
     with serving(200, "application/json", body) as url:
         (s,) = run_queries(url, [Query("k", "up", 0.0, 600.0, 60.0)])["k"]
     assert s.labels == {"a": "b"} and s.times.tolist() == [60.0, 240.0] and s.values.tolist() == [1.0, 2.0]
+
+
+def test_negative_points_are_dropped_from_the_series():
+    """Before: a server's -5 requests was summed into the review as a real figure."""
+    body = (b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"a": "b"}, '
+            b'"values": [[60, "1"], [120, "-5"], [180, "-0.001"], [240, "2"]]}]}}')
+    with serving(200, "application/json", body) as url:
+        (s,) = run_queries(url, [Query("k", "up", 0.0, 600.0, 60.0)])["k"]
+    assert s.times.tolist() == [60.0, 240.0] and s.values.tolist() == [1.0, 2.0]

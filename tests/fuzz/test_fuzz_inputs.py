@@ -1,0 +1,355 @@
+"""Every file reader and body parser, fed what Hypothesis makes: from scratch (JSON-like trees over each reader's own
+keys, raw text, deep nesting) and by mutating the real inputs (examples/, tests/fixtures/, rules/slos.yaml: a value
+replaced, a key dropped, a value wrapped in a list, a huge or a non-finite number put in).
+
+Each must answer with its documented error as one line (``ConfigError``; ``OtlpError``; ``PromError``; the OpenAI
+API's ``ApiError`` with a 4xx) or accept the input; never another exception, and never more than ``MEMORY_LIMIT`` of
+Python memory (tracemalloc peak) for inputs this small. Bounded: a fixed ``max_examples`` per reader and a fixed seed
+(``derandomize``), so the suite runs the same in CI, in well under 90 s.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import tempfile
+import tracemalloc
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzer.releases import load_releases
+from capacity.loadtest.imports import import_run
+from capacity.loadtest.slo import parse_slo
+from capacity.plan.demand import parse_demand
+from capacity.plan.planfile import load_plan_file
+from capacity.plan.policyfile import load_policy_file
+from exporters.config import load_plan, load_targets
+from exporters.otlp import OtlpError, decode_json, decode_protobuf
+from goodput.foundation.errors import ConfigError
+from goodput.foundation.jsonfile import parse_json
+from goodput.foundation.promapi import PromError, parse_answer, read_json
+from goodput.foundation.yamlfile import load_yaml
+from goodput.rulegen import load_spec
+from simulator.config import parse_fleet
+from simulator.openai_protocol import CHAT, COMPLETIONS, ApiError, parse_body, validate
+from tests.capacity.plan_fixtures import CHAT as CHAT_DEMAND
+from tests.conftest import REPO
+
+MEMORY_LIMIT = 64 * 2**20
+FUZZ = settings(max_examples=40, deadline=timedelta(seconds=10), derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FIX = REPO / "tests" / "fixtures"
+
+# ---------------------------------------------------------------------- what is fed
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+STRINGS = ["", "chat", "P0", "P1", "poisson", "gamma", "batch", "Llama-3.1-8B", "H100-80GB-SXM", "fp8", "1e9", "nan",
+           "-1", "http://127.0.0.1:9/metrics", "javascript:alert(1)", "{{ $labels.x }}", "[[[[", "caf\u00e9", "\x00",
+           "2026-11-23T09:00:00Z", "not a time", "a" * 300]
+SCALARS = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from([0, 1, -1, 2**63, 10**9])
+           | st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(STRINGS) | st.text(max_size=12))
+
+
+def trees(keys: list[str]) -> st.SearchStrategy:
+    """JSON-like values whose mapping keys are mostly the reader's own, so the reader gets past its first check."""
+    key = st.sampled_from(keys) | st.text(max_size=6)
+    return st.recursive(SCALARS, lambda c: st.lists(c, max_size=4) | st.dictionaries(key, c, max_size=5),
+                        max_leaves=30)
+
+
+def _slots(doc: Any) -> Iterator[tuple[Any, Any]]:
+    """Every (container, key or index) of a tree."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield doc, k
+            yield from _slots(v)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield doc, i
+            yield from _slots(v)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, original: Any, keys: list[str]) -> Any:
+    """``original`` with one to three mutations at slots Hypothesis picks."""
+    doc = copy.deepcopy(original)
+    for _ in range(draw(st.integers(1, 3))):
+        slots = list(_slots(doc))
+        if not slots:
+            return draw(trees(keys))
+        container, k = draw(st.sampled_from(slots))
+        op = draw(st.sampled_from(["replace", "replace", "drop", "wrap", "extreme"]))
+        if op == "drop":
+            del container[k]
+        elif op == "wrap":
+            container[k] = [container[k]]
+        elif op == "extreme":
+            container[k] = draw(st.sampled_from([2**63, -2**63, 10**12, 1e300, -1e300, math.nan, math.inf, 0, -1, ""]))
+        else:
+            container[k] = draw(trees(keys))
+    return doc
+
+
+def keys_of(*docs: Any) -> list[str]:
+    return sorted({str(k) for d in docs for c, k in _slots(d) if isinstance(c, dict)}) or ["x"]
+
+
+def deep_text(opener: str = "[", closer: str = "]", prefix: str = "x: ", middle: str = "") -> st.SearchStrategy[str]:
+    """Nesting 60 to 3000 deep: past every reader's depth limit, and past Python's recursion limit."""
+    return st.integers(60, 3000).map(lambda n: prefix + opener * n + middle + closer * n)
+
+
+# ---------------------------------------------------------------------- the check
+
+
+def refuses_in_one_line(call: Callable[[], Any], errors: tuple[type[BaseException], ...]) -> BaseException | None:
+    """Run ``call``: it returns, or raises one of ``errors`` whose text is one non-empty line; tracemalloc's peak
+    stays under ``MEMORY_LIMIT``."""
+    tracemalloc.start()
+    caught = None
+    try:
+        call()
+    except errors as e:
+        caught = e
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak < MEMORY_LIMIT, f"peak {peak} bytes"
+    if caught is not None:
+        text = str(caught)
+        assert text and "\n" not in text, repr(text)
+    return caught
+
+
+_TMP = tempfile.TemporaryDirectory(prefix="goodput-fuzz-")  # removed when the run ends
+
+
+def in_file(content: Any, suffix: str = ".yaml") -> Path:
+    """``content`` (text, bytes, or data dumped as YAML) in a fresh file, for readers that take a path."""
+    d = Path(tempfile.mkdtemp(dir=_TMP.name))
+    p = d / f"input{suffix}"
+    if isinstance(content, bytes):
+        p.write_bytes(content)
+    elif isinstance(content, str):
+        p.write_text(content, encoding="utf-8", errors="surrogatepass")
+    else:
+        p.write_text(yaml.safe_dump(content, allow_unicode=True), encoding="utf-8", errors="surrogatepass")
+    return p
+
+
+# ---------------------------------------------------------------------- the YAML and JSON readers themselves
+
+YAML_SAMPLES = [p.read_text() for p in (REPO / "examples" / "fleet.yaml", REPO / "rules" / "slos.yaml",
+                                         FIX / "regression_fleet.yaml")]
+
+
+@st.composite
+def text_mutations(draw: st.DrawFn, samples: list[str]) -> str:
+    text = draw(st.sampled_from(samples))
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(text)))
+        piece = draw(st.sampled_from(["[", "{", "]", "}", ":", "- ", "&a ", "*a", "!!python/object:os.system ", "\t",
+                                      "\n", '"', "'", "%", "@", "\x00", "\ufeff"]) | st.text(max_size=5))
+        cut = draw(st.integers(0, 3))
+        text = text[:i] + piece + text[i + cut:]
+    return text
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=200), text_mutations(YAML_SAMPLES), deep_text(), deep_text("{a: ", "}")))
+def test_the_yaml_loader(text):
+    path = in_file(text)
+    refuses_in_one_line(lambda: load_yaml(path), (ConfigError,))
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=200), deep_text("[", "]", "").map(str.encode),
+                 deep_text('{"a":', "}", "", "1").map(str.encode),
+                 st.sampled_from([b'"\\"[[[', b"[1,", b"\xff\xfe", b"NaN", b"1e400"])))
+def test_the_json_reader(data):
+    refuses_in_one_line(lambda: parse_json(data, "fuzz"), (ConfigError,))
+
+
+# ---------------------------------------------------------------------- file readers
+
+FLEETS = [_yaml(REPO / "examples" / "fleet.yaml"), _yaml(FIX / "regression_fleet.yaml")]
+FLEET_KEYS = keys_of(*FLEETS)
+
+
+@FUZZ
+@given(st.one_of(mutated(FLEETS[0], FLEET_KEYS), mutated(FLEETS[1], FLEET_KEYS), trees(FLEET_KEYS)))
+def test_fleet_files(doc):
+    refuses_in_one_line(lambda: parse_fleet(doc, "fleet.yaml"), (ConfigError,))
+
+
+DEMANDS = [_yaml(REPO / "examples" / "demand.yaml"), yaml.safe_load(CHAT_DEMAND)]
+DEMAND_KEYS = keys_of(*DEMANDS)
+
+
+@FUZZ
+@given(st.one_of(mutated(DEMANDS[0], DEMAND_KEYS), mutated(DEMANDS[1], DEMAND_KEYS), trees(DEMAND_KEYS)))
+def test_demand_files(doc):
+    refuses_in_one_line(lambda: parse_demand(doc, "demand.yaml"), (ConfigError,))
+
+
+_CHAT = DEMANDS[1]["deployments"]["chat"]
+PLAN = {"deployments": {"chat": {"candidate": _CHAT["candidates"][0], "streams": _CHAT["streams"],
+                                 "slos": DEMANDS[1]["slos"], "headroom": {"base": 3, "failure_domain": 1},
+                                 "headroom_inputs": _CHAT["headroom"], "growth": 1.2, "desired_replicas": 4,
+                                 "replica_goodput_tokens_per_second": 9000.0, "replica_concurrency_at_slo": 40.0}}}
+
+
+
+EXPORTER_PLAN = _yaml(REPO / "examples" / "plan.yaml")
+
+
+
+POLICY = {"deployments": {"chat": {"kind": "signals", "min_replicas": 2, "max_replicas": 8, "goodput_tokens_per_s": 9000.0,
+                                   "queue_target_s": 0.5, "scale_up_replicas": 4, "warm_pool": 1}}}
+
+
+
+RELEASES = {"releases": [{"time": "2026-11-23T10:00:00Z", "deployment": "chat", "kind": "model", "from": "a", "to": "b",
+                          "note": "x"}, {"time": "2026-11-23T11:00:00Z", "deployment": "*", "kind": "config"}]}
+
+
+@FUZZ
+@given(st.one_of(mutated(RELEASES, keys_of(RELEASES)), trees(keys_of(RELEASES))),
+       st.sampled_from([".yaml", ".csv"]))
+def test_releases_files(doc, suffix):
+    if suffix == ".csv":
+        rows = doc.get("releases") if isinstance(doc, dict) else doc
+        rows = rows if isinstance(rows, list) else [rows]
+        head = "time,deployment,kind,from,to,note\n"
+        doc = head + "".join(",".join(str(v) for v in (r.values() if isinstance(r, dict) else [r])) + "\n"
+                             for r in rows)
+    path = in_file(doc, suffix)
+    refuses_in_one_line(lambda: load_releases(path), (ConfigError,))
+
+
+SPEC = _yaml(REPO / "rules" / "slos.yaml")
+
+
+
+TARGETS = {"targets": [{"deployment": "chat", "replica": "chat-0", "url": "http://127.0.0.1:9/metrics"},
+                       {"deployment": "chat", "replica": "chat-1", "url": "http://127.0.0.1:10/metrics",
+                        "engine": "vllm", "model": "m"}]}
+
+
+
+# the readers that take a YAML file, each with a real input to mutate
+YAML_FILES = {"plan replicas' plan": (load_plan_file, PLAN), "the engine exporter's plan": (load_plan, EXPORTER_PLAN),
+              "policy": (load_policy_file, POLICY), "rules spec": (load_spec, SPEC), "targets": (load_targets, TARGETS)}
+
+
+@pytest.mark.parametrize("reader", sorted(YAML_FILES))
+@FUZZ
+@given(data=st.data())
+def test_yaml_files(reader, data):
+    load, original = YAML_FILES[reader]
+    doc = data.draw(st.one_of(mutated(original, keys_of(original)), trees(keys_of(original))))
+    path = in_file(doc)
+    refuses_in_one_line(lambda: load(path), (ConfigError,))
+
+
+# ---------------------------------------------------------------------- load-test imports
+
+IMPORTS = {p.name: json.loads(p.read_text()) for p in (FIX / "loadtest").glob("*.json")}
+IMPORT_KEYS = keys_of(*IMPORTS.values())
+SLO = parse_slo("ttft_p95=1s,tpot_p95=50ms")
+
+
+@pytest.fixture(scope="module")
+def imported_once(tmp_path_factory):
+    """One real import first, so the modules it loads on first use (the report, Parquet) are not counted as the
+    memory of a fuzzed input."""
+    out = tmp_path_factory.mktemp("warm")
+    import_run(FIX / "loadtest" / "vllm_bench_serve_detailed.json", out / "run", SLO)
+
+
+@FUZZ
+@given(st.one_of(*(mutated(doc, IMPORT_KEYS) for doc in IMPORTS.values()), trees(IMPORT_KEYS)))
+def test_load_test_imports(imported_once, doc):
+    path = in_file(json.dumps(doc), ".json")
+    refuses_in_one_line(lambda: import_run(path, path.parent / "run", SLO), (ConfigError,))
+
+
+# ---------------------------------------------------------------------- OTLP bodies
+
+OTLP = json.loads((FIX / "otlp" / "otlp_proto_examples_trace.json").read_text())
+
+
+def _protobuf(doc: dict) -> bytes:
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    return json_format.ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()
+
+
+PB = _protobuf(OTLP)
+
+
+@FUZZ
+@given(st.one_of(mutated(OTLP, keys_of(OTLP)).map(lambda d: json.dumps(d).encode()), st.binary(max_size=300),
+                 deep_text('{"resourceSpans": [', "]}", "").map(str.encode)))
+def test_otlp_json_bodies(body):
+    refuses_in_one_line(lambda: decode_json(body), (OtlpError,))
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, len(PB) - 1), st.integers(0, 255)), min_size=1, max_size=6),
+       st.integers(0, len(PB)))
+def test_otlp_protobuf_bodies(flips, cut):
+    body = bytearray(PB)
+    for i, b in flips:
+        body[i] = b
+    refuses_in_one_line(lambda: decode_protobuf(bytes(body[:cut] if cut % 3 == 0 else body)), (OtlpError,))
+
+
+# ---------------------------------------------------------------------- Prometheus answers
+
+ANSWER = {"status": "success", "data": {"resultType": "matrix", "result": [
+    {"metric": {"deployment": "chat"}, "values": [[60.0, "1"], [120.0, "NaN"]]}]}}
+
+
+@FUZZ
+@given(st.one_of(mutated(ANSWER, keys_of(ANSWER)).map(lambda d: json.dumps(d).encode()), st.binary(max_size=200),
+                 deep_text("[", "]", "").map(str.encode)),
+       st.sampled_from([200, 400, 422, 500, 503]))
+def test_prometheus_answers(body, status):
+    refuses_in_one_line(lambda: parse_answer("http://p", "k", read_json("http://p", "k", status, body)), (PromError,))
+
+
+# ---------------------------------------------------------------------- the fleet's OpenAI API
+
+OPENAI = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16, "stream": True,
+          "stream_options": {"include_usage": True}, "temperature": 0.7}
+
+
+@FUZZ
+@given(st.one_of(mutated(OPENAI, keys_of(OPENAI)).map(lambda d: json.dumps(d).encode()), st.binary(max_size=200),
+                 deep_text('{"messages": ', "}", "", "1").map(str.encode)),
+       st.sampled_from([CHAT, COMPLETIONS]))
+def test_openai_request_bodies(raw, path):
+    e = refuses_in_one_line(lambda: validate(path, parse_body(raw), "m", 4096), (ApiError,))
+    assert e is None or 400 <= e.status < 500, (e.status, str(e))
+
+
+@pytest.mark.parametrize("depth", [100, 5000])
+def test_a_nested_openai_body_is_a_400(depth):
+    """Found by the fuzz suite: a body nested 5000 deep was a RecursionError, the fleet's 500."""
+    with pytest.raises(ApiError) as e:
+        validate(CHAT, parse_body(b'{"messages": ' + b"[" * depth + b"]" * depth + b"}"), "m", 4096)
+    assert e.value.status == 400

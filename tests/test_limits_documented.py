@@ -1,0 +1,35 @@
+"""Each upper bound checked before the work is the figure its docs page's Limits table gives (docs say what the code
+does: change one, the other must follow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from capacity.loadtest import cli as loadtest_cli
+from capacity.loadtest.imports import MAX_IMPORT_BYTES
+from capacity.plan import cli as plan_cli
+from capacity.plan import demand
+from goodput.foundation import jsonfile, promapi, yamlfile
+from simulator import config, week
+from simulator.cli import MAX_DURATION_S
+from tests.conftest import REPO
+
+LIMITS = {
+    "simulator.md": [yamlfile.MAX_YAML_BYTES, yamlfile.MAX_DEPTH, config.MAX_REPLICAS, config.MAX_ENGINE_INT,
+                     config.MAX_RATE, config.MAX_BURST_FACTOR, config.MAX_BATCH, config.MIN_DIURNAL_PERIOD_S,
+                     MAX_DURATION_S, config.MAX_REQUESTS],
+    "capacity.md": [demand.MAX_PEAK_RPS, demand.MAX_GROWTH, demand.MAX_SECONDS, demand.MAX_TP, plan_cli.MAX_JOBS,
+                    plan_cli.MAX_SIM_DURATION_S],
+    "loadtest.md": [loadtest_cli.MAX_IN_FLIGHT, loadtest_cli.MAX_DURATION_S, MAX_IMPORT_BYTES, jsonfile.MAX_JSON_BYTES,
+                    jsonfile.MAX_DEPTH],
+    "review.md": [week.MAX_WEEKS_BEFORE, week.MAX_TENANTS, week.MAX_TENANT_POINTS, promapi.MAX_ANSWER_BYTES,
+                  promapi.CONNECT_TIMEOUT_S],
+}
+
+
+@pytest.mark.parametrize("page", sorted(LIMITS))
+def test_every_limit_is_in_its_page(page):
+    text = (REPO / "docs" / page).read_text().partition("## Limits")[2]
+    assert text, f"docs/{page} has no Limits section"
+    for limit in LIMITS[page]:
+        assert f"{limit:,.15g}" in text or f"{limit:.15g}" in text, f"docs/{page}: {limit:,.15g} not in its Limits table"
