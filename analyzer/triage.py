@@ -104,6 +104,8 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
     rate_n = arrival_count(con, deployment, split, end) / max((end - split).total_seconds(), 1)
     rate, inp, outp = _chg(rate_b, rate_n), _chg(before.get("input_tokens"), now.get("input_tokens")), _chg(
         before.get("output_tokens"), now.get("output_tokens"))
+    t.facts["arrival_rate"] = {"before": rate_b, "recent": rate_n, "from": span[0].isoformat(),
+                               "split": split.isoformat(), "until": end.isoformat()}
     t.steps.append(("2. workload", f"arrival rate {_pct(rate)} ({rate_b:.2f} -> {rate_n:.2f} req/s), input tokens "
                     f"{_pct(inp)}, output tokens {_pct(outp)}, peak-minute / mean {now.get('burstiness') or 0:.1f}"))
     if inp is not None and abs(inp) >= 0.2:

@@ -10,7 +10,10 @@ In order, each with a deadline in virtual seconds (a miss prints what was seen):
 3. the release is found: by the Releases page's verdicts, and by exactly the ``ingest`` and ``regressions``
    commands the demo prints, within ten minutes of the page;
 4. the alert resolves after the replicas are added, not before;
-5. nothing pages for the deployment once the added replicas serve (watched ``QUIET_S`` after the resolution).
+5. nothing pages for the deployment once the added replicas serve (watched ``QUIET_S`` after the resolution);
+6. all along, every virtual minute: the arrival rate the console's SQL and triage read from the store is within
+   ``ARRIVALS_WITHIN`` of the fleet's true arrivals (``LiveFleet.arrived``), and the regression search never reports
+   an improvement in queue wait, TTFT or E2E before the added replicas serve (no p95 "recovery" from survivors).
 
 A check that misses does not stop the ones that do not depend on it; the run exits 1 when any missed. A child
 (Prometheus, Alertmanager) that dies fails the run at once, naming it.
@@ -21,20 +24,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
+from analyzer.completeness import arrival_count
 from analyzer.regressions import scan_regressions
 from analyzer.releases import load_releases
+from analyzer.triage import triage
 from console import traces
 from console.filters import Filters
 from console.prom import Alertmanager, Prometheus, Unreachable
 from console.tables import alert_rows, verdict_table
 from goodput.incident import ALERT, COLD_START_S, INCIDENT_AT_S, RESCUE_AT_S
 from goodput.timeline import parse_time
+from simulator.live import ARRIVED_BIN_S
 
 __all__ = ["check_incident", "log_entries"]
 
@@ -45,6 +52,9 @@ FOUND_WITHIN_S = 600.0  # the printed commands name the release within this long
 QUIET_S = 600.0  # after the resolution, this long without a new page
 SLACK_S = 60.0  # wall seconds for Prometheus, Alertmanager and the webhook on a loaded machine
 RELEASE = "prompt_template rag-v3 -> rag-v4"
+ARRIVALS_WITHIN = 0.10  # the store's arrival rate against the fleet's true arrivals
+SETTLED_S = 120.0  # virtual seconds a minute needs behind it before its spans are in the console's database
+RECOVERY_METRICS = ("queue_s", "ttft_s", "e2e_s")
 
 
 class Missed(Exception):
@@ -226,6 +236,69 @@ class Story:
                  f"{self.demo.timeline.stamp(RESCUE_AT_S)}; ends {got.end and got.end.isoformat()}): {got.line}")
         return at
 
+    def true_arrivals(self, t0_s: float, t1_s: float) -> float:
+        """The fleet's arrivals for the deployment in virtual [t0_s, t1_s), bins at the edges taken pro rata."""
+        total = 0.0
+        for (dep, b), n in list(self.demo.live.arrived.items()):
+            lo, hi = b * ARRIVED_BIN_S, (b + 1) * ARRIVED_BIN_S
+            if dep == self.dep and hi > t0_s and lo < t1_s:
+                total += n * (min(hi, t1_s) - max(lo, t0_s)) / ARRIVED_BIN_S
+        return total
+
+    def _store_time(self, virtual_s: float) -> datetime:
+        """The store's timestamp (naive UTC) of a virtual second: spans are stamped start + virtual seconds."""
+        return datetime.fromtimestamp(self.demo.live.started + virtual_s, UTC).replace(tzinfo=None)
+
+    def _virtual_of(self, value: str) -> float:
+        at = datetime.fromisoformat(value)
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() - self.demo.live.started
+
+    def watch_figures(self, stop: threading.Event) -> None:
+        """Check 6, sampled every virtual minute until ``stop``: each minute's arrivals once it has settled, triage's
+        two arrival rates, and no improvement verdict before the replicas serve."""
+        checked, misses, samples, recoveries = set(), [], 0, []
+        while not stop.wait(60.0 / self.demo.live.speed):
+            now = self.demo.live.virtual_now()
+            if not self.demo.db.exists():
+                continue
+            try:
+                with traces.snapshot(self.demo.db) as con:
+                    for m in range(int((now - SETTLED_S) // 60)):
+                        if m in checked:
+                            continue
+                        checked.add(m)
+                        truth = self.true_arrivals(m * 60.0, m * 60.0 + 60.0)
+                        seen = arrival_count(con, self.dep, self._store_time(m * 60.0), self._store_time(m * 60.0 + 60))
+                        if truth >= 20 and abs(seen - truth) > ARRIVALS_WITHIN * truth:
+                            misses.append(f"minute {m}: store {seen}, fleet {truth:.0f}")
+                    try:
+                        t = triage(con, self.dep)
+                    except Exception:  # noqa: BLE001 - nothing final yet is no figure, not a failure
+                        t = None
+                    if t is not None and "arrival_rate" in t.facts:
+                        r = t.facts["arrival_rate"]
+                        for side, a, b in (("before", r["from"], r["split"]), ("recent", r["split"], r["until"])):
+                            v0, v1 = self._virtual_of(a), self._virtual_of(b)
+                            if v1 - v0 < 60:
+                                continue
+                            truth = self.true_arrivals(v0, v1) / (v1 - v0)
+                            samples += 1
+                            if truth > 0 and abs(r[side] - truth) > ARRIVALS_WITHIN * truth:
+                                misses.append(f"triage at {self.demo.timeline.stamp(now)}, {side}: "
+                                              f"{r[side]:.2f} req/s, fleet {truth:.2f}")
+                    if now < READY_AT_S:
+                        recoveries += [f"{r.metric} {r.change:+.0%} at {r.time:%H:%M:%S}"
+                                       for r in scan_regressions(con, [], deployment=self.dep).found
+                                       if r.direction == "improvement" and r.metric in RECOVERY_METRICS]
+            except (traces.StoreBusy, traces.StoreMissing):  # the ingest loop is replacing it: the next sample reads it
+                continue
+        self.say(not misses and len(checked) >= 10,
+                 f"arrival rate of {self.dep}: {len(checked)} minutes and {samples} triage windows against the fleet's "
+                 f"true arrivals, {len(misses)} off by more than {ARRIVALS_WITHIN:.0%}"
+                 + (f" ({'; '.join(misses[:5])})" if misses else ""))
+        self.say(not recoveries, "no improvement in queue wait, TTFT or E2E reported before the replicas serve"
+                 + (f" (reported: {'; '.join(sorted(set(recoveries))[:5])})" if recoveries else ""))
+
     def quiet_after(self, resolved_at_s: float) -> None:
         """No new page for the deployment once the added replicas serve (one that was not already firing then),
         for QUIET_S after the resolution."""
@@ -264,6 +337,9 @@ def check_incident(demo) -> int:
         except Missed as e:
             story.say(False, str(e))
 
+    stop = threading.Event()
+    watcher = threading.Thread(target=story.watch_figures, args=(stop,), name="figures", daemon=True)
+    watcher.start()
     try:
         independent(story.slo_before)
         page = story.page()
@@ -274,6 +350,9 @@ def check_incident(demo) -> int:
         story.quiet_after(story.resolved())
     except (Missed, Died) as e:
         story.say(False, str(e))
+    finally:
+        stop.set()
+        watcher.join(timeout=120)
     if story.failed:
         print(f"goodput demo --headless: FAILED {len(story.failed)} of {len(story.passed) + len(story.failed)} checks:",
               flush=True)

@@ -37,7 +37,9 @@ INPUT_TOKENS = {"p50": 3000, "p95": 10000, "p99": 16000, "max": 24000}  # double
 QUEUE_TIMEOUT_S = 3600.0  # the backlog shows as queue wait that keeps rising, not as timeouts at a plateau
 ADDED_REPLICAS = 3
 COLD_START_S = 120.0
-RAG_REPLICA_GOODPUT = 12000.0  # tokens/s per replica of the demo's RAG pool, within the SLO
+# tokens/s per replica of the demo's RAG pool within the SLO: one replica meets it at the pre-release demand
+# (~9-10k tokens/s, 1.2x that with the rules' headroom) and misses it at the doubled input (~19-21k)
+RAG_REPLICA_GOODPUT = 15000.0
 
 
 

@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 TRAFFIC_WINDOW_S = 3600.0
 TICK_S = 0.002
+ARRIVED_BIN_S = 10.0  # LiveFleet.arrived: the true arrivals, counted in bins of this many virtual seconds
 DONE = 4  # Request.state of a finished request
 DEFAULT_OUTPUT = QuantileDistribution.from_quantiles({"p50": 200, "p95": 600, "p99": 900, "max": 2048})
 
@@ -139,6 +140,8 @@ class LiveFleet:
         self.fleet = _AdmittingFleet(cfg, None, observer_factory=self._observer)
         self.fleet.sink = sink
         self.window = -1
+        # the ground truth the store's arrival figures are checked against: arrivals fed, per (deployment, ARRIVED_BIN_S bin)
+        self.arrived: Counter[tuple[str, int]] = Counter()
         self.rng = np.random.default_rng(self.seed)
         self.output_dist = {d.index: next((w.output_tokens for w in cfg.workloads
                                            if w.deployment == d.cfg.name and w.output_tokens), DEFAULT_OUTPUT)
@@ -217,8 +220,14 @@ class LiveFleet:
             return
         self.window = window
         arr = scaled(self.cfg, TRAFFIC_WINDOW_S, self.seed + window, self.traffic).shifted(window * TRAFFIC_WINDOW_S)
-        self.fleet.arrivals = arr.select(arr.queue_start >= now)
+        self.fleet.arrivals = fed = arr.select(arr.queue_start >= now)
         self.fleet.next_arrival = 0
+        if not len(fed):
+            return
+        keys, counts = np.unique(np.stack([fed.workload, fed.arrival // ARRIVED_BIN_S]).astype(np.int64), axis=1,
+                                 return_counts=True)
+        for (w, b), n in zip(keys.T, counts, strict=True):
+            self.arrived[(self.cfg.workloads[w].deployment, int(b))] += int(n)
 
     def advance(self, to: float | None = None) -> float:
         """Bring the fleet up to virtual time ``to`` (default: now; call with the lock held)."""

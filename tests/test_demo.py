@@ -222,7 +222,10 @@ def test_headless_incident_tells_and_checks_the_whole_story(tmp_path):
                   r"Releases blames the release: .* after prompt_template rag-v3 -> rag-v4",
                   r"resolved at \[\S+ UTC  T\+(\d\d):\d\d\] \(after the scale-out",
                   r"the printed regressions command, run at .* allowed\), finds the release: .* after prompt_template rag-v3 ",
-                  r"no new page for rag-70b-h200 from the replicas' readiness"):
+                  r"no new page for rag-70b-h200 from the replicas' readiness",
+                  r"arrival rate of rag-70b-h200: \d+ minutes and [1-9]\d* triage windows against the fleet's true "
+                  r"arrivals, 0 off by more than 10%",
+                  r"no improvement in queue wait, TTFT or E2E reported before the replicas serve"):
         assert any(re.match(check, line) for line in ok), f"missed: {check}\n{out[-5000:]}"
     resolved = next(re.match(r"resolved at \[\S+ UTC  T\+(\d\d):(\d\d)", line) for line in ok
                     if line.startswith("resolved at"))
