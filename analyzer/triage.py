@@ -65,14 +65,23 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{round(x * 100):+d}%"  # round first: -0.1% is "+0%", never "-0%"
 
 
+def _span(con: duckdb.DuckDBPyConnection, deployment: str, since: datetime | None, until: datetime | None) -> tuple:
+    return con.execute("SELECT min(ts), max(ts) FROM requests WHERE deployment = ? AND (? IS NULL OR ts >= ?) "
+                       "AND (? IS NULL OR ts < ?)", [deployment, since, since, until, until]).fetchall()[0]
+
+
 def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
            until: datetime | None = None, releases: list[Release] | None = None,
            prometheus_in_flight: dict[str, float] | None = None) -> Triage:
     # --- completeness: every step reads only buckets whose requests have all finished (analyzer/completeness.py)
+    asked = until
     comp, until, left_out = verdict_window(con, deployment, until, prometheus_in_flight)
     # ---
-    span = con.execute("SELECT min(ts), max(ts) FROM requests WHERE deployment = ? AND (? IS NULL OR ts >= ?) "
-                       "AND (? IS NULL OR ts < ?)", [deployment, since, since, until, until]).fetchall()[0]
+    span = _span(con, deployment, since, until)
+    if span[0] is None and left_out:  # nothing final yet (a store minutes old): read what there is, and say so
+        until, span = asked, _span(con, deployment, since, asked)
+        left_out = ("nothing final yet, so every figure includes requests still in flight"
+                    + (f" ({comp.describe()})" if comp is not None else ""))
     if span[0] is None:
         why = f" that are final ({comp.describe()})" if comp is not None and left_out else ""
         raise ConfigError("--deployment", deployment, f"no requests of this deployment in the window{why}")
