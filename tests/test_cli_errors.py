@@ -78,6 +78,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "spec_bad": write("slos.yaml", spec),
         "deep": write("deep.yaml", "x: " + "[" * 20000 + "]" * 20000 + "\n"),
         "deep_json": write("deep.json", "[" * 20000 + "]" * 20000),
+        # "billion laughs": 9 levels of 9 aliases, 1 KB that a reader walking it would expand to 387 million nodes
+        "laughs": write("laughs.yaml", "l0: &l0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 9))),
         "huge": huge,
         "control": write("control.yaml", "name: ok\nseed: 1\x9a\n"),
         "replicas_2_63": write("replicas.yaml", fleet_with({"replicas": 2**63})),
@@ -167,6 +170,9 @@ CASES = {
     "simulate 200 MB fleet": ("simulate {huge} --duration 5 --out {out}",
                               ["{huge}", "209715200 bytes is larger than the limit of 8388608 bytes"]),
     "engine nested targets": ("exporter engine --targets {deep} --port 0", ["{deep}: line 1", "nested deeper"]),
+    "simulate aliased fleet": ("simulate {laughs} --duration 5 --out {out}",
+                               ["{laughs}: line 6", "aliases expand the document by more than the limit of 100,000"]),
+    "rules aliased spec": ("rules generate --spec {laughs} --out {out}", ["{laughs}: line 6", "aliases expand"]),
     "rules nested spec": ("rules generate --spec {deep} --out {out}", ["{deep}: line 1", "nested deeper"]),
     "analyze nested releases": ("analyze regressions --db {db} --releases {deep}", ["{deep}: line 1", "nested deeper"]),
     "plan nested demand": ("plan replicas --demand {deep} --simulate --out {out}/p.yaml", ["{deep}", "nested deeper"]),

@@ -4,7 +4,8 @@ Every way a user file can be unusable — missing, a directory, unreadable, not 
 empty, a list where a mapping belongs, too large, nested too deep — becomes one ``FILE: WHERE: PROBLEM``
 line. The limits are checked before the work: the size before the file is read, the depth while the
 parser builds each node (PyYAML's composer recurses, so a 40 KB ``x: [[[[…]]]]`` would otherwise end in
-``RecursionError``).
+``RecursionError``), and the nodes aliases add while the composer meets each one (PyYAML shares an aliased node, so
+a 1 KB "billion laughs" costs nothing to load, but every reader that walks the data would visit 10^9 nodes).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import yaml
 
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["MAX_DEPTH", "MAX_YAML_BYTES", "load_mapping", "load_yaml", "parse_yaml", "read_bytes", "read_text"]
+__all__ = ["MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_YAML_BYTES", "load_mapping", "load_yaml", "parse_yaml", "read_bytes",
+           "read_text"]
 
 MAX_YAML_BYTES = 8 * 2**20  # the largest hand-written file here is ~12 KB; PyYAML reads ~1 MB/s
 MAX_DEPTH = 64  # nesting of mappings and lists; a fleet file needs 6
+MAX_ALIAS_NODES = 100_000  # nodes that aliases (*name) add to a document when expanded; hand-written files add dozens
 
 
 def read_bytes(path: str | Path, limit: int) -> bytes:
@@ -70,14 +73,21 @@ class _Deep(Exception):
         self.mark = mark
 
 
+class _Aliased(_Deep):
+    pass
+
+
 class _Loader(yaml.SafeLoader):
     """``SafeLoader`` that refuses a node nested deeper than ``MAX_DEPTH``: a ``[`` or ``{`` as the scanner meets it
     (PyYAML scans a flow collection whole before its first event, at a cost that grows with the square of its depth),
-    any other node before the composer recurses into it."""
+    any other node before the composer recurses into it; and a document whose aliases expand it by more than
+    ``MAX_ALIAS_NODES`` nodes, counted as each alias is met (a node's expanded size is known once its children are)."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> its node count with every alias in it expanded
+        self._added = 0  # nodes the aliases met so far add
 
     def fetch_flow_collection_start(self, token_class: Any) -> None:
         if self.flow_level >= MAX_DEPTH:
@@ -89,9 +99,26 @@ class _Loader(yaml.SafeLoader):
         try:
             if self._depth > MAX_DEPTH:
                 raise _Deep(self.peek_event().start_mark)
-            return super().compose_node(parent, index)
+            alias = self.peek_event() if self.check_event(yaml.AliasEvent) else None
+            node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
+        if alias is not None:
+            self._added += self._sizes.get(id(node), 1)
+            if self._added > MAX_ALIAS_NODES:
+                raise _Aliased(alias.start_mark)
+        else:
+            self._sizes[id(node)] = _expanded_size(node, self._sizes)
+        return node
+
+
+def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
+    """1 + the expanded sizes of ``node``'s children (each already composed, so already in ``sizes``)."""
+    if isinstance(node, yaml.SequenceNode):
+        return 1 + sum(sizes.get(id(c), 1) for c in node.value)
+    if isinstance(node, yaml.MappingNode):
+        return 1 + sum(sizes.get(id(k), 1) + sizes.get(id(v), 1) for k, v in node.value)
+    return 1
 
 
 def parse_yaml(text: str, source: str) -> Any:
@@ -99,6 +126,9 @@ def parse_yaml(text: str, source: str) -> Any:
     try:
         loader = _Loader(text)  # its reader refuses unprintable characters already here
         return loader.get_single_data()
+    except _Aliased as e:
+        raise ConfigError(source, f"line {e.mark.line + 1}",
+                          f"aliases expand the document by more than the limit of {MAX_ALIAS_NODES:,} nodes") from None
     except _Deep as e:
         raise ConfigError(source, f"line {e.mark.line + 1}",
                           f"nested deeper than the limit of {MAX_DEPTH} mappings and lists") from None
