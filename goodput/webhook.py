@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 from goodput.foundation.http import Server, healthz
 
-__all__ = ["WebhookReceiver"]
+__all__ = ["MAX_KEPT_ALERTS", "WebhookReceiver"]
+
+MAX_KEPT_ALERTS = 10_000  # per receiver, the newest: Alertmanager repeats a firing group every repeat_interval
 
 
 class WebhookReceiver:
     def __init__(self, host: str = "127.0.0.1", port: int = 9095, paths: tuple[str, ...] = ("pager", "ticket", "log"),
-                 on_alert: Callable[[str, dict], None] | None = None) -> None:
-        self.received: dict[str, list[dict]] = defaultdict(list)  # receiver -> alerts (Alertmanager v4 payload items)
+                 on_alert: Callable[[str, dict], None] | None = None, keep: int = MAX_KEPT_ALERTS) -> None:
+        # receiver -> its newest ``keep`` alerts (Alertmanager v4 payload items): a receiver left running for days,
+        # or a client posting in a loop, holds a bounded amount
+        self.received: dict[str, deque[dict]] = defaultdict(lambda: deque(maxlen=keep))
         self.lock = threading.Lock()
         self.on_alert = on_alert
         routes = {("POST", f"/{p}"): self._route(p) for p in paths}

@@ -28,6 +28,19 @@ def test_bad_payloads_get_400_and_good_ones_still_arrive():
         hook.stop()
 
 
+def test_it_keeps_the_newest_alerts_only():
+    """A client posting in a loop (or Alertmanager repeating a group for days) holds ``keep`` alerts per receiver."""
+    hook = WebhookReceiver(port=0, keep=3).start()
+    try:
+        for i in range(5):
+            alerts = [{"status": "firing", "labels": {"alertname": "A", "n": str(i), "k": str(k)}} for k in range(2)]
+            assert httpx.post(f"{hook.url}/pager", json={"alerts": alerts}).status_code == 200
+        assert [(a["labels"]["n"], a["labels"]["k"]) for a in hook.alerts("pager")] == [("3", "1"), ("4", "0"),
+                                                                                        ("4", "1")]
+    finally:
+        hook.stop()
+
+
 @needs("prometheus-alertmanager")
 def test_alerts_log_lines_carry_the_start_and_the_end_alertmanager_sends(tmp_path):
     """The real Alertmanager posts an alert firing, then resolved: the demo's alerts.log line (goodput/timeline.py
