@@ -66,8 +66,7 @@ def _pct(x: float | None) -> str:
 
 
 def _span(con: duckdb.DuckDBPyConnection, deployment: str, since: datetime | None, until: datetime | None) -> tuple:
-    return con.execute("SELECT min(ts), max(ts) FROM requests WHERE deployment = ? AND (? IS NULL OR ts >= ?) "
-                       "AND (? IS NULL OR ts < ?)", [deployment, since, since, until, until]).fetchall()[0]
+    return con.execute(sql("deployment_span"), {"deployment": deployment, "since": since, "until": until}).fetchall()[0]
 
 
 def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
