@@ -8,9 +8,10 @@ labels dcgm-exporter sets (``--kubernetes``), joined with kube-state-metrics: th
 ``goodput.dev/deployment`` (``kube_pod_labels``), else the pod's owner (a ReplicaSet's Deployment, or a
 StatefulSet).
 
-No double count: every rule ends in ``unless on (uuid) llm_gpu_up``, so a GPU that goodput's exporter reports
-(it publishes ``llm_gpu_up`` for every GPU it sees, lost or not) is never recorded from DCGM too. These rules
-never record ``llm_gpu_up`` themselves, so the guard never reads its own output.
+No double count: every DCGM-fed rule ends in ``unless on (uuid) llm_gpu_up``, so a GPU that goodput's exporter
+reports (it publishes ``llm_gpu_up`` for every GPU it sees, lost or not) is never recorded from DCGM too. These
+rules never record ``llm_gpu_up`` themselves, so the guard never reads its own output. The same pod join gives
+goodput's exporter's GPUs a deployment when its ``--kubelet-pod-resources`` labels name the pod.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ POD_DEPLOYMENT = "namespace_pod:llm_deployment:info"
 DEPLOYMENT_LABEL = "label_goodput_dev_deployment"  # kube_pod_labels' name for the pod label goodput.dev/deployment
 MIB = 1048576
 # the per-GPU series that carry a GPU's pod labels: memory is reported for whole GPUs and MIG instances alike
-POD_SELECTOR = '{__name__=~"DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE"}'
+DCGM_POD_SELECTOR = '{__name__=~"DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE"}'
 NOT_OURS = "unless on (uuid) llm_gpu_up"
 
 
@@ -93,16 +94,23 @@ def _pod_deployment() -> str:
     return f"{label}\nor on (namespace, pod)\n{replicaset}\nor on (namespace, pod)\n{statefulset}"
 
 
-def _gpu_deployment() -> str:
-    pods = f"group by ({KEY}, namespace, pod) ({_pods(POD_SELECTOR)})"
+def _owned_by(selector: str) -> str:
+    """``llm_gpu_deployment_info`` rows for the GPUs of ``selector`` whose pod kube-state-metrics attributes."""
+    pods = f"group by ({KEY}, namespace, pod) ({_pods(selector)})"
     return (f"max by ({KEY}, deployment, replica) (\n"
             f'  label_replace({pods}, "replica", "$1", "pod", "(.+)")\n'
-            f"  * on (namespace, pod) group_left (deployment) {POD_DEPLOYMENT}\n"
-            f") {NOT_OURS}")
+            f"  * on (namespace, pod) group_left (deployment) {POD_DEPLOYMENT}\n)")
+
+
+def _gpu_deployment() -> str:
+    """dcgm-exporter's GPUs; and goodput's GPU exporter's when its ``--kubelet-pod-resources`` labels give the pod
+    but no ``--mapping`` gave a deployment (a scraped ``llm_gpu_deployment_info`` has ``job``; these rows have not)."""
+    return (f"(\n{_owned_by(DCGM_POD_SELECTOR)}\n{NOT_OURS}\n)\nor\n"
+            f"(\n{_owned_by('llm_gpu_up')}\nunless on (uuid) llm_gpu_deployment_info{{job!=\"\"}}\n)")
 
 
 def _gpu_info() -> str:
-    src = _uuid(POD_SELECTOR)
+    src = _uuid(DCGM_POD_SELECTOR)
     for to, frm in (("gpu_model", "modelName"), ("hostname", "Hostname"), ("driver_version", "DCGM_FI_DRIVER_VERSION")):
         src = f'label_replace({src}, "{to}", "$1", "{frm}", "(.+)")'
     return f"group by ({KEY}, gpu_model, driver_version, hostname) (\n  {src}\n) {NOT_OURS}"
