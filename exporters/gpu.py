@@ -17,16 +17,18 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
 from exporters.catalog import GPU
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
 from exporters.liveness import Heartbeat
-from exporters.podresources import PodAttribution, PodRef
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.http import Response, Route, metrics_routes
+
+if TYPE_CHECKING:  # grpc loads only when --kubelet-pod-resources is given
+    from exporters.podresources import PodAttribution, PodRef
 
 __all__ = ["DeploymentMapping", "GpuCollector", "GpuSample", "run_gpu_exporter"]
 
@@ -371,7 +373,7 @@ def health_with_pods(heartbeat: Heartbeat, pods: PodAttribution | None) -> Route
 
 def run_gpu_exporter(args) -> int:
     from exporters.fake_nvml import FakeNvml, load_fake
-    from exporters.podresources import PodResourcesClient
+    from exporters.podresources import PodAttribution, PodResourcesClient
     from goodput.foundation.http import Server, serve_until_signal
     from goodput.foundation.yamlfile import load_mapping, load_yaml
 
