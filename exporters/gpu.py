@@ -25,7 +25,7 @@ from exporters.catalog import GPU
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
 from exporters.liveness import Heartbeat
 from goodput.foundation.errors import ConfigError
-from goodput.foundation.http import Response, Route, metrics_routes
+from goodput.foundation.http import Response, Route, health_route, metrics_routes
 
 if TYPE_CHECKING:  # grpc loads only when --kubelet-pod-resources is given
     from exporters.podresources import PodAttribution, PodRef
@@ -272,9 +272,7 @@ class GpuCollector:
             return False
         snap = [self._sample_gpu(i) for i in range(count)]
         if self.pods is not None:
-            failed = self.pods.failures
-            self.pods.refresh()
-            if self.pods.failures > failed:
+            if not self.pods.refresh():
                 self.errors["pod_resources"] += 1
             for g in snap:
                 g.pod = self.pods.owner(g.uuid, g.index)
@@ -360,13 +358,15 @@ class Sampler:
 
 
 def health_with_pods(heartbeat: Heartbeat, pods: PodAttribution | None) -> Route:
-    """``/healthz``: 503 while sampling is stalled; 200 while pod attribution is off, saying why (GPUs still serve)."""
+    """``/healthz``: 503 while sampling is stalled; still 200 while pod attribution is off (GPUs still serve), with
+    a line saying why."""
+    sampling = health_route(heartbeat.problem)
+
     def route(h, body: bytes) -> Response:
-        reason = heartbeat.problem()
-        if reason is not None:
-            return 503, "text/plain", f"unhealthy: {reason}\n".encode(), {}
-        note = f"degraded: pod attribution off: {pods.problem}\n" if pods is not None and pods.problem else ""
-        return 200, "text/plain", f"ok\n{note}".encode(), {}
+        status, ctype, text, headers = sampling(h, body)
+        if status == 200 and pods is not None and pods.problem:
+            text += f"degraded: pod attribution off: {pods.problem}\n".encode()
+        return status, ctype, text, headers
 
     return route
 

@@ -98,7 +98,7 @@ class PodResourcesClient:
 class PodAttribution:
     """The kubelet's GPU -> pod map, asked at most every ``interval_s``; kept empty (not stale) while it fails.
 
-    ``problem`` says why attribution is off (None while it works); each failed ask is counted in ``failures``.
+    ``problem`` says why attribution is off (None while it works).
     """
 
     def __init__(self, client: PodResourcesClient, interval_s: float = 30.0,
@@ -106,14 +106,14 @@ class PodAttribution:
         self.client, self.interval_s, self.clock = client, interval_s, clock
         self.by_device: dict[str, PodRef] = {}
         self.problem: str | None = "not asked yet"
-        self.failures = 0
         self._next = float("-inf")
         self._lock = threading.Lock()
 
-    def refresh(self) -> None:
-        """Ask the kubelet when due; on failure drop the map (a GPU may have changed hands) and say why, once."""
+    def refresh(self) -> bool:
+        """Ask the kubelet when due; False when that ask failed: then the map is dropped (a GPU may have changed
+        hands) and the log says why, once per change."""
         if self.clock() < self._next:
-            return
+            return True
         self._next = self.clock() + self.interval_s
         try:
             found, problem = self.client.gpus(), None
@@ -122,13 +122,13 @@ class PodAttribution:
         except message.DecodeError as e:
             found, problem = {}, f"undecodable List answer: {e}"
         if problem is not None:
-            self.failures += 1
             problem = f"kubelet pod-resources {self.client.socket_path}: {problem}; GPUs are served without pod labels"
         if problem != self.problem and (problem or self.problem != "not asked yet"):
             print(f"gpu exporter: {problem or 'pod attribution from the kubelet works again'}", file=sys.stderr,
                   flush=True)
         with self._lock:
             self.by_device, self.problem = found, problem
+        return problem is None
 
     def owner(self, uuid: str, index: int) -> PodRef | None:
         with self._lock:

@@ -1,9 +1,10 @@
 """rules/dcgm.rules.yaml: fresh, lint-clean, unit-tested by promtool, and the GPU panels fed by dcgm-exporter alone.
 
-The live test runs a real Prometheus that scrapes two tiny HTTP servers: one serves a dcgm-exporter dump in Kubernetes
-mode (the real T4 capture re-labelled as five GPUs with pods), the other a kube-state-metrics dump of those pods. With
-these rules and gpu.rules.yaml loaded, every per-GPU panel query of the generated GPU dashboard (read from
-dashboards/*.json, not retyped) returns a series per deployment.
+The live tests run a real Prometheus that scrapes tiny HTTP servers: one serves a dcgm-exporter dump in Kubernetes
+mode (the real T4 capture re-labelled as five GPUs with pods), one a kube-state-metrics dump of those pods, and in the
+second test goodput's own GPU exporter for one of those GPUs. With these rules and gpu.rules.yaml loaded, every GPU
+panel query of the generated GPU dashboard (read from dashboards/gpus.json, not retyped) returns one series per
+attributed GPU, labelled with its deployment, and no GPU twice.
 """
 
 import contextlib
