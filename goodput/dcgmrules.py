@@ -129,6 +129,7 @@ def rules() -> dict:
     return {"groups": [{"name": "llm.gpu.dcgm", "rules": rec}]}
 
 
-def build() -> dict[str, str]:
-    """File name -> YAML text."""
+def build(spec: object = None, scale: float = 1.0) -> dict[str, str]:
+    """File name -> YAML text. The rule generators' common signature; these rules read no spec value and have no
+    range or ``for`` to scale."""
     return {FILE: HEADER + yaml.dump(rules(), Dumper=_Dumper, sort_keys=False, width=120)}

@@ -33,7 +33,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     out = args.out or args.spec.parent
-    files = {**build(spec, args.scale_durations), **dcgmrules.build()}
+    files = {**build(spec, args.scale_durations), **dcgmrules.build(spec, args.scale_durations)}
     if args.check:
         return report_stale(files, out, "goodput rules generate")
     out.mkdir(parents=True, exist_ok=True)
