@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     gpu.add_argument("--mapping", type=Path, metavar="FILE",
                      help="rules attributing GPU processes to deployments (YAML; see docs/exporters.md)")
     gpu.add_argument("--interval", type=interval_seconds, default=5.0, help="sampling interval, seconds (default 5)")
+    gpu.add_argument("--kubelet-pod-resources", type=Path, metavar="SOCKET",
+                     help="label each GPU's series with the pod, namespace and container holding it, from the kubelet's "
+                          "pod-resources socket (e.g. /var/lib/kubelet/pod-resources/kubelet.sock)")
+    gpu.add_argument("--pod-resources-interval", type=interval_seconds, default=30.0, metavar="SECONDS",
+                     help="how often to ask the kubelet which pods hold the GPUs, seconds (default 30)")
     gpu.set_defaults(func=_gpu)
 
     eng = esub.add_parser("engine", help="normalize engine /metrics (vLLM, SGLang, TGI, Triton)",

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
@@ -25,6 +25,10 @@ from exporters.catalog import GPU
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
 from exporters.liveness import Heartbeat
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.http import Response, Route, health_route, metrics_routes
+
+if TYPE_CHECKING:  # grpc loads only when --kubelet-pod-resources is given
+    from exporters.podresources import PodAttribution, PodRef
 
 __all__ = ["DeploymentMapping", "GpuCollector", "GpuSample", "run_gpu_exporter"]
 
@@ -44,6 +48,10 @@ class GpuSample:
     ecc: dict[str, float] = field(default_factory=dict)
     processes: list[tuple[int, float, str]] = field(default_factory=list)  # pid, bytes, deployment
     deployment: tuple[str, str] | None = None
+    pod: PodRef | None = None
+
+
+POD_LABELS = ("namespace", "pod", "container")  # added to each series of a GPU a pod holds (dcgm-exporter's labels)
 
 
 @dataclass(frozen=True)
@@ -142,9 +150,10 @@ class DeploymentMapping:
 
 class GpuCollector:
     def __init__(self, nvml: Any = pynvml, mapping: DeploymentMapping | None = None, hostname: str | None = None,
-                 clock=time.time) -> None:
+                 clock=time.time, pods: PodAttribution | None = None) -> None:
         self.nvml = nvml
         self.mapping = mapping or DeploymentMapping()
+        self.pods = pods
         self.hostname = hostname or socket.gethostname()
         self.clock = clock
         self.snapshot: list[GpuSample] = []
@@ -262,6 +271,11 @@ class GpuCollector:
             self.errors[type(e).__name__.removeprefix("NVMLError_")] += 1
             return False
         snap = [self._sample_gpu(i) for i in range(count)]
+        if self.pods is not None:
+            if not self.pods.refresh():
+                self.errors["pod_resources"] += 1
+            for g in snap:
+                g.pod = self.pods.owner(g.uuid, g.index)
         self._drain_events()
         with self.lock:
             self.snapshot = snap
@@ -275,9 +289,9 @@ class GpuCollector:
             xids = dict(self.xids)
             errors = dict(self.errors)
         fam: dict[str, list[str]] = defaultdict(list)
-        uuids = {g.index: g.uuid for g in snap}
+        bases = {g.index: _base(g) for g in snap}
         for g in snap:
-            base = labels(("gpu", "uuid"), (str(g.index), g.uuid))
+            base = bases[g.index]
             fam["llm_gpu_up"].append(f"llm_gpu_up{{{base}}} {1.0 if g.up else 0.0}")
             if g.name:
                 ident = labels(("gpu_model", "driver_version", "hostname"), (g.name, self.driver, self.hostname))
@@ -299,10 +313,18 @@ class GpuCollector:
                 owner = labels(("pid", "deployment"), (str(pid), dep))
                 fam["llm_gpu_process_memory_bytes"].append(f"llm_gpu_process_memory_bytes{{{base},{owner}}} {fmt_float(used)}")
         for (idx, xid), count in sorted(xids.items()):
-            base = labels(("gpu", "uuid", "xid"), (str(idx), uuids.get(idx, ""), str(xid)))
-            fam["llm_gpu_xid_errors_total"].append(f"llm_gpu_xid_errors_total{{{base}}} {float(count)}")
+            base = bases.get(idx) or labels(("gpu", "uuid"), (str(idx), ""))
+            fam["llm_gpu_xid_errors_total"].append(f'llm_gpu_xid_errors_total{{{base},xid="{xid}"}} {float(count)}')
         fam.update(self_metrics(EXPORTER, self.last_duration, self.last_success, errors))
         return render((s, fam.get(s.name, ())) for s in (*GPU, *SELF_COLLECTION))
+
+
+def _base(g: GpuSample) -> str:
+    """A GPU's identity labels, and the pod that holds it when the kubelet said so."""
+    base = labels(("gpu", "uuid"), (str(g.index), g.uuid))
+    if g.pod is None:
+        return base
+    return f"{base},{labels(POD_LABELS, (g.pod.namespace, g.pod.pod, g.pod.container))}"
 
 
 class Sampler:
@@ -335,9 +357,24 @@ class Sampler:
         self.heartbeat.thread.join(timeout=self.interval + 1)
 
 
+def health_with_pods(heartbeat: Heartbeat, pods: PodAttribution | None) -> Route:
+    """``/healthz``: 503 while sampling is stalled; still 200 while pod attribution is off (GPUs still serve), with
+    a line saying why."""
+    sampling = health_route(heartbeat.problem)
+
+    def route(h, body: bytes) -> Response:
+        status, ctype, text, headers = sampling(h, body)
+        if status == 200 and pods is not None and pods.problem:
+            text += f"degraded: pod attribution off: {pods.problem}\n".encode()
+        return status, ctype, text, headers
+
+    return route
+
+
 def run_gpu_exporter(args) -> int:
     from exporters.fake_nvml import FakeNvml, load_fake
-    from goodput.foundation.http import Server, metrics_routes, serve_until_signal
+    from exporters.podresources import PodAttribution, PodResourcesClient
+    from goodput.foundation.http import Server, serve_until_signal
     from goodput.foundation.yamlfile import load_mapping, load_yaml
 
     nvml: Any = pynvml
@@ -347,16 +384,19 @@ def run_gpu_exporter(args) -> int:
     if args.mapping:
         mapping = DeploymentMapping.load(load_mapping(args.mapping, "a mapping with 'gpus' and/or 'rules'"),
                                          str(args.mapping))
-    collector = GpuCollector(nvml, mapping, hostname=(nvml.spec.get("hostname") if args.fake else None))
+    pods = None
+    if args.kubelet_pod_resources:
+        pods = PodAttribution(PodResourcesClient(args.kubelet_pod_resources), args.pod_resources_interval)
+    collector = GpuCollector(nvml, mapping, hostname=(nvml.spec.get("hostname") if args.fake else None), pods=pods)
     try:
         collector.init()
     except pynvml.NVMLError as e:
         raise ConfigError("NVML", "", f"{e} ({type(e).__name__}); no NVIDIA driver here? "
                                       "run with --fake FILE to use a fake GPU") from None
     sampler = Sampler(collector, args.interval).start()
-    routes = metrics_routes(collector.render, sampler.heartbeat.problem)
+    routes = {**metrics_routes(collector.render), ("GET", "/healthz"): health_with_pods(sampler.heartbeat, pods)}
     srv = Server(args.host, args.port, routes).start()
     print(f"gpu exporter: {'fake NVML ' + str(args.fake) if args.fake else 'NVML'}, metrics at {srv.url}/metrics",
           flush=True)
-    serve_until_signal(lambda: (sampler.stop(), srv.stop()))
+    serve_until_signal(lambda: (sampler.stop(), srv.stop(), pods and pods.client.close()))
     return 0

@@ -28,12 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from goodput.rulegen import build, load_spec, write
+    from goodput import dcgmrules
+    from goodput.rulegen import build, load_spec
 
     spec = load_spec(args.spec)
     out = args.out or args.spec.parent
+    files = {**build(spec, args.scale_durations), **dcgmrules.build(spec, args.scale_durations)}
     if args.check:
-        return report_stale(build(spec, args.scale_durations), out, "goodput rules generate")
-    for path in write(spec, out, args.scale_durations):
-        print(f"wrote {path}")
+        return report_stale(files, out, "goodput rules generate")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (out / name).write_text(text)
+        print(f"wrote {out / name}")
     return 0
