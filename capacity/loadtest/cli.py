@@ -550,6 +550,13 @@ def _fmt(v, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:
     return "-" if v is None else f"{v * scale:.{digits}f}{unit}"
 
 
+def _bounded(q: dict | None, scale: float = 1.0, unit: str = "") -> str:
+    """A histogram quantile (``Quantile.to_dict``): its value, or ``<300ms`` / ``>60000ms`` in the edge buckets."""
+    from goodput.foundation.histogram import Quantile
+
+    return "-" if q is None else Quantile.from_dict(q).text(scale, unit=unit)
+
+
 def _pct(step: dict, metric: str, p: str):
     return (step.get(metric) or {}).get(p)
 
@@ -578,7 +585,7 @@ def _print(args: argparse.Namespace, summary: dict) -> None:
               f"{_fmt(_pct(s, 'ttft_s', 'p95'), 1e3, unit='ms'):>10}{_fmt(_pct(s, 'tpot_s', 'p95'), 1e3, 1, unit='ms'):>10}"
               f"{_fmt(_pct(s, 'e2e_s', 'p99'), 1e3, unit='ms'):>10}{_fmt(s.get('error_rate'), 100, 1, unit='%'):>8}"
               f"{_fmt(s.get('slo_attainment'), 100, 1, unit='%'):>8}{_fmt(s.get('goodput_requests_per_s'), digits=2):>9}"
-              + (f"{_fmt(view.get('queue_wait_p95_s'), 1e3, unit='ms'):>14}"
+              + (f"{_bounded(view.get('queue_wait_p95_s'), 1e3, unit='ms'):>14}"
                  f"{_fmt(view.get('kv_usage_mean'), 100, 1, unit='%'):>9}" if server else ""))
     knee = summary.get("knee")
     c = summary.get("client") or {}

@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from goodput.foundation.histogram import Quantile
+
 __all__ = ["write_report"]
 
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
@@ -43,6 +45,8 @@ def _num(v) -> float | None:
 
 
 def _fmt(v) -> str:
+    if isinstance(v, dict) and "bound" in v:  # a histogram quantile: a bound in its edge buckets, never made up
+        return _e(Quantile.from_dict(v).text(unit=" s", digits=4))
     if isinstance(v, bool) or v is None:
         return _e(v if v is not None else "")
     if isinstance(v, float):
