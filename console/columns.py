@@ -15,6 +15,8 @@ import pandas as pd
 import streamlit as st
 
 from console.palette import DIRECTION, STATUS
+from exporters.catalog import by_name
+from goodput.foundation.histogram import bounded
 
 __all__ = ["COLUMNS", "label", "show"]
 
@@ -30,6 +32,13 @@ def _signed_share(v: float) -> str:
     return f"{v:+.0%}"
 
 
+def _gateway_queue_p95(v: float) -> str:
+    """The rules' recorded queue-wait p95 (``histogram_quantile`` over the gateway buckets): a number between two
+    finite buckets, ``<0.005`` in the first (Prometheus interpolated it there) and ``>300`` in +Inf."""
+    q = bounded(v, by_name("llm_gateway_queue_wait_seconds").buckets)
+    return MISSING if q is None else q.text(digits=2)
+
+
 S, S3, SHARE, COUNT, TOKENS, RATIO = "%.2f", "%.3f", "percent", "%d", "%.0f", "%.2f"
 COLUMNS: dict[str, Col] = {
     # Overview, live
@@ -37,7 +46,7 @@ COLUMNS: dict[str, Col] = {
     "ttft_attainment": Col("TTFT met (5m)", SHARE), "tpot_attainment": Col("TPOT met (5m)", SHARE),
     "ttft_burn_1h": Col("TTFT burn (1h, x budget)", RATIO), "tpot_burn_1h": Col("TPOT burn (1h, x budget)", RATIO),
     "replicas_available": Col("replicas up", COUNT), "replicas_required": Col("replicas needed", COUNT),
-    "queue_wait_p95_s": Col("p95 queue wait (s)", S), "kv_usage": Col("KV cache used", SHARE),
+    "queue_wait_p95_s": Col("p95 queue wait (s)", _gateway_queue_p95), "kv_usage": Col("KV cache used", SHARE),
     "demand_tokens_per_s": Col("demand (tok/s)", TOKENS), "capacity_tokens_per_s": Col("capacity (tok/s)", TOKENS),
     # Overview, alerts
     "alert": Col("alert"), "severity": Col("severity"), "since": Col("since (UTC)"), "until": Col("until (UTC)"),

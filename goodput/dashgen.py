@@ -25,7 +25,7 @@ from grafana_foundation_sdk.models import prometheus as pm
 
 from analyzer.releases import load_releases
 from exporters import recorded
-from exporters.catalog import by_name, names
+from exporters.catalog import GATEWAY_BUCKETS, by_name, names
 from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput import dashboard_ids as ids
 from goodput.rulegen import BURN_WINDOWS, RULE_FILES, Spec
@@ -87,6 +87,12 @@ def _rule_docs(spec: Spec) -> list[dict]:
 def _sel(*labels: str) -> str:
     """A label selector filtering on the dashboard variables named in ``labels`` (each a regex of its values)."""
     return "{" + ",".join(f'{x}=~"${x}"' for x in labels) + "}"
+
+
+# appended to the description of each panel that draws histogram_quantile over the gateway's latency buckets
+QUANTILE_NOTE = (f" A histogram quantile is known only to within its bucket: at or under {GATEWAY_BUCKETS[0] * 1e3:g} ms "
+                 f"(the first bucket) it is an upper bound, interpolated from 0, not a measurement; at "
+                 f"{GATEWAY_BUCKETS[-1]:g} s it is a lower bound (the quantile fell past the last bucket).")
 
 
 def _quantile(q: float, metric: str, by: str, sel: str) -> str:
@@ -152,19 +158,19 @@ def _deployment(n: Names) -> list[Panel]:
         Panel(ids.DEPLOYMENT_QUEUE_WAIT, "Queue wait p50 / p95 / now", "Time from admission at the gateway to "
               "engine scheduling, per tier: of the requests scheduled in 5 minutes (histogram quantiles), and now (the "
               "oldest still queued, or that p95, whichever is longer). The queue alert fires when the wait now is above "
-              "the tier's threshold, the engines' queue grows, and replicas are short.", "s",
+              "the tier's threshold, the engines' queue grows, and replicas are short." + QUANTILE_NOTE, "s",
               (*pct("llm_gateway_queue_wait_seconds", ("p50", "p95")),
                Query(f"{n.r(recorded.QUEUE_WAIT_NOW)}{dt}", "now {{deployment}} {{tier}}"))),
         Panel(ids.DEPLOYMENT_TTFT, "TTFT p50 / p95 / p99", "Client-edge time to first token per tier (histogram "
               "quantiles over 5 minutes), and p99 per route, which LLMTTFTSLOBreachWithRejects holds against the "
-              "route's SLO threshold.", "s",
+              "route's SLO threshold." + QUANTILE_NOTE, "s",
               (*pct("llm_gateway_time_to_first_token_seconds", ("p50", "p95", "p99")),
                Query(f"{n.r('deployment_tier_route:llm_gateway_time_to_first_token_seconds:p99_5m')}{dt}",
                      "p99 {{deployment}} {{tier}} {{route}}"))),
         Panel(3, "TPOT p50 / p95 / p99", "Time per output token after the first, per tier (histogram quantiles over "
-              "5 minutes).", "s", pct("llm_gateway_time_per_output_token_seconds", ("p50", "p95", "p99"))),
+              "5 minutes)." + QUANTILE_NOTE, "s", pct("llm_gateway_time_per_output_token_seconds", ("p50", "p95", "p99"))),
         Panel(4, "E2E latency p50 / p95 / p99", "Client-edge request latency per tier (histogram quantiles over "
-              "5 minutes).", "s", pct("llm_gateway_e2e_latency_seconds", ("p50", "p95", "p99"))),
+              "5 minutes)." + QUANTILE_NOTE, "s", pct("llm_gateway_e2e_latency_seconds", ("p50", "p95", "p99"))),
         Panel(5, "Running vs waiting", "Sequences in the engines' running batches and requests queued in the "
               "engines, summed over the deployment's replicas.", "short",
               (Query(f"sum by (deployment) ({n.m('llm_requests_running')}{d})", "running {{deployment}}"),
@@ -215,13 +221,14 @@ def _tenants(n: Names) -> list[Panel]:
         Panel(5, "Rejections by reason", "Requests per second the gateway refused, per reason and tenant.", "reqps",
               (Query(rate("llm_gateway_rejections_total", "reason, tenant"), "{{reason}} {{tenant}}"),)),
         Panel(6, "TTFT p95 per tier and route", "Client-edge time to first token, p95 per tier and route (the "
-              "latency histograms carry no tenant label, to bound the series count).", "s",
+              "latency histograms carry no tenant label, to bound the series count)." + QUANTILE_NOTE, "s",
               (Query(_quantile(0.95, n.m("llm_gateway_time_to_first_token_seconds"), "tier, route", h),
                      "{{tier}} {{route}}"),)),
-        Panel(7, "TPOT p95 per tier and route", "Time per output token, p95 per tier and route.", "s",
+        Panel(7, "TPOT p95 per tier and route", "Time per output token, p95 per tier and route." + QUANTILE_NOTE, "s",
               (Query(_quantile(0.95, n.m("llm_gateway_time_per_output_token_seconds"), "tier, route", h),
                      "{{tier}} {{route}}"),)),
-        Panel(8, "E2E latency p95 per tier and route", "Client-edge request latency, p95 per tier and route.", "s",
+        Panel(8, "E2E latency p95 per tier and route", "Client-edge request latency, p95 per tier and route."
+              + QUANTILE_NOTE, "s",
               (Query(_quantile(0.95, n.m("llm_gateway_e2e_latency_seconds"), "tier, route", h),
                      "{{tier}} {{route}}"),)),
     ]
@@ -286,7 +293,7 @@ def _capacity(n: Names) -> list[Panel]:
               threshold=float(th["autoscale_kv_target_ratio"]), max=1),
         Panel(5, "Queue wait p95 vs autoscaling target", "Worst tier's p95 queue wait; the queue signal asks for "
               f"more replicas above the target ({th['autoscale_queue_target_seconds']:g} s, "
-              "thresholds.autoscale_queue_target_seconds).", "s",
+              "thresholds.autoscale_queue_target_seconds)." + QUANTILE_NOTE, "s",
               (Query(f"max by (deployment) ({n.r(QUEUE_WAIT_P95)}{d})", "{{deployment}}"),),
               threshold=float(th["autoscale_queue_target_seconds"])),
     ]

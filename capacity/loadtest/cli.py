@@ -37,6 +37,11 @@ MAX_DURATION_S = 7 * 86400.0
 # comparability fields the target cannot tell the client (summary.json's "comparability"), given with --comparability
 FROM_FLAGS = ("quantization", "framework", "framework_version", "hardware", "tensor_parallel", "prompt_template",
               "cache_state")
+# the quick start, `loadtest run --target URL`: a short Poisson step of the inline default workload, no SLO
+QUICK_RATE = 2.0
+QUICK_DURATION_S = 30.0
+RUNS_DIR = Path("loadtest-runs")  # --out's default parent: a run directory per start, named for its UTC time
+NO_SLO = "no SLO given: no attainment, goodput or knee (give --slo, e.g. ttft_p95=0.8s,tpot_p95=50ms)"
 
 
 
@@ -51,15 +56,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Send requests to --target under an arrival --pattern and measure every request (TTFT, ITL, "
                     "TPOT, E2E from when it was sent; schedule lag separately), then SLO attainment and SLO goodput "
                     "per step. Open-loop patterns never wait for earlier requests. Ctrl-C writes what was measured, "
-                    "marked incomplete.")
+                    "marked incomplete. Quick start: `goodput loadtest run --target URL` runs "
+                    f"{QUICK_DURATION_S:g} s of Poisson arrivals at {QUICK_RATE:g} req/s of "
+                    "prompt_tokens=256,output_tokens=128 against the target's first model, without an SLO, into "
+                    "./loadtest-runs/UTC-TIME.")
     p.add_argument("--target", action="append", required=True, metavar="URL",
                    help="base URL of an OpenAI-compatible server (repeat for several replicas, used in turn)")
     p.add_argument("--model", default=None, help="model to ask for (default: the first the target serves)")
-    p.add_argument("--workload", required=True, metavar="FILE|FILE:NAME",
-                   help="a workload YAML, or a fleet file's workload by name (docs/loadtest.md)")
-    p.add_argument("--pattern", required=True, choices=PATTERNS, help="arrival pattern")
+    p.add_argument("--workload", default=None, metavar="FILE|FILE:NAME|KEY=N,...",
+                   help="a workload YAML, a fleet file's workload by name, or inline lengths in GuideLLM's style: "
+                        "prompt_tokens=256,output_tokens=128 (fixed), with prompt_tokens_stdev/_min/_max and "
+                        "output_tokens_stdev/_min/_max for a clipped normal spread, api=chat|completions "
+                        "(default: prompt_tokens=256,output_tokens=128; docs/loadtest.md)")
+    p.add_argument("--pattern", default="poisson", choices=PATTERNS, help="arrival pattern (default poisson)")
     p.add_argument("--rate", type=positive_number_at_most(MAX_RATE), default=None, metavar="REQ/S",
-                   help="requests per second (poisson, gamma, burst, longtail; sweep: the first step; at most 10000)")
+                   help="requests per second (poisson, gamma, burst, longtail; sweep: the first step; at most 10000; "
+                        f"poisson's default {QUICK_RATE:g})")
     p.add_argument("--context-limit", type=positive_int, default=None, metavar="TOKENS",
                    help="longtail: the context limit its long requests approach (default: the target's max_model_len)")
     p.add_argument("--longtail-fraction", type=non_negative_number, default=0.05, metavar="F",
@@ -75,10 +87,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--burst", default=None, metavar="factor=F,length=S,period=S", help="spikes of the burst pattern")
     p.add_argument("--trace", default=None, metavar="FILE", help="Azure .csv or Mooncake .jsonl trace (replay)")
     p.add_argument("--time-scale", type=positive_number, default=1.0, help="replay: multiply trace times (0.5 = twice as fast)")
-    p.add_argument("--slo", required=True, metavar="TERMS", help="e.g. ttft_p95=0.8s,tpot_p95=50ms,e2e_p99=2s")
+    p.add_argument("--slo", default=None, metavar="TERMS",
+                   help="e.g. ttft_p95=0.8s,tpot_p95=50ms,e2e_p99=2s (default none: latencies only, no attainment, "
+                        "goodput or knee; sweeps and faults need one)")
     p.add_argument("--duration", type=positive_number_at_most(MAX_DURATION_S), default=None, metavar="SECONDS",
-                   help="length of the run (every pattern but sweep, whose length is its steps; at most a week)")
-    p.add_argument("--out", type=output_dir, required=True, metavar="RUN_DIR", help="run directory (created)")
+                   help="length of the run (every pattern but sweep, whose length is its steps; at most a week; "
+                        f"poisson's default {QUICK_DURATION_S:g})")
+    p.add_argument("--out", type=output_dir, default=None, metavar="RUN_DIR",
+                   help="run directory (created; default ./loadtest-runs/UTC-TIME, printed)")
     p.add_argument("--fault", action="append", default=[], metavar="FAULT",
                    help="abort_rate=F: the client drops this fraction of streams mid-way; replica_lost@SECONDS[:DEP] "
                         "or replica_added@SECONDS[:DEP]: the fleet's admin API (--admin-url) does it on the run clock")
@@ -207,13 +223,48 @@ def _comparability(pairs: list[str]) -> dict:
     return out
 
 
+def _run_dir() -> Path:
+    """``--out``'s default: ``loadtest-runs/YYYYmmddTHHMMSSZ`` (``-2``, ``-3``... when that start's is taken)."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return next(d for d in (RUNS_DIR / f"{stamp}{f'-{i}' if i > 1 else ''}" for i in range(1, 1000))
+                if not d.exists())
+
+
+def _quick_start(args: argparse.Namespace) -> None:
+    """Fill what the quick start leaves out: poisson's rate and duration, the workload, the run directory; an SLO
+    is needed by what is judged against one (a sweep's search, a fault's detect and recover)."""
+    from capacity.loadtest.workload import DEFAULT_INLINE
+
+    if args.pattern == "poisson":
+        args.rate = QUICK_RATE if args.rate is None else args.rate
+        args.duration = QUICK_DURATION_S if args.duration is None else args.duration
+    args.workload = args.workload or DEFAULT_INLINE
+    if args.slo is None and (args.pattern == "sweep" or args.fault):
+        what, value = ("--pattern", "sweep") if args.pattern == "sweep" else ("--fault", args.fault[0])
+        raise ConfigError(what, value, "needs --slo TERMS (it is judged against the SLO), e.g. ttft_p95=0.8s")
+    args.out_chosen = args.out is not None
+    if args.out is None:
+        args.out = output_dir(str(_run_dir()))
+
+
+def _without_slo(step_dicts: list[dict]) -> None:
+    """No SLO: the figures judged against one are null, never those of an empty SLO every success meets."""
+    for step in step_dicts:
+        for group in (step, *step["per_tier"].values()):
+            group.update(slo_attainment=None, goodput_requests_per_s=None, goodput_tokens_per_s=None)
+        step.update(slo_terms=[], slo_met=None)
+
+
 def _run(args: argparse.Namespace) -> int:
     from capacity.loadtest import patterns
     from capacity.loadtest.client import ClientOptions, preflight
     from capacity.loadtest.slo import parse_slo
     from capacity.loadtest.workload import SpecStream, load_workload
 
-    slo = parse_slo(args.slo)
+    slo = parse_slo(args.slo) if args.slo is not None else None
+    _quick_start(args)
     workload = load_workload(args.workload)
     abort_rate, timed = _faults(args)
     beside = _Beside(_server_metrics(args), args.gpu_metrics, args.admin_url, timed, args.prometheus,
@@ -234,6 +285,8 @@ def _run(args: argparse.Namespace) -> int:
         model, entry = preflight(target, args.model or model)
     opts = ClientOptions(model=model, chat=workload.chat, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
                          abort_rate=abort_rate, api_key=args.api_key, seed=args.seed)
+    if not args.out_chosen:
+        print(f"goodput: writing the run to {args.out} (--out RUN_DIR to choose)", file=sys.stderr)
     if args.pattern == "sweep":
         return _sweep(args, opts, workload, slo, entry, beside)
     # the pool holds the largest closed-loop concurrency, so no worker waits for a connection
@@ -452,15 +505,18 @@ def _summary(args, result, step_dicts, slo, workload, entry, arrival: dict) -> d
         "model": args.model or entry.get("id", ""), "framework": entry.get("owned_by", ""),
         "input_tokens": stats.distribution([r.input_tokens for r in sent]),
         "output_tokens": stats.distribution([r.output_tokens for r in sent if not r.error]),
-        "arrival": arrival, "slo": str(slo),
+        "arrival": arrival, "slo": str(slo) if slo is not None else "",
         "concurrency_steps": [s["concurrency"] for s in step_dicts if s.get("concurrency") is not None],
         "workload": workload.name, "api": "chat" if workload.chat else "completions",
         **args.fixed,
     })
     c = result.client
+    if slo is None:
+        summary["notes"] = [NO_SLO]
     summary.update({
         "complete": result.complete, "valid": result.valid, "invalid_reasons": result.invalid_reasons,
-        "slo": slo.to_dict(), "steps": step_dicts, "knee": stats.knee(step_dicts),
+        "slo": slo.to_dict() if slo is not None else None, "steps": step_dicts,
+        "knee": stats.knee(step_dicts) if slo is not None else None,
         "client": {"schedule_lag_p50_s": c.schedule_lag_p50_s, "schedule_lag_p99_s": c.schedule_lag_p99_s,
                    "cpu_s": c.cpu_s, "cpu_per_token_us": c.cpu_per_token_us, "wall_s": c.wall_s,
                    "cpu_wait_s": c.cpu_wait_s, "workers": c.workers},
@@ -482,8 +538,11 @@ def _aborts(args, records, slo) -> list[dict]:
 
 def _report(args, result, slo, workload, entry, arrival: dict, beside: _Beside) -> int:
     from capacity.loadtest import stats
+    from capacity.loadtest.slo import Slo
 
-    step_dicts = stats.summarize(result.measured(), slo, result.steps)
+    step_dicts = stats.summarize(result.measured(), slo or Slo(()), result.steps)
+    if slo is None:
+        _without_slo(step_dicts)
     beside.per_step(step_dicts)
     summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
     summary["faults"] = beside.fault_summary(result.measured(), slo, args.fault_window) + _aborts(args, result.measured(), slo)
@@ -550,6 +609,13 @@ def _fmt(v, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:
     return "-" if v is None else f"{v * scale:.{digits}f}{unit}"
 
 
+def _bounded(q: dict | None, scale: float = 1.0, unit: str = "") -> str:
+    """A histogram quantile (``Quantile.to_dict``): its value, or ``<300ms`` / ``>60000ms`` in the edge buckets."""
+    from goodput.foundation.histogram import Quantile
+
+    return "-" if q is None else Quantile.from_dict(q).text(scale, unit=unit)
+
+
 def _pct(step: dict, metric: str, p: str):
     return (step.get(metric) or {}).get(p)
 
@@ -578,11 +644,11 @@ def _print(args: argparse.Namespace, summary: dict) -> None:
               f"{_fmt(_pct(s, 'ttft_s', 'p95'), 1e3, unit='ms'):>10}{_fmt(_pct(s, 'tpot_s', 'p95'), 1e3, 1, unit='ms'):>10}"
               f"{_fmt(_pct(s, 'e2e_s', 'p99'), 1e3, unit='ms'):>10}{_fmt(s.get('error_rate'), 100, 1, unit='%'):>8}"
               f"{_fmt(s.get('slo_attainment'), 100, 1, unit='%'):>8}{_fmt(s.get('goodput_requests_per_s'), digits=2):>9}"
-              + (f"{_fmt(view.get('queue_wait_p95_s'), 1e3, unit='ms'):>14}"
+              + (f"{_bounded(view.get('queue_wait_p95_s'), 1e3, unit='ms'):>14}"
                  f"{_fmt(view.get('kv_usage_mean'), 100, 1, unit='%'):>9}" if server else ""))
     knee = summary.get("knee")
     c = summary.get("client") or {}
-    print(f"SLO {summary['comparability']['slo']}: "
+    print(NO_SLO if summary.get("slo") is None else f"SLO {summary['comparability']['slo']}: "
           + (f"knee at step {knee['step']} ({_fmt(knee['goodput_requests_per_s'], digits=2)} req/s goodput)"
              if knee else "no step meets it"))
     if c:  # an imported run has no client figures of ours

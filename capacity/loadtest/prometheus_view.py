@@ -2,7 +2,9 @@
 
 The same figures as ``server_view``'s direct scrape (``step_view``'s keys), asked of Prometheus's HTTP API over
 each step's wall-clock window: gauges averaged over the window (``avg_over_time``, summed over replicas for
-running/waiting), counters and the queue-time histogram as their ``increase`` over it. Names are the catalog's
+running/waiting), counters as their ``increase`` over it, and the queue-time histogram's buckets as their
+``increase`` by ``le``, whose 95th percentile is ``server_view.queue_p95``'s (a bound in the first bucket and in
++Inf, where ``histogram_quantile`` would make up a number). Names are the catalog's
 canonical ones (``goodput exporter engine`` exposes them for any engine dialect); ``selector`` narrows every series
 to the deployment under test (``{deployment="chat"}``). A query that fails is counted in ``failed_scrapes`` and its
 figure is None, never fatal. The requests and answer checks are ``goodput.foundation.promapi``'s.
@@ -24,6 +26,7 @@ from capacity.loadtest.server_view import (
     QUEUE_TIME,
     RUNNING,
     WAITING,
+    queue_p95,
 )
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.promapi import Client, PromError, Query
@@ -48,7 +51,7 @@ def step_queries(window_s: float, selector: str = "") -> dict[str, str]:
         "kv_usage_max": f"max(max_over_time({KV_USAGE}{s}{w}))",
         "preemptions": inc(PREEMPTIONS),
         "prefix_cache_hit_ratio": f"{inc(PREFIX_HIT)} / {inc(PREFIX_QUERIED)}",
-        "queue_wait_p95_s": f"histogram_quantile(0.95, sum by (le) (increase({QUEUE_TIME}_bucket{s}{w})))",
+        "queue_wait_p95_s": f"sum by (le) (increase({QUEUE_TIME}_bucket{s}{w}))",
         "gpu_util_mean": f"avg(avg_over_time({GPU_UTIL}{w}))",
     }
 
@@ -58,6 +61,13 @@ def _value(client: Client, expr: str, at: float) -> float | None:
     result = client.run(Query(expr, expr, at, at))
     value = result[0].values[0] if result else None
     return value if value is not None and math.isfinite(value) else None  # NaN: nothing to divide
+
+
+def _queue_p95(client: Client, expr: str, at: float) -> dict | None:
+    """The bounded p95 of the bucket increases an instant query by ``le`` answers at ``at``."""
+    buckets = sorted((math.inf if x.labels.get("le") == "+Inf" else float(x.labels["le"]), x.values[0])
+                     for x in client.run(Query(expr, expr, at, at)) if "le" in x.labels and x.values)
+    return queue_p95(buckets)
 
 
 def check_prometheus(url: str) -> None:
@@ -110,7 +120,8 @@ class PrometheusView:
         view: dict = {"source": "prometheus", "scrape_rounds": None, "failed_scrapes": 0}
         for key, query in step_queries(end_s - start_s, self.selector).items():
             try:
-                view[key] = _value(client, query, self.wall0 + end_s)
+                read = _queue_p95 if key == "queue_wait_p95_s" else _value
+                view[key] = read(client, query, self.wall0 + end_s)
             except PromError as e:
                 view["failed_scrapes"] += 1
                 self._fail(key, e.problem)

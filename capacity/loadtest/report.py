@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from goodput.foundation.histogram import Quantile
+
 __all__ = ["write_report"]
 
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
@@ -43,6 +45,8 @@ def _num(v) -> float | None:
 
 
 def _fmt(v) -> str:
+    if isinstance(v, dict) and "bound" in v:  # a histogram quantile: a bound in its edge buckets, never made up
+        return _e(Quantile.from_dict(v).text(unit=" s", digits=4))
     if isinstance(v, bool) or v is None:
         return _e(v if v is not None else "")
     if isinstance(v, float):
@@ -71,7 +75,7 @@ def _latency_figure(steps: Sequence[Mapping]):
     return fig
 
 
-def _goodput_figure(steps: Sequence[Mapping], knee: Mapping | None):
+def _goodput_figure(steps: Sequence[Mapping], knee: Mapping | None, judged: bool):
     import plotly.graph_objects as go
 
     xs = [_load(s)[0] for s in steps]
@@ -87,7 +91,8 @@ def _goodput_figure(steps: Sequence[Mapping], knee: Mapping | None):
         fig.add_vline(x=x, line_dash="dash", line_color="#c00")
         fig.add_annotation(x=x, y=_num(step.get("goodput_requests_per_s")) or 0, text=f"knee: {x:g}",
                            showarrow=True, arrowhead=2)
-    fig.update_layout(title="SLO goodput vs offered load" + ("" if step else " (no step met the SLO)"), height=420,
+    note = "" if step else " (no step met the SLO)" if judged else " (no SLO given: no goodput)"
+    fig.update_layout(title="SLO goodput vs offered load" + note, height=420,
                       xaxis_title=_load(steps[0])[1] if steps else "", yaxis_title="req/s")
     return fig
 
@@ -119,7 +124,9 @@ def _header(summary: Mapping) -> str:
     rows = [{"field": k, "value": v if not isinstance(v, dict | list) else repr(v)} for k, v in comp.items()]
     client = summary.get("client") or {}
     return (f"<h1>Load test: {_e(comp.get('model') or summary.get('tool', 'goodput'))}</h1>"
-            f"<p class=state>{_e(state)} &middot; {_e(valid)} &middot; SLO {_e(comp.get('slo', ''))}</p>"
+            f"<p class=state>{_e(state)} &middot; {_e(valid)} &middot; "
+            + (f"SLO {_e(comp.get('slo', ''))}" if summary.get("slo", {}) is not None else
+               "no SLO given: no attainment, goodput or knee") + "</p>"
             + (_table([client], list(client)) if client else "")
             + "<details><summary>comparability</summary>" + _table(rows, ["field", "value"]) + "</details>")
 
@@ -136,7 +143,7 @@ def write_report(run_dir: Path, summary: dict, records_table) -> Path:
     """Write ``run_dir/report.html`` from the run's summary (summary.json's dict) and its requests (a pyarrow
     Table or pandas DataFrame with ``step`` and the latency columns; may be empty); returns the path."""
     steps = list(summary.get("steps") or [])
-    figures = [_latency_figure(steps), _goodput_figure(steps, summary.get("knee")),
+    figures = [_latency_figure(steps), _goodput_figure(steps, summary.get("knee"), summary.get("slo", {}) is not None),
                _distribution_figure(steps, records_table)]
     parts = []
     for fig in (f for f in figures if f is not None):

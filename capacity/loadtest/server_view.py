@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 from exporters.catalog import by_name
 from exporters.normalize import UnknownDialect, normalize
+from goodput.foundation.histogram import quantile
 
-__all__ = ["Round", "ServerView", "TargetScrape", "histogram_quantile", "metrics_url", "parse_engine",
-           "parse_gpu_utilization", "step_view"]
+__all__ = ["Round", "ServerView", "TargetScrape", "metrics_url", "parse_engine", "parse_gpu_utilization",
+           "queue_p95", "step_view"]
 
 RUNNING = by_name("llm_requests_running").name
 WAITING = by_name("llm_requests_waiting").name
@@ -87,22 +88,11 @@ def parse_gpu_utilization(text: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Prometheus's ``histogram_quantile`` on cumulative (le, count) buckets: linear within the bucket, the
-    highest finite bound when the quantile falls in +Inf, None when the histogram is empty."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    lower_le, lower_count = 0.0, 0.0
-    for le, count in buckets:
-        if count >= rank:
-            if math.isinf(le):
-                return lower_le
-            if count == lower_count:
-                return le
-            return lower_le + (le - lower_le) * (rank - lower_count) / (count - lower_count)
-        lower_le, lower_count = le, count
-    return lower_le
+def queue_p95(buckets) -> dict | None:
+    """summary.json's ``queue_wait_p95_s``: the bounded quantile as a mapping (``Quantile.to_dict``), None when
+    no request was scheduled in the step."""
+    q = quantile(0.95, buckets)
+    return q.to_dict() if q is not None else None
 
 
 def _at(rounds: Sequence[Round], target: str, t: float) -> TargetScrape | None:
@@ -148,7 +138,7 @@ def step_view(rounds: Sequence[Round], start_s: float, end_s: float) -> dict:
     return {
         "scrape_rounds": len(inside),
         "failed_scrapes": sum(1 for r in inside for s in r.targets.values() if s is None),
-        "queue_wait_p95_s": histogram_quantile(0.95, sorted(queue.items())),
+        "queue_wait_p95_s": queue_p95(sorted(queue.items())),
         "running_mean": _mean(running),
         "waiting_mean": _mean(waiting),
         "kv_usage_mean": _mean(kv),

@@ -12,6 +12,10 @@ workload) or from a YAML of its own::
     routes: {chat: 1}
     shared_prefix: {tokens: 256, fraction: 0.5}
 
+or inline, in GuideLLM's synthetic-data style: ``prompt_tokens=256,output_tokens=128`` (fixed lengths), with
+``_stdev`` / ``_min`` / ``_max`` for a normal spread clipped to its bounds (``prompt_tokens_stdev=64``), and
+``api=completions``.
+
 Prompts are synthetic text sized at **4 characters per token**: the rule of thumb for English BPE tokenizers
 and exactly how the simulated fleet counts prompt tokens; a real tokenizer will count somewhat differently,
 which is why records keep the server's ``usage.prompt_tokens`` when it reports one.
@@ -19,9 +23,11 @@ which is why records keep the server's ``usage.prompt_tokens`` when it reports o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -30,11 +36,19 @@ from goodput.foundation.yamlfile import load_yaml
 from simulator.config import MAX_ENGINE_INT, WorkloadConfig, _Reader, _tokens, parse_fleet
 from simulator.distributions import QuantileDistribution
 
-__all__ = ["CHARS_PER_TOKEN", "RequestSpec", "SpecStream", "Workload", "load_workload", "prompt_text"]
+__all__ = ["CHARS_PER_TOKEN", "DEFAULT_INLINE", "RequestSpec", "SpecStream", "Workload", "inline_workload",
+           "load_workload", "prompt_text"]
 
 CHARS_PER_TOKEN = 4
 CHAT_OVERHEAD_TOKENS = 7  # a one-message chat: 3 for the reply's priming + 4 for the message's framing
 TIERS = ("P0", "P1", "P2")
+DEFAULT_INLINE = "prompt_tokens=256,output_tokens=128"  # ``loadtest run``'s workload when none is given
+# an inline spread is a normal drawn by inverse CDF through this many knots (QuantileDistribution interpolates
+# between them), clipped to its _min/_max, else to mean -/+ _NORMAL_TAIL_Z stdev (and at least 1 token)
+_NORMAL_KNOTS = 199
+_NORMAL_TAIL_Z = 3.5
+_INLINE_LENGTHS = ("prompt_tokens", "output_tokens")
+_INLINE_SUFFIXES = ("", "_stdev", "_min", "_max")
 _FILLER = "the quick brown fox jumps over a lazy dog while servers stream tokens "
 
 
@@ -169,8 +183,62 @@ def _own(r: _Reader, name: str) -> Workload:
                     _mix(r, "routes", {"chat": 1.0}), tokens, fraction)
 
 
+def _inline_lengths(terms: dict[str, float], key: str, spec: str) -> QuantileDistribution:
+    """One length's distribution: fixed at ``key``, or normal with ``key_stdev`` clipped to ``key_min``..``key_max``."""
+    mean, sd = terms.get(key), terms.get(f"{key}_stdev", 0.0)
+    if mean is None:
+        raise ConfigError("--workload", spec, f"needs {key}=N (e.g. {DEFAULT_INLINE})")
+    lo, hi = terms.get(f"{key}_min", 1.0), terms.get(f"{key}_max", float(MAX_ENGINE_INT))
+    if not lo <= mean <= hi:
+        raise ConfigError("--workload", spec, f"{key}={mean:g} is outside {key}_min={lo:g}..{key}_max={hi:g}")
+    if sd == 0:
+        return QuantileDistribution.from_quantiles({"p50": mean, "max": mean})
+    lo = max(lo, mean - _NORMAL_TAIL_Z * sd)
+    hi = min(hi, mean + _NORMAL_TAIL_Z * sd)
+    normal = NormalDist(mean, sd)
+    levels = [0.0] + [(i + 0.5) / _NORMAL_KNOTS for i in range(_NORMAL_KNOTS)] + [1.0]
+    values = [lo] + [min(hi, max(lo, normal.inv_cdf(q))) for q in levels[1:-1]] + [hi]
+    return QuantileDistribution(tuple(levels), tuple(values))
+
+
+def inline_workload(spec: str) -> Workload:
+    """``prompt_tokens=256,output_tokens=128[,prompt_tokens_stdev=64,...][,api=completions]``; a bad term is a
+    ConfigError naming it. The workload's name is the text itself, so runs of other lengths are not comparable."""
+    known = {k + s for k in _INLINE_LENGTHS for s in _INLINE_SUFFIXES}
+    terms: dict[str, float] = {}
+    api = "chat"
+    for raw in spec.split(","):
+        key, sep, value = (x.strip() for x in raw.partition("="))
+        if key == "api" and sep:
+            if value not in ("chat", "completions"):
+                raise ConfigError("--workload", raw.strip(), "api is chat or completions")
+            api = value
+            continue
+        if not sep or key not in known:
+            raise ConfigError("--workload", raw.strip() or repr(spec),
+                              f"expected KEY=N with KEY one of {', '.join(sorted(known))} or api")
+        if key in terms:
+            raise ConfigError("--workload", raw.strip(), f"{key} is given twice")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        whole = key.endswith("_stdev") or number.is_integer()
+        if not (math.isfinite(number) and whole and (0 if key.endswith("_stdev") else 1) <= number <= MAX_ENGINE_INT):
+            raise ConfigError("--workload", raw.strip(), f"{key} must be a whole number of tokens from 1 to "
+                                                         f"{MAX_ENGINE_INT}" if not key.endswith("_stdev") else
+                                                         f"{key} must be a number of tokens from 0 to {MAX_ENGINE_INT}")
+        terms[key] = number
+    inputs, outputs = (_inline_lengths(terms, k, spec) for k in _INLINE_LENGTHS)
+    return Workload(",".join(t.strip() for t in spec.split(",")), api == "chat", inputs, outputs, (("P1", 1.0),),
+                    (("loadtest", 1.0),), (("chat", 1.0),))
+
+
 def load_workload(spec: str) -> Workload:
-    """``FILE`` (a workload YAML, or a fleet file with one workload) or ``FILE:NAME`` (a fleet file's workload)."""
+    """``FILE`` (a workload YAML, or a fleet file with one workload), ``FILE:NAME`` (a fleet file's workload), or
+    inline ``KEY=N,...`` terms (``inline_workload``) when no such file exists."""
+    if "=" in spec and not Path(spec).exists():
+        return inline_workload(spec)
     path, _, name = spec.rpartition(":") if ":" in spec and not Path(spec).exists() else (spec, "", "")
     data = load_yaml(path)
     if isinstance(data, dict) and "deployments" in data:

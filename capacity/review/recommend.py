@@ -9,6 +9,8 @@ half of a tier that missed its SLO is the one to rate-limit or move.
 
 from __future__ import annotations
 
+from goodput.foundation.histogram import Quantile
+
 __all__ = ["recommend"]
 
 KV_FULL = 0.9
@@ -67,7 +69,8 @@ def _engine(dep: str, e: dict) -> list[dict]:
                         "the KV cache is near full and sequences are preempted or refused",
                         kv_usage_p95=kv["usage_p95"], preemptions=kv["preemptions"],
                         allocation_failures=kv["allocation_failures"]))
-    queue = max((t["latency_p95_s"].get("queue", 0.0) for t in e["tiers"].values()), default=0.0)
+    queue = max((Quantile.from_dict(t["latency_p95_s"]["queue"]).estimate for t in e["tiers"].values()
+                 if "queue" in t["latency_p95_s"]), default=0.0)
     if kv["usage_p95"] is not None and kv["usage_p95"] < 0.7 and queue > 1.0:
         out.append(_rec(dep, "raise max_num_batched_tokens", "requests queue while the KV cache has room",
                         queue_p95_s=queue, kv_usage_p95=kv["usage_p95"]))

@@ -9,6 +9,8 @@ import html
 import json
 from pathlib import Path
 
+from goodput.foundation.histogram import Quantile
+
 __all__ = ["write_review"]
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
@@ -149,7 +151,8 @@ def _sections(review: dict, dep: str) -> list[tuple[str, list[dict], list[str]]]
     kv = [{"KV usage p95": e["kv"]["usage_p95"], "preemptions": e["kv"]["preemptions"],
            "allocation failures": e["kv"]["allocation_failures"]}]
     refused = [{"tier": t, "timeouts": v["timeouts"], **{f"rejected: {r}": n for r, n in v["rejections"].items()},
-                **{f"p95 {k} s": x for k, x in v["latency_p95_s"].items()}} for t, v in e["tiers"].items()]
+                **{f"p95 {k} s": Quantile.from_dict(x).text(digits=4) for k, x in v["latency_p95_s"].items()}}
+               for t, v in e["tiers"].items()]
     pages = [{"alert": p["alert"], "start": p["start"], "end": p["end"], "minutes": round(p["duration_s"] / 60),
               "labels": ", ".join(f"{k}={v}" for k, v in p["labels"].items() if k not in ("alertname", "deployment"))}
              for p in e["pages"]]

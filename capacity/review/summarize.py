@@ -4,6 +4,9 @@ Attainment over the week weighs each 5-minute error ratio by that step's request
 burn is the week's error ratio over the budget (1 - objective), so 1.0 spends exactly the week's budget.
 SLO goodput is the requests that met both the TTFT and the TPOT objective, approximated per step as
 requests x (1 - the larger of the two error ratios).
+
+The week's latency p95s are the p95 over the week of the rules' 5-minute ``histogram_quantile``s: a number only
+between two finite gateway buckets, else a bound (``goodput.foundation.histogram.bounded``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,16 @@ import numpy as np
 from capacity.review.forecast import forecast_peaks
 from capacity.review.prom import Series
 from capacity.review.queries import STEP_S, WEEK_S, Page, pages_from_series
+from exporters.catalog import by_name
+from goodput.foundation.histogram import bounded
 
-__all__ = ["summarize"]
+__all__ = ["latency_p95", "summarize"]
 
 HIGH_LOAD = 0.8  # "hours above 80 % of capacity"
+# the gateway histograms behind the recorded p95s (queries.RECORDED's queue_p95, ttft_p95, tpot_p95)
+LATENCY_BUCKETS = {"queue": by_name("llm_gateway_queue_wait_seconds").buckets,
+                   "ttft": by_name("llm_gateway_time_to_first_token_seconds").buckets,
+                   "tpot": by_name("llm_gateway_time_per_output_token_seconds").buckets}
 
 
 def _iso(t: float) -> str:
@@ -32,6 +41,12 @@ def _by(series: list[Series], *keys: str) -> dict[tuple, Series]:
 
 def _scalar(series: list[Series], *keys: str) -> dict[tuple, float]:
     return {k: float(s.values[0]) for k, s in _by(series, *keys).items() if len(s.values)}
+
+
+def latency_p95(metric: str, values: np.ndarray) -> dict:
+    """The week's p95 of one latency's 5-minute p95s, with its bound kind (``Quantile.to_dict``, seconds)."""
+    q = bounded(round(float(np.percentile(values, 95)), 4), LATENCY_BUCKETS[metric])
+    return q.to_dict()
 
 
 def _grid(s: Series | None, grid: np.ndarray) -> np.ndarray:
@@ -143,7 +158,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
                                    for (d2, t2, tn), v in tenants.items() if (d2, t2) == key),
                                   key=lambda x: -x["requests"]),
                 "slo": _slo(raw, grid, dep, tier),
-                "latency_p95_s": {k.removesuffix("_p95"): round(float(np.percentile(v.values, 95)), 4)
+                "latency_p95_s": {k.removesuffix("_p95"): latency_p95(k.removesuffix("_p95"), v.values)
                                   for k in lat if (v := lat[k].get(key)) is not None and len(v.values)},
                 "latency_p95_series": {k.removesuffix("_p95"): np.round(_grid(lat[k].get(key), grid), 4).tolist()
                                        for k in lat},

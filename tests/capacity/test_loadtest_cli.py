@@ -78,6 +78,11 @@ def test_a_run_against_the_live_fleet_writes_its_summary(fleet, workload, tmp_pa
     (["--prometheus", "HTML"], "/html: not a Prometheus query API: not valid JSON"),
     (["--prometheus", "HTML", "--gpu-metrics", "HTML"], "the server's view comes from one source"),
     (["--prometheus", "HTML", "--prometheus-selector", "deployment=chat"], "expected {label="),
+    (["--workload", "prompt_tokens=256"], "goodput: error: --workload: prompt_tokens=256: needs output_tokens=N"),
+    (["--workload", "prompt_tokens=256,output_tokens=-1"], "output_tokens=-1: output_tokens must be a whole number"),
+    (["--workload", "prompt_tokens=256,output_tokens=8,outptu_tokens_stdev=2"], "outptu_tokens_stdev=2: expected KEY"),
+    (["--slo", "NONE", "--pattern", "sweep"], "goodput: error: --pattern: sweep: needs --slo TERMS"),
+    (["--slo", "NONE", "--fault", "abort_rate=0.1"], "goodput: error: --fault: abort_rate=0.1: needs --slo TERMS"),
 ])
 def test_bad_input_is_one_line_and_exit_2(fleet, workload, tmp_path, args, says):
     stub = StubTarget(free_port_block(1))
@@ -86,7 +91,7 @@ def test_bad_input_is_one_line_and_exit_2(fleet, workload, tmp_path, args, says)
         defaults = {"--target": fleet, "--workload": workload, "--slo": "ttft_p95=1s", "--pattern": "poisson",
                     "--rate": "1", "--duration": "1", "--out": str(tmp_path / "run")}
         given = dict(zip(args[::2], [subs.get(a, a) for a in args[1::2]], strict=True))
-        argv = [x for k, v in {**defaults, **given}.items() for x in (k, v)]
+        argv = [x for k, v in {**defaults, **given}.items() if v != "NONE" for x in (k, v)]
         out, err = _cli(*argv).communicate(timeout=60)
     finally:
         stub.close()
@@ -124,3 +129,30 @@ def test_sweep_stops_at_the_first_step_that_misses_the_slo(fleet, workload, tmp_
     assert (step["offered_rate"], step["slo_met"], summary["knee"]) == (2.0, False, None)
     assert step["served_rate"] is not None and step["served_rate"] >= 0  # what the target completed in the window
     assert summary["comparability"]["arrival"]["pattern"] == "sweep" and summary["complete"]
+
+
+def test_the_quick_start_needs_only_the_target(fleet, tmp_path, monkeypatch, capsys):
+    """`loadtest run --target URL`: the target's model, Poisson at the default rate, the inline default workload,
+    no SLO (no goodput, said so), a run directory under ./loadtest-runs/; --duration only keeps the test short."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["loadtest", "run", "--target", fleet, "--duration", "3", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    (run,) = (tmp_path / "loadtest-runs").iterdir()
+    assert f"writing the run to {run.relative_to(tmp_path)}" in captured.err
+    summary = json.loads(captured.out)
+    assert summary == json.loads((run / "summary.json").read_text())
+    comp = summary["comparability"]
+    assert comp["model"] == "Llama-3.1-8B" and comp["workload"] == "prompt_tokens=256,output_tokens=128"
+    assert comp["arrival"]["pattern"] == "poisson" and comp["arrival"]["rate"] == 2.0 and comp["slo"] == ""
+    assert comp["input_tokens"]["p50"] == 256 and comp["output_tokens"]["p50"] == 128  # the fleet's own counts
+    (step,) = summary["steps"]
+    assert step["completed"] == step["requests"] > 0 and step["ttft_s"]["p95"] is not None
+    assert (step["slo_attainment"], step["goodput_requests_per_s"], step["slo_met"], summary["knee"]) == (
+        None, None, None, None)  # no SLO: nothing judged, never 100% of an empty SLO
+    assert summary["slo"] is None and "no SLO given" in summary["notes"][0]
+    assert "no SLO given" in (run / "report.html").read_text()
+    assert main(["loadtest", "run", "--target", fleet, "--duration", "1", "--workload",
+                 "prompt_tokens=64,output_tokens=8,api=completions"]) == 0
+    out = capsys.readouterr().out
+    assert "no SLO given: no attainment, goodput or knee" in out and "SLO :" not in out
+    assert len(list((tmp_path / "loadtest-runs").iterdir())) == 2  # a second start in the same second: its own dir

@@ -27,8 +27,8 @@ output_tokens: {p50: 150, p95: 160, max: 170}
 def test_step_queries_are_prometheus_window_queries():
     q = step_queries(4.25, '{deployment="chat"}')
     assert q["running_mean"] == 'sum(avg_over_time(llm_requests_running{deployment="chat"}[4250ms]))'
-    assert q["queue_wait_p95_s"] == ('histogram_quantile(0.95, sum by (le) '
-                                     '(increase(llm_queue_time_seconds_bucket{deployment="chat"}[4250ms])))')
+    assert q["queue_wait_p95_s"] == 'sum by (le) (increase(llm_queue_time_seconds_bucket{deployment="chat"}[4250ms]))'
+
     assert q["prefix_cache_hit_ratio"].count("increase(") == 2
     assert step_queries(0.0)["preemptions"] == "sum(increase(llm_preemptions_total[1ms]))"
 
@@ -81,5 +81,9 @@ scrape_configs:
     assert light["source"] == heavy["source"] == "prometheus" and heavy["failed_scrapes"] == 0, heavy
     assert 0 < light["running_mean"] < heavy["running_mean"] <= 4, (light, heavy)  # four seats
     assert heavy["waiting_mean"] > light["waiting_mean"], (light, heavy)  # 12/s of 150 tokens: a queue
-    assert heavy["queue_wait_p95_s"] > 0 and heavy["kv_usage_max"] > 0, heavy
+    # the light step's waits are milliseconds, inside vLLM's first queue bucket (0-0.3 s): a bound, not a number;
+    # the heavy step's queue of seconds is interpolated between two finite bounds
+    assert light["queue_wait_p95_s"] == {"bound": "below", "value": None, "lower": 0.0, "upper": 0.3}, light
+    assert heavy["queue_wait_p95_s"]["bound"] == "within" and heavy["queue_wait_p95_s"]["value"] > 0.3, heavy
+    assert heavy["kv_usage_max"] > 0, heavy
     assert heavy["gpu_util_mean"] is None  # no GPU exporter scraped

@@ -13,6 +13,13 @@ EVIL_LABEL = '<a href="javascript:window.pwned=1">click</a><img src=x onerror="w
 EVIL_MODEL = "</script><script>window.pwned=2</script>"
 
 
+# the server's queue p95 per step: in vLLM's first bucket, inside, and past its last finite bound
+QUEUE_P95 = [{"bound": "below", "value": None, "lower": 0.0, "upper": 0.3},
+             {"bound": "within", "value": 0.4213, "lower": 0.3, "upper": 0.5},
+             {"bound": "within", "value": 2.0, "lower": 1.0, "upper": 2.5},
+             {"bound": "above", "value": None, "lower": 60.0, "upper": None}]
+
+
 def summary(complete: bool = True) -> dict:
     rates = [1.0, 2.0, 4.0, 8.0]
     steps = []
@@ -26,7 +33,7 @@ def summary(complete: bool = True) -> dict:
                       "e2e_s": {"p50": 1.0 + i, "p95": 2.0 + i, "p99": 3.0 + i},
                       "error_rate": 0.0, "slo_attainment": 1.0 - 0.2 * i, "slo_met": i <= 2,
                       "goodput_requests_per_s": rate * (1.0 - 0.2 * i), "goodput_tokens_per_s": 0.0,
-                      "server": {"queue_wait_p95_s": 0.01 * i, "running_mean": 2.0 * i, "kv_usage_max": 0.2 * i}})
+                      "server": {"queue_wait_p95_s": QUEUE_P95[i], "running_mean": 2.0 * i, "kv_usage_max": 0.2 * i}})
     return {"schema": "goodput.loadtest/1", "tool": "goodput", "complete": complete, "valid": False,
             "invalid_reasons": ["schedule lag p99 12 ms > 5 ms <b>"],
             "comparability": {"model": EVIL_MODEL, "slo": "ttft_p95=0.8s", "arrival": {"pattern": "step"}},
@@ -86,3 +93,10 @@ def test_the_report_renders_offline_in_headless_chromium(tmp_path):
     assert pwned, "a label ran as script"
     assert EVIL_LABEL in shown, "a step label is not shown as the text it is"
     assert shot.stat().st_size > 10_000
+
+
+def test_the_server_s_queue_quantile_is_a_bound_in_the_edge_buckets_and_a_value_inside(tmp_path):
+    text = write_report(tmp_path / "run", summary(), records()).read_text()
+    server = text[text.index("The server's view per step"):]
+    assert "<td>&lt;0.3 s</td>" in server and "<td>0.4213 s</td>" in server and "<td>&gt;60 s</td>" in server
+    assert "bound" not in server, "a quantile's mapping is printed raw"

@@ -151,3 +151,17 @@ def test_the_review_renders_every_chart_in_headless_chromium(review, tmp_path):
     assert errors == [] and fetched == []
     assert shot.stat().st_size > 50_000
     print(f"screenshot: {shot}")
+
+
+def test_the_week_s_latency_p95s_carry_their_bound_and_the_report_shows_it(review, tmp_path):
+    from goodput.foundation.histogram import BOUND_KINDS, Quantile
+
+    md = write_review(review, tmp_path / "r")["md"].read_text()
+    seen = []
+    for e in review["deployments"].values():
+        for t in e["tiers"].values():
+            for q in t["latency_p95_s"].values():
+                assert q["bound"] in BOUND_KINDS and (q["value"] is None) == (q["bound"] != "within"), q
+                assert Quantile.from_dict(q).text(digits=4) in md
+                seen.append(q["bound"])
+    assert "within" in seen, seen  # the decode-bound TPOT of milliseconds lies between two gateway buckets

@@ -9,7 +9,7 @@ import pandas as pd
 
 from console.columns import _paint, label
 from console.palette import DIRECTION, SEGMENTS, STATUS, plain, segment_order
-from console.tables import alert_rows, silence_rows, status, verdict_table
+from console.tables import alert_rows, live_table, silence_rows, status, verdict_table
 
 
 def _verdict(release: str | None, **extra) -> dict:
@@ -82,3 +82,17 @@ def test_markers_draw_releases_scale_events_and_pages_in_their_style_inside_the_
     assert [(s.line.color, s.line.dash) for s in fig.layout.shapes] == [MARKER[k] for k in ("release", "scale", "page")]
     assert [a.text for a in fig.layout.annotations] == ["rag: model &lt;b&gt;a&lt;/b&gt; -&gt; b", "rag: scale 2 -&gt; 4",
                                                         "page: LLMEngineDown rag"]
+
+
+def test_the_live_queue_wait_p95_reads_as_a_bound_in_the_gateway_s_edge_buckets():
+    """The rules' p95 is histogram_quantile over the gateway buckets (5 ms ... 300 s): 4.8 ms is Prometheus's
+    interpolation inside the first bucket, 300 its answer for +Inf; the page shows them as bounds."""
+    from console.columns import COLUMNS
+    from console.prom import Sample
+
+    samples = [Sample({"deployment": d, "tier": "P0"}, v) for d, v in (("a", 0.0048), ("b", 0.042), ("c", 300.0))]
+    table = live_table({"queue_wait_p95_s": samples, "kv_usage": []})
+    assert table["queue_wait_p95_s"].tolist() == [0.0048, 0.042, 300.0]  # the frame keeps Prometheus's numbers
+    shown = table.style.format(COLUMNS["queue_wait_p95_s"].format, subset=["queue_wait_p95_s"], na_rep="")
+    cells = [line.split()[3] for line in shown.to_string().splitlines()[1:]]  # as console.columns.show formats it
+    assert cells == ["<0.005", "0.04", ">300"], shown.to_string()

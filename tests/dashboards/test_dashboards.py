@@ -208,3 +208,19 @@ def test_the_generator_refuses_a_name_the_catalog_or_the_rules_do_not_define():
         n.r("deployment:llm_autoscale_desired_replicas:min")
     with pytest.raises(ValueError):
         n.r("llm_gpu_power_watts")  # a raw metric is no recorded rule
+
+
+def test_every_panel_of_histogram_quantiles_says_they_are_bounds_in_the_edge_buckets():
+    """histogram_quantile interpolates inside the first bucket (a 1 ms wait reads ~4.8 ms) and answers the last
+    finite bound for +Inf: each panel drawing one, directly or through a recorded p-quantile, says so."""
+    from goodput.dashgen import QUANTILE_NOTE
+
+    drawn = []
+    for name, board in boards().items():
+        for panel in board["panels"]:
+            exprs = [t.get("expr", "") for t in panel.get("targets", [])]
+            if any("histogram_quantile" in e or re.search(r"_seconds:p\d+_5m", e) for e in exprs):
+                drawn.append(f"{name} {panel['title']}")
+                assert QUANTILE_NOTE.strip() in panel.get("description", ""), f"{name} panel {panel['title']!r}"
+    assert "5 ms" in QUANTILE_NOTE and "300 s" in QUANTILE_NOTE
+    assert len(drawn) >= 8, drawn  # queue wait, TTFT, TPOT, E2E on deployment; three on tenants; capacity's queue
