@@ -19,7 +19,7 @@ from typing import Any
 from capacity.plan.autoscale import DeploymentPolicy, keda_manifest
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["DEPLOYMENT_LABEL", "ENGINES", "ENGINE_LABEL", "Engine", "POD_RESOURCES_DIR", "Settings", "manifests",
+__all__ = ["DEPLOYMENT_LABEL", "ENGINES", "ENGINE_LABEL", "Engine", "JOB_LABEL", "POD_RESOURCES_DIR", "Settings", "manifests",
            "parse_matcher"]
 
 DEPLOYMENT_LABEL = "goodput.dev/deployment"  # on every engine pod: the serving pool it belongs to
@@ -55,15 +55,17 @@ class Settings:
 @dataclass(frozen=True)
 class _Exporter:
     name: str
+    job: str  # the `job` label the rules expect (LLMExporterDown's up{job=~"llm-(gpu|engine|requests)"})
     port: int
     cpu: tuple[str, str]  # request, limit
     memory: tuple[str, str]
 
 
-GPU = _Exporter("gpu-exporter", 9400, ("50m", "500m"), ("64Mi", "256Mi"))
-ENGINE = _Exporter("engine-exporter", 9401, ("100m", "1"), ("128Mi", "1Gi"))  # 8 MiB per target read at most
-REQUESTS = _Exporter("request-exporter", 9402, ("250m", "2"), ("512Mi", "2Gi"))  # 200k buffered spans at most
+GPU = _Exporter("gpu-exporter", "llm-gpu", 9400, ("50m", "500m"), ("64Mi", "256Mi"))
+ENGINE = _Exporter("engine-exporter", "llm-engine", 9401, ("100m", "1"), ("128Mi", "1Gi"))  # 8 MiB per target read at most
+REQUESTS = _Exporter("request-exporter", "llm-requests", 9402, ("250m", "2"), ("512Mi", "2Gi"))  # 200k buffered spans at most
 OTLP_PORT = 4318
+JOB_LABEL = "goodput.dev/job"  # on each exporter's Service; its ServiceMonitor takes the job name from it
 
 
 def _labels(s: Settings, component: str) -> dict[str, str]:
@@ -113,8 +115,9 @@ def pod_monitor(s: Settings, engine: Engine) -> dict[str, Any]:
 
 
 def service_monitor(s: Settings, exporter: _Exporter) -> dict[str, Any]:
-    """Prometheus scrapes an exporter's Service. ``honorLabels``: the exporters publish ``deployment`` and
-    ``replica`` themselves, which must win over any target label of the same name."""
+    """Prometheus scrapes an exporter's Service, under the job name the rules expect (from the Service's
+    ``goodput.dev/job`` label). ``honorLabels``: the exporters publish ``deployment`` and ``replica`` themselves,
+    which must win over any target label of the same name."""
     endpoint: dict[str, Any] = {"port": "metrics", "path": "/metrics", "interval": "15s", "honorLabels": True}
     if exporter is GPU:  # which node a GPU is on, for the GPU panels' hostname-less views
         endpoint["relabelings"] = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
@@ -122,7 +125,7 @@ def service_monitor(s: Settings, exporter: _Exporter) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
         "metadata": _meta(s, f"goodput-{exporter.name}", exporter.name),
-        "spec": {"selector": {"matchLabels": _selector(exporter.name)},
+        "spec": {"selector": {"matchLabels": _selector(exporter.name)}, "jobLabel": JOB_LABEL,
                  "namespaceSelector": {"matchNames": [s.namespace]}, "endpoints": [endpoint]},
     }
 
@@ -207,6 +210,7 @@ def dashboard_config_map(s: Settings, file_name: str, text: str) -> dict[str, An
     stem = file_name.removesuffix(".json")
     meta = _meta(s, f"goodput-dashboard-{stem}", "dashboards")
     meta["labels"]["grafana_dashboard"] = "1"
+    meta["annotations"] = {"grafana_folder": "goodput"}  # the sidecar's folderAnnotation, where it is set
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {file_name: text}}
 
 
@@ -244,8 +248,9 @@ def _service(s: Settings, exporter: _Exporter, ports: list[dict], *, headless: b
                                        "protocol": "TCP"} for p in ports]}
     if headless:
         spec["clusterIP"] = "None"
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(s, f"goodput-{exporter.name}", exporter.name),
-            "spec": spec}
+    meta = _meta(s, f"goodput-{exporter.name}", exporter.name)
+    meta["labels"][JOB_LABEL] = exporter.job
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 
 def _deployment(s: Settings, exporter: _Exporter, container: dict, volumes: list[dict], **spec: Any) -> dict:

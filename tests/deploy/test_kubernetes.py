@@ -6,6 +6,7 @@ landing on every object; bad input refused in one line."""
 import copy
 import functools
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,7 +19,7 @@ import yaml
 from capacity.plan.autoscale import DeploymentPolicy, keda_manifest
 from capacity.plan.policyfile import load_policy_file
 from goodput.cli import build_parser, main
-from goodput.kubernetes import DEPLOYMENT_LABEL, ENGINE_LABEL, ENGINES, POD_RESOURCES_DIR
+from goodput.kubernetes import DEPLOYMENT_LABEL, ENGINE_LABEL, ENGINES, JOB_LABEL, POD_RESOURCES_DIR
 from tests.conftest import REPO, needs
 
 SCHEMAS = REPO / "tests" / "fixtures" / "schemas"
@@ -176,6 +177,24 @@ def test_namespace_image_and_release_land_everywhere(out):
     assert {c["image"] for p in pods for c in p["containers"]} == {FLAGS["image"]}
     for sm in _kind(out, "ServiceMonitor"):  # each finds its Service in goodput's namespace
         assert sm["spec"]["namespaceSelector"] == {"matchNames": [FLAGS["namespace"]]}
+
+
+def test_each_exporter_is_scraped_under_the_job_the_exporter_down_alert_watches(out):
+    alerts = yaml.safe_load((REPO / "rules" / "alerts.rules.yaml").read_text())["groups"][0]["rules"]
+    expr = next(r["expr"] for r in alerts if r["alert"] == "LLMExporterDown")
+    watched = re.fullmatch(r'up\{job=~"(.+)"\} == 0', expr.strip())[1]
+    services = {(s["metadata"]["namespace"], s["metadata"]["labels"]["app.kubernetes.io/name"]): s
+                for s in _kind(out, "Service")}
+    jobs = set()
+    for sm in _kind(out, "ServiceMonitor"):
+        [(ns, name)] = [(n, sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"])
+                        for n in sm["spec"]["namespaceSelector"]["matchNames"]]
+        service = services[(ns, name)]
+        port_names = {p["name"] for p in service["spec"]["ports"]}
+        assert {e["port"] for e in sm["spec"]["endpoints"]} <= port_names
+        jobs.add(service["metadata"]["labels"][sm["spec"]["jobLabel"]])
+    assert sm["spec"]["jobLabel"] == JOB_LABEL
+    assert len(jobs) == 3 and all(re.fullmatch(watched, j) for j in jobs), (jobs, watched)
 
 
 def test_engine_pod_monitors_scrape_each_engine_port_with_the_contract_target_labels(out):
