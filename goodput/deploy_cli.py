@@ -66,7 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="kube-prometheus-stack's Helm release name: the `release` label its selectors match "
                         "(default kube-prometheus-stack)")
     k.add_argument("--rules", type=Path, default=Path("rules"), metavar="DIR",
-                   help="directory of the generated *.rules.yaml and alertmanager.yaml (default rules/)")
+                   help="directory of rule files: every *.yaml there with rule `groups` becomes a PrometheusRule "
+                        "(default rules/: the generated *.rules.yaml; or `goodput rules mixin`'s output)")
+    k.add_argument("--alertmanager", type=Path, default=None, metavar="FILE",
+                   help="the Alertmanager configuration to convert (default: alertmanager.yaml in --rules)")
     k.add_argument("--dashboards", type=Path, default=Path("dashboards"), metavar="DIR",
                    help="directory of the generated dashboard *.json (default dashboards/)")
     k.add_argument("--targets", type=Path, default=None, metavar="FILE",
@@ -81,19 +84,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _rule_files(rules: Path) -> dict[str, dict]:
-    """Every generated rule file in the directory: a new generator's file joins with no change here."""
-    from goodput.foundation.yamlfile import load_mapping
+    """Every rule file in the directory (a YAML mapping with ``groups``; the spec and alertmanager.yaml beside
+    them have none): a new generator's file, or the mixin's rendering, joins with no change here."""
+    from goodput.foundation.yamlfile import load_yaml
 
     if not rules.is_dir():
         raise ConfigError(str(rules), "", "not a directory of rule files (see --rules)")
     found = {}
-    for path in sorted(rules.glob("*.rules.yaml")):
-        doc = load_mapping(path, "a Prometheus rule file with 'groups'")
-        if not isinstance(doc.get("groups"), list) or not doc["groups"]:
-            raise ConfigError(str(path), "groups", "expected a non-empty list of rule groups")
-        found[path.name] = doc
+    for path in sorted(rules.glob("*.yaml")):
+        doc = load_yaml(path)
+        if path.name.endswith(".rules.yaml") or (isinstance(doc, dict) and "groups" in doc):
+            if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list) or not doc["groups"]:
+                raise ConfigError(str(path), "groups", "expected a non-empty list of rule groups")
+            found[path.name] = doc
     if not found:
-        raise ConfigError(str(rules), "", "no *.rules.yaml here; run `goodput rules generate` first")
+        raise ConfigError(str(rules), "", "no rule files here; run `goodput rules generate` first")
     return found
 
 
@@ -127,6 +132,8 @@ def _targets(path: Path | None) -> list:
         labels = group.get("labels", {})
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise ConfigError(str(path), f"[{i}].labels", "expected a mapping of label name -> string")
+        if not labels.get("deployment"):
+            raise ConfigError(str(path), f"[{i}].labels.deployment", "is required: the deployment of these targets")
     return data
 
 
@@ -149,14 +156,15 @@ def _kubernetes(args: argparse.Namespace) -> int:
 
     settings = Settings(namespace=args.namespace, image=args.image, release=args.release,
                         serving_namespace=args.serving_namespace or args.namespace, prometheus=args.prometheus)
-    am_path = args.rules / "alertmanager.yaml"
+    rule_files = _rule_files(args.rules)
+    am_path = args.alertmanager or args.rules / "alertmanager.yaml"
     am = load_mapping(am_path, "an Alertmanager configuration")
     policies = []
     if args.policy is not None:
         from capacity.plan.autoscale import DeploymentPolicy
         from capacity.plan.policyfile import load_policy_file
         policies = [DeploymentPolicy(name, p) for name, p in load_policy_file(args.policy).items()]
-    files = manifests(settings, _rule_files(args.rules), am, str(am_path), _dashboards(args.dashboards),
+    files = manifests(settings, rule_files, am, str(am_path), _dashboards(args.dashboards),
                       _targets(args.targets), policies)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, objects in files.items():

@@ -84,8 +84,9 @@ def _selector(component: str) -> dict[str, str]:
 # --- Prometheus: rules, engine PodMonitors, exporter ServiceMonitors -------------------------------------------
 
 def prometheus_rule(s: Settings, file_name: str, rules: dict) -> dict[str, Any]:
-    """One PrometheusRule per generated rule file (``llm.rules.yaml`` -> ``goodput-llm``), its groups verbatim."""
-    stem = file_name.removesuffix(".rules.yaml")
+    """One PrometheusRule per rule file (``llm.rules.yaml`` -> ``goodput-llm``, the mixin's
+    ``prometheus_alerts.yaml`` -> ``goodput-prometheus-alerts``), its groups verbatim."""
+    stem = file_name.removesuffix(".yaml").removesuffix(".rules").replace("_", "-").lower()
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
             "metadata": _meta(s, f"goodput-{stem}", "rules"), "spec": {"groups": rules["groups"]}}
 

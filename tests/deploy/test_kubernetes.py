@@ -157,6 +157,28 @@ def test_a_new_generated_rule_file_joins_with_no_change(tmp_path):
     assert "goodput-normalize" in names and "goodput-llm" in names
 
 
+def test_the_mixins_rendering_deploys_as_it_is(tmp_path):
+    """`goodput rules mixin --out DIR` writes prometheus_rules.yaml, prometheus_alerts.yaml and dashboards/*.json:
+    --rules DIR, --dashboards DIR/dashboards and --alertmanager take it with no conversion."""
+    mixin = tmp_path / "mixin"
+    (mixin / "dashboards").mkdir(parents=True)
+    generated = {p.name: yaml.safe_load(p.read_text()) for p in (REPO / "rules").glob("*.rules.yaml")}
+    alerts = generated.pop("alerts.rules.yaml")
+    (mixin / "prometheus_alerts.yaml").write_text(yaml.safe_dump(alerts))
+    (mixin / "prometheus_rules.yaml").write_text(yaml.safe_dump({"groups": [g for d in generated.values()
+                                                                              for g in d["groups"]]}))
+    for p in (REPO / "dashboards").glob("*.json"):
+        shutil.copy(p, mixin / "dashboards")
+    assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(mixin),
+                 "--dashboards", str(mixin / "dashboards"),
+                 "--alertmanager", str(REPO / "rules" / "alertmanager.yaml")]) == 0
+    rules = {o["metadata"]["name"]: o for o in _kind(tmp_path / "out", "PrometheusRule")}
+    assert sorted(rules) == ["goodput-prometheus-alerts", "goodput-prometheus-rules"]
+    assert rules["goodput-prometheus-alerts"]["spec"] == alerts
+    for o in rules.values():
+        validate(o)
+
+
 def test_the_kustomization_lists_every_file_written(out):
     kustomization = yaml.safe_load((out / "kustomization.yaml").read_text())
     written = {p.name for p in out.iterdir()} - {"kustomization.yaml"}
@@ -317,11 +339,16 @@ def test_secure_defaults_on_every_pod(out):
     (["--prometheus", "prometheus:9090"], "argument --prometheus"),
     (["--rules", "no/such/dir"], "no/such/dir"),
     (["--targets", "TARGETS_LIST"], "targets.yaml: expected a file_sd list"),
+    (["--targets", "TARGETS_NO_DEPLOYMENT"], "no_deployment.yaml: [0].labels.deployment: is required"),
+    (["--rules", "RULES_BROKEN"], "x.rules.yaml: groups: expected a non-empty list"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, says):
-    targets = tmp_path / "targets.yaml"
-    targets.write_text("targets: [a:1]\n")  # goodput's own mapping, not file_sd's list
-    extra = [str(targets) if a == "TARGETS_LIST" else a for a in extra]
+    (tmp_path / "targets.yaml").write_text("targets: [a:1]\n")  # goodput's own mapping, not file_sd's list
+    (tmp_path / "no_deployment.yaml").write_text("- targets: [a:1]\n  labels: {engine: vllm}\n")
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "x.rules.yaml").write_text("groups: []\n")
+    given = {"TARGETS_LIST": "targets.yaml", "TARGETS_NO_DEPLOYMENT": "no_deployment.yaml", "RULES_BROKEN": "rules"}
+    extra = [str(tmp_path / given[a]) if a in given else a for a in extra]
     with pytest.raises(SystemExit) as e:
         raise SystemExit(_run(tmp_path / "out", *extra))
     assert e.value.code == 2
