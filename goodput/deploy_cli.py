@@ -137,6 +137,17 @@ def _targets(path: Path | None) -> list:
     return data
 
 
+def _dump(objects: list[dict]) -> str:
+    """YAML without anchors and aliases (an object used twice is written twice), as kubectl users read it."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data) -> bool:
+            return True
+
+    return yaml.dump_all(objects, Dumper=Dumper, sort_keys=False, width=120)
+
+
 def _loopback_receivers(am: dict) -> list[str]:
     """Receivers whose webhook points at loopback: in a cluster that is Alertmanager's own pod."""
     out = []
@@ -149,8 +160,6 @@ def _loopback_receivers(am: dict) -> list[str]:
 
 
 def _kubernetes(args: argparse.Namespace) -> int:
-    import yaml
-
     from goodput.foundation.yamlfile import load_mapping
     from goodput.kubernetes import Settings, manifests
 
@@ -168,7 +177,7 @@ def _kubernetes(args: argparse.Namespace) -> int:
                       _targets(args.targets), policies)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, objects in files.items():
-        (args.out / name).write_text(yaml.safe_dump_all(objects, sort_keys=False, width=120), encoding="utf-8")
+        (args.out / name).write_text(_dump(objects), encoding="utf-8")
     loopback = _loopback_receivers(am)
     if loopback:
         print(f"goodput: warning: {am_path}: receivers {', '.join(loopback)} are loopback, which in the cluster is "

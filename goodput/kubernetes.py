@@ -233,8 +233,10 @@ def _container(s: Settings, exporter: _Exporter, args: list[str], ports: list[di
 
 
 def _pod(containers: list[dict], volumes: list[dict], *, uid: int = UID) -> dict[str, Any]:
-    security = {"runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, "runAsNonRoot": uid != 0,
-                "seccompProfile": {"type": "RuntimeDefault"}}
+    security: dict[str, Any] = {"runAsUser": uid, "runAsGroup": uid, "runAsNonRoot": uid != 0,
+                                "seccompProfile": {"type": "RuntimeDefault"}}
+    if uid != 0:  # the volumes it writes (the trace store) are its group's
+        security["fsGroup"] = uid
     return {"automountServiceAccountToken": False, "securityContext": security, "containers": containers,
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}, *volumes]}
 
