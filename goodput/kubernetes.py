@@ -19,7 +19,8 @@ from typing import Any
 from capacity.plan.autoscale import DeploymentPolicy, keda_manifest
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["DEPLOYMENT_LABEL", "ENGINES", "ENGINE_LABEL", "Engine", "JOB_LABEL", "POD_RESOURCES_DIR", "Settings", "manifests",
+__all__ = ["DEPLOYMENT_LABEL", "ENGINES", "ENGINE_LABEL", "Engine", "JOB_LABEL", "MAX_CONFIG_MAP_BYTES",
+           "POD_RESOURCES_DIR", "Settings", "manifests",
            "parse_matcher"]
 
 DEPLOYMENT_LABEL = "goodput.dev/deployment"  # on every engine pod: the serving pool it belongs to
@@ -29,6 +30,7 @@ TARGETS_MOUNT = "/etc/goodput/targets"
 TRACE_STORE_MOUNT = "/var/lib/goodput/traces"
 TRACE_STORE_SIZE = "50Gi"  # the request exporter's Parquet store and write-ahead log
 UID = 65532  # the image's unprivileged user
+MAX_CONFIG_MAP_BYTES = 1_048_576  # Kubernetes refuses a larger ConfigMap (its data, as etcd stores it)
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,9 @@ def alertmanager_config(s: Settings, am: dict, source: str) -> dict[str, Any]:
 
 def dashboard_config_map(s: Settings, file_name: str, text: str) -> dict[str, Any]:
     """A dashboard for Grafana's sidecar, which loads every ConfigMap labelled ``grafana_dashboard: "1"``."""
+    if len(text.encode()) > MAX_CONFIG_MAP_BYTES:
+        raise ConfigError(file_name, "", f"{len(text.encode()):,} bytes; a ConfigMap holds at most "
+                                         f"{MAX_CONFIG_MAP_BYTES:,}")
     stem = file_name.removesuffix(".json")
     meta = _meta(s, f"goodput-dashboard-{stem}", "dashboards")
     meta["labels"]["grafana_dashboard"] = "1"

@@ -19,7 +19,7 @@ import yaml
 from capacity.plan.autoscale import DeploymentPolicy, keda_manifest
 from capacity.plan.policyfile import load_policy_file
 from goodput.cli import build_parser, main
-from goodput.kubernetes import DEPLOYMENT_LABEL, ENGINE_LABEL, ENGINES, JOB_LABEL, POD_RESOURCES_DIR
+from goodput.kubernetes import DEPLOYMENT_LABEL, ENGINE_LABEL, ENGINES, JOB_LABEL, MAX_CONFIG_MAP_BYTES, POD_RESOURCES_DIR
 from tests.conftest import REPO, needs
 
 SCHEMAS = REPO / "tests" / "fixtures" / "schemas"
@@ -357,6 +357,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, says):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and says in err and "Traceback" not in err
     assert not (tmp_path / "out" / "kustomization.yaml").exists()
+
+
+def test_a_dashboard_too_large_for_a_config_map_is_refused_before_anything_is_written(tmp_path, capsys):
+    (tmp_path / "dashboards").mkdir()
+    (tmp_path / "dashboards" / "huge.json").write_text(json.dumps({"title": "x" * MAX_CONFIG_MAP_BYTES}))
+    assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(REPO / "rules"),
+                 "--dashboards", str(tmp_path / "dashboards")]) == 2
+    assert "huge.json" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_help_names_every_flag(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["deploy", "kubernetes", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--out", "--namespace", "--serving-namespace", "--image", "--release", "--rules", "--alertmanager",
+                 "--dashboards", "--targets", "--policy", "--prometheus", "--format"):
+        assert flag in out
 
 
 def test_json_format_counts_the_objects(tmp_path, capsys):
