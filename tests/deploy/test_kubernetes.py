@@ -9,8 +9,10 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -20,7 +22,7 @@ from capacity.plan.autoscale import DeploymentPolicy, keda_manifest
 from capacity.plan.policyfile import load_policy_file
 from goodput.cli import build_parser, main
 from goodput.kubernetes import DEPLOYMENT_LABEL, ENGINE_LABEL, ENGINES, JOB_LABEL, MAX_CONFIG_MAP_BYTES, POD_RESOURCES_DIR
-from tests.conftest import REPO, needs
+from tests.conftest import REPO, free_port_block, needs
 
 SCHEMAS = REPO / "tests" / "fixtures" / "schemas"
 K8S_VERSION = "1.33.0"
@@ -383,3 +385,47 @@ def test_json_format_counts_the_objects(tmp_path, capsys):
     assert report["files"][-1] == "kustomization.yaml"
     assert report["objects"]["PodMonitor"] == len(ENGINES)
     assert report["objects"]["PrometheusRule"] == len(list((REPO / "rules").glob("*.rules.yaml")))
+
+
+def _snake(relabel):
+    """A PodMonitor relabeling as Prometheus' relabel_config, as the operator writes it (camelCase keys to
+    snake_case, the action lower-case)."""
+    return {re.sub(r"(?<!^)([A-Z])", r"_\1", k).lower(): (v.lower() if k == "action" else v) for k, v in relabel.items()}
+
+
+@needs("prometheus")
+def test_a_real_prometheus_gives_engine_targets_the_contract_labels(out, tmp_path):
+    """Kubernetes discovery can not run here, so a file_sd target carries the meta labels it would give an engine
+    pod (its name, and its label goodput.dev/deployment as Prometheus spells it); a real Prometheus applies the
+    PodMonitor's relabelings, and the target's series carry `deployment` and `replica`."""
+    port = free_port_block(1)
+    endpoint = next(m for m in _kind(out, "PodMonitor") if m["metadata"]["name"] == "goodput-vllm")
+    relabel = [_snake(r) for r in endpoint["spec"]["podMetricsEndpoints"][0]["relabelings"]]
+    meta = {"__meta_kubernetes_pod_name": "chat-8b-vllm-7d9f-abcde",
+            "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", DEPLOYMENT_LABEL): "chat-8b-h100"}
+    (tmp_path / "targets.json").write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": meta}]))
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [{"job_name": "engines", "file_sd_configs": [{"files": [str(tmp_path / "targets.json")]}],
+                            "relabel_configs": relabel}]}))
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        labels = None
+        deadline = time.monotonic() + 45
+        while labels is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            try:
+                result = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": 'up{job="engines"}'},
+                                   timeout=2).json()["data"]["result"]
+            except httpx.HTTPError:
+                continue
+            labels = result[0]["metric"] if result else None
+        assert labels is not None, (tmp_path / "prometheus.log").read_text()[-2000:]
+        assert labels["deployment"] == "chat-8b-h100" and labels["replica"] == "chat-8b-vllm-7d9f-abcde"
+        assert not any(k.startswith("__meta") for k in labels)  # discovery labels end with relabeling
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
