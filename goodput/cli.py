@@ -40,6 +40,7 @@ COMMANDS: dict[str, Command] = {
     "review": Command("capacity.review.cli", "the weekly capacity review from Prometheus or a trace store"),
     "week": Command("capacity.review.cli", "a compressed simulated week as OpenMetrics, backfilled into a TSDB"),
     "console": Command("console.cli", "the triage console (Streamlit) on 127.0.0.1:8501"),
+    "deploy": Command("goodput.deploy_cli", "Kubernetes manifests for kube-prometheus-stack"),
 }
 
 

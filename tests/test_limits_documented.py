@@ -9,6 +9,7 @@ from capacity.loadtest import cli as loadtest_cli
 from capacity.loadtest.imports import MAX_IMPORT_BYTES
 from capacity.plan import cli as plan_cli
 from capacity.plan import demand
+from goodput import deploy_cli, kubernetes
 from goodput.foundation import jsonfile, promapi, yamlfile
 from simulator import config, week
 from simulator.cli import MAX_DURATION_S
@@ -22,6 +23,7 @@ LIMITS = {
                     plan_cli.MAX_SIM_DURATION_S],
     "loadtest.md": [loadtest_cli.MAX_IN_FLIGHT, loadtest_cli.MAX_DURATION_S, MAX_IMPORT_BYTES, jsonfile.MAX_JSON_BYTES,
                     jsonfile.MAX_DEPTH],
+    "kubernetes.md": [deploy_cli.MAX_LABEL, deploy_cli.MAX_IMAGE, kubernetes.MAX_CONFIG_MAP_BYTES],
     "review.md": [week.MAX_WEEKS_BEFORE, week.MAX_TENANTS, week.MAX_TENANT_POINTS, promapi.MAX_ANSWER_BYTES,
                   promapi.CONNECT_TIMEOUT_S],
 }
