@@ -28,7 +28,7 @@ from exporters import recorded
 from exporters.catalog import by_name, names
 from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput import dashboard_ids as ids
-from goodput.placeholders import Knob, fill, mark, params, template
+from goodput.placeholders import Knob, fill, mark, params
 from goodput.rulegen import BURN_WINDOWS, RULE_FILES, Spec, knobs
 from goodput.rulegen import build as build_rules
 
@@ -394,7 +394,7 @@ def dashboard(board: ids.Board, n: Names) -> dict:
 def templates(spec: Spec) -> dict[str, dict]:
     """File name -> every dashboard, its configurable values placeholders (``KNOBS`` and the rules' ``knobs``)."""
     n = Names(spec)
-    return template({board.file: dashboard(board, n) for board in ids.BOARDS})
+    return {board.file: dashboard(board, n) for board in ids.BOARDS}
 
 
 def build(spec: Spec) -> dict[str, str]:

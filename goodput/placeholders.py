@@ -1,19 +1,23 @@
 """Generated documents as templates: the configurable parts of a rule or dashboard are named placeholders.
 
-A generator writes ``mark(name)`` where a configurable value goes (a threshold, a selector, a URL base);
-``template`` turns the built document into one whose strings are Python/jsonnet format strings (``%(name)s``,
-literal ``%`` doubled). ``fill`` with the defaults gives the committed files; the monitoring mixin
-(mixin/, docs/mixin.md) fills the same templates from its ``_config`` with the same ``render`` rules
-(mixin/lib/render.libsonnet), so both come from one build and never from two copies of the generator.
+A generator writes ``mark(name)`` where a configurable value goes (a threshold, a selector, a URL base): the name
+between a NUL and a SOH, characters no rule or dashboard holds, so a template needs no escaping. ``fill`` with the
+defaults gives the committed files; the monitoring mixin (mixin/, docs/mixin.md) fills the same templates from its
+``_config`` with the same ``render`` rules (mixin/lib/render.libsonnet), so both come from one build and never
+from two copies of the generator.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KINDS", "Knob", "fill", "mark", "params", "render", "template"]
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["KINDS", "Knob", "check", "fill", "mark", "params", "render"]
 
 # how a value is written into text; mixin/lib/render.libsonnet implements each the same way
 KINDS = ("text", "url", "number", "float", "alternation", "selector")
@@ -29,6 +33,7 @@ class Knob:
     kind: str
     default: Any
     help: str
+    check: Callable[[Any, str, str], Any] | None = None  # (value, source, key): raises ConfigError when it is bad
 
 
 def mark(param: str) -> str:
@@ -47,14 +52,9 @@ def _walk(doc: Any, f, seen: dict[int, Any] | None = None) -> Any:
     return f(doc) if isinstance(doc, str) else doc
 
 
-def template(doc: Any) -> Any:
-    """Every string of ``doc`` as a format string: ``%`` doubled, each mark a ``%(param)s``."""
-    return _walk(doc, lambda s: _MARK.sub(r"%(\1)s", s.replace("%", "%%")))
-
-
 def fill(doc: Any, values: dict[str, str]) -> Any:
-    """A template with its placeholders replaced (the inverse of ``template`` for the default values)."""
-    return _walk(doc, lambda s: s % values)
+    """A template with every mark replaced by its value."""
+    return _walk(doc, lambda s: _MARK.sub(lambda m: values[m.group(1)], s))
 
 
 def _number(v: float) -> str:
@@ -91,3 +91,35 @@ def params(knobs: tuple[Knob, ...], config: dict[str, Any] | None = None) -> dic
         for suffix, text in render(k.kind, value).items():
             out[k.param + suffix] = text
     return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_KIND_OK: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "text": (lambda v: isinstance(v, str) and "\n" not in v, "a string without newlines"),
+    "url": (lambda v: isinstance(v, str), "a URL (a string)"),
+    "number": (_is_number, "a finite number"),
+    "float": (_is_number, "a finite number"),
+    "alternation": (lambda v: isinstance(v, list) and bool(v) and all(_is_number(x) for x in v), "a list of numbers"),
+    # copied between braces of PromQL: a brace or newline there would end or break the selector
+    "selector": (lambda v: isinstance(v, str) and not re.search(r"[{}\n]", v),
+                 'label matchers without braces (job="x",namespace=~"y"), or ""'),
+}
+
+
+def check(knobs: tuple[Knob, ...], config: dict[str, Any], src: str) -> None:
+    """Refuse a ``_config`` whose value for a knob is missing or not of its kind (``ConfigError`` naming the key)."""
+    for k in knobs:
+        key, value = "_config", config
+        for part in k.path:
+            key += f".{part}"
+            if not isinstance(value, dict) or part not in value:
+                raise ConfigError(src, key, "is required")
+            value = value[part]
+        ok, expected = _KIND_OK[k.kind]
+        if not ok(value):
+            raise ConfigError(src, key, f"expected {expected}, got {value!r}")
+        if k.check is not None:
+            k.check(value, src, key)

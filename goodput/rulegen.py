@@ -35,7 +35,7 @@ from goodput.dashboard_ids import alert_link
 from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
-from goodput.placeholders import Knob, fill, mark, params, template
+from goodput.placeholders import Knob, fill, mark, params
 
 __all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "knobs", "load_spec", "templates", "write"]
 
@@ -139,9 +139,7 @@ def load_spec(path: str | Path) -> Spec:
         raise ConfigError(src, "thresholds.queue_wait_p95_seconds", f"missing tiers {sorted(missing)}")
     for tier, secs in queue.items():
         _number(secs, src, f"thresholds.queue_wait_p95_seconds.{tier}")
-    xids = th["critical_xids"]
-    if not isinstance(xids, list) or not xids or not all(isinstance(x, int) and not isinstance(x, bool) for x in xids):
-        raise ConfigError(src, "thresholds.critical_xids", f"expected a list of XID codes (integers), got {xids!r}")
+    _xids(th["critical_xids"], src, "thresholds.critical_xids")
     _regex(th["exporter_jobs"], src, "thresholds.exporter_jobs")
     am = _section(data, "alertmanager", src)
     receivers = _section(am, "receivers", src, "alertmanager")
@@ -156,6 +154,18 @@ def load_spec(path: str | Path) -> Spec:
     return Spec(tuple(slos), th, am, {k: _link(links.get(k, default), src, f"links.{k}")
                                       for k, default in (("runbook_base", "docs/runbooks/"), ("dashboard_base", ""),
                                                          ("console_base", ""))})
+
+
+def _xids(v: Any, src: str, key: str) -> list[int]:
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise ConfigError(src, key, f"expected a list of XID codes (integers), got {v!r}")
+    return v
+
+
+def _label_name(v: Any, src: str, key: str) -> str:
+    if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+        raise ConfigError(src, key, f"expected a Prometheus label name, got {v!r}")
+    return v
 
 
 # RE2 (Prometheus' regex engine) has no lookaround and no backreferences, which Python's re would accept (numbered
@@ -482,10 +492,10 @@ _Dumper.add_representer(str, _str)
 def knobs(spec: Spec) -> tuple[Knob, ...]:
     """The rules' configurable values (the mixin's ``_config``), each defaulting to the spec's."""
     th, links = spec.thresholds, spec.links
-    number = lambda param, key, help_: Knob(param, (param,), "number", th[key], help_)  # noqa: E731
+    number = lambda param, key, help_: Knob(param, (param,), "number", th[key], help_, _number)  # noqa: E731
     return (
         *(Knob(f"queueWaitThresholdSeconds_{t}", ("queueWaitThresholdSeconds", t), "float", float(s),
-               f"LLMQueueWaitRisingReplicasShort: tier {t}'s queue wait threshold (s)")
+               f"LLMQueueWaitRisingReplicasShort: tier {t}'s queue wait threshold (s)", _number)
           for t, s in sorted(th["queue_wait_p95_seconds"].items())),
         number("rejectionRatioMin", "rejection_ratio_min", "LLMTTFTSLOBreachWithRejects: the least rejection share"),
         number("preemptionsPerSecond", "preemptions_per_second", "LLMKVCacheAllocationFailures: preemptions/s over"),
@@ -493,25 +503,27 @@ def knobs(spec: Spec) -> tuple[Knob, ...]:
         number("autoscaleKvTargetRatio", "autoscale_kv_target_ratio", "the autoscaling kv signal's mean KV usage target"),
         number("autoscaleQueueTargetSeconds", "autoscale_queue_target_seconds", "the autoscaling queue signal's target"),
         Knob("criticalXids", ("criticalXids",), "alternation", list(th["critical_xids"]),
-             "XID codes that page (any other XID opens a ticket)"),
+             "XID codes that page (any other XID opens a ticket)", _xids),
         Knob("exporterSelector", ("exporterSelector",), "selector", f'job=~"{th["exporter_jobs"]}"',
              "LLMExporterDown: the scrape targets of goodput's exporters"),
-        Knob("dcgmUuidLabel", ("dcgmUuidLabel",), "text", "UUID", "dcgm-exporter's label holding the GPU UUID"),
-        Knob("dcgmXidLabel", ("dcgmXidLabel",), "text", "err_code", "dcgm-exporter's label holding the XID code"),
+        Knob("dcgmUuidLabel", ("dcgmUuidLabel",), "text", "UUID", "dcgm-exporter's label holding the GPU UUID",
+             _label_name),
+        Knob("dcgmXidLabel", ("dcgmXidLabel",), "text", "err_code", "dcgm-exporter's label holding the XID code",
+             _label_name),
         Knob("runbookUrlBase", ("runbookUrlBase",), "text", links["runbook_base"],
-             "runbook_url = this + ALERTNAME.md"),
+             "runbook_url = this + ALERTNAME.md", _link),
         Knob("dashboardUrlBase", ("dashboardUrlBase",), "url", links["dashboard_base"],
-             "Grafana's root URL for the dashboard links (empty: relative)"),
+             "Grafana's root URL for the dashboard links (empty: relative)", _link),
         Knob("consoleUrlBase", ("consoleUrlBase",), "url", links["console_base"],
-             "the triage console's URL (the console link exists when rules/slos.yaml names one)"),
+             "the triage console's URL (the console link exists when rules/slos.yaml names one)", _link),
     )
 
 
 def templates(spec: Spec, scale: float = 1.0) -> dict[str, dict]:
     """File name -> document of every generated file, its configurable values placeholders (``knobs``)."""
     b = _Builder(spec, scale)
-    return template({"llm.rules.yaml": _llm_rules(b), "slo.rules.yaml": _slo_rules(b), "gpu.rules.yaml": _gpu_rules(b),
-                     "alerts.rules.yaml": _alert_rules(b), "alertmanager.yaml": _alertmanager(spec)})
+    return {"llm.rules.yaml": _llm_rules(b), "slo.rules.yaml": _slo_rules(b), "gpu.rules.yaml": _gpu_rules(b),
+            "alerts.rules.yaml": _alert_rules(b), "alertmanager.yaml": _alertmanager(spec)}
 
 
 def build(spec: Spec, scale: float = 1.0) -> dict[str, str]:
