@@ -28,12 +28,17 @@ from exporters import recorded
 from exporters.catalog import GATEWAY_BUCKETS, by_name, names
 from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput import dashboard_ids as ids
-from goodput.rulegen import BURN_WINDOWS, RULE_FILES, Spec
+from goodput.placeholders import Knob, fill, mark, params
+from goodput.rulegen import BURN_WINDOWS, RULE_FILES, Spec, knobs
 from goodput.rulegen import build as build_rules
 
-__all__ = ["PROMETHEUS_BUILTINS", "RELEASE_RULE", "Names", "Panel", "Query", "build", "release_rules", "write"]
+__all__ = ["KNOBS", "PROMETHEUS_BUILTINS", "RELEASE_RULE", "Names", "Panel", "Query", "build", "release_rules", "templates",
+           "write"]
 
-DATASOURCE = common.DataSourceRef(type_val="prometheus", uid="${datasource}")
+# the dashboards' configurable values besides the rules' (goodput.placeholders; the mixin's _config)
+KNOBS = (Knob("datasourceUid", ("datasourceUid",), "text", "${datasource}",
+              "the Prometheus data source of every query (default: the dashboard's Data source variable)"),)
+DATASOURCE = common.DataSourceRef(type_val="prometheus", uid=mark("datasourceUid"))
 RELEASE_RULE = "deployment:llm_release:timestamp_seconds"
 # series Prometheus itself provides: target health and the alerts it evaluates
 PROMETHEUS_BUILTINS = ("up", "ALERTS")
@@ -144,7 +149,7 @@ def _fleet(n: Names) -> list[Panel]:
               kind="table"),
         Panel(ids.FLEET_EXPORTERS_UP, "Exporters up", "Prometheus's scrape health of goodput's exporters; 0 means "
               "that part of the fleet is invisible (LLMExporterDown).", "short",
-              (Query(f'up{{job=~"{n.spec.thresholds["exporter_jobs"]}"}}', "{{job}} {{instance}}"),), max=1),
+              (Query(f"up{{{mark('exporterSelector')}}}", "{{job}} {{instance}}"),), max=1),
     ]
 
 
@@ -393,10 +398,16 @@ def dashboard(board: ids.Board, n: Names) -> dict:
     return doc
 
 
+def templates(spec: Spec) -> dict[str, dict]:
+    """File name -> every dashboard, its configurable values placeholders (``KNOBS`` and the rules' ``knobs``)."""
+    n = Names(spec)
+    return {board.file: dashboard(board, n) for board in ids.BOARDS}
+
+
 def build(spec: Spec) -> dict[str, str]:
     """File name -> JSON text of every dashboard."""
-    n = Names(spec)
-    return {board.file: json.dumps(dashboard(board, n), indent=2, sort_keys=True) + "\n" for board in ids.BOARDS}
+    docs = fill(templates(spec), params(knobs(spec) + KNOBS))
+    return {name: json.dumps(doc, indent=2, sort_keys=True) + "\n" for name, doc in docs.items()}
 
 
 def write(spec: Spec, out: Path) -> list[Path]:

@@ -35,8 +35,9 @@ from goodput.dashboard_ids import alert_link
 from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
+from goodput.placeholders import Knob, fill, mark, params
 
-__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "load_spec", "write"]
+__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "knobs", "load_spec", "templates", "write"]
 
 TIERS = ("P0", "P1", "P2")
 ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
@@ -138,9 +139,7 @@ def load_spec(path: str | Path) -> Spec:
         raise ConfigError(src, "thresholds.queue_wait_p95_seconds", f"missing tiers {sorted(missing)}")
     for tier, secs in queue.items():
         _number(secs, src, f"thresholds.queue_wait_p95_seconds.{tier}")
-    xids = th["critical_xids"]
-    if not isinstance(xids, list) or not xids or not all(isinstance(x, int) and not isinstance(x, bool) for x in xids):
-        raise ConfigError(src, "thresholds.critical_xids", f"expected a list of XID codes (integers), got {xids!r}")
+    _xids(th["critical_xids"], src, "thresholds.critical_xids")
     _regex(th["exporter_jobs"], src, "thresholds.exporter_jobs")
     am = _section(data, "alertmanager", src)
     receivers = _section(am, "receivers", src, "alertmanager")
@@ -155,6 +154,18 @@ def load_spec(path: str | Path) -> Spec:
     return Spec(tuple(slos), th, am, {k: _link(links.get(k, default), src, f"links.{k}")
                                       for k, default in (("runbook_base", "docs/runbooks/"), ("dashboard_base", ""),
                                                          ("console_base", ""))})
+
+
+def _xids(v: Any, src: str, key: str) -> list[int]:
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise ConfigError(src, key, f"expected a list of XID codes (integers), got {v!r}")
+    return v
+
+
+def _label_name(v: Any, src: str, key: str) -> str:
+    if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+        raise ConfigError(src, key, f"expected a Prometheus label name, got {v!r}")
+    return v
 
 
 # RE2 (Prometheus' regex engine) has no lookaround and no backreferences, which Python's re would accept (numbered
@@ -213,14 +224,13 @@ class _Builder:
 
     def alert(self, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
               labels: dict[str, str] | None = None) -> dict:
-        base = self.spec.links
         rule = {"alert": name, "expr": self.d(expr), "for": _dur(for_, self.scale),
                 "labels": {"severity": severity, **(labels or {})},
                 "annotations": {"summary": summary, "description": description,
-                                "runbook_url": f"{base['runbook_base']}{name}.md",
-                                "dashboard": alert_link(base["dashboard_base"], name)}}
-        if base["console_base"]:  # the triage console's Overview with the alert's deployment and tier as its filters
-            rule["annotations"]["console"] = base["console_base"].rstrip("/") + "/?range=1h" + (
+                                "runbook_url": f"{mark('runbookUrlBase')}{name}.md",
+                                "dashboard": alert_link(mark("dashboardUrlBase"), name)}}
+        if self.spec.links["console_base"]:  # the triage console's Overview, the alert's deployment and tier its filters
+            rule["annotations"]["console"] = mark("consoleUrlBase") + "/?range=1h" + (
                 "{{ with $labels.deployment }}&deployment={{ . | urlquery }}{{ end }}"
                 "{{ with $labels.tier }}&tier={{ . | urlquery }}{{ end }}")
         return rule
@@ -238,7 +248,6 @@ LATENCY = ("llm_gateway_queue_wait_seconds", "llm_gateway_time_to_first_token_se
 
 
 def _llm_rules(b: _Builder) -> dict:
-    th = b.spec.thresholds
     rec = []
     for metric in LATENCY:
         for short, q in QUANTILES:
@@ -291,15 +300,15 @@ def _llm_rules(b: _Builder) -> dict:
         b.record("deployment:llm_replicas_required:ceil",
                  f"ceil(\n  {TOKENS_RATE}\n  / on (deployment)\n"
                  f"  max by (deployment) (llm_capacity_replica_goodput_tokens_per_second)\n"
-                 f"  * {th['capacity_redundancy']}\n)"),
+                 f"  * {mark('capacityRedundancy')}\n)"),
         b.record(AUTOSCALE_SIGNAL, "deployment:llm_replicas_required:ceil", {"signal": "demand"}),
         b.record(AUTOSCALE_SIGNAL, f"ceil(deployment:llm_replicas_available:max * on (deployment) {KV_USAGE_AVG}"
-                 f" / {th['autoscale_kv_target_ratio']})", {"signal": "kv"}),
+                 f" / {mark('autoscaleKvTargetRatio')})", {"signal": "kv"}),
         b.record(AUTOSCALE_SIGNAL,
                  # votes only while the queue is over its target: a vote of "as many as now" would hold the
                  # maximum at the available count and the deployment could never scale down
                  "ceil(\n  deployment:llm_replicas_available:max\n  * on (deployment)\n  (max by (deployment) "
-                 f"({QUEUE_WAIT_P95}) / {th['autoscale_queue_target_seconds']} > 1)\n)",
+                 f"({QUEUE_WAIT_P95}) / {mark('autoscaleQueueTargetSeconds')} > 1)\n)",
                  {"signal": "queue"}),
         b.record(AUTOSCALE_DESIRED, f"clamp_min(max by (deployment) ({AUTOSCALE_SIGNAL}), 1)"),
     ]
@@ -309,8 +318,9 @@ def _llm_rules(b: _Builder) -> dict:
 def _slo_rules(b: _Builder) -> dict:
     spec = b.spec
     config, sli, alerts = [], [], []
-    for tier, secs in sorted(spec.thresholds["queue_wait_p95_seconds"].items()):
-        config.append(b.record("tier:llm_queue_wait_threshold_seconds:config", f"vector({float(secs)})", {"tier": tier}))
+    for tier in sorted(spec.thresholds["queue_wait_p95_seconds"]):
+        config.append(b.record("tier:llm_queue_wait_threshold_seconds:config",
+                               f"vector({mark(f'queueWaitThresholdSeconds_{tier}')})", {"tier": tier}))
     windows = sorted({w for _, _, long, short, _, _ in BURN_WINDOWS for w in (long, short)}, key=seconds)
     for slo in spec.slos:
         lab = {"tier": slo.tier, "route": slo.route}
@@ -358,8 +368,7 @@ GPU_KEY = "gpu, uuid, instance"
 
 
 def _gpu_rules(b: _Builder) -> dict:
-    th = b.spec.thresholds
-    uuid = 'label_replace({m}, "uuid", "$1", "UUID", "(.+)")'
+    uuid = 'label_replace({m}, "uuid", "$1", "' + mark("dcgmUuidLabel") + '", "(.+)")'
     rec = [
         b.record("gpu:llm_gpu_utilization:ratio",
                  f"max by ({GPU_KEY}) (llm_gpu_utilization_ratio)\nor\n"
@@ -374,11 +383,11 @@ def _gpu_rules(b: _Builder) -> dict:
                  f"sum by ({GPU_KEY}, xid) (llm_gpu_xid_errors_total - (llm_gpu_xid_errors_total offset 5m or "
                  f"llm_gpu_xid_errors_total * 0))\nor\nsum by ({GPU_KEY}, xid) (label_replace("
                  f"{uuid.format(m='changes(DCGM_FI_DEV_XID_ERRORS[5m]) and DCGM_FI_DEV_XID_ERRORS > 0')}, "
-                 f'"xid", "$1", "err_code", "(.+)"))'),
+                 f'"xid", "$1", "{mark("dcgmXidLabel")}", "(.+)"))'),
     ]
     owner = (f"* on ({GPU_KEY}) group_left (deployment, replica)\n"
              f"max by ({GPU_KEY}, deployment, replica) (llm_gpu_deployment_info)")
-    critical = "|".join(str(x) for x in th["critical_xids"])
+    critical = mark("criticalXids")
     lost = "gpu:llm_gpu_lost:bool == 1"
     alerts = [
         b.alert("LLMGPULost", f"({lost})\n{owner}\nor\n(({lost}) unless on ({GPU_KEY}) llm_gpu_deployment_info)",
@@ -400,7 +409,6 @@ def _gpu_rules(b: _Builder) -> dict:
 
 
 def _alert_rules(b: _Builder) -> dict:
-    th = b.spec.thresholds
     alerts = [
         b.alert(
             "LLMQueueWaitRisingReplicasShort",
@@ -415,7 +423,7 @@ def _alert_rules(b: _Builder) -> dict:
             "engines' queue is growing, with fewer available replicas than the arrivals require."),
         b.alert(
             "LLMKVCacheAllocationFailures",
-            f"deployment:llm_preemptions:rate5m > {th['preemptions_per_second']}\nor\n"
+            f"deployment:llm_preemptions:rate5m > {mark('preemptionsPerSecond')}\nor\n"
             "deployment:llm_gateway_kv_capacity_rejections:rate5m > 0",
             "10m", "page", "KV-cache blocks cannot be allocated: sequences are preempted or rejected.",
             "{{ $labels.deployment }}: {{ $value | humanize }}/s preemptions or KV-capacity rejections, sustained "
@@ -425,14 +433,14 @@ def _alert_rules(b: _Builder) -> dict:
             "(\n  deployment_tier_route:llm_gateway_time_to_first_token_seconds:p99_5m\n    > on (tier, route) group_left\n"
             "  tier_route:llm_slo_ttft_threshold_seconds:config\n)\nand on (deployment, tier)\n(\n"
             "  deriv(deployment_tier:llm_gateway_rejections:ratio_rate5m[10m]) > 0\n  and\n"
-            f"  deployment_tier:llm_gateway_rejections:ratio_rate5m > {th['rejection_ratio_min']}\n)",
+            f"  deployment_tier:llm_gateway_rejections:ratio_rate5m > {mark('rejectionRatioMin')}\n)",
             "5m", "page", "P99 TTFT is over the SLO while the rejection rate grows.",
             "{{ $labels.deployment }} tier {{ $labels.tier }} route {{ $labels.route }}: P99 TTFT "
             "{{ $value | humanizeDuration }} is over the SLO threshold and rejections are rising."),
         b.alert("LLMEngineDown", "llm_engine_up == 0", "2m", "page", "An inference engine does not answer its scrape.",
                 "Replica {{ $labels.replica }} of {{ $labels.deployment }} ({{ $labels.model }}) has not answered "
                 "the engine exporter for 2 minutes."),
-        b.alert("LLMExporterDown", f'up{{job=~"{th["exporter_jobs"]}"}} == 0', "5m", "ticket",
+        b.alert("LLMExporterDown", f"up{{{mark('exporterSelector')}}} == 0", "5m", "ticket",
                 "A goodput exporter is down: its part of the fleet is invisible.",
                 "Prometheus cannot scrape {{ $labels.job }} at {{ $labels.instance }}."),
         b.alert("Watchdog", "vector(1)", "0m", "info", "Always firing: proves the alerting pipeline works.",
@@ -481,11 +489,46 @@ def _str(dumper, data: str):
 _Dumper.add_representer(str, _str)
 
 
+def knobs(spec: Spec) -> tuple[Knob, ...]:
+    """The rules' configurable values (the mixin's ``_config``), each defaulting to the spec's."""
+    th, links = spec.thresholds, spec.links
+    number = lambda param, key, help_: Knob(param, (param,), "number", th[key], help_, _number)  # noqa: E731
+    return (
+        *(Knob(f"queueWaitThresholdSeconds_{t}", ("queueWaitThresholdSeconds", t), "float", float(s),
+               f"LLMQueueWaitRisingReplicasShort: tier {t}'s queue wait threshold (s)", _number)
+          for t, s in sorted(th["queue_wait_p95_seconds"].items())),
+        number("rejectionRatioMin", "rejection_ratio_min", "LLMTTFTSLOBreachWithRejects: the least rejection share"),
+        number("preemptionsPerSecond", "preemptions_per_second", "LLMKVCacheAllocationFailures: preemptions/s over"),
+        number("capacityRedundancy", "capacity_redundancy", "required replicas = ceil(demand / per-replica goodput x this)"),
+        number("autoscaleKvTargetRatio", "autoscale_kv_target_ratio", "the autoscaling kv signal's mean KV usage target"),
+        number("autoscaleQueueTargetSeconds", "autoscale_queue_target_seconds", "the autoscaling queue signal's target"),
+        Knob("criticalXids", ("criticalXids",), "alternation", list(th["critical_xids"]),
+             "XID codes that page (any other XID opens a ticket)", _xids),
+        Knob("exporterSelector", ("exporterSelector",), "selector", f'job=~"{th["exporter_jobs"]}"',
+             "LLMExporterDown: the scrape targets of goodput's exporters"),
+        Knob("dcgmUuidLabel", ("dcgmUuidLabel",), "text", "UUID", "dcgm-exporter's label holding the GPU UUID",
+             _label_name),
+        Knob("dcgmXidLabel", ("dcgmXidLabel",), "text", "err_code", "dcgm-exporter's label holding the XID code",
+             _label_name),
+        Knob("runbookUrlBase", ("runbookUrlBase",), "text", links["runbook_base"],
+             "runbook_url = this + ALERTNAME.md", _link),
+        Knob("dashboardUrlBase", ("dashboardUrlBase",), "url", links["dashboard_base"],
+             "Grafana's root URL for the dashboard links (empty: relative)", _link),
+        Knob("consoleUrlBase", ("consoleUrlBase",), "url", links["console_base"],
+             "the triage console's URL (the console link exists when rules/slos.yaml names one)", _link),
+    )
+
+
+def templates(spec: Spec, scale: float = 1.0) -> dict[str, dict]:
+    """File name -> document of every generated file, its configurable values placeholders (``knobs``)."""
+    b = _Builder(spec, scale)
+    return {"llm.rules.yaml": _llm_rules(b), "slo.rules.yaml": _slo_rules(b), "gpu.rules.yaml": _gpu_rules(b),
+            "alerts.rules.yaml": _alert_rules(b), "alertmanager.yaml": _alertmanager(spec)}
+
+
 def build(spec: Spec, scale: float = 1.0) -> dict[str, str]:
     """File name -> YAML text of every generated file."""
-    b = _Builder(spec, scale)
-    docs = {"llm.rules.yaml": _llm_rules(b), "slo.rules.yaml": _slo_rules(b), "gpu.rules.yaml": _gpu_rules(b),
-            "alerts.rules.yaml": _alert_rules(b), "alertmanager.yaml": _alertmanager(spec)}
+    docs = fill(templates(spec, scale), params(knobs(spec)))
     return {name: HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120) for name, doc in docs.items()}
 
 

@@ -1,0 +1,125 @@
+"""Generated documents as templates: the configurable parts of a rule or dashboard are named placeholders.
+
+A generator writes ``mark(name)`` where a configurable value goes (a threshold, a selector, a URL base): the name
+between a NUL and a SOH, characters no rule or dashboard holds, so a template needs no escaping. ``fill`` with the
+defaults gives the committed files; the monitoring mixin (mixin/, docs/mixin.md) fills the same templates from its
+``_config`` with the same ``render`` rules (mixin/lib/render.libsonnet), so both come from one build and never
+from two copies of the generator.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["KINDS", "Knob", "check", "fill", "mark", "params", "render"]
+
+# how a value is written into text; mixin/lib/render.libsonnet implements each the same way
+KINDS = ("text", "url", "number", "float", "alternation", "selector")
+_MARK = re.compile("\x00([A-Za-z][A-Za-z0-9_]*)\x01")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One configurable value: its placeholder, its place in the mixin's ``_config``, how it is written, its default."""
+
+    param: str
+    path: tuple[str, ...]
+    kind: str
+    default: Any
+    help: str
+    check: Callable[[Any, str, str], Any] | None = None  # (value, source, key): raises ConfigError when it is bad
+
+
+def mark(param: str) -> str:
+    """The placeholder a generator writes where the knob ``param`` goes (survives f-strings and ``rstrip``)."""
+    return f"\x00{param}\x01"
+
+
+def _walk(doc: Any, f, seen: dict[int, Any] | None = None) -> Any:
+    """``doc`` with ``f`` applied to every string; a mapping or list shared in ``doc`` stays shared (YAML anchors)."""
+    seen = {} if seen is None else seen
+    if isinstance(doc, (dict, list)):
+        if id(doc) not in seen:
+            seen[id(doc)] = ({k: _walk(v, f, seen) for k, v in doc.items()} if isinstance(doc, dict)
+                             else [_walk(v, f, seen) for v in doc])
+        return seen[id(doc)]
+    return f(doc) if isinstance(doc, str) else doc
+
+
+def fill(doc: Any, values: dict[str, str]) -> Any:
+    """A template with every mark replaced by its value."""
+    return _walk(doc, lambda s: _MARK.sub(lambda m: values[m.group(1)], s))
+
+
+def _number(v: float) -> str:
+    return f"{v:.15g}"
+
+
+def render(kind: str, value: Any) -> dict[str, str]:
+    """The text a knob's value puts in a template, by placeholder suffix ('' for the value itself)."""
+    if kind == "text":
+        return {"": value}
+    if kind == "url":  # a base a path is appended to after one "/"
+        return {"": value.rstrip("/")}
+    if kind == "number":
+        return {"": _number(value)}
+    if kind == "float":  # as Python writes a float: 1.0, not 1
+        s = _number(value)
+        return {"": s if re.search(r"[.en]", s) else s + ".0"}
+    if kind == "alternation":  # a regex matching any of the values
+        return {"": "|".join(_number(v) for v in value)}
+    if kind == "selector":  # label matchers, for a selector of its own or beside others
+        return {"": value, "_braced": "{" + value + "}" if value else "", "_comma": "," + value if value else ""}
+    raise ValueError(f"unknown knob kind {kind!r}")
+
+
+def params(knobs: tuple[Knob, ...], config: dict[str, Any] | None = None) -> dict[str, str]:
+    """Placeholder -> text for ``knobs``, each from ``config`` (a mixin ``_config``) or, without one, its default."""
+    out = {}
+    for k in knobs:
+        value = k.default
+        if config is not None:
+            value = config
+            for key in k.path:
+                value = value[key]
+        for suffix, text in render(k.kind, value).items():
+            out[k.param + suffix] = text
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_KIND_OK: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "text": (lambda v: isinstance(v, str) and "\n" not in v, "a string without newlines"),
+    "url": (lambda v: isinstance(v, str), "a URL (a string)"),
+    "number": (_is_number, "a finite number"),
+    "float": (_is_number, "a finite number"),
+    "alternation": (lambda v: isinstance(v, list) and bool(v) and all(_is_number(x) for x in v), "a list of numbers"),
+    # copied between braces of PromQL: a brace or newline there would end or break the selector
+    "selector": (lambda v: isinstance(v, str) and not re.search(r"[{}\n]", v),
+                 'label matchers without braces (job="x",namespace=~"y"), or ""'),
+}
+
+
+def check(knobs: tuple[Knob, ...], config: dict[str, Any], src: str) -> None:
+    """Refuse a ``_config`` whose value for a knob is missing or not of its kind (``ConfigError`` naming the key)."""
+    for k in knobs:
+        key, value = "_config", config
+        for part in k.path:
+            key += f".{part}"
+            if not isinstance(value, dict) or part not in value:
+                raise ConfigError(src, key, "is required")
+            value = value[part]
+        ok, expected = _KIND_OK[k.kind]
+        if not ok(value):
+            raise ConfigError(src, key, f"expected {expected}, got {value!r}")
+        if k.check is not None:
+            k.check(value, src, key)

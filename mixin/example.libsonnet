@@ -1,0 +1,10 @@
+// The overrides of example.jsonnet, also usable on their own: goodput rules mixin --config mixin/example.libsonnet
+{
+  _config+:: {
+    engineSelector: 'namespace="llm"',
+    requestSelector: 'namespace="llm"',
+    preemptionsPerSecond: 0.02,
+    runbookUrlBase: 'https://wiki.example.com/runbooks/',
+    datasourceUid: 'prometheus',
+  },
+}
