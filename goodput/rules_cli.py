@@ -1,4 +1,5 @@
-"""``goodput rules generate``: rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml."""
+"""``goodput rules generate``: rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml, and
+rules/normalize.rules.yaml from the engine exporter's dialect tables."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     rsub = p.add_subparsers(dest="rules_command", metavar="COMMAND")
     rsub.required = True
     g = rsub.add_parser("generate", help="write the rule files and alertmanager.yaml from the SLO spec",
-                        description="Generate rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml. "
-                                    "--check exits 1 (listing the files) when the committed files are stale.")
+                        description="Generate rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml, "
+                                    "and rules/normalize.rules.yaml (the engine normalization as recording rules) "
+                                    "from the exporter's dialect tables. --check exits 1 (listing the files) when the committed files are stale.")
     g.add_argument("--spec", type=Path, default=Path("rules/slos.yaml"), help="spec file (default rules/slos.yaml)")
     g.add_argument("--out", type=Path, default=None, help="output directory (default: the spec's directory)")
     g.add_argument("--check", action="store_true", help="only compare; exit 1 when a file differs")
@@ -28,12 +30,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from goodput import normrules
     from goodput.rulegen import build, load_spec, write
 
     spec = load_spec(args.spec)
     out = args.out or args.spec.parent
     if args.check:
-        return report_stale(build(spec, args.scale_durations), out, "goodput rules generate")
-    for path in write(spec, out, args.scale_durations):
+        return report_stale({**build(spec, args.scale_durations), **normrules.build()}, out, "goodput rules generate")
+    for path in [*write(spec, out, args.scale_durations), *normrules.write(out)]:
         print(f"wrote {path}")
     return 0
