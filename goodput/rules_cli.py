@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = rsub.add_parser("generate", help="write the rule files and alertmanager.yaml from the SLO spec",
                         description="Generate rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml, "
                                     "and rules/normalize.rules.yaml (the engine normalization as recording rules) "
-                                    "from the exporter's dialect tables. --check exits 1 (listing the files) when the committed files are stale.")
+                                    "from the exporter's dialect tables. --check exits 1 (listing the files) when "
+                                    "the committed files are stale.")
     g.add_argument("--spec", type=Path, default=Path("rules/slos.yaml"), help="spec file (default rules/slos.yaml)")
     g.add_argument("--out", type=Path, default=None, help="output directory (default: the spec's directory)")
     g.add_argument("--check", action="store_true", help="only compare; exit 1 when a file differs")

@@ -6,16 +6,25 @@ a real Prometheus scraping the live simulated fleet's vLLM ``/metrics`` with the
 exporter publishes for the same replicas.
 """
 
+import contextlib
+import copy
 import re
 import subprocess
+import time
+from urllib.parse import urlsplit
 
+import httpx
 import yaml
 
 from exporters.catalog import ENGINE_LABELS
+from exporters.config import load_targets
+from exporters.engine import EngineExporter
 from exporters.exposition import labels
 from exporters.normalize import normalize
 from goodput import normrules
-from tests.conftest import REPO, needs
+from goodput.foundation.http import Server, metrics_routes
+from simulator.live import LiveFleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet, needs
 
 SAMPLES = REPO / "tests" / "fixtures" / "engine_samples"
 RULES = REPO / "rules" / normrules.FILE
@@ -101,3 +110,98 @@ def test_rule_file_is_valid_and_fresh():
     r = subprocess.run(["promtool", "check", "rules", "--lint=all", "--lint-fatal", str(RULES)],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
+LAG_S = 6  # the two paths sample one engine up to a few 1 s scrapes apart (its own and the exporter's)
+
+
+def _views(base: str, names: list[str], at: float) -> tuple[dict, dict]:
+    """(recorded, exported): (name, labels) -> the values over the ``LAG_S`` seconds up to ``at``, the last at ``at``."""
+    rec, exp = {}, {}
+    for job, out in (("", rec), ("exporter", exp)):
+        r = httpx.get(f"{base}/api/v1/query_range", timeout=10, params={
+            "query": f'{{__name__=~"llm_.+", job="{job}"}}', "start": at - LAG_S, "end": at, "step": 1})
+        r.raise_for_status()
+        for x in r.json()["data"]["result"]:
+            m = x["metric"]
+            if m["__name__"] in names and x["values"] and float(x["values"][-1][0]) == at:
+                lbls = {k: v for k, v in m.items() if k not in ("__name__", "job", "instance")}
+                out[(m["__name__"], frozenset(lbls.items()))] = [float(v) for _, v in x["values"]]
+    return rec, exp
+
+
+def _now(base: str, names: list[str]) -> tuple[dict, dict]:
+    at = round(time.time()) - 1
+    rec, exp = _views(base, names, at)
+    return {k: v[-1] for k, v in rec.items()}, {k: v[-1] for k, v in exp.items()}
+
+
+@needs("prometheus")
+def test_live_fleet_scraped_directly_records_what_the_exporter_publishes(tmp_path):
+    """The live simulated fleet: Prometheus scrapes each replica's vLLM /metrics (deployment and replica as target
+    labels) with the rules, and the engine exporter for the same replicas. While requests are in flight the series
+    are the same and their values differ by at most what the exporter's own series moved over the last seconds
+    (one scrape apart); once the fleet is frozen they are equal."""
+    dep = dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=2)
+    cfg = make_fleet(deployments=[dep], workloads=[copy.deepcopy(BASE_WORKLOAD)])
+    live = LiveFleet(cfg, base_port=free_port_block(2), speed=4.0, targets=tmp_path / "targets.yaml")
+    live.start()
+    targets = load_targets(tmp_path / "targets.yaml")
+    engine = EngineExporter(targets, interval_s=1.0)
+    engine.start()
+    eng_srv = Server("127.0.0.1", 0, metrics_routes(engine.render)).start()
+    direct = "\n".join(
+        f"      - {{targets: ['{urlsplit(t.url).netloc}'], labels: {{deployment: {t.deployment}, replica: {t.replica}}}}}"
+        for t in targets.targets)
+    prom_port = free_port_block(1)
+    (tmp_path / "prometheus.yml").write_text(f"""
+global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+rule_files: ['{RULES}']
+scrape_configs:
+  - job_name: exporter
+    static_configs: [{{targets: ['{urlsplit(eng_srv.url).netloc}']}}]
+  - job_name: vllm
+    static_configs:
+{direct}
+""")
+    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{prom_port}"
+    names = list(dict.fromkeys(r["record"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]))
+    try:
+        deadline = time.monotonic() + 40
+        rec = exp = {}
+        while time.monotonic() < deadline:  # traffic under way: requests finished on both replicas
+            with contextlib.suppress(httpx.HTTPError):  # Prometheus still starting
+                rec, exp = _now(base, ["llm_e2e_request_latency_seconds_count"])
+            if len(exp) == 2 and all(v >= 3 for v in exp.values()) and rec.keys() == exp.keys():
+                break
+            time.sleep(0.5)
+        assert len(exp) == 2 and all(v >= 3 for v in exp.values()), exp
+        rec, exp = _views(base, names, round(time.time()) - 1)
+        assert rec.keys() == exp.keys(), (rec.keys() ^ exp.keys())
+        assert {n for n, _ in exp} >= {"llm_requests_finished_total", "llm_kv_cache_capacity_blocks",
+                                       "llm_time_to_first_token_seconds_bucket", "llm_prefill_time_seconds_sum"}
+        # at one instant, each recorded value is one the exporter published over the last seconds, or the other
+        # way round: the two differ by no more than one path's lag behind the other
+        apart = [k for k in exp if not (min(exp[k]) <= rec[k][-1] <= max(exp[k]) or min(rec[k]) <= exp[k][-1] <= max(rec[k]))]
+        assert not apart, [(k, rec[k], exp[k]) for k in apart[:5]]
+        assert any(max(v) > min(v) for v in exp.values()), "nothing moved while the fleet ran; the check said little"
+
+        live.stop_event.set()  # freeze: the engines' /metrics stop changing
+        live.engine_thread.join(timeout=30)
+        deadline, diff = time.monotonic() + 30, None
+        while time.monotonic() < deadline:
+            rec, exp = _now(base, names)
+            diff = {k: (rec.get(k), exp.get(k)) for k in rec.keys() | exp.keys() if rec.get(k) != exp.get(k)}
+            if not diff:
+                break
+            time.sleep(1)
+        assert not diff, sorted(diff.items(), key=str)[:5]
+    finally:
+        prom.terminate()
+        prom.wait(timeout=20)
+        engine.stop()
+        live.close()
+        eng_srv.stop()
