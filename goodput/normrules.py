@@ -91,7 +91,7 @@ def _plain(rule: Rule, dialect: str, suffix: str = "", part: str = "") -> str:
     if part == "_bucket":
         inner, by = _le(inner, rule.scale), by + ", le"
     expr = f"{rule.agg} by ({by}) ({inner})"
-    if part != "_count":
+    if part not in ("_bucket", "_count"):  # counts of observations are not in the unit
         expr = _scaled(expr, rule.scale)
     return _set(expr, "finished_reason", rule.reason) if rule.reason else expr
 
