@@ -177,7 +177,8 @@ def test_dynamo_frontend_dump():
 
 @pytest.mark.parametrize(("dump", "line"), [
     ("kserve_vllm_llmisvc_federated.txt",
-     'llm_kv_cache_capacity_blocks{model="Qwen/Qwen2.5-Coder-1.5B-Instruct",deployment="d",replica="d-0",block_size="16"} 81767.0'),
+     'llm_kv_cache_capacity_blocks{model="Qwen/Qwen2.5-Coder-1.5B-Instruct",deployment="d",replica="d-0",'
+     'block_size="16"} 81767.0'),
     ("dynamo_frontend_metrics_example.txt",
      'llm_generation_tokens_total{model="qwen/qwen3-0.6b",deployment="d",replica="d-0"} 300.0'),
 ])
