@@ -3,9 +3,10 @@
 A fleet that Prometheus scrapes directly (a PodMonitor per engine) gets the canonical ``llm_*`` families from these
 rules with no process in the scrape path. They are generated from the very tables exporters/normalize.py reads
 (exporters/dialects.py), one rule per canonical sample name (each dialect's expression beside the others'), and
-record what the exporter publishes: the same family names and the same label set, ``model`` (the engine's ``model_name``, else its ``model`` label), ``deployment`` and
-``replica`` (target labels the scrape config sets), plus ``finished_reason``, ``block_size`` and ``le`` where the
-catalog has them. What PromQL cannot do exactly is listed in ``LIMITS``, written into the file and docs/exporters.md.
+record what the exporter publishes: the same family names and the same label set, ``model`` (the engine's
+``model_name``, else its ``model`` label), ``deployment`` and ``replica`` (target labels the scrape config sets),
+plus ``finished_reason``, ``block_size`` and ``le`` where the catalog has them. What PromQL cannot do exactly is
+listed in ``LIMITS``, written into the file and docs/exporters.md.
 """
 
 from __future__ import annotations
