@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from exporters.dialects import DIALECTS
 from goodput.foundation.args import any_port, interval_seconds, positive_int, positive_number
 from goodput.foundation.errors import ConfigError
 
@@ -53,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     norm = nsub.add_parser("normalize", help="normalize one saved /metrics dump to stdout",
                            description="Print the canonical llm_* exposition of one saved engine dump.")
     norm.add_argument("dump", type=Path, metavar="DUMP")
-    norm.add_argument("--engine", default="auto", choices=("auto", "vllm", "sglang", "tgi", "triton"))
+    norm.add_argument("--engine", default="auto", choices=("auto", *DIALECTS),
+                      help="the dump's dialect (default auto: recognised by its names)")
     norm.add_argument("--deployment", default="")
     norm.add_argument("--replica", default="")
     norm.add_argument("--model", default=None, help="model label (default: what the dump says)")

@@ -5,13 +5,19 @@ to one canonical family; ``priority`` decides between an engine's old and new na
 exposed (vLLM 0.10 still emits ``gpu_cache_usage_perc`` beside ``kv_cache_usage_perc``); ``scale``
 converts units (Triton microseconds and milliseconds to seconds); ``where`` selects series by a
 label; ``reason`` fills the canonical ``finished_reason``.
+
+Two front ends rename what they pass through: KServe's LLMInferenceService PodMonitor prefixes every engine
+name with ``kserve_`` (and adds ``llm_isvc_*`` target labels, dropped like any other label), so each engine's
+table has a ``kserve_`` twin; NVIDIA Dynamo's HTTP frontend publishes its own ``dynamo_frontend_*`` names (its
+workers pass the engines' own names through, read by the engine tables). goodput/normrules.py turns these
+same tables into Prometheus recording rules.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["DIALECTS", "PREFIXES", "Rule"]
+__all__ = ["DIALECTS", "KSERVE_PREFIX", "PREFIXES", "RANKED", "Rule"]
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,36 @@ TRITON = (
     R("trtllm_request_queue_time_seconds", "llm_queue_time_seconds", "histogram"),
 )
 
-DIALECTS: dict[str, tuple[Rule, ...]] = {"vllm": VLLM, "sglang": SGLANG, "tgi": TGI, "triton": TRITON}
+# Dynamo's HTTP frontend (ai-dynamo/dynamo docs/observability/metrics.md, metrics_examples/fe.log): per model
+# (label `model`), seen from the front door. In-flight counts requests between arrival and last token, queued
+# ones included: the nearest it has to the engine's running batch.
+DYNAMO = (
+    R("dynamo_frontend_inflight_requests", "llm_requests_running", "gauge"),
+    R("dynamo_frontend_queued_requests", "llm_requests_waiting", "gauge"),
+    R("dynamo_frontend_input_sequence_tokens", "llm_prompt_tokens_total", "sum_as_counter"),
+    R("dynamo_frontend_output_tokens", "llm_generation_tokens_total", "counter"),
+    R("dynamo_frontend_input_sequence_tokens", "llm_prefix_cache_queried_tokens_total", "sum_as_counter"),
+    R("dynamo_frontend_cached_tokens", "llm_prefix_cache_hit_tokens_total", "sum_as_counter"),
+    R("dynamo_frontend_requests", "llm_requests_finished_total", "counter", where='status="success"', reason="stop"),
+    R("dynamo_frontend_requests", "llm_requests_finished_total", "counter", where='status="error"', reason="error"),
+    R("dynamo_frontend_time_to_first_token_seconds", "llm_time_to_first_token_seconds", "histogram"),
+    R("dynamo_frontend_inter_token_latency_seconds", "llm_inter_token_latency_seconds", "histogram"),
+    R("dynamo_frontend_request_duration_seconds", "llm_e2e_request_latency_seconds", "histogram"),
+)
+
+ENGINES: dict[str, tuple[Rule, ...]] = {"vllm": VLLM, "sglang": SGLANG, "tgi": TGI, "triton": TRITON}
+KSERVE_PREFIX = "kserve_"  # KServe's LLMInferenceService PodMonitor: metricRelabelings __name__ -> kserve_$1
+DIALECTS: dict[str, tuple[Rule, ...]] = {
+    **ENGINES, "dynamo": DYNAMO,
+    **{KSERVE_PREFIX + name: tuple(replace(r, source=KSERVE_PREFIX + r.source) for r in rules)
+       for name, rules in ENGINES.items()},
+}
+
+# Dialects that export one series per TP / PP rank (SGLang): only rank 0 is read.
+RANKED = frozenset({"sglang", KSERVE_PREFIX + "sglang"})
 
 # Name prefixes that identify a dialect, most specific first.
-PREFIXES = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("nv_trt_llm_", "triton"),
-            ("nv_llm_", "triton"), ("nv_inference_", "triton"), ("trtllm_", "triton"))
+_ENGINE_PREFIXES = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("nv_trt_llm_", "triton"),
+                    ("nv_llm_", "triton"), ("nv_inference_", "triton"), ("trtllm_", "triton"))
+PREFIXES = (*((KSERVE_PREFIX + p, KSERVE_PREFIX + d) for p, d in _ENGINE_PREFIXES), *_ENGINE_PREFIXES,
+            ("dynamo_frontend_", "dynamo"))

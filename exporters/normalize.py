@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from exporters.catalog import ENGINE
-from exporters.dialects import DIALECTS, PREFIXES, Rule
+from exporters.dialects import DIALECTS, PREFIXES, RANKED, Rule
 from exporters.exposition import escape, fmt_float
 
 __all__ = ["MAX_LABEL_VALUE_BYTES", "MAX_SERIES_PER_TARGET", "Normalized", "TooManySeries", "UnknownDialect",
@@ -172,7 +172,8 @@ def detect_dialect(text: str) -> str:
                 if text.startswith(prefix, pos):
                     return dialect
         pos = end + 1
-    raise UnknownDialect("no vLLM, SGLang, TGI or Triton/TensorRT-LLM metric in the text")
+    raise UnknownDialect("no vLLM, SGLang, TGI, Triton/TensorRT-LLM or Dynamo metric in the text "
+                         "(KServe's kserve_-prefixed names included)")
 
 
 def normalize(text: str, dialect: str = "auto") -> Normalized:
@@ -188,7 +189,7 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
         raise UnknownDialect(f"unknown engine {dialect!r}; use auto, {', '.join(DIALECTS)}")
     table, slots = _table(dialect)
     lines = text.split("\n")
-    ranked = dialect == "sglang"  # SGLang exports one series per TP / PP rank
+    ranked = dialect in RANKED  # SGLang exports one series per TP / PP rank
     try:
         errors: dict[str, int] = defaultdict(int)
         acc, trt, model, samples = _accumulate(lines, table, slots, ranked, errors, check_repeats=True)

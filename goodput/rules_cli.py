@@ -1,4 +1,5 @@
-"""``goodput rules``: the rule files and alertmanager.yaml from rules/slos.yaml, and the monitoring mixin."""
+"""``goodput rules``: the rule files and alertmanager.yaml from rules/slos.yaml (normalize.rules.yaml from the engine
+exporter's dialect tables), and the monitoring mixin."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ __all__ = ["GENERATORS", "build", "register"]
 # Every generated rule file comes from one of these modules: each has ``build(spec, scale=1.0)`` -> {file name: text}
 # (``rules generate`` and ``--check``); the mixin takes its ``templates(spec)`` and ``knobs(spec)`` where it has them
 # (goodput.placeholders), else its rule files as they are. A new rule file joins all three by one entry here.
-GENERATORS = ("goodput.rulegen", "goodput.dcgmrules")
+GENERATORS = ("goodput.rulegen", "goodput.dcgmrules", "goodput.normrules")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,8 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     rsub = p.add_subparsers(dest="rules_command", metavar="COMMAND")
     rsub.required = True
     g = rsub.add_parser("generate", help="write the rule files and alertmanager.yaml from the SLO spec",
-                        description="Generate rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml. "
-                                    "--check exits 1 (listing the files) when the committed files are stale.")
+                        description="Generate rules/*.rules.yaml and rules/alertmanager.yaml from rules/slos.yaml, "
+                                    "and rules/normalize.rules.yaml (the engine normalization as recording rules) "
+                                    "from the exporter's dialect tables. --check exits 1 (listing the files) when "
+                                    "the committed files are stale.")
     _spec_arg(g)
     g.add_argument("--out", type=Path, default=None, help="output directory (default: the spec's directory)")
     g.add_argument("--check", action="store_true", help="only compare; exit 1 when a file differs")

@@ -150,6 +150,46 @@ nv_inference_first_response_histogram_ms_count{model="m",version="1"} 9
     assert v[("llm_time_to_first_token_seconds_sum", "")] == 2.5
 
 
+def test_kserve_prefixed_dump_reads_as_the_engine_beneath():
+    """KServe's PodMonitor renames every series kserve_* and adds llm_isvc_* labels: the same canonical series."""
+    kserve = normalize((SAMPLES / "kserve_vllm_llmisvc_federated.txt").read_text())
+    plain = normalize((SAMPLES / "vllm_v0_aibrix_runtime_doc.txt").read_text())
+    assert kserve.dialect == "kserve_vllm" and kserve.model == plain.model
+    assert kserve.families == plain.families and len(kserve.families) >= 6
+    ranks = "\n".join(f'kserve_sglang:num_running_reqs{{model_name="m",tp_rank="{r}",llm_isvc_name="x"}} 10'
+                      for r in range(4))
+    v, n = values(ranks)
+    assert n.dialect == "kserve_sglang" and v == {("llm_requests_running", ""): 10}  # rank 0 only, as SGLang's
+
+
+def test_dynamo_frontend_dump():
+    v, n = values((SAMPLES / "dynamo_frontend_metrics_example.txt").read_text())
+    assert n.dialect == "dynamo" and n.model == "qwen/qwen3-0.6b"
+    assert v[("llm_generation_tokens_total", "")] == 300
+    assert v[("llm_prompt_tokens_total", "")] == 33  # the input-length histogram's sum
+    assert v[("llm_requests_finished_total", 'finished_reason="stop"')] == 1  # status="success"
+    assert v[("llm_time_to_first_token_seconds_bucket", 'le="2.2"')] == 1
+    assert v[("llm_time_to_first_token_seconds_bucket", 'le="1.0"')] == 0  # Rust's le="1"
+    assert v[("llm_inter_token_latency_seconds_bucket", 'le="0.0035"')] == 298
+    assert v[("llm_e2e_request_latency_seconds_sum", "")] == 2.177646729
+    assert v[("llm_requests_running", "")] == 0 and v[("llm_requests_waiting", "")] == 0
+
+
+@pytest.mark.parametrize(("dump", "line"), [
+    ("kserve_vllm_llmisvc_federated.txt",
+     'llm_kv_cache_capacity_blocks{model="Qwen/Qwen2.5-Coder-1.5B-Instruct",deployment="d",replica="d-0",'
+     'block_size="16"} 81767.0'),
+    ("dynamo_frontend_metrics_example.txt",
+     'llm_generation_tokens_total{model="qwen/qwen3-0.6b",deployment="d",replica="d-0"} 300.0'),
+])
+def test_cli_engine_auto_recognises_kserve_and_dynamo(dump, line):
+    r = subprocess.run([sys.executable, "-m", "goodput", "exporter", "engine", "normalize", str(SAMPLES / dump),
+                        "--engine", "auto", "--deployment", "d", "--replica", "d-0"], capture_output=True, text=True,
+                       cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert line in r.stdout.splitlines()
+
+
 def test_unknown_dialect_and_truncated_histograms():
     with pytest.raises(UnknownDialect):
         normalize("node_load1 0.5\n# garbage\n\x00\x01")
