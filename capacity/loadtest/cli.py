@@ -580,11 +580,10 @@ def _print(args: argparse.Namespace, summary: dict) -> None:
               f"{_fmt(s.get('slo_attainment'), 100, 1, unit='%'):>8}{_fmt(s.get('goodput_requests_per_s'), digits=2):>9}"
               + (f"{_fmt(view.get('queue_wait_p95_s'), 1e3, unit='ms'):>14}"
                  f"{_fmt(view.get('kv_usage_mean'), 100, 1, unit='%'):>9}" if server else ""))
-    knee = summary.get("knee")
+    from capacity.loadtest.report import verdict_text
+
     c = summary.get("client") or {}
-    print(f"SLO {summary['comparability']['slo']}: "
-          + (f"knee at step {knee['step']} ({_fmt(knee['goodput_requests_per_s'], digits=2)} req/s goodput)"
-             if knee else "no step meets it"))
+    print(f"SLO {summary['comparability']['slo']}: {verdict_text(summary)}")
     if c:  # an imported run has no client figures of ours
         print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
               f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)"
