@@ -151,8 +151,8 @@ def _import(args: argparse.Namespace) -> int:
     from capacity.loadtest.slo import parse_slo
 
     slo = parse_slo(args.slo)
-    if not args.file.is_file():
-        raise ConfigError(str(args.file), "FILE", "not found or not a file")
+    if not args.file.exists():
+        raise ConfigError(str(args.file), "FILE", "not found")
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(str(args.out), "--out", "exists and is not a directory")
     summary = import_run(args.file, args.out, slo)

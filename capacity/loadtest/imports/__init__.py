@@ -90,7 +90,7 @@ def _convert(tool: str, data, p: Path, slo: Slo):
     if tool == "aiperf" and not isinstance(data, aiperf.AiperfCsv) and (isinstance(data, list) or "metadata" in data):
         return aiperf.import_aiperf_records(data if isinstance(data, list) else [data], p, slo)
     if tool == "aiperf":
-        return aiperf.import_aiperf_aggregate(data, str(p), slo), None
+        return aiperf.import_aiperf_aggregate(data, p, slo), None
     if tool == "llmd-v0.2":
         return llmd.import_reports([(p, data)], slo), None
     return inference_perf.import_report(p, data, slo)

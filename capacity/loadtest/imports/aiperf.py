@@ -79,6 +79,8 @@ def _record(line: dict, index: int, t0: int, where: str) -> tuple[RequestRecord,
     meta, metrics, error = line["metadata"], line.get("metrics") or {}, line.get("error")
     start, end = int(meta["request_start_ns"]), meta.get("request_end_ns")
     sent = (start - t0) / 1e9
+    # AIPerf 0.13 records when its timing manager issued the request's credit: when it was due
+    due = (int(meta["credit_issued_ns"]) - t0) / 1e9 if meta.get("credit_issued_ns") is not None else sent
     if meta.get("was_cancelled"):
         err = "aborted"  # --request-cancellation-rate: the client dropped it, as our abort_rate does
     elif error:
@@ -95,7 +97,7 @@ def _record(line: dict, index: int, t0: int, where: str) -> tuple[RequestRecord,
     out = server_out if server_out is not None else _value(metrics, "output_sequence_length", "output_token_count")
     isl = _value(metrics, "usage_prompt_tokens", "input_sequence_length", "error_isl")
     return RequestRecord(
-        index=index, step=0, scheduled_s=sent, sent_s=sent,  # AIPerf records no schedule: lag unknown, taken as 0
+        index=index, step=0, scheduled_s=min(due, sent), sent_s=sent,
         first_token_s=sent + ttft if ok and ttft is not None else None,
         done_s=(int(end) - t0) / 1e9 if ok else None,
         itl_s=[num(g) * scale for g in gaps.get("value") or []] if ok else [],
@@ -107,14 +109,19 @@ def _record(line: dict, index: int, t0: int, where: str) -> tuple[RequestRecord,
 
 def _config(data: object) -> dict:
     """Model, offered rate, arrival pattern and concurrency from an aggregate's ``input_config``: AIPerf 0.13 keeps
-    them under ``endpoint`` / ``load`` (``request_rate``, ``arrival_pattern``), earlier versions under ``loadgen``
-    (``request_rate``, ``request_rate_mode``); absent ones are None."""
+    them in ``models.items[].name`` and its profiling ``phases[]`` (``type``, ``rate``, ``concurrency``), earlier
+    versions in ``endpoint.model_names`` and ``loadgen`` (``request_rate``, ``request_rate_mode``, ``concurrency``);
+    absent ones are empty."""
     cfg = (data.get("input_config") or {}) if isinstance(data, dict) else {}
-    endpoint = cfg.get("endpoint") or {}
-    load = {**(cfg.get("loadgen") or {}), **(cfg.get("load") or {})}
-    models = endpoint.get("model_names") or cfg.get("model_names") or []
-    mode = load.get("arrival_pattern") or load.get("request_rate_mode")
-    rate = load.get("request_rate")
+    items = (cfg.get("models") or {}).get("items") if isinstance(cfg.get("models"), dict) else None
+    models = [m.get("name") for m in items or [] if isinstance(m, dict)] or (cfg.get("endpoint") or {}).get("model_names") or []
+    phases = [p for p in cfg.get("phases") or [] if isinstance(p, dict) and p.get("kind", "profiling") == "profiling"]
+    if phases:
+        load = {"request_rate": phases[0].get("rate"), "request_rate_mode": phases[0].get("type"),
+                "concurrency": phases[0].get("concurrency")}
+    else:
+        load = cfg.get("loadgen") or {}
+    mode, rate = load.get("request_rate_mode"), load.get("request_rate")
     return {"model": str(models[0]) if models else "", "rate": None if rate is None else num(rate),
             "pattern": str(mode).lower() if mode else "", "concurrency": load.get("concurrency"),
             "version": str(data.get("aiperf_version", "")) if isinstance(data, dict) else ""}
@@ -153,7 +160,7 @@ def import_aiperf_records(lines: list[dict], path: Path, slo: Slo) -> tuple[dict
     lines = [x for x in lines if (x.get("metadata") or {}).get("benchmark_phase", "profiling") == "profiling"]
     if not lines:
         raise ConfigError(where, "metadata.benchmark_phase", "no profiling-phase records")
-    t0 = min(int(x["metadata"]["request_start_ns"]) for x in lines)
+    t0 = min(int(x["metadata"].get("credit_issued_ns") or x["metadata"]["request_start_ns"]) for x in lines)
     pairs = [_record(x, i, t0, f"{where}: line {i + 1}") for i, x in enumerate(lines)]
     records = [r for r, _ in pairs]
     end = max((int(x["metadata"].get("request_end_ns") or 0) - t0) / 1e9 for x in lines)
@@ -199,12 +206,14 @@ def _aggregates(data: object, where: str) -> tuple[dict, dict]:
     return out, scalars
 
 
-def import_aiperf_aggregate(data: object, where: str, slo: Slo) -> dict:
-    """profile_export_aiperf.json or .csv: AIPerf's own aggregates, one step; SLO figures None (no requests)."""
+def import_aiperf_aggregate(data: object, path: Path, slo: Slo) -> dict:
+    """profile_export_aiperf.json or .csv: AIPerf's own aggregates, one step; SLO figures None (no requests). The
+    CSV has no configuration: it is read from the JSON beside it."""
+    where = str(path)
     dists, sc = _aggregates(data, where)
     if "benchmark_duration" not in sc:
         raise ConfigError(where, "benchmark_duration", "missing: not an AIPerf profile export")
-    config = _config(data)
+    config = _config(data if isinstance(data, dict) else _beside(path))
     duration = sc["benchmark_duration"]
     step = Step(0, _label(config), 0.0, duration, 0.0, config["rate"],
                 config["concurrency"] if config["rate"] is None else None, None)
@@ -216,4 +225,14 @@ def import_aiperf_aggregate(data: object, where: str, slo: Slo) -> dict:
         output_tokens_per_s=sc.get("output_token_throughput"), latencies=dists, tool_goodput=sc.get("goodput"))]
     summary["invalid_reasons"].append("no per-request data (AIPerf's aggregate export; import its profile_export.jsonl "
                                       "for SLO goodput)")
+    if isinstance(data, dict):
+        server = isinstance(data.get("usage_completion_tokens"), dict)
+        for ours, names in (("input_tokens", ("usage_prompt_tokens", "input_sequence_length")),
+                            ("output_tokens", ("usage_completion_tokens", "output_sequence_length"))):
+            block = next((data[n] for n in names if isinstance(data.get(n), dict)), None)
+            if block is not None:
+                summary["comparability"][ours] = {k: num(block[t]) for k, t in
+                                                  (("mean", "avg"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"))
+                                                  if block.get(t) is not None}
+        summary["source"] = {"token_counts": "server" if server else "client"}
     return summary
