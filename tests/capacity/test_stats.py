@@ -5,8 +5,8 @@ import math
 import pytest
 
 from capacity.loadtest.patterns import Step
-from capacity.loadtest.slo import parse_slo
 from capacity.loadtest.report import verdict_text
+from capacity.loadtest.slo import parse_slo
 from capacity.loadtest.stats import distribution, knee, served_rate, summarize, verdict
 from tests.capacity.loadtest_records import rec
 
