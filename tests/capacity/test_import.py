@@ -383,3 +383,77 @@ def test_the_earlier_aiperf_input_config_layout_is_read_too(tmp_path):
     summary = import_run(FIX / "aiperf_profile_export_aiperf.json", tmp_path / "run", parse_slo("ttft_p95=1s"))
     assert summary["comparability"]["arrival"] == {"pattern": "poisson", "rate": 2.0, "tool_pattern": "poisson"}
     assert summary["comparability"]["model"] == "Llama-3.1-8B" and summary["steps"][0]["offered_rate"] == 2.0
+
+
+# ---- llm-d benchmark report v0.2 ----
+
+# the unit rules schema_v0_2.py's validators add to its JSON schema (UNITS_TIME, UNITS_GEN_LATENCY, ...)
+_LLMD_UNITS = {"time_to_first_token": {"ms", "s"}, "request_latency": {"ms", "s"},
+               "time_per_output_token": {"ms/token", "s/token"}, "inter_token_latency": {"ms/token", "s/token"},
+               "normalized_time_per_output_token": {"ms/token", "s/token"}, "input_token_rate": {"tokens/s"},
+               "output_token_rate": {"tokens/s"}, "total_token_rate": {"tokens/s"}, "request_rate": {"queries/s"},
+               "input_length": {"count"}, "output_length": {"count"}}
+
+
+def _llmd_errors(report: dict) -> list[str]:
+    """What llm-d-benchmark's BenchmarkReportV02 would refuse: its JSON schema, then its unit validators."""
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads((FIX / "llmd_br_v0_2_json_schema.json").read_text())
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in Draft202012Validator(schema).iter_errors(report)]
+    agg = report["results"]["request_performance"]["aggregate"]
+    for section in ("requests", "latency", "throughput"):
+        for name, stats in (agg.get(section) or {}).items():
+            if isinstance(stats, dict) and stats.get("units") not in _LLMD_UNITS.get(name, {stats.get("units")}):
+                errors.append(f"{section}.{name}: units {stats.get('units')!r}")
+    return errors
+
+
+def _sweep(tmp_path):
+    one = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
+    two = {**one, "request_rate": 4.0, "ttfts": [t + 1.0 for t in one["ttfts"]],
+           "latencies": [x + 1.0 for x in one["latencies"]], "start_times": [t + 500.0 for t in one["start_times"]]}
+    f = tmp_path / "sweep.json"
+    f.write_text(json.dumps(one) + "\n" + json.dumps(two) + "\n")
+    return f
+
+
+def test_llmd_export_is_valid_v0_2_and_imports_back_as_the_run(tmp_path, capsys):
+    from goodput.cli import main
+
+    import_run(_sweep(tmp_path), tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
+    _, run = read_run(tmp_path / "run")
+    assert main(["loadtest", "export", "--format", "llmd-v0.2", str(tmp_path / "run"), "--out", str(tmp_path / "llmd")]) == 0
+    paths = sorted((tmp_path / "llmd").iterdir())
+    assert capsys.readouterr().out.split() == [str(p) for p in paths] and len(paths) == 2
+    for p in paths:
+        assert _llmd_errors(json.loads(p.read_text())) == [], p
+    back = import_run(tmp_path / "llmd", tmp_path / "back", parse_slo("ttft_p99=9s"))
+    assert back["tool"] == "llmd-v0.2" and back["comparability"] == run["comparability"]
+    assert back["slo"] == run["slo"]  # judged against the SLO it was measured with, which the report carries
+    for a, b in zip(run["steps"], back["steps"], strict=True):
+        for key in ("offered_rate", "achieved_rate", "slo_attainment", "slo_met", "goodput_requests_per_s",
+                    "output_tokens_per_s", "requests", "completed", "errors", "label", "measured_s"):
+            assert b[key] == a[key], key
+        for lat in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+            assert {p: b[lat][p] for p in ("p50", "p90", "p95", "p99", "mean")} == \
+                   {p: a[lat][p] for p in ("p50", "p90", "p95", "p99", "mean")}
+    assert back["knee"]["offered_rate"] == run["knee"]["offered_rate"] == 2.0
+    # one report alone is one step; a report broken against the schema's units is one line
+    [one] = import_run(paths[1], tmp_path / "one", parse_slo("ttft_p99=9s"))["steps"]
+    assert one["offered_rate"] == 4.0
+    bad = json.loads(paths[0].read_text())
+    bad["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"]["units"] = "minutes"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match="time_to_first_token.*units 'minutes'"):
+        import_run(tmp_path / "bad.json", tmp_path / "bad", parse_slo("ttft_p99=9s"))
+
+
+def test_llmd_example_report_imports_its_aggregates_unjudged(tmp_path):
+    """llm-d-benchmark's own v0.2 example (an inference-perf stage at 10 QPS on Qwen3-0.6B)."""
+    summary = import_run(FIX / "llmd_br_v0_2_example.yaml", tmp_path / "run", parse_slo("ttft_p95=1s"))
+    [s] = summary["steps"]
+    assert summary["comparability"]["model"] == "Qwen/Qwen3-0.6B" and s["offered_rate"] == 10
+    assert s["ttft_s"]["p50"] == pytest.approx(0.03622930939309299) and s["ttft_s"]["p99"] == pytest.approx(0.05029489721637218)
+    assert s["tpot_s"]["mean"] == pytest.approx(0.0368578234128654) and s["requests"] == 500
+    assert s["slo_met"] is None and summary["knee"] is None and not summary["valid"]
