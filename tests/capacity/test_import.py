@@ -457,3 +457,17 @@ def test_llmd_example_report_imports_its_aggregates_unjudged(tmp_path):
     assert s["ttft_s"]["p50"] == pytest.approx(0.03622930939309299) and s["ttft_s"]["p99"] == pytest.approx(0.05029489721637218)
     assert s["tpot_s"]["mean"] == pytest.approx(0.0368578234128654) and s["requests"] == 500
     assert s["slo_met"] is None and summary["knee"] is None and not summary["valid"]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["loadtest", "export", "{tmp}/nothing"], "summary.json: not found"),
+    (["loadtest", "import", "{tmp}", "--slo", "ttft_p95=1s", "--out", "{tmp}/o"], "holds no result goodput reads"),
+    (["loadtest", "import", "{tmp}/x.json", "--slo", "ttft_p95=1s", "--out", "{tmp}/o"], "not found"),
+])
+def test_export_and_import_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, says):
+    from goodput.cli import main
+
+    (tmp_path / "empty.txt").write_text("")
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
