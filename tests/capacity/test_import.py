@@ -201,13 +201,20 @@ def test_a_copy_anywhere_imports_the_same(tmp_path):
     assert a["steps"] == b["steps"]
 
 
-def test_vllm_append_result_lines_are_steps_end_to_end(tmp_path):
-    """``--append-result`` writes one result per line: a rate sweep, imported as steps laid one after the other."""
+def _sweep(tmp_path):
+    """A vLLM ``--append-result`` file of two results (rates 2 and 4, the second 1 s slower)."""
     one = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
     two = {**one, "request_rate": 4.0, "ttfts": [t + 1.0 for t in one["ttfts"]],
            "latencies": [x + 1.0 for x in one["latencies"]], "start_times": [t + 500.0 for t in one["start_times"]]}
     f = tmp_path / "sweep.json"
     f.write_text(json.dumps(one) + "\n" + json.dumps(two) + "\n")
+    return f
+
+
+def test_vllm_append_result_lines_are_steps_end_to_end(tmp_path):
+    """``--append-result`` writes one result per line: a rate sweep, imported as steps laid one after the other."""
+    f = _sweep(tmp_path)
+    one = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
     summary = import_run(f, tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
     a, b = summary["steps"]
     assert (a["start_s"], a["end_s"], b["start_s"], b["end_s"]) == (0.0, 4.0, 4.0, 8.0)
@@ -407,15 +414,6 @@ def _llmd_errors(report: dict) -> list[str]:
             if isinstance(stats, dict) and stats.get("units") not in _LLMD_UNITS.get(name, {stats.get("units")}):
                 errors.append(f"{section}.{name}: units {stats.get('units')!r}")
     return errors
-
-
-def _sweep(tmp_path):
-    one = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
-    two = {**one, "request_rate": 4.0, "ttfts": [t + 1.0 for t in one["ttfts"]],
-           "latencies": [x + 1.0 for x in one["latencies"]], "start_times": [t + 500.0 for t in one["start_times"]]}
-    f = tmp_path / "sweep.json"
-    f.write_text(json.dumps(one) + "\n" + json.dumps(two) + "\n")
-    return f
 
 
 def test_llmd_export_is_valid_v0_2_and_imports_back_as_the_run(tmp_path, capsys):
