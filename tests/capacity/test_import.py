@@ -469,3 +469,12 @@ def test_export_and_import_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, 
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_inference_perf_file_copied_out_under_another_name_is_read_alone(tmp_path):
+    shutil.copy(IP / "per_request_lifecycle_metrics.json", tmp_path / "requests-monday.json")
+    shutil.copy(IP / "stage_0_lifecycle_metrics.json", tmp_path / "stage-monday.json")
+    [s] = import_run(tmp_path / "requests-monday.json", tmp_path / "a", parse_slo("ttft_p95=0.5s"))["steps"]
+    assert s["requests"] == 120 and s["slo_met"] and s["offered_rate"] is None  # no config.yaml beside it
+    alone = import_run(tmp_path / "stage-monday.json", tmp_path / "b", parse_slo("ttft_p95=0.5s"))
+    assert alone["steps"][0]["requests"] == 120 and alone["steps"][0]["slo_met"] is None and alone["knee"] is None

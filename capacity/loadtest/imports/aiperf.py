@@ -13,7 +13,7 @@ import csv
 import io
 from pathlib import Path
 
-from capacity.loadtest.imports.common import aggregate_step, error_class, http_class, num
+from capacity.loadtest.imports.common import aggregate_step, error_class, http_class, num, read_text
 from capacity.loadtest.patterns import Step
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.results import new_summary
@@ -151,7 +151,7 @@ def _beside(path: Path) -> dict:
     aggregate = path.with_name(AGGREGATE_FILE)
     if not aggregate.is_file():
         return {}
-    return parse_json(aggregate.read_text(encoding="utf-8"), str(aggregate))
+    return parse_json(read_text(aggregate), str(aggregate))
 
 
 def import_aiperf_records(lines: list[dict], path: Path, slo: Slo) -> tuple[dict, list[RequestRecord]]:
