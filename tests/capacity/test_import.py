@@ -478,3 +478,21 @@ def test_an_inference_perf_file_copied_out_under_another_name_is_read_alone(tmp_
     assert s["requests"] == 120 and s["slo_met"] and s["offered_rate"] is None  # no config.yaml beside it
     alone = import_run(tmp_path / "stage-monday.json", tmp_path / "b", parse_slo("ttft_p95=0.5s"))
     assert alone["steps"][0]["requests"] == 120 and alone["steps"][0]["slo_met"] is None and alone["knee"] is None
+
+
+def test_inference_perf_stages_become_steps_in_start_order(tmp_path):
+    """Two stages (the real report's stage file split in two, 60 requests each, at rates 2 and 4): the per-request
+    file's requests go to the stages in start order, as many as each stage's load_summary.count."""
+    report = tmp_path / "report"
+    report.mkdir()
+    shutil.copy(IP / "per_request_lifecycle_metrics.json", report / "per_request_lifecycle_metrics.json")
+    stage = json.loads((IP / "stage_0_lifecycle_metrics.json").read_text())
+    for i, rate in enumerate((2.0, 4.0)):
+        stage["load_summary"].update(count=60, requested_rate=rate)
+        (report / f"stage_{i}_lifecycle_metrics.json").write_text(json.dumps(stage))
+    summary = import_run(report, tmp_path / "run", parse_slo("ttft_p95=0.5s"))
+    a, b = summary["steps"]
+    assert (a["requests"], b["requests"], a["offered_rate"], b["offered_rate"]) == (60, 60, 2.0, 4.0)
+    starts = sorted(e["start_time"] for e in json.loads((IP / "per_request_lifecycle_metrics.json").read_text()))
+    assert b["start_s"] == pytest.approx(starts[60] - starts[0]) and a["end_s"] > a["start_s"] == 0.0
+    assert summary["knee"]["offered_rate"] == 4.0
