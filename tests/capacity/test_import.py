@@ -23,6 +23,7 @@ def test_vllm_detailed_gives_its_own_figures_and_our_goodput(tmp_path):
     summary = import_run(FIX / "vllm_bench_serve_detailed.json", tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
     [s] = summary["steps"]
     assert summary["tool"] == "vllm-bench" and summary["comparability"]["model"] == "sim-llama-8b"
+    assert summary["source"]["token_counts"] == "tool"  # one count, as vLLM recorded it
     assert summary["comparability"]["arrival"] == {"pattern": "poisson", "rate": 2.0, "cv": 1.0}
     # vLLM's TTFT, TPOT, ITL and E2E are ours already: its aggregates come back unchanged
     assert s["achieved_rate"] == pytest.approx(src["request_throughput"])

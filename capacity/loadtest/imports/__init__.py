@@ -128,7 +128,8 @@ def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise ConfigError(str(p), "content", f"not the {tool} structure expected: {type(e).__name__}: {e}") from None
     summary["knee"] = verdict(summary["steps"])["knee"]
-    summary["source"] = {"tool": tool, "file": p.name, **summary.get("source", {})}
+    # server | client where the file tells them apart; "tool" where it holds one count, as the tool recorded it
+    summary["source"] = {"tool": tool, "file": p.name, "token_counts": "tool", **summary.get("source", {})}
     summary["valid"] = not summary["invalid_reasons"]
     if records:
         done = [r for r in records if not r.error]
