@@ -1,6 +1,6 @@
-"""``goodput loadtest run|import|compare``: a load test against OpenAI-compatible targets, written to a run directory
-(with its report, the server's view per step and any faults fired beside it); another tool's result converted into
-one; two run directories compared.
+"""``goodput loadtest run|import|export|compare``: a load test against OpenAI-compatible targets, written to a run
+directory (with its report, the server's view per step and any faults fired beside it); another tool's result
+converted into one, or one written in the llm-d benchmark report format; two run directories compared.
 
 Everything the user gave is checked before the first request (SLO, workload, pattern, faults, the targets'
 ``/v1/models``), so bad input is one line and exit 2 before the run starts. Ctrl-C stops the run: what was measured
@@ -132,17 +132,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
     imp = lsub.add_parser(
-        "import", help="convert a GuideLLM, vLLM bench or AIPerf result into a run directory",
-        description="Read a GuideLLM JSON report (0.8.x), a vLLM `bench serve --save-result` JSON or an AIPerf export "
-                    "(profile_export.jsonl per request, profile_export_aiperf.json/.csv aggregates), recognised by its "
-                    "shape, and write RUN_DIR/summary.json, report.html and requests.parquet where the file has "
-                    "per-request data, with SLO attainment and goodput computed for --slo by goodput's own definitions.")
-    imp.add_argument("file", type=Path, metavar="FILE", help="the other tool's result file")
+        "import", help="convert a GuideLLM, vLLM bench, AIPerf, inference-perf or llm-d result into a run directory",
+        description="Read a GuideLLM JSON report (0.8.x), a vLLM `bench serve --save-result` JSON, an AIPerf export "
+                    "(profile_export.jsonl per request, profile_export_aiperf.json/.csv aggregates; its artifact "
+                    "directory), an inference-perf report (its directory or any *_lifecycle_metrics.json) or llm-d "
+                    "benchmark reports v0.2 (a file or a directory of them), recognised by its shape, and write "
+                    "RUN_DIR/summary.json, report.html and requests.parquet where the file has per-request data, with "
+                    "SLO attainment and goodput computed for --slo by goodput's own definitions (the server's token "
+                    "counts where the file has them; summary.json's source.token_counts says which).")
+    imp.add_argument("file", type=Path, metavar="PATH", help="the other tool's result file or output directory")
     imp.add_argument("--out", type=output_dir, required=True, metavar="RUN_DIR", help="run directory (created)")
     imp.add_argument("--slo", required=True, metavar="TERMS",
                      help="the SLO to judge the requests by, e.g. ttft_p95=0.8s,tpot_p95=50ms")
     imp.add_argument("--format", choices=("table", "json"), default="table", help="summary format on stdout")
     imp.set_defaults(func=_import)
+
+    exp = lsub.add_parser(
+        "export", help="write a run directory in another tool's format (llm-d benchmark report v0.2)",
+        description="Write RUN_DIR (a goodput run or an imported one) as llm-d benchmark reports v0.2 "
+                    "(llm-d-benchmark's benchmark_report schema_v0_2), one JSON report per step, into --out; "
+                    "`goodput loadtest import` reads them back.")
+    exp.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory to export")
+    exp.add_argument("--format", dest="export_format", choices=("llmd-v0.2",), default="llmd-v0.2",
+                     help="the format written (default llmd-v0.2)")
+    exp.add_argument("--out", type=output_dir, default=None, metavar="DIR",
+                     help="where the reports go (default RUN_DIR/llmd-v0.2)")
+    exp.set_defaults(func=_export)
 
     cmp = lsub.add_parser(
         "compare", help="may two runs be compared, and what changed",
@@ -167,12 +182,23 @@ def _import(args: argparse.Namespace) -> int:
     from capacity.loadtest.slo import parse_slo
 
     slo = parse_slo(args.slo)
-    if not args.file.is_file():
-        raise ConfigError(str(args.file), "FILE", "not found or not a file")
+    if not args.file.exists():
+        raise ConfigError(str(args.file), "FILE", "not found")
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(str(args.out), "--out", "exists and is not a directory")
     summary = import_run(args.file, args.out, slo)
     _print(args, summary)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from capacity.loadtest.llmd import export_run
+
+    out = args.out if args.out is not None else args.run_dir / args.export_format
+    if out.exists() and not out.is_dir():
+        raise ConfigError(str(out), "--out", "exists and is not a directory")
+    for path in export_run(args.run_dir, out):
+        print(path)
     return 0
 
 
@@ -646,11 +672,10 @@ def _print(args: argparse.Namespace, summary: dict) -> None:
               f"{_fmt(s.get('slo_attainment'), 100, 1, unit='%'):>8}{_fmt(s.get('goodput_requests_per_s'), digits=2):>9}"
               + (f"{_bounded(view.get('queue_wait_p95_s'), 1e3, unit='ms'):>14}"
                  f"{_fmt(view.get('kv_usage_mean'), 100, 1, unit='%'):>9}" if server else ""))
-    knee = summary.get("knee")
+    from capacity.loadtest.report import verdict_text
+
     c = summary.get("client") or {}
-    print(NO_SLO if summary.get("slo") is None else f"SLO {summary['comparability']['slo']}: "
-          + (f"knee at step {knee['step']} ({_fmt(knee['goodput_requests_per_s'], digits=2)} req/s goodput)"
-             if knee else "no step meets it"))
+    print(NO_SLO if summary.get("slo") is None else f"SLO {summary['comparability']['slo']}: {verdict_text(summary)}")
     if c:  # an imported run has no client figures of ours
         print(f"client: schedule lag p50 {c['schedule_lag_p50_s'] * 1e3:.1f} ms, p99 {c['schedule_lag_p99_s'] * 1e3:.1f} ms;"
               f" CPU {c['cpu_s']:.2f} s ({c['cpu_per_token_us']:.0f} us per streamed token)"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from goodput.foundation.histogram import Quantile
 
-__all__ = ["write_report"]
+__all__ = ["verdict_text", "write_report"]
 
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
 PERCENTILES = ("p50", "p95", "p99")
@@ -75,7 +75,26 @@ def _latency_figure(steps: Sequence[Mapping]):
     return fig
 
 
-def _goodput_figure(steps: Sequence[Mapping], knee: Mapping | None, judged: bool):
+def verdict_text(summary: Mapping) -> str:
+    """The run's verdict in words (``stats.verdict``), the same on stdout and in report.html."""
+    from capacity.loadtest.stats import verdict
+
+    steps = list(summary.get("steps") or [])
+    if not steps:
+        return "no step measured"
+    if summary.get("slo", {}) is None:
+        return "no SLO given: no attainment, goodput or knee"
+    v = verdict(steps)
+    knee = v["knee"]
+    if knee is not None:
+        goodput = knee.get("goodput_requests_per_s")
+        return f"knee at step {knee['step']} ({'-' if goodput is None else f'{goodput:.2f}'} req/s goodput)"
+    if not v["judged"]:
+        return "not judged (no per-request data)"
+    return "no step meets it"
+
+
+def _goodput_figure(steps: Sequence[Mapping], knee: Mapping | None, verdict: str):
     import plotly.graph_objects as go
 
     xs = [_load(s)[0] for s in steps]
@@ -91,8 +110,7 @@ def _goodput_figure(steps: Sequence[Mapping], knee: Mapping | None, judged: bool
         fig.add_vline(x=x, line_dash="dash", line_color="#c00")
         fig.add_annotation(x=x, y=_num(step.get("goodput_requests_per_s")) or 0, text=f"knee: {x:g}",
                            showarrow=True, arrowhead=2)
-    note = "" if step else " (no step met the SLO)" if judged else " (no SLO given: no goodput)"
-    fig.update_layout(title="SLO goodput vs offered load" + note, height=420,
+    fig.update_layout(title="SLO goodput vs offered load" + ("" if step else f" ({_p(verdict)})"), height=420,
                       xaxis_title=_load(steps[0])[1] if steps else "", yaxis_title="req/s")
     return fig
 
@@ -125,8 +143,8 @@ def _header(summary: Mapping) -> str:
     client = summary.get("client") or {}
     return (f"<h1>Load test: {_e(comp.get('model') or summary.get('tool', 'goodput'))}</h1>"
             f"<p class=state>{_e(state)} &middot; {_e(valid)} &middot; "
-            + (f"SLO {_e(comp.get('slo', ''))}" if summary.get("slo", {}) is not None else
-               "no SLO given: no attainment, goodput or knee") + "</p>"
+            + (f"SLO {_e(comp.get('slo', ''))}: {_e(verdict_text(summary))}" if summary.get("slo", {}) is not None
+               else _e(verdict_text(summary))) + "</p>"
             + (_table([client], list(client)) if client else "")
             + "<details><summary>comparability</summary>" + _table(rows, ["field", "value"]) + "</details>")
 
@@ -143,7 +161,7 @@ def write_report(run_dir: Path, summary: dict, records_table) -> Path:
     """Write ``run_dir/report.html`` from the run's summary (summary.json's dict) and its requests (a pyarrow
     Table or pandas DataFrame with ``step`` and the latency columns; may be empty); returns the path."""
     steps = list(summary.get("steps") or [])
-    figures = [_latency_figure(steps), _goodput_figure(steps, summary.get("knee"), summary.get("slo", {}) is not None),
+    figures = [_latency_figure(steps), _goodput_figure(steps, summary.get("knee"), verdict_text(summary)),
                _distribution_figure(steps, records_table)]
     parts = []
     for fig in (f for f in figures if f is not None):

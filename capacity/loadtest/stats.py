@@ -17,7 +17,9 @@ import numpy as np
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.slo import Slo, SloTerm, percentile
 
-__all__ = ["PERCENTILES", "distribution", "knee", "length_stats", "served_rate", "slo_term_value", "summarize"]
+__all__ = [
+    "PERCENTILES", "distribution", "knee", "length_stats", "served_rate", "slo_term_value", "summarize", "verdict",
+]
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -135,19 +137,34 @@ def served_rate(records: Iterable[RequestRecord], step) -> float | None:
 
 
 def _load(step: dict) -> float | None:
-    return step.get("offered_rate") if step.get("offered_rate") is not None else step.get("concurrency")
+    """Where a step sits on the load axis: its offered rate, else its concurrency, else (an imported step whose tool
+    did not say what it offered) the rate it achieved."""
+    for key in ("offered_rate", "concurrency", "achieved_rate"):
+        if step.get(key) is not None:
+            return step[key]
+    return None
+
+
+def verdict(step_dicts: Sequence[dict]) -> dict:
+    """The one judgement of a run, goodput's own and imported ones alike: whether any step could be judged (a step
+    without per-request data has ``slo_met`` None), which steps met the SLO, and the knee, the highest load of
+    those. A single step without an offered rate is judged like any other, not skipped."""
+    judged = [s for s in step_dicts if s.get("slo_met") is not None]
+    meeting = [s for s in judged if s["slo_met"] and _load(s) is not None]
+    best = max(meeting, key=_load) if meeting else None
+    return {
+        "judged": bool(judged),
+        "met": [s["index"] for s in judged if s["slo_met"]],
+        "knee": None if best is None else {
+            "step": best["index"],
+            "offered_rate": best.get("offered_rate"),
+            "concurrency": best.get("concurrency"),
+            "goodput_requests_per_s": best.get("goodput_requests_per_s"),
+            "goodput_tokens_per_s": best.get("goodput_tokens_per_s"),
+        },
+    }
 
 
 def knee(step_dicts: Sequence[dict]) -> dict | None:
-    """The highest offered load (rate, else concurrency) whose step meets the SLO; None when no step does."""
-    meeting = [s for s in step_dicts if s.get("slo_met") and _load(s) is not None]
-    if not meeting:
-        return None
-    best = max(meeting, key=_load)
-    return {
-        "step": best["index"],
-        "offered_rate": best.get("offered_rate"),
-        "concurrency": best.get("concurrency"),
-        "goodput_requests_per_s": best.get("goodput_requests_per_s"),
-        "goodput_tokens_per_s": best.get("goodput_tokens_per_s"),
-    }
+    """The highest load whose step meets the SLO (``verdict``'s knee); None when no step does."""
+    return verdict(step_dicts)["knee"]

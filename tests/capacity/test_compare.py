@@ -1,6 +1,7 @@
 """compare: which comparability fields differ (and whether that forbids the comparison), and what changed."""
 
 import copy
+import json
 
 import pytest
 
@@ -94,8 +95,6 @@ def test_imported_runs_of_different_patterns_are_flagged(tmp_path):
 def test_two_tools_runs_of_the_same_requests_agree_after_import(tmp_path):
     """The GuideLLM sample records the very requests of the vLLM sample. Their own TPOTs disagree (GuideLLM's
     includes the first token); converted to goodput's definitions every figure agrees."""
-    import json
-
     slo = parse_slo("ttft_p50=0.5s,e2e_p50=1s")
     v = import_run(FIX / "vllm_bench_serve_detailed.json", tmp_path / "v", slo)
     g = import_run(FIX / "guidellm_report_poisson.json", tmp_path / "g", slo)
@@ -111,3 +110,31 @@ def test_two_tools_runs_of_the_same_requests_agree_after_import(tmp_path):
     vllm = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
     guidellm_tpot_ms = sum(x["time_per_output_token_ms"] for x in theirs) / len(theirs)
     assert guidellm_tpot_ms > 1.5 * vllm["mean_tpot_ms"]  # unconverted, the two tools would disagree
+
+
+# prompts of the lengths the fleet counted for the two real clients' 256-token prompts (inference-perf's mean 171,
+# AIPerf's 186: the fleet counts 4 characters a token), 128 output tokens: the same workload as both imports
+SAME_WORKLOAD = """\
+api: completions
+input_tokens: {min: 150, p50: 180, p95: 198, max: 208}
+output_tokens: {min: 128, p50: 128, max: 128}
+"""
+
+
+def test_a_goodput_run_and_the_real_tools_imports_are_comparable(fleet, tmp_path, capsys):
+    """A short goodput run (Poisson 4 req/s, as the tools ran) against the live fleet, then `compare` with the real
+    inference-perf and AIPerf imports: comparable (same model, arrival, SLO, lengths within 10%), paired at rate 4."""
+    from goodput.cli import main
+
+    slo = "ttft_p95=500ms,tpot_p95=50ms"
+    (tmp_path / "w.yaml").write_text(SAME_WORKLOAD)
+    assert main(["loadtest", "run", "--target", fleet, "--workload", str(tmp_path / "w.yaml"), "--pattern", "poisson",
+                 "--rate", "4", "--duration", "8", "--slo", slo, "--server-metrics", "none", "--seed", "3",
+                 "--out", str(tmp_path / "ours")]) == 0
+    for name, source in (("ip", FIX / "inference_perf_0.7.0"), ("ap", FIX / "aiperf_0.13.0" / "profile_export.jsonl")):
+        assert main(["loadtest", "import", str(source), "--slo", slo, "--out", str(tmp_path / name)]) == 0
+        capsys.readouterr()
+        assert main(["loadtest", "compare", str(tmp_path / "ours"), str(tmp_path / name), "--format", "json"]) == 0, name
+        r = json.loads(capsys.readouterr().out)
+        assert r["comparable"] and [d["field"] for d in r["differences"] if d["blocking"]] == [], r["differences"]
+        assert [row["load"] for row in r["steps"]] == [{"rate": 4.0}] and r["only_in_a"] == r["only_in_b"] == []

@@ -23,6 +23,7 @@ def test_vllm_detailed_gives_its_own_figures_and_our_goodput(tmp_path):
     summary = import_run(FIX / "vllm_bench_serve_detailed.json", tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
     [s] = summary["steps"]
     assert summary["tool"] == "vllm-bench" and summary["comparability"]["model"] == "sim-llama-8b"
+    assert summary["source"]["token_counts"] == "tool"  # one count, as vLLM recorded it
     assert summary["comparability"]["arrival"] == {"pattern": "poisson", "rate": 2.0, "cv": 1.0}
     # vLLM's TTFT, TPOT, ITL and E2E are ours already: its aggregates come back unchanged
     assert s["achieved_rate"] == pytest.approx(src["request_throughput"])
@@ -201,13 +202,20 @@ def test_a_copy_anywhere_imports_the_same(tmp_path):
     assert a["steps"] == b["steps"]
 
 
-def test_vllm_append_result_lines_are_steps_end_to_end(tmp_path):
-    """``--append-result`` writes one result per line: a rate sweep, imported as steps laid one after the other."""
+def _sweep(tmp_path):
+    """A vLLM ``--append-result`` file of two results (rates 2 and 4, the second 1 s slower)."""
     one = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
     two = {**one, "request_rate": 4.0, "ttfts": [t + 1.0 for t in one["ttfts"]],
            "latencies": [x + 1.0 for x in one["latencies"]], "start_times": [t + 500.0 for t in one["start_times"]]}
     f = tmp_path / "sweep.json"
     f.write_text(json.dumps(one) + "\n" + json.dumps(two) + "\n")
+    return f
+
+
+def test_vllm_append_result_lines_are_steps_end_to_end(tmp_path):
+    """``--append-result`` writes one result per line: a rate sweep, imported as steps laid one after the other."""
+    f = _sweep(tmp_path)
+    one = json.loads((FIX / "vllm_bench_serve_detailed.json").read_text())
     summary = import_run(f, tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
     a, b = summary["steps"]
     assert (a["start_s"], a["end_s"], b["start_s"], b["end_s"]) == (0.0, 4.0, 4.0, 8.0)
@@ -260,3 +268,232 @@ def test_aiperf_aggregates_keep_its_figures_and_say_goodput_is_unknown(tmp_path,
     assert s["goodput_requests_per_s"] is None and s["tool_goodput_requests_per_s"] == pytest.approx(3 / 2.8, abs=0.01)
     assert "no per-request data" in summary["invalid_reasons"][0]
     assert (tmp_path / "run" / "report.html").is_file()
+
+
+# ---- the real tools' files (made by benchmarks/third_party_clients.py against the live fleet; SOURCES.md) ----
+
+IP = FIX / "inference_perf_0.7.0"
+
+
+def _theirs(block: dict) -> dict:
+    """An inference-perf latency summary in our keys (its ``median`` is our p50)."""
+    return {"p50": block["median"], "p90": block["p90"], "p99": block["p99"], "mean": block["mean"]}
+
+
+def test_inference_perf_report_directory_gives_its_own_figures_and_our_goodput(tmp_path):
+    """A real inference-perf 0.7.0 report (Poisson 4 req/s x 30 s against the live fleet): its TTFT and E2E
+    percentiles come back as ours, TPOT within 2% (it ends TPOT at the last token, we at the response's end), the
+    server's 128 output tokens (not its tokenizer's 209), its goodput and attainment kept beside ours."""
+    theirs = json.loads((IP / "summary_lifecycle_metrics.json").read_text())["successes"]
+    summary = import_run(IP, tmp_path / "run", parse_slo("ttft_p95=0.5s,tpot_p95=50ms"))
+    [s] = summary["steps"]
+    assert summary["tool"] == "inference-perf" and summary["source"]["token_counts"] == "server"
+    assert summary["comparability"]["model"] == "Llama-3.1-8B"
+    assert summary["comparability"]["arrival"] == {"pattern": "poisson", "rate": 4.0, "tool_pattern": "poisson"}
+    assert summary["comparability"]["output_tokens"]["p50"] == theirs["output_tokens"]["median"] == 128
+    assert summary["comparability"]["input_tokens"]["mean"] == pytest.approx(theirs["prompt_tokens"]["mean"])
+    for ours, name in (("ttft_s", "time_to_first_token"), ("e2e_s", "request_latency")):
+        for p, value in _theirs(theirs["latency"][name]).items():
+            assert s[ours][p] == pytest.approx(value, rel=1e-9), (ours, p)
+    tpot = theirs["latency"]["time_per_output_token"]
+    assert s["tpot_s"]["p50"] == pytest.approx(tpot["median"], rel=0.02)
+    assert s["tpot_s"]["p50"] > tpot["median"]  # the response's tail after its last token is in ours
+    assert s["achieved_rate"] == pytest.approx(theirs["throughput"]["requests_per_sec"], rel=1e-9)
+    assert s["offered_rate"] == 4.0 and s["requests"] == theirs["count"] == 120
+    assert s["tool_goodput"] == theirs["goodput_metrics"]  # its goodput_percentage, ttft/tpot attainment
+    assert s["tool_goodput_requests_per_s"] == theirs["goodput_metrics"]["request_goodput"]
+    assert s["slo_met"] and summary["valid"] and summary["invalid_reasons"] == []
+    assert summary["knee"]["step"] == 0 and summary["knee"]["offered_rate"] == 4.0
+
+
+@pytest.mark.parametrize("name", ["summary_lifecycle_metrics.json", "stage_0_lifecycle_metrics.json",
+                                  "per_request_lifecycle_metrics.json"])
+def test_any_inference_perf_file_imports_its_whole_report(tmp_path, name):
+    whole = import_run(IP, tmp_path / "dir", parse_slo("ttft_p95=0.5s"))
+    one = import_run(IP / name, tmp_path / "one", parse_slo("ttft_p95=0.5s"))
+    assert one["steps"] == whole["steps"] and one["source"]["file"] == name
+
+
+def test_inference_perf_without_per_request_data_keeps_its_aggregates_unjudged(tmp_path):
+    """The summary and stage files alone: inference-perf's own figures (median as p50, seconds), the step left
+    unjudged, and the run never valid while it lists why."""
+    copy = tmp_path / "report"
+    copy.mkdir()
+    for name in ("summary_lifecycle_metrics.json", "stage_0_lifecycle_metrics.json", "config.yaml"):
+        shutil.copy(IP / name, copy / name)
+    stage = json.loads((IP / "stage_0_lifecycle_metrics.json").read_text())
+    summary = import_run(copy, tmp_path / "run", parse_slo("ttft_p95=0.5s"))
+    [s] = summary["steps"]
+    assert s["ttft_s"]["p50"] == stage["successes"]["latency"]["time_to_first_token"]["median"]
+    assert s["tpot_s"]["p90"] == stage["successes"]["latency"]["time_per_output_token"]["p90"]
+    assert s["achieved_rate"] == stage["successes"]["throughput"]["requests_per_sec"]
+    assert s["offered_rate"] == stage["load_summary"]["requested_rate"] == 4.0
+    assert s["slo_met"] is None and summary["knee"] is None and s["tool_goodput"]["goodput_percentage"] == 100.0
+    assert not summary["valid"] and "per_request" in summary["invalid_reasons"][0]
+    assert summary["source"]["token_counts"] == "server"  # its config asked for use_server_output_tokens
+
+
+AP = FIX / "aiperf_0.13.0"
+
+
+def test_aiperf_0_13_records_give_its_own_figures_with_its_configuration(tmp_path):
+    """A real AIPerf 0.13.0 run (Poisson 4 req/s x 30 s; on this 2-core box its own workers lagged, TTFT p90 2.9 s):
+    its per-request records reproduce its medians, and the offered rate, pattern and model are read from
+    0.13's input_config in the profile_export_aiperf.json beside the JSONL (the step is judged, not skipped)."""
+    agg = json.loads((AP / "profile_export_aiperf.json").read_text())
+    summary = import_run(AP / "profile_export.jsonl", tmp_path / "run", parse_slo("ttft_p95=0.5s,tpot_p95=50ms"))
+    [s] = summary["steps"]
+    comp = summary["comparability"]
+    assert comp["model"] == "Llama-3.1-8B" and comp["tool_version"] == "0.13.0"
+    assert comp["arrival"] == {"pattern": "poisson", "rate": 4.0, "tool_pattern": "poisson"}
+    assert s["offered_rate"] == 4.0 and s["requests"] == agg["request_count"]["avg"] == 111
+    for ours, name in (("ttft_s", "time_to_first_token"), ("e2e_s", "request_latency"), ("tpot_s", "inter_token_latency")):
+        for p in ("p50", "p90", "p99"):
+            assert s[ours][p] == pytest.approx(agg[name][p] / 1000, rel=0.02), (ours, p)
+    assert s["measured_s"] == pytest.approx(agg["benchmark_duration"]["avg"], rel=0.02)
+    assert summary["source"]["token_counts"] == "server" and comp["output_tokens"]["p50"] == 128
+    assert comp["input_tokens"]["mean"] == pytest.approx(agg["usage_prompt_tokens"]["avg"])
+    assert s["slo_met"] is False and summary["knee"] is None and summary["valid"]
+    assert 0 < s["slo_attainment"] < 1
+    table, _ = read_run(tmp_path / "run")
+    lag = [r.sent_s - r.scheduled_s for r in records_from_table(table)]
+    assert max(lag) > 0.1  # its credit_issued_ns: AIPerf's own lag is schedule lag, not the target's latency
+
+
+def test_the_servers_output_tokens_are_preferred_over_aiperfs_tokenizer(tmp_path):
+    """Without --use-server-token-count AIPerf's output_sequence_length is its tokenizer's count (209 BPE tokens for
+    the fleet's 128): the record's usage_completion_tokens wins, so TPOT is the fleet's pace."""
+    lines = [json.loads(x) for x in (AP / "profile_export.jsonl").read_text().splitlines()]
+    for x in lines:
+        x["metrics"]["output_sequence_length"]["value"] = 209
+    (tmp_path / "profile_export.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    server = import_run(AP / "profile_export.jsonl", tmp_path / "a", parse_slo("ttft_p95=1s"))
+    client = import_run(tmp_path / "profile_export.jsonl", tmp_path / "b", parse_slo("ttft_p95=1s"))
+    assert client["comparability"]["output_tokens"]["p50"] == 128 and client["source"]["token_counts"] == "server"
+    assert client["steps"][0]["tpot_s"] == server["steps"][0]["tpot_s"]
+    for x in lines:
+        del x["metrics"]["usage_completion_tokens"]
+    (tmp_path / "profile_export.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    theirs = import_run(tmp_path / "profile_export.jsonl", tmp_path / "c", parse_slo("ttft_p95=1s"))
+    assert theirs["source"]["token_counts"] == "client" and theirs["comparability"]["output_tokens"]["p50"] == 209
+
+
+@pytest.mark.parametrize("name", ["profile_export_aiperf.json", "profile_export_aiperf.csv"])
+def test_aiperf_0_13_aggregates_read_its_configuration_and_say_they_are_not_judged(tmp_path, name):
+    summary = import_run(AP / name, tmp_path / "run", parse_slo("ttft_p95=0.5s"))
+    [s] = summary["steps"]
+    assert summary["comparability"]["arrival"]["rate"] == 4.0 and summary["comparability"]["model"] == "Llama-3.1-8B"
+    assert s["slo_met"] is None and summary["knee"] is None
+    assert not summary["valid"] and summary["invalid_reasons"]  # never valid: true beside a reason
+
+
+def test_the_earlier_aiperf_input_config_layout_is_read_too(tmp_path):
+    summary = import_run(FIX / "aiperf_profile_export_aiperf.json", tmp_path / "run", parse_slo("ttft_p95=1s"))
+    assert summary["comparability"]["arrival"] == {"pattern": "poisson", "rate": 2.0, "tool_pattern": "poisson"}
+    assert summary["comparability"]["model"] == "Llama-3.1-8B" and summary["steps"][0]["offered_rate"] == 2.0
+
+
+# ---- llm-d benchmark report v0.2 ----
+
+# the unit rules schema_v0_2.py's validators add to its JSON schema (UNITS_TIME, UNITS_GEN_LATENCY, ...)
+_LLMD_UNITS = {"time_to_first_token": {"ms", "s"}, "request_latency": {"ms", "s"},
+               "time_per_output_token": {"ms/token", "s/token"}, "inter_token_latency": {"ms/token", "s/token"},
+               "normalized_time_per_output_token": {"ms/token", "s/token"}, "input_token_rate": {"tokens/s"},
+               "output_token_rate": {"tokens/s"}, "total_token_rate": {"tokens/s"}, "request_rate": {"queries/s"},
+               "input_length": {"count"}, "output_length": {"count"}}
+
+
+def _llmd_errors(report: dict) -> list[str]:
+    """What llm-d-benchmark's BenchmarkReportV02 would refuse: its JSON schema, then its unit validators."""
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads((FIX / "llmd_br_v0_2_json_schema.json").read_text())
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in Draft202012Validator(schema).iter_errors(report)]
+    agg = report["results"]["request_performance"]["aggregate"]
+    for section in ("requests", "latency", "throughput"):
+        for name, stats in (agg.get(section) or {}).items():
+            if isinstance(stats, dict) and stats.get("units") not in _LLMD_UNITS.get(name, {stats.get("units")}):
+                errors.append(f"{section}.{name}: units {stats.get('units')!r}")
+    return errors
+
+
+def test_llmd_export_is_valid_v0_2_and_imports_back_as_the_run(tmp_path, capsys):
+    from goodput.cli import main
+
+    import_run(_sweep(tmp_path), tmp_path / "run", parse_slo("ttft_p50=0.5s,e2e_p50=1s"))
+    _, run = read_run(tmp_path / "run")
+    assert main(["loadtest", "export", "--format", "llmd-v0.2", str(tmp_path / "run"), "--out", str(tmp_path / "llmd")]) == 0
+    paths = sorted((tmp_path / "llmd").iterdir())
+    assert capsys.readouterr().out.split() == [str(p) for p in paths] and len(paths) == 2
+    for p in paths:
+        assert _llmd_errors(json.loads(p.read_text())) == [], p
+    back = import_run(tmp_path / "llmd", tmp_path / "back", parse_slo("ttft_p99=9s"))
+    assert back["tool"] == "llmd-v0.2" and back["comparability"] == run["comparability"]
+    assert back["slo"] == run["slo"]  # judged against the SLO it was measured with, which the report carries
+    for a, b in zip(run["steps"], back["steps"], strict=True):
+        for key in ("offered_rate", "achieved_rate", "slo_attainment", "slo_met", "goodput_requests_per_s",
+                    "output_tokens_per_s", "requests", "completed", "errors", "label", "measured_s"):
+            assert b[key] == a[key], key
+        for lat in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+            assert {p: b[lat][p] for p in ("p50", "p90", "p95", "p99", "mean")} == \
+                   {p: a[lat][p] for p in ("p50", "p90", "p95", "p99", "mean")}
+    assert back["knee"]["offered_rate"] == run["knee"]["offered_rate"] == 2.0
+    # one report alone is one step; a report broken against the schema's units is one line
+    [one] = import_run(paths[1], tmp_path / "one", parse_slo("ttft_p99=9s"))["steps"]
+    assert one["offered_rate"] == 4.0
+    bad = json.loads(paths[0].read_text())
+    bad["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"]["units"] = "minutes"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match="time_to_first_token.*units 'minutes'"):
+        import_run(tmp_path / "bad.json", tmp_path / "bad", parse_slo("ttft_p99=9s"))
+
+
+def test_llmd_example_report_imports_its_aggregates_unjudged(tmp_path):
+    """llm-d-benchmark's own v0.2 example (an inference-perf stage at 10 QPS on Qwen3-0.6B)."""
+    summary = import_run(FIX / "llmd_br_v0_2_example.yaml", tmp_path / "run", parse_slo("ttft_p95=1s"))
+    [s] = summary["steps"]
+    assert summary["comparability"]["model"] == "Qwen/Qwen3-0.6B" and s["offered_rate"] == 10
+    assert s["ttft_s"]["p50"] == pytest.approx(0.03622930939309299) and s["ttft_s"]["p99"] == pytest.approx(0.05029489721637218)
+    assert s["tpot_s"]["mean"] == pytest.approx(0.0368578234128654) and s["requests"] == 500
+    assert s["slo_met"] is None and summary["knee"] is None and not summary["valid"]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["loadtest", "export", "{tmp}/nothing"], "summary.json: not found"),
+    (["loadtest", "import", "{tmp}", "--slo", "ttft_p95=1s", "--out", "{tmp}/o"], "holds no result goodput reads"),
+    (["loadtest", "import", "{tmp}/x.json", "--slo", "ttft_p95=1s", "--out", "{tmp}/o"], "not found"),
+])
+def test_export_and_import_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, says):
+    from goodput.cli import main
+
+    (tmp_path / "empty.txt").write_text("")
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_inference_perf_file_copied_out_under_another_name_is_read_alone(tmp_path):
+    shutil.copy(IP / "per_request_lifecycle_metrics.json", tmp_path / "requests-monday.json")
+    shutil.copy(IP / "stage_0_lifecycle_metrics.json", tmp_path / "stage-monday.json")
+    [s] = import_run(tmp_path / "requests-monday.json", tmp_path / "a", parse_slo("ttft_p95=0.5s"))["steps"]
+    assert s["requests"] == 120 and s["slo_met"] and s["offered_rate"] is None  # no config.yaml beside it
+    alone = import_run(tmp_path / "stage-monday.json", tmp_path / "b", parse_slo("ttft_p95=0.5s"))
+    assert alone["steps"][0]["requests"] == 120 and alone["steps"][0]["slo_met"] is None and alone["knee"] is None
+
+
+def test_inference_perf_stages_become_steps_in_start_order(tmp_path):
+    """Two stages (the real report's stage file split in two, 60 requests each, at rates 2 and 4): the per-request
+    file's requests go to the stages in start order, as many as each stage's load_summary.count."""
+    report = tmp_path / "report"
+    report.mkdir()
+    shutil.copy(IP / "per_request_lifecycle_metrics.json", report / "per_request_lifecycle_metrics.json")
+    stage = json.loads((IP / "stage_0_lifecycle_metrics.json").read_text())
+    for i, rate in enumerate((2.0, 4.0)):
+        stage["load_summary"].update(count=60, requested_rate=rate)
+        (report / f"stage_{i}_lifecycle_metrics.json").write_text(json.dumps(stage))
+    summary = import_run(report, tmp_path / "run", parse_slo("ttft_p95=0.5s"))
+    a, b = summary["steps"]
+    assert (a["requests"], b["requests"], a["offered_rate"], b["offered_rate"]) == (60, 60, 2.0, 4.0)
+    starts = sorted(e["start_time"] for e in json.loads((IP / "per_request_lifecycle_metrics.json").read_text()))
+    assert b["start_s"] == pytest.approx(starts[60] - starts[0]) and a["end_s"] > a["start_s"] == 0.0
+    assert summary["knee"]["offered_rate"] == 4.0

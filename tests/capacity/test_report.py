@@ -70,7 +70,7 @@ def test_requests_as_read_back_from_parquet_draw_the_same_distributions(tmp_path
 
 def test_a_run_without_requests_or_steps_still_writes_a_page(tmp_path):
     path = write_report(tmp_path, {"steps": [], "knee": None}, pd.DataFrame())
-    assert "SLO goodput vs offered load (no step met the SLO)" in path.read_text()
+    assert "SLO goodput vs offered load (no step measured)" in path.read_text()
 
 
 @needs("chromium")

@@ -5,8 +5,9 @@ import math
 import pytest
 
 from capacity.loadtest.patterns import Step
+from capacity.loadtest.report import verdict_text
 from capacity.loadtest.slo import parse_slo
-from capacity.loadtest.stats import distribution, knee, served_rate, summarize
+from capacity.loadtest.stats import distribution, knee, served_rate, summarize, verdict
 from tests.capacity.loadtest_records import rec
 
 
@@ -115,6 +116,27 @@ def test_knee_is_the_highest_load_that_meets():
     assert knee(conc)["concurrency"] == 16
     assert knee([{"index": 0, "offered_rate": 1.0, "slo_met": False}]) is None
     assert knee([]) is None
+
+
+def test_a_single_step_without_an_offered_rate_is_judged_not_skipped():
+    """An import that did not say what it offered (AIPerf without its configuration): the step that met at 100%
+    attainment is the knee, and stdout's verdict says so, never "no step meets it" beside a met step."""
+    slo = parse_slo("ttft_p95=1s")
+    [s] = summarize([rec(i, sched=i * 0.25, ttft=0.1, e2e=0.5) for i in range(8)], slo,
+                    [Step(0, "aiperf", 0.0, 2.0, 0.0, None, None, None)])
+    assert s["offered_rate"] is None and s["concurrency"] is None and s["slo_met"] and s["slo_attainment"] == 1.0
+    v = verdict([s])
+    assert v["judged"] and v["met"] == [0] and v["knee"]["step"] == 0
+    assert v["knee"]["goodput_requests_per_s"] == pytest.approx(4.0)
+    assert verdict_text({"steps": [s]}) == "knee at step 0 (4.00 req/s goodput)"
+
+
+def test_steps_without_per_request_data_are_not_judged():
+    unjudged = [{"index": 0, "offered_rate": 2.0, "slo_met": None, "achieved_rate": 2.0}]
+    assert verdict(unjudged) == {"judged": False, "met": [], "knee": None}
+    assert verdict_text({"steps": unjudged}) == "not judged (no per-request data)"
+    missed = [{**unjudged[0], "slo_met": False}]
+    assert verdict_text({"steps": missed}) == "no step meets it"
 
 
 def test_summary_values_are_json_safe():
