@@ -12,9 +12,10 @@ workload) or from a YAML of its own::
     routes: {chat: 1}
     shared_prefix: {tokens: 256, fraction: 0.5}
 
-Prompts are synthetic text sized at **4 characters per token**: the rule of thumb for English BPE tokenizers
-and exactly how the simulated fleet counts prompt tokens; a real tokenizer will count somewhat differently,
-which is why records keep the server's ``usage.prompt_tokens`` when it reports one.
+Prompts are synthetic text sized at **4 characters per token**: the rule of thumb for English BPE tokenizers,
+and exact for the filler words (``simulator.tokenizer.FILLER_WORDS``, one token each in the simulated fleet's
+tokenizer); another tokenizer will count somewhat differently, which is why records keep the server's
+``usage.prompt_tokens`` when it reports one.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_yaml
 from simulator.config import MAX_ENGINE_INT, WorkloadConfig, _Reader, _tokens, parse_fleet
 from simulator.distributions import QuantileDistribution
+from simulator.tokenizer import FILLER_WORDS
 
 __all__ = ["CHARS_PER_TOKEN", "RequestSpec", "SpecStream", "Workload", "load_workload", "prompt_text"]
 
 CHARS_PER_TOKEN = 4
 CHAT_OVERHEAD_TOKENS = 7  # a one-message chat: 3 for the reply's priming + 4 for the message's framing
 TIERS = ("P0", "P1", "P2")
-_FILLER = "the quick brown fox jumps over a lazy dog while servers stream tokens "
+_FILLER = "".join(FILLER_WORDS)[1:] + " "  # "the day was ... now ": four characters per token
 
 
 @dataclass(frozen=True, slots=True)
