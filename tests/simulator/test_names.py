@@ -11,7 +11,6 @@ import pytest
 from goodput.foundation.errors import ConfigError
 from simulator.catalog import (
     _model_key,
-    gpus,
     load_model_config,
     model_from_config,
     models,
