@@ -30,7 +30,7 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_yaml
 from simulator.config import MAX_ENGINE_INT, WorkloadConfig, _Reader, _tokens, parse_fleet
 from simulator.distributions import QuantileDistribution
-from simulator.tokenizer import FILLER_WORDS
+from simulator.tokenizer import FILLER_WORDS, count_tokens
 
 __all__ = ["CHARS_PER_TOKEN", "RequestSpec", "SpecStream", "Workload", "load_workload", "prompt_text"]
 
@@ -125,14 +125,17 @@ def prompt_text(spec: RequestSpec, index: int, chat: bool) -> str:
         prefix = "".join(_fill(f"block {h}: ", size) for h in spec.blocks)[:prefix_chars]
     else:
         prefix = _fill("shared prefix: ", prefix_chars)
-    return prefix + _fill(f"request {index}: ", tokens * CHARS_PER_TOKEN - len(prefix))
+    return prefix + _fill(f"request {index}: ", tokens * CHARS_PER_TOKEN - prefix_chars)
 
 
 def _fill(head: str, chars: int) -> str:
+    """``chars // 4`` tokens of text: the head's digits and punctuation cost more tokens than their characters
+    suggest, so the filler gives that back."""
     if chars <= 0:
         return ""
+    over = max(0, count_tokens(head) * CHARS_PER_TOKEN - len(head))
     text = head + _FILLER * (chars // len(_FILLER) + 1)
-    return text[:chars]
+    return text[:max(0, chars - over)]
 
 
 def _mix(r: _Reader, key: str, default: dict[str, float], choices: tuple[str, ...] | None = None
