@@ -16,7 +16,7 @@ from typing import Any
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
-from simulator.catalog import DTYPE_BYTES, lookup_gpu, lookup_model
+from simulator.catalog import DTYPE_BYTES, ModelSpec, load_model_config, lookup_gpu, lookup_model, models
 from simulator.distributions import QuantileDistribution
 from simulator.memory import DEFAULT_ENGINE_VERSION, MemoryBudget, MemorySetup, memory_budget
 
@@ -106,6 +106,12 @@ class DeploymentConfig:
     gateway_latency_ms: float = 2.0
     send_latency_ms: float = 1.0
     budget: MemoryBudget | None = None
+    model_config: ModelSpec | None = None  # the fleet file's model_config (a Hugging Face config.json), if any
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model's architecture: from its model_config, else the catalog's."""
+        return self.model_config or models()[self.model]
 
 
 @dataclass(frozen=True)
@@ -259,9 +265,15 @@ def _engine(r: _Reader | None) -> EngineConfig:
 
 
 def _deployment(r: _Reader) -> DeploymentConfig:
-    r.unknown({"name", "model", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms", "send_latency_ms"})
+    r.unknown({"name", "model", "model_config", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms",
+               "send_latency_ms"})
     name = r.get("name", str)
-    model = lookup_model(r.get("model", str), r.source, r.key("model"))
+    config_path = r.get("model_config", str, None)
+    if config_path is None:
+        model = lookup_model(r.get("model", str), r.source, r.key("model"))
+    else:  # relative to the fleet file
+        path = Path(r.source).parent / config_path
+        model = load_model_config(path, r.get("model", str, None), r.source, r.key("model_config"))
     gpu = lookup_gpu(r.get("gpu", str), r.source, r.key("gpu"))
     tp = r.get("tp", int, 1, minimum=1)
     if tp & (tp - 1):
@@ -297,6 +309,7 @@ def _deployment(r: _Reader) -> DeploymentConfig:
         gateway_latency_ms=r.get("gateway_latency_ms", float, 2.0, minimum=0.0),
         send_latency_ms=r.get("send_latency_ms", float, 1.0, minimum=0.0),
         budget=budget,
+        model_config=model if config_path is not None else None,
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import inf
 
-from simulator.catalog import gpus, models
+from simulator.catalog import gpus
 from simulator.config import SCALE_KIND, DeploymentConfig, EventConfig, FleetConfig
 from simulator.replica import Replica
 from simulator.replica_queue import ReplicaQueue
@@ -68,7 +68,7 @@ class Fleet:
         self.deployments: list[Deployment] = []
         self.by_name: dict[str, Deployment] = {}
         for i, d in enumerate(cfg.deployments):
-            rf = Roofline.build(models()[d.model], gpus()[d.gpu], tp=d.tp, engine=d.engine)
+            rf = Roofline.build(d.spec, gpus()[d.gpu], tp=d.tp, engine=d.engine)
             dep = Deployment(i, d, rf, d.budget.num_blocks, Router(d.router))
             self.deployments.append(dep)
             self.by_name[d.name] = dep

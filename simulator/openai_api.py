@@ -2,7 +2,8 @@
 
 Serves ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE paced by the simulated
 engine, or one JSON answer), ``GET /v1/models``, ``GET /health`` and ``GET /metrics``. The "model"
-generates filler words; what matters is when each token arrives and the usage counts.
+generates filler words, one token each (``simulator.tokenizer``); what matters is when each token arrives and
+the usage counts.
 
 Handlers never poll and never take the fleet's lock: a request goes to the engine thread as a ``Ticket``,
 and the engine thread wakes the ticket (once per engine tick, for all the tickets that moved) through
@@ -24,6 +25,7 @@ from aiohttp import web
 from simulator.openai_protocol import CHAT, COMPLETIONS, ApiError, Generation, error_body, parse_body, validate
 from simulator.request import Request
 from simulator.request_meta import LabelGuard
+from simulator.tokenizer import FILLER_WORDS
 
 __all__ = ["MAX_BODY_BYTES", "Backend", "Ticket", "deliver", "make_app"]
 
@@ -32,7 +34,6 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
 BODY_TIMEOUT_S = 10.0  # a body that trickles in slower than this is refused (408)
 STALL_S = 30.0  # a stream whose client reads nothing for this long is dropped (and its request aborted)
-WORDS = (" the", " fleet", " serves", " tokens", " under", " load", " with", " queues", " and", " caches", " today")
 FINISH = {"stop": "stop", "length": "length"}  # anything else ends a stream as "abort"
 
 
@@ -81,7 +82,7 @@ def _error(status: int, message: str, param: str | None = None, headers: Mapping
 
 
 def _text(i0: int, i1: int) -> str:
-    return "".join(WORDS[i % len(WORDS)] for i in range(i0, i1))
+    return "".join(FILLER_WORDS[i % len(FILLER_WORDS)] for i in range(i0, i1))
 
 
 async def _write(resp: web.StreamResponse, transport, data: bytes) -> None:

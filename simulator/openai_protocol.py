@@ -13,6 +13,8 @@ import json
 import sys
 from dataclasses import dataclass
 
+from simulator.tokenizer import count_tokens
+
 __all__ = ["REFUSAL_REASONS", "ROLES", "ApiError", "Generation", "error_body", "parse_body", "validate"]
 
 # why a request was refused before the engine saw it (the label values it is counted under)
@@ -64,10 +66,6 @@ def parse_body(raw: bytes) -> dict:
     return body
 
 
-def _estimate_tokens(text: str) -> int:
-    return max(1, len(text) // 4)
-
-
 def _bad(param: str, problem: str) -> ApiError:
     return ApiError(400, f"{param}: {problem}", "invalid_request", param)
 
@@ -90,7 +88,7 @@ def _in_range(body: dict, key: str, lo: float, hi: float, lo_open: bool = False)
 
 def _content_tokens(content, where: str) -> int:
     if content is None or isinstance(content, str):
-        return _estimate_tokens(content or "")
+        return count_tokens(content or "")
     if not isinstance(content, list):
         raise _bad(where, "must be a string or a list of content parts")
     text = []
@@ -101,7 +99,7 @@ def _content_tokens(content, where: str) -> int:
             if not isinstance(part.get("text"), str):
                 raise _bad(where, "a text part needs a string 'text'")
             text.append(part["text"])
-    return _estimate_tokens(" ".join(text))
+    return count_tokens(" ".join(text))
 
 
 def _chat_prompt(body: dict) -> int:
@@ -125,7 +123,7 @@ def _completion_prompt(body: dict) -> int:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return _estimate_tokens(prompt)
+        return count_tokens(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
         return len(prompt)
     if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(x, str | list) for x in prompt):

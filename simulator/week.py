@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from goodput.foundation.errors import ConfigError
-from simulator.catalog import gpus, models
+from simulator.catalog import gpus
 from simulator.config import DeploymentConfig, FleetConfig, WorkloadConfig
 from simulator.roofline import Roofline
 
@@ -139,7 +139,7 @@ def _mean(dist, default: float) -> float:
 
 
 def _roofline(d: DeploymentConfig) -> Roofline:
-    return Roofline.build(models()[d.model], gpus()[d.gpu], tp=d.tp, engine=d.engine)
+    return Roofline.build(d.spec, gpus()[d.gpu], tp=d.tp, engine=d.engine)
 
 
 def _service(d: DeploymentConfig, mean_in: float, mean_out: float) -> tuple[float, float, float, int]:

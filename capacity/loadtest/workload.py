@@ -16,9 +16,10 @@ or inline, in GuideLLM's synthetic-data style: ``prompt_tokens=256,output_tokens
 ``_stdev`` / ``_min`` / ``_max`` for a normal spread clipped to its bounds (``prompt_tokens_stdev=64``), and
 ``api=completions``.
 
-Prompts are synthetic text sized at **4 characters per token**: the rule of thumb for English BPE tokenizers
-and exactly how the simulated fleet counts prompt tokens; a real tokenizer will count somewhat differently,
-which is why records keep the server's ``usage.prompt_tokens`` when it reports one.
+Prompts are synthetic text sized at **4 characters per token**: the rule of thumb for English BPE tokenizers,
+and exact for the filler words (``simulator.tokenizer.FILLER_WORDS``, one token each in the simulated fleet's
+tokenizer); another tokenizer will count somewhat differently, which is why records keep the server's
+``usage.prompt_tokens`` when it reports one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_yaml
 from simulator.config import MAX_ENGINE_INT, WorkloadConfig, _Reader, _tokens, parse_fleet
 from simulator.distributions import QuantileDistribution
+from simulator.tokenizer import FILLER_WORDS, count_tokens
 
 __all__ = ["CHARS_PER_TOKEN", "DEFAULT_INLINE", "RequestSpec", "SpecStream", "Workload", "inline_workload",
            "load_workload", "prompt_text"]
@@ -49,7 +51,7 @@ _NORMAL_KNOTS = 199
 _NORMAL_TAIL_Z = 3.5
 _INLINE_LENGTHS = ("prompt_tokens", "output_tokens")
 _INLINE_SUFFIXES = ("", "_stdev", "_min", "_max")
-_FILLER = "the quick brown fox jumps over a lazy dog while servers stream tokens "
+_FILLER = "".join(FILLER_WORDS)[1:] + " "  # "the day was ... now ": four characters per token
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,14 +139,17 @@ def prompt_text(spec: RequestSpec, index: int, chat: bool) -> str:
         prefix = "".join(_fill(f"block {h}: ", size) for h in spec.blocks)[:prefix_chars]
     else:
         prefix = _fill("shared prefix: ", prefix_chars)
-    return prefix + _fill(f"request {index}: ", tokens * CHARS_PER_TOKEN - len(prefix))
+    return prefix + _fill(f"request {index}: ", tokens * CHARS_PER_TOKEN - prefix_chars)
 
 
 def _fill(head: str, chars: int) -> str:
+    """``chars // 4`` tokens of text: the head's digits and punctuation cost more tokens than their characters
+    suggest, so the filler gives that back."""
     if chars <= 0:
         return ""
+    over = max(0, count_tokens(head) * CHARS_PER_TOKEN - len(head))
     text = head + _FILLER * (chars // len(_FILLER) + 1)
-    return text[:chars]
+    return text[:max(0, chars - over)]
 
 
 def _mix(r: _Reader, key: str, default: dict[str, float], choices: tuple[str, ...] | None = None

@@ -17,6 +17,7 @@ import numpy as np
 
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
+from simulator.catalog import load_model_config, resolve_gpu, resolve_model
 from simulator.config import MAX_BURST_FACTOR, MAX_ENGINE_INT, MAX_REPLICAS
 
 __all__ = ["Candidate", "Demand", "DeploymentDemand", "Headroom", "Stream", "TierSlo", "load_demand", "parse_demand",
@@ -75,6 +76,7 @@ class Candidate:
     gpu: str
     tp: int
     engine: dict[str, Any] = field(default_factory=dict)
+    model_config: str | None = None  # a Hugging Face config.json (absolute path) for a model the catalog lacks
 
 
 @dataclass(frozen=True)
@@ -189,15 +191,21 @@ def _headroom(src: str, key: str, v: Any) -> Headroom:
 
 
 def _candidate(src: str, key: str, v: Any) -> Candidate:
-    d = _map(src, key, v, {"name", "model", "gpu", "tp", "engine"})
-    for k in ("model", "gpu"):
+    d = _map(src, key, v, {"name", "model", "model_config", "gpu", "tp", "engine"})
+    for k in ("model" if "model_config" not in d else "model_config", "gpu"):
         if k not in d:
             _fail(src, f"{key}.{k}", "is required")
-    model, gpu = _str(src, f"{key}.model", d["model"]), _str(src, f"{key}.gpu", d["gpu"])
+    config = None
+    if "model_config" in d:  # relative to the demand file; the name is what the plan prints
+        config = str((Path(src).parent / _str(src, f"{key}.model_config", d["model_config"])).resolve())
+        model = load_model_config(config, d.get("model"), src, f"{key}.model_config").name
+    else:
+        model = resolve_model(_str(src, f"{key}.model", d["model"]), src, f"{key}.model").name
+    gpu = resolve_gpu(_str(src, f"{key}.gpu", d["gpu"]), src, f"{key}.gpu").name
     tp = _int(src, f"{key}.tp", d.get("tp", 1), minimum=1, maximum=MAX_TP)
     engine = _map(src, f"{key}.engine", d.get("engine") or {})
     name = _str(src, f"{key}.name", d.get("name", f"{model}/{gpu}/tp{tp}"))
-    return Candidate(name, model, gpu, tp, dict(engine))
+    return Candidate(name, model, gpu, tp, dict(engine), config)
 
 
 def _deployment(src: str, name: str, v: Any) -> DeploymentDemand:

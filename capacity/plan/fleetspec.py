@@ -21,7 +21,8 @@ OK_FINISH = ("stop", "length")
 
 def _deployment(name: str, cand: Candidate, replicas: int) -> dict[str, Any]:
     return {"name": name, "model": cand.model, "gpu": cand.gpu, "tp": cand.tp, "replicas": replicas,
-            "router": "least-outstanding", "engine": dict(cand.engine)}
+            "router": "least-outstanding", "engine": dict(cand.engine),
+            **({"model_config": cand.model_config} if cand.model_config else {})}
 
 
 def stream_workload(deployment: str, s: Stream, arrival: dict[str, Any]) -> dict[str, Any]:

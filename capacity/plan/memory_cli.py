@@ -13,7 +13,7 @@ from typing import Any
 
 from goodput.foundation.args import positive_int
 from goodput.foundation.errors import ConfigError
-from simulator.catalog import GIB, lookup_gpu, lookup_model
+from simulator.catalog import GIB, gpus, load_model_config, models, resolve_gpu, resolve_model
 from simulator.memory import DEFAULT_ENGINE_VERSION, SAMPLER_BYTES_PER_LOGIT, MemoryBudget, MemorySetup, memory_budget
 
 __all__ = ["add_parser", "budget_json", "format_budget", "run"]
@@ -46,8 +46,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Weights, activation peak, non-torch memory and CUDA graph reserve per GPU, and the KV cache "
                     "they leave, in the terms vLLM logs at start-up (Available KV cache memory, GPU KV cache size, "
                     "Maximum concurrency). Exit 2 with the term that breaks when the model does not fit.")
-    p.add_argument("--model", required=True, help="catalog model, e.g. Llama-3.1-8B (an unknown name lists them)")
-    p.add_argument("--gpu", required=True, help="catalog GPU, e.g. H100-80GB-SXM (an unknown name lists them)")
+    p.add_argument("--model", default=None,
+                   help="catalog model as you name it: Llama-3.1-8B, a Hugging Face id (Qwen/Qwen2.5-7B-Instruct), any "
+                        "case, -Instruct/-hf/-it/-chat ignored (an unknown name lists them); with --model-config, "
+                        "only the name to print")
+    p.add_argument("--model-config", default=None, metavar="CONFIG_JSON",
+                   help="a Hugging Face config.json (layers, hidden size, heads, KV heads, head dim, vocab, dtype) "
+                        "for a model the catalog lacks")
+    p.add_argument("--gpu", required=True,
+                   help="catalog GPU or an alias: H100-80GB-SXM, H100, 'H100 PCIe', nvidia-smi's name (an unknown "
+                        "name lists them; an ambiguous one, e.g. A100, lists the choices)")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor parallel size (default 1)")
     p.add_argument("--gpu-memory-utilization", type=_fraction, default=0.9, metavar="U",
                    help="fraction of GPU memory vLLM may use (default 0.9)")
@@ -76,9 +84,11 @@ def _gib(x: float) -> float:
     return round(x / GIB, 2)
 
 
-def budget_json(b: MemoryBudget) -> dict[str, Any]:
-    """The budget's terms (GiB per GPU) and vLLM's start-up figures, as plain data."""
+def budget_json(b: MemoryBudget, notes: list[str] | None = None) -> dict[str, Any]:
+    """The budget's terms (GiB per GPU) and vLLM's start-up figures, as plain data; ``notes``: how the names
+    typed were matched."""
     return {
+        "notes": notes or [],
         "model": b.model, "gpu": b.gpu, "tp": b.tp, "engine_version": b.engine_version, "sampler": b.sampler,
         "weight_dtype": b.weight_dtype, "kv_cache_dtype": b.kv_dtype, "block_size": b.block_size,
         "max_model_len": b.max_model_len, "max_num_batched_tokens": b.max_num_batched_tokens,
@@ -120,8 +130,22 @@ def format_budget(b: MemoryBudget) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    model = lookup_model(args.model, "--model", "")
-    gpu = lookup_gpu(args.gpu, "--gpu", "")
+    notes = []
+    if args.model_config is not None:
+        model = load_model_config(args.model_config, args.model, "--model-config", "")
+        notes.append(f"model {model.name} from {args.model_config}")
+        if model.sliding_window and model.sliding_window < model.max_position_embeddings:
+            notes.append(f"sliding_window {model.sliding_window} not modelled: every layer counted as full attention "
+                         "(an upper bound on the KV bytes per token)")
+    elif args.model is None:
+        raise ConfigError("plan memory", "--model", "is required (or --model-config CONFIG_JSON)")
+    else:
+        matched = resolve_model(args.model, "--model", "")
+        model = models()[matched.name]
+        notes += [matched.note] if matched.note else []
+    gmatch = resolve_gpu(args.gpu, "--gpu", "")
+    gpu = gpus()[gmatch.name]
+    notes += [gmatch.note] if gmatch.note else []
     setup = MemorySetup(
         tp=args.tp, weight_dtype=QUANTIZATION[args.quantization],
         kv_dtype=None if args.kv_cache_dtype == "auto" else args.kv_cache_dtype,
@@ -133,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         raise ConfigError(f"{model.name} does not fit {args.tp}x {gpu.name}", problem[0], problem[1])
     if args.format == "json":
-        print(json.dumps(budget_json(budget), indent=2))
+        print(json.dumps(budget_json(budget, notes), indent=2))
     else:
-        print(format_budget(budget))
+        print("".join(f"note: {n}\n" for n in notes) + format_budget(budget))
     return 0

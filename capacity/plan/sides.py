@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from capacity.plan.demand import Stream, TierSlo
-from simulator.catalog import gpus, models
+from simulator.catalog import gpus
 from simulator.config import DeploymentConfig
 from simulator.roofline import Roofline
 
@@ -42,7 +42,7 @@ class Sides:
 
 
 def roofline_of(dep: DeploymentConfig) -> Roofline:
-    return Roofline.build(models()[dep.model], gpus()[dep.gpu], tp=dep.tp, engine=dep.engine)
+    return Roofline.build(dep.spec, gpus()[dep.gpu], tp=dep.tp, engine=dep.engine)
 
 
 def _largest_batch(rf: Roofline, context: float, tpot_s: float) -> int:

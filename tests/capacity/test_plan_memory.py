@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +104,45 @@ def test_an_unknown_sampler_is_refused_with_the_known_ones(capsys):
     rc, out, err = plan(capsys, "--model", "Qwen2.5-7B", "--gpu", "A100-80GB", "--sampler", "sort")
     assert rc == 2 and out == ""
     assert "--sampler: invalid choice: 'sort' (choose from 'pytorch', 'flashinfer', 'triton')" in err
+
+
+CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "model_configs"
+
+
+def test_names_as_users_type_them_plan_the_same_budget_with_notes(capsys):
+    rc, out, err = plan(capsys, "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "H100", "--format", "json")
+    assert rc == 0, err
+    typed = json.loads(out)
+    rc, out, _ = plan(capsys, "--model", "Qwen2.5-7B", "--gpu", "H100-80GB-SXM", "--format", "json")
+    exact = json.loads(out)
+    assert exact["notes"] == [] and len(typed["notes"]) == 2
+    assert "Qwen2.5-7B" in typed["notes"][0] and "H100-80GB-SXM" in typed["notes"][1]
+    assert {k: v for k, v in typed.items() if k != "notes"} == {k: v for k, v in exact.items() if k != "notes"}
+    rc, out, _ = plan(capsys, "--model", "qwen/qwen2.5-7b-instruct", "--gpu", "h100")
+    assert rc == 0 and out.startswith("note: qwen/qwen2.5-7b-instruct is catalog model Qwen2.5-7B")
+
+
+def test_an_ambiguous_gpu_exits_2_with_the_choices(capsys):
+    rc, _, err = plan(capsys, "--model", "Llama-3.1-8B", "--gpu", "A100")
+    assert rc == 2 and err.count("\n") == 1
+    assert "--gpu: GPU 'A100' is ambiguous: one of A100-40GB, A100-80GB" in err
+
+
+def test_a_model_config_plans_any_model(capsys, tmp_path):
+    rc, out, err = plan(capsys, "--model-config", str(CONFIGS / "codellama-7b-hf.json"), "--gpu", "A100-80GB",
+                        "--format", "json")
+    assert rc == 0, err
+    own = json.loads(out)
+    rc, out, _ = plan(capsys, "--model", "CodeLlama-7B", "--gpu", "A100-80GB", "--format", "json")
+    catalog = json.loads(out)
+    assert own["gpu_kv_cache_tokens"] == catalog["gpu_kv_cache_tokens"] and own["kv_bytes_per_token"] == 524288
+    assert own["model"] == "model_configs" and "codellama-7b-hf.json" in own["notes"][0]  # no _name_or_path
+    windowed = json.loads((CONFIGS / "codellama-7b-hf.json").read_text()) | {"sliding_window": 4096}
+    (tmp_path / "config.json").write_text(json.dumps(windowed))
+    rc, out, _ = plan(capsys, "--model", "my-coder", "--model-config", str(tmp_path / "config.json"), "--gpu", "A100-80GB")
+    assert rc == 0 and out.startswith("note: model my-coder from ") and "sliding_window 4096 not modelled" in out
+    (tmp_path / "moe.json").write_text(json.dumps(windowed | {"num_local_experts": 8}))
+    rc, _, err = plan(capsys, "--model-config", str(tmp_path / "moe.json"), "--gpu", "A100-80GB")
+    assert rc == 2 and err.count("\n") == 1 and "mixture-of-experts" in err
+    rc, _, err = plan(capsys, "--gpu", "A100-80GB")
+    assert rc == 2 and "--model: is required (or --model-config" in err

@@ -99,7 +99,7 @@ def test_runs_give_the_knee_goodput_and_mixed_runs_are_refused(tmp_path, capsys)
     (lambda d: d["deployments"]["chat"]["streams"][0].update(peak_rps=-1), "deployments.chat.streams[0].peak_rps"),
     (lambda d: d["deployments"]["chat"]["streams"][1].update(tier="P9"), "deployments.chat.streams[1].tier"),
     (lambda d: d.update(growht=1.1), "growht"),
-    (lambda d: d["deployments"]["chat"]["candidates"][0].update(gpu="H900"), "deployments[0].gpu"),
+    (lambda d: d["deployments"]["chat"]["candidates"][0].update(gpu="H900"), "deployments.chat.candidates[0].gpu"),
 ])
 def test_bad_demand_keys_are_one_line_naming_file_and_key(tmp_path, capsys, edit, where):
     data = yaml.safe_load(CHAT)
@@ -126,6 +126,25 @@ def test_a_price_file_overrides_the_defaults_and_bad_keys_are_named(tmp_path, ca
     assert main(["plan", "replicas", "--demand", demand, "--runs", f"h100={a}", "--prices", bad,
                  "--out", str(tmp_path / "p.yaml")]) == 2
     assert f"{bad}: gpus.H100-80GB-SXM.usd_per_hour: unknown key" in capsys.readouterr().err
+
+
+def test_demand_candidates_take_typed_names_and_a_model_config(tmp_path):
+    """Names resolve to the catalog's (prices and runs are keyed by them); model_config is read relative to the
+    demand file and reaches the simulated fleet."""
+    from tests.conftest import REPO
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text((REPO / "tests/fixtures/model_configs/codellama-7b-hf.json").read_text())
+    data = yaml.safe_load(CHAT)
+    data["deployments"]["chat"]["candidates"] = [
+        {"name": "typed", "model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "H100"},
+        {"name": "own", "model": "my-coder", "model_config": "cfg/config.json", "gpu": "a100-80gb",
+         "engine": {"max_model_len": 16384}}]
+    d = load_demand(_write(tmp_path, "demand.yaml", yaml.safe_dump(data)))
+    typed, own = d.deployments[0].candidates
+    assert (typed.model, typed.gpu, typed.model_config) == ("Llama-3.1-8B", "H100-80GB-SXM", None)
+    assert (own.model, own.gpu, own.model_config) == ("my-coder", "A100-80GB", str(tmp_path / "cfg" / "config.json"))
+    dep = deployment_config(str(tmp_path / "demand.yaml"), own)
+    assert dep.spec.vocab_size == 32016 and dep.budget.kv_bytes_per_token == 2 * 32 * 32 * 128 * 2
 
 
 def test_the_example_demand_file_parses():

@@ -131,7 +131,7 @@ def test_vllm_style_refusals(live):
     with pytest.raises(openai.NotFoundError):
         _client(base).chat.completions.create(model="gpt-4o", messages=HI)
     # max_model_len is 4096: a 1,000-token prompt fits, 1,000 + 3,500 output tokens do not (vLLM's message)
-    r = _post(base, "/v1/completions", json={"model": MODEL, "prompt": "y" * 4000, "max_tokens": 3500})
+    r = _post(base, "/v1/completions", json={"model": MODEL, "prompt": " the" * 1000, "max_tokens": 3500})
     _assert_openai_error(r, 400, "max_tokens", "maximum context length is 4096 tokens. However, you requested 4500 tokens")
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         _client(base).completions.create(model=MODEL, prompt="y" * 40_000, max_tokens=5)

@@ -1,0 +1,114 @@
+"""The fleet counts tokens with its shipped BPE: a client's N-token English prompt reaches it as N +/- 10%.
+
+The client side is GPT-2's own byte-level BPE (vocab.json and merges.txt, tests/fixtures/tokenizer), an
+independent tokenizer trained on different text; prompts are windows of public-domain prose of exactly N of
+its tokens, the way load-test clients build their synthetic prompts.
+"""
+
+import copy
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+from simulator.live import LiveFleet
+from simulator.openai_api import _text
+from simulator.openai_protocol import CHAT, COMPLETIONS, validate
+from simulator.tokenizer import EXACT_CHARS, FILLER_WORDS, count_tokens, tokenizer
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tokenizer"
+PROSE = ("pride_and_prejudice_ch1-3.txt", "shakespeare_coriolanus_i1.txt")
+MODEL = BASE_DEPLOYMENT["model"]
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Tokenizer:
+    tok = Tokenizer(models.BPE.from_file(str(FIXTURES / "gpt2_vocab.json"), str(FIXTURES / "gpt2_merges.txt")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _prompts(tok: Tokenizer, n: int, name: str) -> list[str]:
+    """Every window of exactly ``n`` of ``tok``'s tokens in the prose, one every 200 tokens."""
+    ids = tok.encode((FIXTURES / name).read_text()).ids
+    return [tok.decode(ids[s:s + n]) for s in range(0, len(ids) - n, 200)]
+
+
+def test_the_shipped_file_is_a_byte_level_bpe():
+    vocab = tokenizer().get_vocab()
+    assert 5000 <= len(vocab) <= 10000
+    assert count_tokens("naïve café ☃ \x00") >= 4  # byte-level: any text encodes, nothing is unknown
+
+
+@pytest.mark.parametrize("n", [256, 1024])
+def test_a_prose_prompt_of_n_gpt2_tokens_counts_n_within_10_percent(gpt2, n):
+    prompts = _prompts(gpt2, n, PROSE[0])
+    assert prompts and all(len(gpt2.encode(p).ids) == n for p in prompts)
+    ratios = [count_tokens(p) / n for p in prompts]
+    assert all(0.9 <= r <= 1.1 for r in ratios), (min(ratios), max(ratios))
+
+
+@pytest.mark.parametrize("n", [256, 1024])
+def test_play_dialogue_counts_n_on_average(gpt2, n):
+    """Speaker tags ("MENENIUS:") split differently from window to window (0.87-1.10 x 256 here); on average
+    the count is within 5%."""
+    ratios = [count_tokens(p) / n for p in _prompts(gpt2, n, PROSE[1])]
+    assert 0.95 <= sum(ratios) / len(ratios) <= 1.05
+    assert all(0.85 <= r <= 1.15 for r in ratios), (min(ratios), max(ratios))
+
+
+def test_the_openai_face_counts_prompts_with_it(gpt2):
+    prompt = _prompts(gpt2, 256, PROSE[0])[0]
+    completion = validate(COMPLETIONS, {"model": MODEL, "prompt": prompt}, MODEL, 4096)
+    assert completion.prompt_tokens == count_tokens(prompt)
+    assert abs(completion.prompt_tokens - 256) <= 25.6
+    chat = validate(CHAT, {"model": MODEL, "messages": [{"role": "user", "content": prompt}]}, MODEL, 4096)
+    assert chat.prompt_tokens == count_tokens(prompt) + 7  # 3 priming the reply, 4 framing the message
+
+
+def test_the_fleets_own_words_are_one_token_each():
+    assert all(len(tokenizer().encode(w).ids) == 1 and len(w) == 4 for w in FILLER_WORDS)
+    for i0, i1 in ((0, 1), (0, 12), (5, 133), (0, 2000)):
+        assert count_tokens(_text(i0, i1)) == i1 - i0
+
+
+def test_a_huge_prompt_is_counted_from_its_head():
+    """Past EXACT_CHARS the count scales the head's: exact for uniform text, and bounded in time."""
+    assert count_tokens(" the" * (EXACT_CHARS // 4)) == EXACT_CHARS // 4
+    assert count_tokens(" the" * EXACT_CHARS) == EXACT_CHARS
+    assert count_tokens(" the" * (EXACT_CHARS // 4) + "y" * 3 * EXACT_CHARS) == EXACT_CHARS
+
+
+@pytest.fixture(scope="module")
+def quiet_fleet():
+    dep = copy.deepcopy(BASE_DEPLOYMENT) | {"replicas": 1}
+    dep["engine"]["max_model_len"] = 4096
+    cfg = make_fleet(deployments=[dep], workloads=[copy.deepcopy(BASE_WORKLOAD)])
+    base = free_port_block(2)
+    lf = LiveFleet(cfg, base_port=base, traffic=0.0)
+    lf.start()
+    yield base
+    lf.close()
+
+
+def _prompt_tokens_total(base: int) -> float:
+    text = httpx.get(f"http://127.0.0.1:{base}/metrics", timeout=10).text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    return sum(s.value for s in fams["vllm:prompt_tokens"].samples if s.name.endswith("_total"))
+
+
+def test_the_live_fleets_usage_and_metrics_follow_the_tokenizer(gpt2, quiet_fleet):
+    base = quiet_fleet
+    prompt = _prompts(gpt2, 256, PROSE[1])[3]
+    before = _prompt_tokens_total(base)
+    r = httpx.post(f"http://127.0.0.1:{base}/v1/completions", timeout=30, json={
+        "model": MODEL, "prompt": prompt, "max_tokens": 40, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    usage, text = r.json()["usage"], r.json()["choices"][0]["text"]
+    assert abs(usage["prompt_tokens"] - 256) <= 25.6 and usage["prompt_tokens"] == count_tokens(prompt)
+    assert usage["completion_tokens"] == 40 == count_tokens(text)
+    assert _prompt_tokens_total(base) - before == usage["prompt_tokens"]
