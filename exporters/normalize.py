@@ -193,7 +193,9 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
         acc, trt, model, samples = _accumulate(text, dialect, ranked, errors, check_repeats=True)
     except _Repeated:
         errors = defaultdict(int)
-        unique, samples, errors["duplicate_series"] = _last_of_each(text.split("\n"), table)
+        unique, samples, repeats = _last_of_each(text.split("\n"), table)
+        if repeats:  # none: only a series split by other lines (read again in case it repeats)
+            errors["duplicate_series"] = repeats
         acc, trt, model, _ = _accumulate("\n".join(unique), dialect, ranked, errors, check_repeats=False)
     if "max" in trt:
         size = trt.get("tokens_per")
