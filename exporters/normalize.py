@@ -75,10 +75,11 @@ class Normalized:
 
 
 def _render_into(out: dict[str, list[str]], families: Families, prefix: str) -> None:
+    fmt = fmt_float
     for fam, samples in families.items():
-        out.setdefault(fam, []).extend(
-            f"{name}{{{prefix},{extra}}} {fmt_float(v)}" if extra else f"{name}{{{prefix}}} {fmt_float(v)}"
-            for (name, extra), v in samples.items())
+        out.setdefault(fam, []).extend([
+            f"{name}{{{prefix},{extra}}} {fmt(v)}" if extra else f"{name}{{{prefix}}} {fmt(v)}"
+            for (name, extra), v in samples.items()])
 
 
 def cap_label(value: str) -> str:
@@ -431,8 +432,11 @@ def _choose(slots: tuple[tuple[str, int], ...], acc: list[dict[tuple[str, str, s
             chosen[target] = got
     groups: dict[str, Families] = {}
     for fam, got in chosen.items():
+        last, into = None, {}
         for (group, name, extra), v in got.items():
-            groups.setdefault(group, {}).setdefault(fam, {})[(name, extra)] = v
+            if group != last:  # the samples of one model mostly come together
+                last, into = group, groups.setdefault(group, {}).setdefault(fam, {})
+            into[(name, extra)] = v
     for fams in groups.values():
         for fam in [f for f in fams if f in _HISTOGRAMS]:
             got = fams[fam]
