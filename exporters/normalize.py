@@ -285,6 +285,8 @@ def _accumulate(text: str, dialect: str, ranked: bool, errors: dict[str, int], c
             samples += run
             continue
         for line in run:
+            if not line or line[0] == "#":
+                continue
             raw = None
             if line.startswith(head) and (j := line.find('"', hl)) > 0 and line.startswith(tail, j):
                 try:
@@ -300,8 +302,6 @@ def _accumulate(text: str, dialect: str, ranked: bool, errors: dict[str, int], c
                 samples += 1
                 ops, group, labels = fast_ops, fast_group, fast_labels
             else:
-                if not line or line[0] == "#":
-                    continue
                 samples += 1
                 brace = line.find("{")
                 if brace >= 0:
