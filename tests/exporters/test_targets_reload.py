@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
-from http.server import ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -16,15 +14,13 @@ import yaml
 from exporters.config import load_targets
 from goodput.foundation.errors import ConfigError
 from tests.conftest import free_port_block
-from tests.exporters.test_exporter_processes import _Engine, _families_when, _start, _terminate
+from tests.exporters.test_exporter_processes import _Engine, _families_when, _start, _terminate, serve
 
 
 @pytest.fixture(scope="module")
 def engine():
     """One engine answering the vLLM fixture on every path, so each target is its own path of one server."""
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = serve(_Engine)
     yield f"127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
 
