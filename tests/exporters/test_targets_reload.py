@@ -162,3 +162,21 @@ def test_an_invalid_targets_file_at_start_is_one_line_and_exit_2(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, (out, err)
     assert err.strip().splitlines() == [f"goodput: error: {path}: [0].labels.deployment: is required (a string)"], err
+
+
+def test_a_reload_keeps_the_state_of_unchanged_targets_and_starts_new_ones_down(tmp_path, engine):
+    from exporters.engine import EngineExporter
+    from exporters.targets_file import TargetsFile
+
+    path = tmp_path / "targets.yaml"
+    a = ([engine], {"deployment": "chat", "replica": "a", "__metrics_path__": "/a"})
+    _write(path, _sd(a))
+    exp = EngineExporter(TargetsFile(path).targets, targets_file=TargetsFile(path), timeout_s=5)
+    exp.scrape_once()
+    path.touch()  # a new mtime, the same content: nothing reloads
+    assert exp.targets_file.poll() is None and exp.targets_file.rejected is None
+    _write(path, _sd(a, ([engine], {"deployment": "chat", "replica": "b", "__metrics_path__": "/b"})))
+    exp.set_targets(exp.targets_file.poll())
+    text = exp.render()  # before any scrape of the new set
+    assert 'llm_engine_up{model="Llama-3.1-8B",deployment="chat",replica="a"} 1.0' in text
+    assert 'replica="b"} 0.0' in text and text.count('llm_requests_running{') == 1
