@@ -2,7 +2,9 @@
 
 A single pass over the lines: a sample whose name no rule mentions costs one dict lookup and is
 skipped (``_created`` families, ``process_*``, unmapped engine metrics); a mapped sample has its
-few interesting labels cut out with ``str.find`` rather than a full label parse. Series that differ
+few interesting labels cut out with ``str.find`` rather than a full label parse, and a histogram's bucket lines
+after a series' first reuse its parse (only ``le`` and the value are read); a large body's runs of families no
+rule reads are counted, not split (see ``_runs``). Series that differ
 only in labels goodput drops (vLLM's ``engine``, SGLang's ``tp_rank``) are combined: SGLang's
 per-TP-rank duplicates keep rank 0 only, vLLM's data-parallel engines are summed.
 
