@@ -21,56 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.exporters import fleet_dumps
+from benchmarks.exporters import PROMETHEUS_CLIENT, data_parallel_dump, fleet_dumps
 from benchmarks.report import emit
 
 REPO = Path(__file__).resolve().parents[1]
 EAGER_CLI = "89b007fe9f29da19f6ffe5734f4d246698222e0d"  # the last commit before imports per subcommand
 # as a user runs it: the warm-up run writes .pyc files and the timed runs load them
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-
-PROMETHEUS_CLIENT = """
-import sys
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
-class Families:
-    def __init__(self, fams):
-        self.fams = fams
-
-    def collect(self):
-        return self.fams
-
-with open(sys.argv[1]) as f:
-    families = list(text_string_to_metric_families(f.read()))
-registry = CollectorRegistry(auto_describe=False)
-registry.register(Families(families))
-sys.stdout.buffer.write(generate_latest(registry))
-"""
-
-
-def data_parallel_dump(dumps: list[str], samples: int) -> tuple[str, int]:
-    """One exposition holding ``samples`` samples: replica dumps in turn, each under its own ``engine`` label (as a
-    vLLM server with that many data-parallel engines would expose them), one HELP/TYPE per family."""
-    per_dump = sum(1 for ln in dumps[0].splitlines() if ln and ln[0] != "#")
-    engines = max(1, samples // per_dump)
-    families: dict[str, list[str]] = {}
-    for i in range(engines):
-        name = ""
-        for line in dumps[i % len(dumps)].splitlines():
-            if line.startswith("# HELP "):
-                name = line.split(" ", 3)[2]
-                if name in families:
-                    continue
-                families[name] = [line]
-            elif line.startswith("#"):
-                if i == 0:
-                    families[name].append(line)
-            elif line:
-                families[name].append(line.replace('engine="0"', f'engine="{i}"', 1))
-    text = "\n".join(ln for lines in families.values() for ln in lines) + "\n"
-    return text, engines * per_dump
-
 
 def _time(commands: dict[str, tuple[list[str], Path]], runs: int) -> dict[str, dict]:
     """Wall time of each whole process (argv, working directory), best and median of ``runs`` after one warm-up

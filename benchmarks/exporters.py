@@ -1,7 +1,10 @@
 """Exporter benchmarks, each beside its baseline in the same run.
 
 1. Engine normalization throughput over the /metrics dumps of a 200-replica simulated vLLM fleet,
-   against parsing with ``prometheus_client.parser`` and re-exposing with prometheus_client.
+   against parsing with ``prometheus_client.parser`` and re-exposing with prometheus_client; and whole process,
+   ``goodput exporter engine normalize`` of one ~232k-sample dump with many distinct series (the fleet's replicas
+   as one vLLM's data-parallel engines) against a prometheus_client script parsing and re-exposing the same file,
+   wall and CPU time (user + system: the fair figure on a shared machine). Goal: 20x.
 2. One scrape of the engine exporter's /metrics (real HTTP) while it serves those 200 replicas.
 3. OTLP receiver: sustained spans per second into the Parquet store, receiver pinned to one core,
    client on the other, and a check that every acknowledged span is in the store.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -68,6 +72,75 @@ def fleet_dumps(replicas: int = 200, seconds: float = 120.0) -> list[str]:
         m.replica = rep
         dumps.append(generate_latest(m.registry()).decode())
     return dumps
+
+
+PROMETHEUS_CLIENT = """
+import sys
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+class Families:
+    def __init__(self, fams):
+        self.fams = fams
+
+    def collect(self):
+        return self.fams
+
+with open(sys.argv[1]) as f:
+    families = list(text_string_to_metric_families(f.read()))
+registry = CollectorRegistry(auto_describe=False)
+registry.register(Families(families))
+sys.stdout.buffer.write(generate_latest(registry))
+"""
+
+
+def data_parallel_dump(dumps: list[str], samples: int) -> tuple[str, int]:
+    """One exposition holding ``samples`` samples: replica dumps in turn, each under its own ``engine`` label (as a
+    vLLM server with that many data-parallel engines would expose them), one HELP/TYPE per family."""
+    per_dump = sum(1 for ln in dumps[0].splitlines() if ln and ln[0] != "#")
+    engines = max(1, samples // per_dump)
+    families: dict[str, list[str]] = {}
+    for i in range(engines):
+        name = ""
+        for line in dumps[i % len(dumps)].splitlines():
+            if line.startswith("# HELP "):
+                name = line.split(" ", 3)[2]
+                if name in families:
+                    continue
+                families[name] = [line]
+            elif line.startswith("#"):
+                if i == 0:
+                    families[name].append(line)
+            elif line:
+                families[name].append(line.replace('engine="0"', f'engine="{i}"', 1))
+    text = "\n".join(ln for lines in families.values() for ln in lines) + "\n"
+    return text, engines * per_dump
+
+
+def whole_process(dumps: list[str], samples: int = 232_000, runs: int = 3) -> dict:
+    """Whole-process normalize of one large dump beside prometheus_client's parse + re-expose, taking turns."""
+    text, n = data_parallel_dump(dumps, samples)
+    with tempfile.TemporaryDirectory(prefix="goodput-bench-dump-") as tmp:
+        big = Path(tmp) / "engines.txt"
+        big.write_text(text)
+        commands = {"goodput_normalize": [sys.executable, "-m", "goodput", "exporter", "engine", "normalize", str(big)],
+                    "prometheus_client": [sys.executable, "-c", PROMETHEUS_CLIENT, str(big)]}
+        wall: dict[str, list[float]] = {k: [] for k in commands}
+        cpu: dict[str, list[float]] = {k: [] for k in commands}
+        for _ in range(runs):
+            for label, cmd in commands.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, check=True)
+                wall[label].append(time.perf_counter() - t0)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[label].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    ours, base = "goodput_normalize", "prometheus_client"
+    return {"samples": n, "bytes": len(text.encode()),
+            **{f"{k}_best_s": {"wall": round(min(wall[k]), 3), "cpu": round(min(cpu[k]), 3)} for k in commands},
+            "speedup_x_wall_best": round(min(wall[base]) / min(wall[ours]), 1),
+            "speedup_x_wall_median": round(statistics.median(wall[base]) / statistics.median(wall[ours]), 1),
+            "speedup_x_cpu_best": round(min(cpu[base]) / min(cpu[ours]), 1), "goal_x": 20}
 
 
 class _Families:
@@ -214,6 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
             "goodput_normalize_samples_per_s": round(n_ours / t_ours),
             "speedup_x": round((n_ours / t_ours) / (n_base / t_base), 1),
         },
+        "normalization_whole_process_232k_samples": whole_process(dumps),
         "engine_exporter_scrape_200_replicas": scrape_200(dumps),
         "otlp_receiver_one_core": otlp_throughput(),
     }

@@ -42,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                           description="Scrape every target's /metrics and publish the canonical llm_* families. "
                                       "`goodput exporter engine normalize DUMP` normalizes one saved dump instead.")
     _common(eng, 9401)
-    eng.add_argument("--targets", type=Path, metavar="FILE", help="targets file (written by `goodput fleet serve`)")
+    eng.add_argument("--targets", type=Path, metavar="FILE",
+                     help="targets file: goodput's (written by `goodput fleet serve`) or Prometheus file_sd, YAML or "
+                          "JSON; re-read when it changes, before every scrape round")
     eng.add_argument("--plan", type=Path, metavar="FILE", help="capacity plan (per-replica SLO goodput)")
     eng.add_argument("--interval", type=interval_seconds, default=5.0, help="scrape interval, seconds (default 5)")
     eng.add_argument("--timeout", type=positive_number, default=3.0, help="per-target timeout, seconds (default 3)")
@@ -75,16 +77,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _engine(args: argparse.Namespace) -> int:
-    from exporters.config import load_plan, load_targets
+    from exporters.config import load_plan
     from exporters.engine import EngineExporter
+    from exporters.targets_file import TargetsFile
     from goodput.foundation.http import Server, metrics_routes, serve_until_signal
 
     if args.targets is None:
         raise ConfigError("goodput exporter engine", "--targets", "is required (or use `normalize DUMP`)")
-    targets = load_targets(args.targets)
+    watched = TargetsFile(args.targets)
+    targets = watched.targets
     plan = load_plan(args.plan) if args.plan else None
-    exp = EngineExporter(targets, plan, timeout_s=args.timeout, max_bytes=args.max_bytes, interval_s=args.interval)
-    routes = metrics_routes(exp.render, exp.heartbeat.problem)
+    exp = EngineExporter(targets, plan, timeout_s=args.timeout, max_bytes=args.max_bytes, interval_s=args.interval,
+                         targets_file=watched)
+    routes = metrics_routes(exp.render) | {("GET", "/healthz"): exp.healthz}
     srv = Server(args.host, args.port, routes).start()
     exp.start()
     print(f"engine exporter: {len(targets.targets)} targets, metrics at {srv.url}/metrics", flush=True)

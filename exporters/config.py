@@ -7,6 +7,7 @@ Everything is checked at load, so a bad entry stops the exporter at start with o
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,9 +15,10 @@ from exporters.dialects import DIALECTS
 from exporters.normalize import MAX_LABEL_VALUE_BYTES
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.http import http_url_problem
-from goodput.foundation.yamlfile import load_mapping
+from goodput.foundation.jsonfile import parse_json
+from goodput.foundation.yamlfile import MAX_YAML_BYTES, decode, load_mapping, parse_yaml, read_bytes
 
-__all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets"]
+__all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets", "parse_targets"]
 
 
 @dataclass(frozen=True)
@@ -58,34 +60,37 @@ def _count(src: str, key: str, n: object) -> int:
 
 
 def load_targets(path: str | Path) -> Targets:
-    src = str(path)
-    data = load_mapping(path, "a mapping with a 'targets' list")
-    if not isinstance(data.get("targets", []), list):
+    """The targets file at ``path`` in either format (see ``parse_targets``)."""
+    return parse_targets(read_bytes(path, MAX_YAML_BYTES), str(path))
+
+
+def parse_targets(data: bytes, src: str) -> Targets:
+    """A targets file's bytes: goodput's mapping ``{targets: [{deployment, replica, url, ...}], deployments: ...}``
+    or Prometheus' file_sd list ``[{targets: ["host:port"], labels: {...}}]``; YAML, or JSON when ``src`` ends
+    in ``.json``. ``ConfigError`` names the first bad entry."""
+    doc = parse_json(data, src, MAX_YAML_BYTES) if src.endswith(".json") else parse_yaml(decode(data, src), src)
+    if doc is None:
+        raise ConfigError(src, "", f"the file is empty; expected {_EXPECTED}")
+    if isinstance(doc, list):
+        return _file_sd(src, doc)
+    if not isinstance(doc, dict):
+        raise ConfigError(src, "", f"expected {_EXPECTED}, got a {type(doc).__name__}")
+    if not isinstance(doc.get("targets", []), list):
         raise ConfigError(src, "targets", "expected a list of {deployment, replica, url}")
     out = []
-    seen = set()
-    for i, t in enumerate(data.get("targets") or []):
+    for i, t in enumerate(doc.get("targets") or []):
         key = f"targets[{i}]"
         if not isinstance(t, dict):
             raise ConfigError(src, key, "expected a mapping")
         unknown = sorted(set(t) - {"deployment", "replica", "url", "engine", "model"}, key=str)
         if unknown:
             raise ConfigError(src, f"{key}.{unknown[0]}", "unknown key; allowed: deployment, replica, url, engine, model")
-        deployment = _label_value(src, f"{key}.deployment", t.get("deployment"))
-        replica = _label_value(src, f"{key}.replica", t.get("replica"))
         if not isinstance(t.get("url"), str):
             raise ConfigError(src, f"{key}.url", "is required (a string)")
-        url = _url(src, f"{key}.url", t["url"])
-        engine = t.get("engine", "auto")
-        if engine not in ("auto", *DIALECTS):
-            raise ConfigError(src, f"{key}.engine", f"must be auto or one of {', '.join(DIALECTS)}; got {engine!r}")
-        model = _label_value(src, f"{key}.model", t["model"]) if t.get("model") is not None else None
-        if (deployment, replica) in seen:
-            raise ConfigError(src, f"{key}.replica", f"duplicate replica {replica!r} in {deployment!r}")
-        seen.add((deployment, replica))
-        out.append(Target(deployment, replica, url, engine, model))
+        out.append((f"{key}.replica", _target(src, key, t.get("deployment"), t.get("replica"), t["url"],
+                                              t.get("engine", "auto"), t.get("model"), f"{key}.url")))
     desired = {}
-    deps = data.get("deployments") or {}
+    deps = doc.get("deployments") or {}
     if not isinstance(deps, dict):
         raise ConfigError(src, "deployments", "expected a mapping of deployment -> {desired_replicas: N}")
     for name, d in deps.items():
@@ -93,7 +98,66 @@ def load_targets(path: str | Path) -> Targets:
         if not isinstance(d, dict):
             raise ConfigError(src, key, "expected a mapping {desired_replicas: N}")
         desired[_label_value(src, key, str(name))] = _count(src, f"{key}.desired_replicas", d.get("desired_replicas"))
-    return Targets(tuple(out), desired)
+    return Targets(_unique(src, out), desired)
+
+
+_EXPECTED = "a mapping with a 'targets' list, or a Prometheus file_sd list of {targets, labels}"
+_ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}")
+
+
+def _file_sd(src: str, groups: list) -> Targets:
+    """Prometheus file_sd groups: each address becomes a target ``{__scheme__}://ADDRESS{__metrics_path__}`` with
+    the group's ``deployment`` (required), ``engine``, ``model`` and ``replica`` labels (``replica`` defaults to the
+    address, as Prometheus' ``instance`` does); other labels are Prometheus' and not read."""
+    out = []
+    for i, g in enumerate(groups):
+        key = f"[{i}]"
+        if not isinstance(g, dict):
+            raise ConfigError(src, key, "expected a mapping {targets: [host:port, ...], labels: {...}}")
+        unknown = sorted(set(g) - {"targets", "labels"}, key=str)
+        if unknown:
+            raise ConfigError(src, f"{key}.{unknown[0]}", "unknown key; allowed: targets, labels")
+        addresses, lab = g.get("targets"), g.get("labels") or {}
+        if not isinstance(addresses, list):
+            raise ConfigError(src, f"{key}.targets", "is required (a list of host:port)")
+        if not isinstance(lab, dict) or not all(isinstance(v, str) for v in lab.values()):
+            raise ConfigError(src, f"{key}.labels", "expected a mapping of label name -> string")
+        if "replica" in lab and len(addresses) > 1:
+            raise ConfigError(src, f"{key}.labels.replica", "names one replica but the group has several targets")
+        scheme, path = lab.get("__scheme__", "http"), lab.get("__metrics_path__", "/metrics")
+        if scheme not in ("http", "https"):
+            raise ConfigError(src, f"{key}.labels.__scheme__", f"must be http or https; got {scheme!r}")
+        if not path.startswith("/"):
+            raise ConfigError(src, f"{key}.labels.__metrics_path__", f"must start with '/'; got {path!r}")
+        for j, addr in enumerate(addresses):
+            where = f"{key}.targets[{j}]"
+            if not isinstance(addr, str) or not _ADDRESS.fullmatch(addr):
+                raise ConfigError(src, where, f"expected host:port, got {addr!r}")
+            out.append((where, _target(src, f"{key}.labels", lab.get("deployment"), lab.get("replica", addr),
+                                       f"{scheme}://{addr}{path}", lab.get("engine", "auto"), lab.get("model"), where)))
+    return Targets(_unique(src, out), {})
+
+
+def _target(src: str, key: str, deployment: object, replica: object, url: str, engine: object, model: object,
+            url_key: str) -> Target:
+    """One checked target; ``key`` prefixes the fields' names in errors, ``url_key`` names where the URL came from."""
+    deployment = _label_value(src, f"{key}.deployment", deployment)
+    replica = _label_value(src, f"{key}.replica", replica)
+    url = _url(src, url_key, url)
+    if engine not in ("auto", *DIALECTS):
+        raise ConfigError(src, f"{key}.engine", f"must be auto or one of {', '.join(DIALECTS)}; got {engine!r}")
+    model = _label_value(src, f"{key}.model", model) if model is not None else None
+    return Target(deployment, replica, url, engine, model)
+
+
+def _unique(src: str, targets: list[tuple[str, Target]]) -> tuple[Target, ...]:
+    """The targets, or ``ConfigError`` at the entry (``where``) that repeats a (deployment, replica) pair."""
+    seen = set()
+    for where, t in targets:
+        if (t.deployment, t.replica) in seen:
+            raise ConfigError(src, where, f"duplicate replica {t.replica!r} in {t.deployment!r}")
+        seen.add((t.deployment, t.replica))
+    return tuple(t for _, t in targets)
 
 
 @dataclass(frozen=True)

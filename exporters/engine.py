@@ -6,6 +6,11 @@ that is down, slow, broken or unknown is reported with ``llm_engine_up 0`` and l
 series; the others keep being served. No error of one target, and no failed round, ends the loop:
 each is counted by kind in ``llm_exporter_errors_total``, and ``/healthz`` answers 503 when rounds
 stop finishing (see ``exporters.liveness``).
+
+Given a ``TargetsFile``, each round starts by polling it: an added target is scraped from that round on, a
+removed one's series leave ``/metrics`` at once, an unchanged one keeps its state. A bad edit keeps the last good
+set; ``/healthz`` then answers 200 ``degraded: ...`` (the exporter still serves every target it knows, so a
+readiness probe should not take it out) with the reason, the file and when.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from exporters.config import Plan, Target, Targets
 from exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
 from exporters.liveness import Heartbeat
 from exporters.normalize import TooManySeries, UnknownDialect, normalize
+from exporters.targets_file import TargetsFile
+from goodput.foundation.http import Response
 
 __all__ = ["EngineExporter", "TargetState"]
 
@@ -51,8 +58,10 @@ class EngineExporter:
     """One collector over all targets. ``scrape_once`` does a round; ``render`` builds the exposition."""
 
     def __init__(self, targets: Targets, plan: Plan | None = None, *, timeout_s: float = 3.0,
-                 max_bytes: int = 8 * 1024 * 1024, interval_s: float = 5.0, clock=time.time) -> None:
+                 max_bytes: int = 8 * 1024 * 1024, interval_s: float = 5.0, clock=time.time,
+                 targets_file: TargetsFile | None = None) -> None:
         self.targets = targets
+        self.targets_file = targets_file
         self.plan = plan
         self.timeout_s, self.max_bytes, self.interval_s = timeout_s, max_bytes, interval_s
         self.clock = clock
@@ -129,21 +138,51 @@ class EngineExporter:
     async def _round(self) -> None:
         t0 = time.perf_counter()
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        with self.lock:
+            states = list(self.states)
         async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as client:
-            await asyncio.gather(*(self._scrape(client, st) for st in self.states))
+            await asyncio.gather(*(self._scrape(client, st) for st in states))
         self.last_duration = time.perf_counter() - t0
         self.last_success = self.clock()
         self.rounds += 1
 
     def scrape_once(self) -> None:
+        if (f := self.targets_file) is not None:
+            before = f.rejected
+            if (new := f.poll()) is not None:
+                self.set_targets(new)
+            elif f.rejected is not None and f.rejected is not before:
+                with self.lock:
+                    self.errors["targets_file"] += 1
         asyncio.run(self._round())
+
+    def set_targets(self, targets: Targets) -> None:
+        """Serve ``targets`` from now on: a target whose entry is unchanged keeps its state and series, the
+        others start down until scraped, and a removed one's series are gone from the next render."""
+        with self.lock:
+            kept = {st.target: st for st in self.states}
+            self.states = [kept.get(t) or TargetState(t) for t in targets.targets]
+            self.targets = targets
+        log.warning("engine exporter: targets file reloaded: %d targets", len(targets.targets))
+
+    def healthz(self, h: object, body: bytes) -> Response:
+        """``/healthz``: 503 when rounds stop finishing; 200 ``degraded: ...`` while a bad targets file is refused
+        and the last good set is served; else 200 ``ok``."""
+        if (problem := self.heartbeat.problem()) is not None:
+            return 503, "text/plain", f"unhealthy: {problem}\n".encode(), {}
+        f = self.targets_file
+        if f is not None and (bad := f.rejected) is not None:
+            text = (f"degraded: targets file {f.path} rejected at {_iso(bad.at)}: {bad.reason}; serving the last "
+                    f"good set of {len(f.targets.targets)} targets, loaded at {_iso(f.loaded_at)}\n")
+            return 200, "text/plain", text.encode(), {}
+        return 200, "text/plain", b"ok\n", {}
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             t0 = time.monotonic()
             try:
                 self.scrape_once()
-            except Exception as e:  # a failed round is counted; the next one still runs
+            except Exception as e:  # a failed round (or reload) is counted; the next one still runs
                 with self.lock:
                     self.errors[f"round_{type(e).__name__}"] += 1
             else:
@@ -192,3 +231,7 @@ class EngineExporter:
                     f'llm_capacity_replica_goodput_tokens_per_second{{deployment="{dep}"}} {fmt_float(g)}')
         per_family.update(self_metrics(EXPORTER, self.last_duration, self.last_success, errors))
         return render((spec, per_family.get(spec.name, ())) for spec in (*ENGINE, *SELF_COLLECTION))
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))

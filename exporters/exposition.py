@@ -7,7 +7,6 @@ them under one HELP/TYPE header per family at scrape time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 
 from exporters.catalog import MetricSpec, by_name
@@ -28,11 +27,13 @@ def labels(names: Sequence[str], values: Sequence[str]) -> str:
 
 
 def fmt_float(v: float) -> str:
-    if v != v:
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(float(v))
+    """The text format's float: Python's shortest repr, with NaN, +Inf and -Inf spelled as Prometheus does."""
+    r = repr(float(v))
+    return r if r[-1] in _DIGITS else _SPECIAL[r]
+
+
+_DIGITS = frozenset("0123456789")
+_SPECIAL = {"nan": "NaN", "inf": "+Inf", "-inf": "-Inf"}
 
 
 def header(spec: MetricSpec) -> str:

@@ -2,7 +2,9 @@
 
 A single pass over the lines: a sample whose name no rule mentions costs one dict lookup and is
 skipped (``_created`` families, ``process_*``, unmapped engine metrics); a mapped sample has its
-few interesting labels cut out with ``str.find`` rather than a full label parse. Series that differ
+few interesting labels cut out with ``str.find`` rather than a full label parse, and a histogram's bucket lines
+after a series' first reuse its parse (only ``le`` and the value are read); a large body's runs of families no
+rule reads are counted, not split (see ``_runs``). Series that differ
 only in labels goodput drops (vLLM's ``engine``, SGLang's ``tp_rank``) are combined: SGLang's
 per-TP-rank duplicates keep rank 0 only, vLLM's data-parallel engines are summed.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -75,10 +77,11 @@ class Normalized:
 
 
 def _render_into(out: dict[str, list[str]], families: Families, prefix: str) -> None:
+    fmt = fmt_float
     for fam, samples in families.items():
-        out.setdefault(fam, []).extend(
-            f"{name}{{{prefix},{extra}}} {fmt_float(v)}" if extra else f"{name}{{{prefix}}} {fmt_float(v)}"
-            for (name, extra), v in samples.items())
+        out.setdefault(fam, []).extend([
+            f"{name}{{{prefix},{extra}}} {fmt(v)}" if extra else f"{name}{{{prefix}}} {fmt(v)}"
+            for (name, extra), v in samples.items()])
 
 
 def cap_label(value: str) -> str:
@@ -188,15 +191,16 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
     elif dialect not in DIALECTS:
         raise UnknownDialect(f"unknown engine {dialect!r}; use auto, {', '.join(DIALECTS)}")
     table, slots = _table(dialect)
-    lines = text.split("\n")
     ranked = dialect in RANKED  # SGLang exports one series per TP / PP rank
     try:
         errors: dict[str, int] = defaultdict(int)
-        acc, trt, model, samples = _accumulate(lines, table, slots, ranked, errors, check_repeats=True)
+        acc, trt, model, samples = _accumulate(text, dialect, ranked, errors, check_repeats=True)
     except _Repeated:
         errors = defaultdict(int)
-        unique, samples, errors["duplicate_series"] = _last_of_each(lines, table)
-        acc, trt, model, _ = _accumulate(unique, table, slots, ranked, errors, check_repeats=False)
+        unique, samples, repeats = _last_of_each(text.split("\n"), table)
+        if repeats:  # none: only a series split by other lines (read again in case it repeats)
+            errors["duplicate_series"] = repeats
+        acc, trt, model, _ = _accumulate("\n".join(unique), dialect, ranked, errors, check_repeats=False)
     if "max" in trt:
         size = trt.get("tokens_per")
         slot = slots.index(("llm_kv_cache_capacity_blocks", 0))
@@ -211,11 +215,48 @@ class _Repeated(Exception):
     """A series appears twice in the body (see ``normalize``)."""
 
 
-def _accumulate(lines: list[str], table: dict[str, tuple[_Op, ...]], slots: tuple[tuple[str, int], ...],
-                ranked: bool, errors: dict[str, int], check_repeats: bool
+def _runs(text: str, live: frozenset[str]) -> Iterator[list[str] | int]:
+    """The body's runs of sample lines between comment lines: a run whose every line starts with a name that no
+    rule's name starts with is only counted (an int, its samples: most of an engine's families, skipped in C);
+    the others come split into lines. Exact for any body: the test counts line starts, it trusts no TYPE line."""
+    n = len(text)
+    while n and text[n - 1] == "\n":
+        n -= 1
+    pos = 0
+    while pos < n:
+        if text[pos] == "#":
+            pos = text.find("\n", pos, n) + 1 or n
+            continue
+        end = text.find("\n#", pos, n)
+        end = n if end < 0 else end
+        eol = text.find("\n", pos, end)
+        first = text[pos:end if eol < 0 else eol]
+        name = first[:first.find(" ")].partition("{")[0]
+        base = name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum").removesuffix("_total")
+        if base and base not in live:
+            lines = text.count("\n", pos, end) + 1
+            if text.count("\n" + base, pos, end) + 1 == lines:
+                yield lines
+                pos = end + 1
+                continue
+        yield text[pos:end].split("\n")
+        pos = end + 1
+
+
+_RUNS_MIN_CHARS = 256 * 1024  # a body smaller (one replica's: ~40 KB) has few lines per family: read line by line
+
+
+@cache
+def _live_prefixes(dialect: str) -> frozenset[str]:
+    """Every prefix of a sample name some rule of ``dialect`` reads (see ``_runs``)."""
+    return frozenset(k[:i] for k in _table(dialect)[0] for i in range(1, len(k) + 1))
+
+
+def _accumulate(text: str, dialect: str, ranked: bool, errors: dict[str, int], check_repeats: bool
                 ) -> tuple[list[dict[tuple[str, str, str], float]], dict[str, float], str | None, int]:
     """Per slot (model group, sample name, extra labels) -> value, TRT-LLM's KV figures, the first model named,
     and the sample count. ``ranked``: SGLang's series repeat per TP / PP rank; only rank 0 is read."""
+    table, slots = _table(dialect)
     acc: list[dict[tuple[str, str, str], float]] = [{} for _ in slots]
     trt: dict[str, float] = {}
     capped: dict[str, str] = {}
@@ -233,104 +274,137 @@ def _accumulate(lines: list[str], table: dict[str, tuple[_Op, ...]], slots: tupl
     label = _label
     les = _LE_CACHE
     seen: set[str] | None = set() if check_repeats else None
+    series_seen: set[str] = set()
+    # a histogram series' bucket lines differ only in le: after its first, each line whose text around le matches
+    # (head, tail) reuses that line's parse (its ops, model group, labels) and only reads le and the value
+    head, tail, hl, tl = "\n", "", 1, 0
+    fast_ops: tuple[_Op, ...] = ()
+    fast_group = fast_labels = ""
+    les_seen: set[str] = set()
     samples = series = 0
-    for line in lines:
-        if not line or line[0] == "#":
+    runs = _runs(text, _live_prefixes(dialect)) if len(text) > _RUNS_MIN_CHARS else (text.split("\n"),)
+    for run in runs:
+        if run.__class__ is int:
+            samples += run
             continue
-        samples += 1
-        brace = line.find("{")
-        if brace >= 0:
-            ops = table.get(line[:brace])
-            if ops is None:
+        for line in run:
+            if not line or line[0] == "#":
                 continue
-            close = line.rfind("}")
-            key, labels, rest = line[:close + 1], line[brace + 1:close], line[close + 1:]
-        else:
-            sp = line.find(" ")
-            ops = table.get(line[:sp])
-            if ops is None:
-                continue
-            key, labels, rest = line[:sp], "", line[sp:]
-        if seen is not None:
-            if key in seen:
-                raise _Repeated
-            seen.add(key)
-        try:
-            value = float(rest)
-        except ValueError:
-            try:
-                value = float(rest.split()[0])  # a timestamp follows the value
-            except (ValueError, IndexError):
-                errors["parse"] += 1
-                continue
-        group = ""
-        if labels:
-            if ranked and ("tp_rank=" in labels or "pp_rank=" in labels) and (
-                    label(labels, "tp_rank") not in (None, "0") or label(labels, "pp_rank") not in (None, "0")):
-                continue
-            # the model_name of the sample before is usually this one's: a substring test, not a parse
-            if last_token and (labels.startswith(last_token) or last_inner in labels):
-                group = last_group
+            raw = None
+            if line.startswith(head) and (j := line.find('"', hl)) > 0 and line.startswith(tail, j):
+                try:
+                    value = float(line[j + tl:])
+                    raw = line[hl:j]
+                except ValueError:  # a timestamp follows the value: read it the long way
+                    pass
+            if raw is not None:
+                if seen is not None:
+                    if raw in les_seen:
+                        raise _Repeated
+                    les_seen.add(raw)
+                samples += 1
+                ops, group, labels = fast_ops, fast_group, fast_labels
             else:
-                named = label(labels, "model_name")
-                if model is None:
-                    found = named if named is not None else label(labels, "model")
-                    model = cap(found) if found else None
-                if named is not None:
-                    group = "" if cap(named) == model else cap(named)
-                    last_group, last_token = group, f'model_name="{escape(named)}"'
-                    last_inner = "," + last_token
-        for op in ops:
-            if op.where is not None and not _has(labels, op.where):
-                continue
-            extra = op.extra
-            v = value
-            part = op.part
-            if part == BUCKET:
-                i = labels.find('le="')
-                while i > 0 and labels[i - 1] != ",":
-                    i = labels.find('le="', i + 1)
-                if i < 0:
-                    errors["parse"] += 1
-                    continue
-                raw = labels[i + 4:labels.find('"', i + 4)]
-                extra = les.get((raw, op.scale))
-                if extra is None:
+                samples += 1
+                brace = line.find("{")
+                if brace >= 0:
+                    ops = table.get(line[:brace])
+                    if ops is None:
+                        continue
+                    close = line.rfind("}")
+                    key, labels, rest = line[:close + 1], line[brace + 1:close], line[close + 1:]
+                else:
+                    sp = line.find(" ")
+                    ops = table.get(line[:sp])
+                    if ops is None:
+                        continue
+                    key, labels, rest = line[:sp], "", line[sp:]
+                if seen is not None:
+                    if key in seen:
+                        raise _Repeated
+                    seen.add(key)
+                try:
+                    value = float(rest)
+                except ValueError:
                     try:
-                        le = "+Inf" if raw == "+Inf" else fmt_float(float(raw) * op.scale)
-                    except ValueError:
+                        value = float(rest.split()[0])  # a timestamp follows the value
+                    except (ValueError, IndexError):
                         errors["parse"] += 1
                         continue
-                    extra = f'le="{le}"'
-                    if len(les) < _LE_CACHE_MAX:
-                        les[(raw, op.scale)] = extra
-            elif op.special:
-                if op.special == 1:
-                    try:
-                        v = float(label(labels, op.rule.blocks_label))
-                    except (TypeError, ValueError):
+                group = ""
+                if labels:
+                    if ranked and ("tp_rank=" in labels or "pp_rank=" in labels) and (
+                            label(labels, "tp_rank") not in (None, "0") or label(labels, "pp_rank") not in (None, "0")):
+                        continue
+                    # the model_name of the sample before is usually this one's: a substring test, not a parse
+                    if last_token and (labels.startswith(last_token) or last_inner in labels):
+                        group = last_group
+                    else:
+                        named = label(labels, "model_name")
+                        if model is None:
+                            found = named if named is not None else label(labels, "model")
+                            model = cap(found) if found else None
+                        if named is not None:
+                            group = "" if cap(named) == model else cap(named)
+                            last_group, last_token = group, f'model_name="{escape(named)}"'
+                            last_inner = "," + last_token
+                if ops[0].part == BUCKET and (i := _le_at(labels)) >= 0 and (q := labels.find('"', i + 4)) > 0:
+                    raw = labels[i + 4:q]
+                    head, tail = line[:brace + i + 5], line[brace + 1 + q:close + 1]
+                    hl, tl = len(head), len(tail)
+                    if seen is not None:  # a series met again after other lines is read the long way, as a repeat
+                        if head + tail in series_seen:
+                            raise _Repeated
+                        series_seen.add(head + tail)
+                    les_seen = {raw}
+                    fast_ops, fast_group, fast_labels = ops, group, labels
+            for op in ops:
+                if op.where is not None and not _has(labels, op.where):
+                    continue
+                extra = op.extra
+                v = value
+                part = op.part
+                if part == BUCKET:
+                    if raw is None:
                         errors["parse"] += 1
                         continue
-                    extra = f'block_size="{escape(cap(label(labels, op.rule.size_label) or ""))}"'
-                elif op.special == 3:
-                    trt[label(labels, "kv_cache_block_type") or ""] = value
-                    continue
-            else:
-                if part != COUNT:
-                    v = value * op.scale
-                if op.pass_reason:
-                    extra = f'finished_reason="{escape(cap(label(labels, "finished_reason") or "unknown"))}"'
-            bucket = acc[op.slot]
-            key = (group, op.sample, extra)
-            old = bucket.get(key)
-            if old is None:
-                series += 1
-                if series > MAX_SERIES_PER_TARGET:
-                    raise TooManySeries(f"more than {MAX_SERIES_PER_TARGET} series (label values such as "
-                                        f"model_name {group!r} keep adding new ones)")
-                bucket[key] = v
-            else:
-                bucket[key] = max(old, v) if op.agg_max else old + v
+                    extra = les.get((raw, op.scale))
+                    if extra is None:
+                        try:
+                            le = "+Inf" if raw == "+Inf" else fmt_float(float(raw) * op.scale)
+                        except ValueError:
+                            errors["parse"] += 1
+                            continue
+                        extra = f'le="{le}"'
+                        if len(les) < _LE_CACHE_MAX:
+                            les[(raw, op.scale)] = extra
+                elif op.special:
+                    if op.special == 1:
+                        try:
+                            v = float(label(labels, op.rule.blocks_label))
+                        except (TypeError, ValueError):
+                            errors["parse"] += 1
+                            continue
+                        extra = f'block_size="{escape(cap(label(labels, op.rule.size_label) or ""))}"'
+                    elif op.special == 3:
+                        trt[label(labels, "kv_cache_block_type") or ""] = value
+                        continue
+                else:
+                    if part != COUNT:
+                        v = value * op.scale
+                    if op.pass_reason:
+                        extra = f'finished_reason="{escape(cap(label(labels, "finished_reason") or "unknown"))}"'
+                bucket = acc[op.slot]
+                key = (group, op.sample, extra)
+                old = bucket.get(key)
+                if old is None:
+                    series += 1
+                    if series > MAX_SERIES_PER_TARGET:
+                        raise TooManySeries(f"more than {MAX_SERIES_PER_TARGET} series (label values such as "
+                                            f"model_name {group!r} keep adding new ones)")
+                    bucket[key] = v
+                else:
+                    bucket[key] = max(old, v) if op.agg_max else old + v
     return acc, trt, model, samples
 
 
@@ -361,8 +435,11 @@ def _choose(slots: tuple[tuple[str, int], ...], acc: list[dict[tuple[str, str, s
             chosen[target] = got
     groups: dict[str, Families] = {}
     for fam, got in chosen.items():
+        last, into = None, {}
         for (group, name, extra), v in got.items():
-            groups.setdefault(group, {}).setdefault(fam, {})[(name, extra)] = v
+            if group != last:  # the samples of one model mostly come together
+                last, into = group, groups.setdefault(group, {}).setdefault(fam, {})
+            into[(name, extra)] = v
     for fams in groups.values():
         for fam in [f for f in fams if f in _HISTOGRAMS]:
             got = fams[fam]
@@ -376,6 +453,14 @@ def _choose(slots: tuple[tuple[str, int], ...], acc: list[dict[tuple[str, str, s
 _LE_CACHE: dict[tuple[str, float], str] = {}
 _LE_CACHE_MAX = 4096  # bucket bounds seen across all targets; a hostile engine cannot grow it without end
 _HISTOGRAMS = frozenset(m.name for m in ENGINE if m.type == "histogram")
+
+
+def _le_at(labels: str) -> int:
+    """Where the ``le="`` of a ``k="v",...`` string starts (a label name, not the tail of another's), or -1."""
+    i = labels.find('le="')
+    while i > 0 and labels[i - 1] != ",":
+        i = labels.find('le="', i + 1)
+    return i
 
 
 def _has(labels: str, pair: str) -> bool:

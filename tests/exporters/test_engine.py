@@ -4,7 +4,7 @@ import contextlib
 import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ from exporters.normalize import MAX_LABEL_VALUE_BYTES, MAX_SERIES_PER_TARGET, ca
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.http import Server, metrics_routes
 from tests.conftest import REPO, require
+from tests.exporters.test_exporter_processes import serve
 
 GOOD = (REPO / "tests" / "fixtures" / "vllm_v1_simulated.txt").read_text()
 RELEASE = threading.Event()  # /slow answers only once the test module is done
@@ -74,9 +75,7 @@ class FaultyEngines(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def engines():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), FaultyEngines)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = serve(FaultyEngines)
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     RELEASE.set()
     srv.shutdown()

@@ -31,6 +31,14 @@ class _Engine(BaseHTTPRequestHandler):
         self.wfile.write(ENGINE_BODY)
 
 
+def serve(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """``handler`` on a free loopback port, answering from a background thread; ``shutdown()`` when done."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
 def _start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "goodput", *args], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -73,9 +81,7 @@ def _value(fams: dict, family: str, **labels) -> float:
 
 
 def test_engine_exporter_process_scrapes_serves_and_stops_on_sigterm(tmp_path):
-    engine = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
-    engine.daemon_threads = True
-    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    engine = serve(_Engine)
     targets = tmp_path / "targets.yaml"
     targets.write_text(yaml.safe_dump({"targets": [
         {"deployment": "chat", "replica": "chat-0", "url": f"http://127.0.0.1:{engine.server_address[1]}/metrics"},
