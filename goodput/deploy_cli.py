@@ -118,22 +118,18 @@ def _dashboards(directory: Path) -> dict[str, str]:
 
 
 def _targets(path: Path | None) -> list:
-    from goodput.foundation.yamlfile import load_yaml
+    """The file_sd groups for the engine exporter's ConfigMap, checked by the exporter's own reader (what it
+    refuses at start is refused here, before anything is written)."""
+    from exporters.config import parse_targets
+    from goodput.foundation.yamlfile import MAX_YAML_BYTES, parse_yaml, read_bytes
 
     if path is None:
         return []
-    data = load_yaml(path)
+    raw = read_bytes(path, MAX_YAML_BYTES)
+    data = parse_yaml(raw.decode("utf-8", "replace"), str(path))
     if not isinstance(data, list):
         raise ConfigError(str(path), "", "expected a file_sd list: [{targets: [host:port, ...], labels: {...}}]")
-    for i, group in enumerate(data):
-        if not isinstance(group, dict) or not isinstance(group.get("targets"), list) or \
-                not all(isinstance(t, str) and t for t in group["targets"]):
-            raise ConfigError(str(path), f"[{i}].targets", "expected a list of host:port strings")
-        labels = group.get("labels", {})
-        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-            raise ConfigError(str(path), f"[{i}].labels", "expected a mapping of label name -> string")
-        if not labels.get("deployment"):
-            raise ConfigError(str(path), f"[{i}].labels.deployment", "is required: the deployment of these targets")
+    parse_targets(raw, str(path))
     return data
 
 
