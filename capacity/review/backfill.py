@@ -78,7 +78,9 @@ def recording_levels(rule_files: list[Path], wanted: set[str] | None = None) -> 
     rules = [r for f in rule_files for g in (load_yaml(f) or {}).get("groups", [])
              for r in g.get("rules", []) if "record" in r]
     names = {r["record"] for r in rules}
-    deps = {id(r): rule_names(r["expr"]) & names for r in rules}
+    # a rule that reads its own name reads the scraped series of that name (dcgm.rules.yaml's
+    # llm_gpu_deployment_info{job!=""}: goodput's own exporter's), not itself: no dependency
+    deps = {id(r): (rule_names(r["expr"]) & names) - {r["record"]} for r in rules}
     if wanted is not None:
         keep, todo = set(), set(wanted) & names
         while todo:
