@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
 from exporters.catalog import by_name
 from goodput.placeholders import fill, mark, params
 from goodput.rulegen import GPU_KEY as KEY  # the GPU key the GPU rules, panels and alerts join on
-from goodput.rulegen import _Dumper  # the rule files' one YAML style (block scalars for expressions)
+from goodput.rulegen import dump  # the rule files' one YAML style (block scalars for expressions)
 from goodput.rulegen import knobs as rule_knobs  # dcgmUuidLabel is rulegen's knob, shared with its XID rules
 
 __all__ = ["FILE", "POD_DEPLOYMENT", "build", "templates"]
@@ -141,4 +139,4 @@ def build(spec, scale: float = 1.0) -> dict[str, str]:
     """File name -> YAML text. The rule generators' common signature; these rules have no range or ``for`` to
     scale, and read of the spec only the knob defaults."""
     docs = fill(templates(spec, scale), params(rule_knobs(spec)))
-    return {name: HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120) for name, doc in docs.items()}
+    return {name: HEADER + dump(doc) for name, doc in docs.items()}

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import math
 
-import yaml
-
 from exporters.dialects import DIALECTS, RANKED, Rule
+from goodput.rulegen import dump
 
 __all__ = ["FILE", "LIMITS", "build"]
 
@@ -185,16 +184,8 @@ def _groups() -> list[dict]:
                                                  for sample, exprs in per_sample.items()]}]
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s,
-                                                             style="|" if "\n" in s else None))
-
-
 def build(spec: object = None, scale: float = 1.0) -> dict[str, str]:
     """File name -> YAML text of the normalization rule file (the registry's signature: it reads neither the SLO
     spec nor the duration scale, only the dialect tables)."""
     doc = {"groups": _groups()}
-    return {FILE: HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100_000)}
+    return {FILE: HEADER + dump(doc, width=100_000)}  # a 100 KB expression stays on its line

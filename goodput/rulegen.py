@@ -37,7 +37,7 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.placeholders import Knob, fill, mark, params
 
-__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "knobs", "load_spec", "templates", "write"]
+__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "dump", "knobs", "load_spec", "templates", "write"]
 
 TIERS = ("P0", "P1", "P2")
 ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
@@ -489,6 +489,12 @@ def _str(dumper, data: str):
 _Dumper.add_representer(str, _str)
 
 
+def dump(doc: dict, width: int = 120) -> str:
+    """A rule document as YAML in the rule files' one style: keys in order, multi-line expressions as block
+    scalars (every generator in rules_cli.GENERATORS writes through this)."""
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=width)
+
+
 def knobs(spec: Spec) -> tuple[Knob, ...]:
     """The rules' configurable values (the mixin's ``_config``), each defaulting to the spec's."""
     th, links = spec.thresholds, spec.links
@@ -529,7 +535,7 @@ def templates(spec: Spec, scale: float = 1.0) -> dict[str, dict]:
 def build(spec: Spec, scale: float = 1.0) -> dict[str, str]:
     """File name -> YAML text of every generated file."""
     docs = fill(templates(spec, scale), params(knobs(spec)))
-    return {name: HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120) for name, doc in docs.items()}
+    return {name: HEADER + dump(doc) for name, doc in docs.items()}
 
 
 def write(spec: Spec, out: Path, scale: float = 1.0) -> list[Path]:
