@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from exporters.dialects import DIALECTS
 from exporters.normalize import MAX_LABEL_VALUE_BYTES
@@ -18,7 +19,7 @@ from goodput.foundation.http import http_url_problem
 from goodput.foundation.jsonfile import parse_json
 from goodput.foundation.yamlfile import MAX_YAML_BYTES, decode, load_mapping, parse_yaml, read_bytes
 
-__all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets", "parse_targets"]
+__all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets", "parse_targets", "targets_document", "targets_of"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,16 @@ def parse_targets(data: bytes, src: str) -> Targets:
     """A targets file's bytes: goodput's mapping ``{targets: [{deployment, replica, url, ...}], deployments: ...}``
     or Prometheus' file_sd list ``[{targets: ["host:port"], labels: {...}}]``; YAML, or JSON when ``src`` ends
     in ``.json``. ``ConfigError`` names the first bad entry."""
-    doc = parse_json(data, src, MAX_YAML_BYTES) if src.endswith(".json") else parse_yaml(decode(data, src), src)
+    return targets_of(targets_document(data, src), src)
+
+
+def targets_document(data: bytes, src: str) -> Any:
+    """A targets file's bytes as data, unchecked: JSON when ``src`` ends in ``.json``, else YAML."""
+    return parse_json(data, src, MAX_YAML_BYTES) if src.endswith(".json") else parse_yaml(decode(data, src), src)
+
+
+def targets_of(doc: Any, src: str) -> Targets:
+    """The targets of a targets file's data (``targets_document``), in either format."""
     if doc is None:
         raise ConfigError(src, "", f"the file is empty; expected {_EXPECTED}")
     if isinstance(doc, list):

@@ -120,16 +120,15 @@ def _dashboards(directory: Path) -> dict[str, str]:
 def _targets(path: Path | None) -> list:
     """The file_sd groups for the engine exporter's ConfigMap, checked by the exporter's own reader (what it
     refuses at start is refused here, before anything is written)."""
-    from exporters.config import parse_targets
-    from goodput.foundation.yamlfile import MAX_YAML_BYTES, parse_yaml, read_bytes
+    from exporters.config import targets_document, targets_of
+    from goodput.foundation.yamlfile import MAX_YAML_BYTES, read_bytes
 
     if path is None:
         return []
-    raw = read_bytes(path, MAX_YAML_BYTES)
-    data = parse_yaml(raw.decode("utf-8", "replace"), str(path))
+    data = targets_document(read_bytes(path, MAX_YAML_BYTES), str(path))
     if not isinstance(data, list):
         raise ConfigError(str(path), "", "expected a file_sd list: [{targets: [host:port, ...], labels: {...}}]")
-    parse_targets(raw, str(path))
+    targets_of(data, str(path))
     return data
 
 
