@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from goodput import __version__
-from goodput.foundation.args import output_dir
+from goodput.foundation.args import http_url, output_dir
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
@@ -36,13 +36,6 @@ def _checked(pattern: re.Pattern, limit: int, what: str):
 namespace = _checked(_DNS_LABEL, MAX_LABEL, "a namespace name (lower-case letters, digits and '-')")
 label_value = _checked(_LABEL_VALUE, MAX_LABEL, "a label value (letters, digits, '-', '_', '.')")
 image = _checked(_IMAGE, MAX_IMAGE, "a container image reference")
-
-
-def _url(text: str) -> str:
-    u = urlsplit(text)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL")
-    return text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine exporter targets in Prometheus file_sd format, for its ConfigMap (default: none)")
     k.add_argument("--policy", type=Path, default=None, metavar="policy.yaml",
                    help="write KEDA ScaledObjects for this policy (from `goodput plan autoscale`)")
-    k.add_argument("--prometheus", type=_url, default="http://prometheus-operated.monitoring.svc:9090", metavar="URL",
+    k.add_argument("--prometheus", type=http_url, default="http://prometheus-operated.monitoring.svc:9090", metavar="URL",
                    help="the Prometheus KEDA queries (default http://prometheus-operated.monitoring.svc:9090)")
     k.add_argument("--format", choices=("table", "json"), default="table",
                    help="table: one line per file written; json: files and object counts")

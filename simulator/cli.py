@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from goodput.foundation.args import (
+    http_url,
     non_negative_number,
     output_dir,
     port,
@@ -15,18 +16,10 @@ from goodput.foundation.args import (
     positive_number_at_most,
     seed,
 )
-from goodput.foundation.http import http_url_problem
 
 __all__ = ["MAX_DURATION_S", "register"]
 
 MAX_DURATION_S = 31 * 86400.0  # of one simulated run; its arrivals are bounded apart (config.MAX_REQUESTS)
-
-
-def _http_url(text: str) -> str:
-    problem = http_url_problem(text)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--speed", type=positive_number, default=1.0, help="virtual seconds per wall second (default 1)")
     s.add_argument("--targets", type=Path, default=Path("targets.yaml"), metavar="FILE",
                    help="write the engine exporter's targets file here (default targets.yaml)")
-    s.add_argument("--otlp-endpoint", type=_http_url, default=None, metavar="URL",
+    s.add_argument("--otlp-endpoint", type=http_url, default=None, metavar="URL",
                    help="POST request spans to this OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces)")
     s.add_argument("--spans-file", type=Path, default=None, metavar="FILE", help="append request spans here (OTLP JSON lines)")
     s.add_argument("--span-format", choices=("goodput", "vllm", "both"), default="goodput",

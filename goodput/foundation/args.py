@@ -24,6 +24,7 @@ __all__ = [
     "Parser",
     "any_port",
     "duration",
+    "http_url",
     "int_in",
     "interval_seconds",
     "non_negative_int",
@@ -121,6 +122,16 @@ def seed(text: str) -> int:
     if not 0 <= v < 2**64:
         raise argparse.ArgumentTypeError(f"must be an integer in 0..2**64-1, got {text}")
     return v
+
+
+def http_url(text: str) -> str:
+    """An http(s) URL with a host (and a port in 1..65535) a client can request: http.http_url_problem's check."""
+    from goodput.foundation.http import http_url_problem  # httpx, only for the commands that take a URL
+
+    problem = http_url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def port(text: str) -> int:
