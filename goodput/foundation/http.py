@@ -194,11 +194,15 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception as e:  # a failing route answers 500; the server keeps serving
                 log.exception("route %s %s failed", method, path)
                 resp = (500, "text/plain", f"internal error: {type(e).__name__}: {e}\n".encode(), {})
+            self._release_body()  # before the reply: a client that has its answer may find the budget back
             self._reply(resp)
         finally:
-            self.server.unreserve(self.reserved)
-            self.reserved = 0
+            self._release_body()
             self.server.leave()
+
+    def _release_body(self) -> None:
+        self.server.unreserve(self.reserved)
+        self.reserved = 0
 
     def _reserve(self, n: int) -> None:
         """Count ``n`` more body bytes against the server-wide buffer cap, or refuse (503) before reading them."""
