@@ -20,9 +20,11 @@ an engine inventing a ``model_name`` per sample costs the exporter nothing beyon
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from functools import cache
 
 from exporters.catalog import ENGINE
@@ -371,8 +373,8 @@ def _accumulate(text: str, dialect: str, ranked: bool, errors: dict[str, int], c
                     extra = les.get((raw, op.scale))
                     if extra is None:
                         try:
-                            le = "+Inf" if raw == "+Inf" else fmt_float(float(raw) * op.scale)
-                        except ValueError:
+                            le = "+Inf" if raw == "+Inf" else fmt_float(scaled_bound(raw, op.scale))
+                        except (ValueError, InvalidOperation):
                             errors["parse"] += 1
                             continue
                         extra = f'le="{le}"'
@@ -453,6 +455,15 @@ def _choose(slots: tuple[tuple[str, int], ...], acc: list[dict[tuple[str, str, s
 _LE_CACHE: dict[tuple[str, float], str] = {}
 _LE_CACHE_MAX = 4096  # bucket bounds seen across all targets; a hostile engine cannot grow it without end
 _HISTOGRAMS = frozenset(m.name for m in ENGINE if m.type == "histogram")
+
+
+def scaled_bound(raw: str, scale: float) -> float:
+    """A bucket bound in the canonical unit. A decimal scale shifts the digits (``700`` ms is ``0.7`` s, as the
+    recording rules write it), where multiplying would give ``0.7000000000000001`` and a second ``le`` series."""
+    shift = round(math.log10(scale)) if scale > 0 else 0
+    if scale != 1 and 10.0 ** shift == scale:
+        return float(Decimal(raw).scaleb(shift))
+    return float(raw) * scale
 
 
 def _le_at(labels: str) -> int:

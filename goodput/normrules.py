@@ -28,9 +28,9 @@ LIMITS = (
     "and series without one take the replica's model only for the KV capacity info (the exporter: every such "
     "series), one of them where a replica serves several",
     "Triton: each Triton model keeps its own series (the exporter sums a target's Triton models under the first)",
-    "le: bounds are rewritten as strings, 1 -> 1.0, 2.50 -> 2.5, milliseconds shifted three places (700 -> 0.7; "
-    "the exporter multiplies, 0.7000000000000001); bounds in exponent notation, or whose seconds need one "
-    "(below 1e-4), are left as they are",
+    "le: bounds are rewritten as strings, 1 -> 1.0, 2.50 -> 2.5, milliseconds shifted three places (700 -> 0.7, "
+    "as the exporter shifts them); bounds in exponent notation, or whose seconds need one (below 1e-4), are "
+    "left as they are",
     f"KV capacity from an info label (vLLM num_gpu_blocks, SGLang num_pages): digits only, at most {DIGITS}",
     "what the exporter guards against is not repeated: label values over 256 bytes are not cut, histograms "
     "missing +Inf, _sum or _count are not dropped, a series limit is Prometheus' own sample_limit",
