@@ -25,6 +25,7 @@ from goodput.foundation.args import (
     positive_number_at_most,
     seed,
 )
+from capacity.loadtest.patterns import MAX_IN_FLIGHT
 from goodput.foundation.errors import ConfigError
 from simulator.config import MAX_RATE
 
@@ -32,7 +33,6 @@ __all__ = ["register"]
 
 PATTERNS = ("concurrency", "step", "poisson", "gamma", "burst", "longtail", "replay", "sweep")
 DEFAULT_MAX_IN_FLIGHT = 2048
-MAX_IN_FLIGHT = 10_000  # --concurrency and --max-in-flight: streams one client machine holds (docs/loadtest.md#limits)
 MAX_DURATION_S = 7 * 86400.0
 # comparability fields the target cannot tell the client (summary.json's "comparability"), given with --comparability
 FROM_FLAGS = ("quantization", "framework", "framework_version", "hardware", "tensor_parallel", "prompt_template",

@@ -11,6 +11,7 @@ runner passes the workload's input lengths through ``longtail_lengths`` to put a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,14 @@ import numpy as np
 
 from goodput.foundation.errors import ConfigError
 from simulator.arrivals import ArrivalSpec, Burst, arrival_times
+from simulator.config import MAX_BURST_FACTOR, MAX_RATE
 from simulator.traces import MOONCAKE_BLOCK_TOKENS, Trace, load_trace
 
-__all__ = ["MAX_ARRIVALS", "PATTERNS", "Schedule", "Step", "longtail_lengths", "parse_burst", "parse_steps", "schedule"]
+__all__ = ["MAX_ARRIVALS", "MAX_IN_FLIGHT", "PATTERNS", "Schedule", "Step", "longtail_lengths", "parse_burst", "parse_steps", "schedule"]
 
 PATTERNS = ("concurrency", "step", "poisson", "gamma", "burst", "longtail", "replay")
 MAX_ARRIVALS = 5_000_000  # checked before drawing: a schedule beyond this is a typo, not a load test
+MAX_IN_FLIGHT = 10_000  # a concurrency (--concurrency, --steps, --max-in-flight): streams one client machine holds
 _SRC = "--pattern"
 
 
@@ -64,9 +67,16 @@ def _need(value, name: str, pattern: str):
 
 
 def _positive(value: float, name: str) -> float:
-    if not value > 0:
-        raise ConfigError(_SRC, name, f"must be above zero, got {value}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(_SRC, name, f"must be a finite number above zero, got {value}")
     return float(value)
+
+
+def _numbers(values, src: str, given: str, expected: str) -> list[float]:
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ConfigError(src, given, f"expected {expected}") from None
 
 
 def _check_count(expected: float, pattern: str) -> None:
@@ -76,40 +86,42 @@ def _check_count(expected: float, pattern: str) -> None:
 
 def parse_steps(steps) -> tuple[str, list[float]]:
     """``"rate=1,2,4"`` / ``"concurrency=1,8,32"`` or a mapping ``{"rate": [...]}`` -> (kind, levels)."""
+    expected = "rate=R1,R2,... or concurrency=C1,C2,..."
     if isinstance(steps, str):
         kind, _, values = steps.partition("=")
-        try:
-            levels = [float(v) for v in values.split(",") if v.strip()]
-        except ValueError:
-            raise ConfigError("--steps", steps, "expected rate=R1,R2,... or concurrency=C1,C2,...") from None
-    elif isinstance(steps, Mapping) and len(steps) == 1:
+        levels = _numbers([v for v in values.split(",") if v.strip()], "--steps", steps, expected)
+    elif isinstance(steps, Mapping) and len(steps) == 1 and isinstance(next(iter(steps.values())), Sequence):
         kind, levels = next(iter(steps.items()))
-        levels = [float(v) for v in levels]
+        levels = _numbers(levels, "--steps", str(steps), expected)
     else:
-        raise ConfigError("--steps", str(steps), "expected rate=R1,R2,... or concurrency=C1,C2,...")
-    kind = kind.strip()
+        raise ConfigError("--steps", str(steps), f"expected {expected}")
+    kind = str(kind).strip()
     if kind not in ("rate", "concurrency") or not levels:
-        raise ConfigError("--steps", str(steps), "expected rate=R1,R2,... or concurrency=C1,C2,...")
+        raise ConfigError("--steps", str(steps), f"expected {expected}")
     for v in levels:
-        if not v > 0 or (kind == "concurrency" and v != int(v)):
-            what = "integer" if kind == "concurrency" else "number"
+        if not 0 < v <= (MAX_IN_FLIGHT if kind == "concurrency" else MAX_RATE) or (kind == "concurrency" and v != int(v)):
+            what = f"integer up to {MAX_IN_FLIGHT}" if kind == "concurrency" else f"number up to {MAX_RATE:g}"
             raise ConfigError("--steps", str(steps), f"{kind} {v:g} must be a positive {what}")
     return kind, levels
 
 
 def parse_burst(burst) -> tuple[float, float, float]:
     """``"factor=4,length=10,period=60"`` (seconds) or a mapping of the same keys -> (factor, length_s, period_s)."""
+    expected, given = "factor=F,length=SECONDS,period=SECONDS", str(burst)
     if isinstance(burst, str):
         try:
             fields = dict(part.split("=", 1) for part in burst.split(","))
-            burst = {k.strip(): float(v.rstrip("s")) for k, v in fields.items()}
         except ValueError:
-            raise ConfigError("--burst", burst, "expected factor=F,length=SECONDS,period=SECONDS") from None
+            raise ConfigError("--burst", given, f"expected {expected}") from None
+        burst = {k.strip(): v.strip().rstrip("s") for k, v in fields.items()}
     if not isinstance(burst, Mapping) or set(burst) != {"factor", "length", "period"}:
-        raise ConfigError("--burst", str(burst), "expected factor=F,length=SECONDS,period=SECONDS")
-    factor, length, period = (_positive(float(burst[k]), f"burst {k}") for k in ("factor", "length", "period"))
+        raise ConfigError("--burst", given, f"expected {expected}")
+    values = _numbers((burst[k] for k in ("factor", "length", "period")), "--burst", given, expected)
+    factor, length, period = (_positive(v, f"burst {k}") for v, k in zip(values, ("factor", "length", "period")))
     if length >= period:
-        raise ConfigError("--burst", str(burst), "the spike length must be shorter than the period")
+        raise ConfigError("--burst", given, "the spike length must be shorter than the period")
+    if factor > MAX_BURST_FACTOR:
+        raise ConfigError("--burst", given, f"factor {factor:g} is over {MAX_BURST_FACTOR:g}")
     return factor, length, period
 
 

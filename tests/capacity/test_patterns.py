@@ -112,6 +112,16 @@ def test_longtail_puts_the_fraction_near_the_limit():
     ({"pattern": "step", "duration_s": 10, "steps": "rate=1,2", "settle_s": 5}, "--settle"),
     ({"pattern": "burst", "duration_s": 10, "rate": 1, "burst": "factor=2,length=9"}, "--burst"),
     ({"pattern": "burst", "duration_s": 10, "rate": 1, "burst": "factor=2,length=9,period=5"}, "--burst"),
+    # non-finite and outsized levels were a traceback (int(inf), NaN seconds) or a run of 1e9 streams
+    ({"pattern": "step", "duration_s": 10, "steps": "concurrency=inf"}, "up to 10000"),
+    ({"pattern": "step", "duration_s": 10, "steps": "concurrency=20000"}, "up to 10000"),
+    ({"pattern": "step", "duration_s": 10, "steps": "rate=nan"}, "--steps"),
+    ({"pattern": "step", "duration_s": 10, "steps": {"rate": ["fast"]}}, "--steps"),
+    ({"pattern": "step", "duration_s": 10, "steps": {"rate": 3}}, "--steps"),
+    ({"pattern": "burst", "duration_s": 10, "rate": 1, "burst": "factor=2,length=1,period=inf"}, "burst period"),
+    ({"pattern": "burst", "duration_s": 10, "rate": 1, "burst": "factor=1e308,length=1,period=5"}, "over 1000"),
+    ({"pattern": "burst", "duration_s": 10, "rate": 1, "burst": {"factor": "x", "length": 1, "period": 5}},
+     "--burst"),
     ({"pattern": "poisson", "duration_s": 1e6, "rate": 1e3}, "limit"),
     ({"pattern": "replay", "duration_s": 10, "trace": "nope.txt"}, "nope.txt"),
 ])
