@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capacity.loadtest.patterns import MAX_IN_FLIGHT
 from goodput.foundation.args import (
     int_in,
     non_negative_number,
@@ -25,7 +26,6 @@ from goodput.foundation.args import (
     positive_number_at_most,
     seed,
 )
-from capacity.loadtest.patterns import MAX_IN_FLIGHT
 from goodput.foundation.errors import ConfigError
 from simulator.config import MAX_RATE
 
