@@ -23,7 +23,8 @@ from simulator.arrivals import ArrivalSpec, Burst, arrival_times
 from simulator.config import MAX_BURST_FACTOR, MAX_RATE
 from simulator.traces import MOONCAKE_BLOCK_TOKENS, Trace, load_trace
 
-__all__ = ["MAX_ARRIVALS", "MAX_IN_FLIGHT", "PATTERNS", "Schedule", "Step", "longtail_lengths", "parse_burst", "parse_steps", "schedule"]
+__all__ = ["MAX_ARRIVALS", "MAX_IN_FLIGHT", "PATTERNS", "Schedule", "Step", "longtail_lengths", "parse_burst",
+           "parse_steps", "schedule"]
 
 PATTERNS = ("concurrency", "step", "poisson", "gamma", "burst", "longtail", "replay")
 MAX_ARRIVALS = 5_000_000  # checked before drawing: a schedule beyond this is a typo, not a load test
@@ -117,7 +118,8 @@ def parse_burst(burst) -> tuple[float, float, float]:
     if not isinstance(burst, Mapping) or set(burst) != {"factor", "length", "period"}:
         raise ConfigError("--burst", given, f"expected {expected}")
     values = _numbers((burst[k] for k in ("factor", "length", "period")), "--burst", given, expected)
-    factor, length, period = (_positive(v, f"burst {k}") for v, k in zip(values, ("factor", "length", "period")))
+    factor, length, period = (_positive(v, f"burst {k}") for v, k in zip(values, ("factor", "length", "period"),
+                                                                          strict=True))
     if length >= period:
         raise ConfigError("--burst", given, "the spike length must be shorter than the period")
     if factor > MAX_BURST_FACTOR:
