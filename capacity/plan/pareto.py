@@ -1,0 +1,46 @@
+"""Where each policy of an evaluation stands: SLO attainment per tier (higher is better) against GPU-hours (lower is
+better). A policy is dominated by another that is at least as good on every one of them and better on one; the
+ones nobody dominates are the front. ``standing`` says, for the plan's policy against each baseline, whether it
+wins (attainment per tier >= and GPU-hours <=) and, when it does not, on what it loses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["dominates", "pareto", "standing"]
+
+
+def _axes(r: Mapping[str, Any]) -> tuple[dict[str, float], float]:
+    return {t: (-1.0 if a is None else a) for t, a in r["attainment"].items()}, r["gpu_hours"]
+
+
+def dominates(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """``a`` at least as good as ``b`` on every tier's attainment and on GPU-hours, and better on one."""
+    (att_a, gh_a), (att_b, gh_b) = _axes(a), _axes(b)
+    no_worse = gh_a <= gh_b and all(att_a[t] >= att_b[t] for t in att_b)
+    better = gh_a < gh_b or any(att_a[t] > att_b[t] for t in att_b)
+    return no_worse and better
+
+
+def pareto(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """label -> {"front": bool, "dominated_by": [labels], "dominates": [labels]}."""
+    out = {}
+    for label, r in policies.items():
+        by = [o for o, ro in policies.items() if o != label and dominates(ro, r)]
+        over = [o for o, ro in policies.items() if o != label and dominates(r, ro)]
+        out[label] = {"front": not by, "dominated_by": by, "dominates": over}
+    return out
+
+
+def standing(policies: Mapping[str, Mapping[str, Any]], ours: str, baselines: list[str]) -> dict[str, dict[str, Any]]:
+    """baseline -> {"wins": bool, "losses": [what ours loses on, e.g. "P0 attainment 0.9863 < 0.9913"]}."""
+    att, gh = _axes(policies[ours])
+    out = {}
+    for b in baselines:
+        batt, bgh = _axes(policies[b])
+        losses = [f"{t} attainment {att[t]:.4f} < {batt[t]:.4f}" for t in batt if att[t] < batt[t]]
+        if gh > bgh:
+            losses.append(f"GPU-hours {gh:g} > {bgh:g}")
+        out[b] = {"wins": not losses, "losses": losses}
+    return out
