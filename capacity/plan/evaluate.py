@@ -176,5 +176,5 @@ def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy
     if len(results) > 1:
         out["pareto"] = pareto(results)
         if "policy" in results:  # the claim: at least the baselines' attainment per tier, at no more GPU-hours
-            out["standing"] = standing(results, "policy", [b for b in BASELINES if b in results])
+            out["standing"] = standing(results, "policy", [b for b in BASELINES if b in results], out["slo_objectives"])
     return out

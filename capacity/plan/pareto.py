@@ -33,14 +33,35 @@ def pareto(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any
     return out
 
 
-def standing(policies: Mapping[str, Mapping[str, Any]], ours: str, baselines: list[str]) -> dict[str, dict[str, Any]]:
-    """baseline -> {"wins": bool, "losses": [what ours loses on, e.g. "P0 attainment 0.9863 < 0.9913"]}."""
-    att, gh = _axes(policies[ours])
+def _at_max_share(r: Mapping[str, Any]) -> float:
+    desired = r["timeline"]["desired"]
+    return sum(x >= r["max_replicas"] for x in desired) / len(desired) if desired else 0.0
+
+
+def standing(policies: Mapping[str, Mapping[str, Any]], ours: str, baselines: list[str],
+             objectives: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """baseline -> {"wins", "losses" (what ours loses on, e.g. "P0 attainment 0.9863 < 0.9913"), "why"}: ``why``
+    names what the figures show about a loss: a baseline that held its largest fleet most of the time (a
+    utilisation signal that reads busy whenever a sequence runs) is static peak provisioning, whose attainment a
+    policy matches only by provisioning as much; whether ours still met every tier's objective."""
+    r = policies[ours]
+    att, gh = _axes(r)
+    met = all(att[t] >= o for t, o in objectives.items())
     out = {}
     for b in baselines:
-        batt, bgh = _axes(policies[b])
+        rb = policies[b]
+        batt, bgh = _axes(rb)
         losses = [f"{t} attainment {att[t]:.4f} < {batt[t]:.4f}" for t in batt if att[t] < batt[t]]
         if gh > bgh:
             losses.append(f"GPU-hours {gh:g} > {bgh:g}")
-        out[b] = {"wins": not losses, "losses": losses}
+        why = []
+        if losses:
+            share = _at_max_share(rb)
+            if share >= 0.8:
+                why.append(f"{b} asked for its maximum of {rb['max_replicas']} replicas at {share:.0%} of the "
+                           "scrapes: it provisions for the peak, and its attainment is the peak's")
+            if gh < bgh:
+                why.append(f"ours used {1 - gh / bgh:.0%} fewer GPU-hours ({gh:g} vs {bgh:g})")
+            why.append("ours met every tier's objective" if met else "ours missed a tier's objective")
+        out[b] = {"wins": not losses, "losses": losses, "why": "; ".join(why)}
     return out

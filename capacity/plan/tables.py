@@ -80,5 +80,5 @@ def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
                 out.append(f"  {name} {t}: " + "; ".join(_dip(x) for x in runs[:max_dips]) + more)
     for b, st in result.get("standing", {}).items():
         out.append(f"policy vs {b}: " + ("wins (attainment per tier >=, GPU-hours <=)" if st["wins"]
-                                          else "loses on " + "; ".join(st["losses"])))
+                                          else "loses on " + "; ".join(st["losses"]) + f" ({st['why']})"))
     return "\n".join(out) + "\n"
