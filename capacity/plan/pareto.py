@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["dominates", "pareto", "standing"]
+__all__ = ["describe", "dominates", "pareto", "standing", "verdict"]
 
 
 def _axes(r: Mapping[str, Any]) -> tuple[dict[str, float], float]:
@@ -31,6 +31,13 @@ def pareto(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any
         over = [o for o, ro in policies.items() if o != label and dominates(r, ro)]
         out[label] = {"front": not by, "dominated_by": by, "dominates": over}
     return out
+
+
+def describe(position: Mapping[str, Any] | None) -> str:
+    """One policy's position in words: "front", "dominated by a, b", or "-" when it was run alone."""
+    if position is None:
+        return "-"
+    return "front" if position["front"] else "dominated by " + ", ".join(position["dominated_by"])
 
 
 def _at_max_share(r: Mapping[str, Any]) -> float:
@@ -65,3 +72,9 @@ def standing(policies: Mapping[str, Mapping[str, Any]], ours: str, baselines: li
             why.append("ours met every tier's objective" if met else "ours missed a tier's objective")
         out[b] = {"wins": not losses, "losses": losses, "why": "; ".join(why)}
     return out
+
+
+def verdict(baseline: str, st: Mapping[str, Any]) -> str:
+    """One line of the report: how the plan's policy stands against ``baseline``."""
+    return f"policy vs {baseline}: " + ("wins (attainment per tier >=, GPU-hours <=)" if st["wins"]
+                                        else "loses on " + "; ".join(st["losses"]) + f" ({st['why']})")

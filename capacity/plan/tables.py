@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from capacity.plan.pareto import describe, verdict
+
 __all__ = ["render_evaluation", "render_plan", "table"]
 
 
@@ -47,12 +49,6 @@ def render_plan(plan: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _position(p: Mapping[str, Any] | None) -> str:
-    if p is None:
-        return "-"
-    return "front" if p["front"] else "dominated by " + ", ".join(p["dominated_by"])
-
-
 def _dip(x: Mapping[str, Any]) -> str:
     return f"{x['start_s'] / 60:g}-{x['end_s'] / 60:g} min (worst {x['worst']:.3f})"
 
@@ -67,7 +63,7 @@ def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
                "time_to_recover_s": r["time_to_recover_s"], "max_replicas": r["max_replicas"]}
         row.update({f"{t} attainment": v for t, v in r["attainment"].items()})
         row.update({f"{t} min below": v for t, v in r["minutes_below_objective"].items()})
-        row["pareto"] = _position(pareto.get(name))
+        row["pareto"] = describe(pareto.get(name))
         rows.append(row)
     cols = list(dict.fromkeys(k for r in rows for k in r))
     out = [f"scenario {result['scenario']} ({result['duration_s']:g} s, deployment {result['deployment']}, "
@@ -78,7 +74,5 @@ def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
             if runs:
                 more = f" and {len(runs) - max_dips} more" if len(runs) > max_dips else ""
                 out.append(f"  {name} {t}: " + "; ".join(_dip(x) for x in runs[:max_dips]) + more)
-    for b, st in result.get("standing", {}).items():
-        out.append(f"policy vs {b}: " + ("wins (attainment per tier >=, GPU-hours <=)" if st["wins"]
-                                          else "loses on " + "; ".join(st["losses"]) + f" ({st['why']})"))
+    out += [verdict(b, st) for b, st in result.get("standing", {}).items()]
     return "\n".join(out) + "\n"

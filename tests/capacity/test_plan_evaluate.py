@@ -60,6 +60,7 @@ def test_policies_side_by_side_with_their_pareto_positions_and_dips(planned, cap
     assert ours["dips"]["P0"][0]["worst"] < out["slo_objectives"]["P0"] <= ours["attainment"]["P0"]
     html = report.read_text()
     assert "GPU_UTIL 80%" in html and "<script src=" not in html and "P0 SLO attainment per minute" in html
+    assert "policy vs GPU_UTIL 80%: " in html and "P0 minutes below objective" in html
 
 
 def test_dips_are_runs_of_minutes_below_the_objective():
