@@ -18,6 +18,7 @@ from capacity.plan.policyfile import load_policy_file
 from capacity.plan.scenarios import SCENARIOS, scenario
 from exporters.catalog import GATEWAY_BUCKETS
 from goodput.cli import main
+from goodput.foundation.errors import ConfigError
 from simulator.autoscaler import Autoscaler, ScalingPolicy
 from simulator.fleet import Fleet
 from simulator.tally import ScrapeCounts
@@ -224,3 +225,15 @@ def test_scrape_counts_equal_a_pass_over_the_requests_finished_since_the_last_sc
             assert hist is None
         scrapes += bool(new)
     assert scrapes > 30 and waited > 5, "the pool should finish requests at most scrapes, some after long waits"
+
+
+def test_a_policy_file_may_name_either_utilisation_baseline(planned, tmp_path):
+    data = yaml.safe_load((planned / "policy.yaml").read_text())
+    data["deployments"]["rag"]["kind"] = "sm_active"
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_policy_file(path)["rag"].kind == "sm_active"
+    data["deployments"]["rag"]["kind"] = "gpu"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="deployments.rag.kind: must be one of signals, utilisation, sm_active, static"):
+        load_policy_file(path)
