@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from exporters.otlp import Span
-from exporters.trace_store import SinkFailed
+from exporters.store_sink import SinkFailed
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["INSERT_ROWS", "ClickHouseRefused", "ClickHouseSink", "ClickHouseTarget", "insert_token", "parse_store"]

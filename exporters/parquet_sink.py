@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from exporters.otlp import Span
-from exporters.trace_store import SinkFailed
+from exporters.store_sink import SinkFailed
 
 __all__ = ["SCHEMA", "ParquetSink", "spans_to_arrow"]
 

@@ -14,11 +14,14 @@ payload that no longer decodes at replay is written aside whole. A write the sin
 exponential backoff, and ``health`` names the sink and the error until a write succeeds. The rows of a
 failed write are retried as the same batch, before anything newer, so a sink that names its inserts by
 their content (ClickHouse's deduplication token) can recognise an insert that succeeded but whose reply
-was lost.
+was lost. That holds across a restart too: after a failed write the closed log segments are rewritten as one
+holding only the spans still owed (``R``: the failed write's rows, replayed as the batch to retry first; ``S``: the
+rest), so a replay neither repeats what was stored nor cuts the retried batch differently. Log records are OTLP
+payloads (``J`` JSON, ``P`` protobuf) or, after such a rewrite, spans in the store's own JSON (``R``, ``S``).
 
 Layout of DIR::
 
-    DIR/_wal/segment-<n>.wal          # [4-byte length][1-byte kind: J|P][payload] records
+    DIR/_wal/segment-<n>.wal          # [4-byte length][1-byte kind: J|P|R|S][payload] records
     DIR/_quarantine/spans-<pid>.jsonl # {"error", "span"} per span that could not be written
     DIR/_quarantine/wal-<segment>-<offset>.<json|pb>  # a logged payload that no longer decodes
 """
@@ -32,11 +35,12 @@ import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from exporters.otlp import Span, decode_json, decode_protobuf
+from exporters.parquet_sink import ParquetSink
+from exporters.store_sink import Sink, SinkFailed
 
-__all__ = ["Sink", "SinkFailed", "StoreClosed", "StoreFull", "TraceStore"]
+__all__ = ["StoreClosed", "StoreFull", "TraceStore", "decode_spans", "encode_spans"]
 
 log = logging.getLogger(__name__)
 
@@ -60,27 +64,18 @@ class StoreClosed(StoreFull):
         self.args = (f"trace store shutting down; retry after {retry_after:.0f} s",)
 
 
-class SinkFailed(Exception):
-    """The sink's destination refused or did not answer: ``rows`` (a suffix of the batch, in order) were not
-    stored; ``rejected`` are rows found unstorable before it failed."""
-
-    def __init__(self, rows: list[Span], cause: Exception,
-                 rejected: list[tuple[Span, Exception]] | None = None) -> None:
-        super().__init__(f"{type(cause).__name__}: {cause}")
-        self.rows = rows
-        self.rejected = rejected or []
+def encode_spans(spans: list[Span]) -> bytes:
+    """Spans as one log record's payload: a JSON array of their fields, in ``Span`` order."""
+    return json.dumps([[getattr(s, f) for f in Span.__slots__] for s in spans], ensure_ascii=True,
+                      separators=(",", ":")).encode()
 
 
-class Sink(Protocol):
-    """Where flushed spans go. ``write`` stores a batch, or raises ``SinkFailed`` with the unstored suffix;
-    it returns the spans that can never be stored (each with why), which the store quarantines.
-    ``kind`` names the sink in metrics; ``str(sink)`` names its destination in health and logs."""
-
-    kind: str
-
-    def write(self, spans: list[Span]) -> list[tuple[Span, Exception]]: ...
-
-    def close(self) -> None: ...
+def decode_spans(payload: bytes) -> list[Span]:
+    """The spans ``encode_spans`` wrote; ``ValueError`` when the payload is not such a record."""
+    try:
+        return [Span(*row) for row in json.loads(payload)]
+    except (TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not a span record: {e}") from None
 
 
 def _quarantine_line(span: Span, error: Exception) -> str:
@@ -103,11 +98,7 @@ class TraceStore:
         self.wal_dir = self.root / "_wal"
         self.quarantine_dir = self.root / "_quarantine"
         self.wal_dir.mkdir(parents=True, exist_ok=True)
-        if sink is None:
-            from exporters.parquet_sink import ParquetSink
-
-            sink = ParquetSink(self.root)
-        self.sink = sink
+        self.sink = ParquetSink(self.root) if sink is None else sink
         self.max_buffered = max_buffered_spans
         self.flush_interval = flush_interval_s
         self.fsync = fsync
@@ -138,8 +129,9 @@ class TraceStore:
         return open(path, "ab", buffering=0), path
 
     def _recover(self, segments: list[Path]) -> int:
-        """Buffer the spans of leftover segments and flush them; a payload that no longer decodes is quarantined."""
-        spans = []
+        """Buffer the spans of leftover segments and flush them, each span once, a retried batch first as it was;
+        a payload that no longer decodes is quarantined."""
+        spans: list[Span] = []
         for seg in segments:
             data = seg.read_bytes()
             pos = 0
@@ -149,16 +141,25 @@ class TraceStore:
                 if len(payload) < size:
                     break  # torn final record: it was never acknowledged
                 try:
-                    spans.extend(decode_protobuf(payload) if kind == ord("P") else decode_json(payload))
+                    if kind == ord("R"):
+                        self._retry.extend(decode_spans(payload))
+                    else:
+                        spans.extend(decode_protobuf(payload) if kind == ord("P") else
+                                     decode_spans(payload) if kind == ord("S") else decode_json(payload))
                 except ValueError as e:
                     self._quarantine_payload(f"wal-{seg.stem}-{pos}.{'pb' if kind == ord('P') else 'json'}",
                                              payload, e)
                 pos += _HEADER.size + size
-        self.buffer.extend(spans)
+        seen = {(s.trace_id, s.span_id) for s in self._retry}
+        for s in spans:  # a payload sent twice, or a segment left by a rewrite cut short, holds spans twice
+            key = (s.trace_id, s.span_id)
+            if key not in seen:
+                seen.add(key)
+                self.buffer.append(s)
         self._done_segments.extend(segments)
         if spans or segments:
             self.flush()
-        return len(spans)
+        return len(seen)
 
     # ------------------------------------------------------------------ quarantine
 
@@ -227,10 +228,13 @@ class TraceStore:
                     stored += len(rows) - len(e.rows) - len(e.rejected)
                     self.flushed_total += len(rows) - len(e.rows) - len(e.rejected)
                     self._retry = e.rows
+                    owed = []
                     if i == 0:  # the retry failed again: the new batch was never tried
+                        owed = batch
                         with self.lock:
                             self.buffer[:0] = batch
                     self._failed(e)
+                    self._rewrite_log(owed)
                     return stored
                 self._quarantine_spans(rejected)
                 stored += len(rows) - len(rejected)
@@ -244,6 +248,32 @@ class TraceStore:
             if self.on_flush is not None and stored:
                 self.on_flush(stored)
             return stored
+
+    def _rewrite_log(self, owed: list[Span]) -> None:
+        """Replace the closed log segments by one holding only what they still owe: the retry batch, then ``owed``.
+
+        Written aside and renamed into place before the old segments go, so a crash leaves one or the other
+        (or both, which replay de-duplicates); if the disk refuses, the old segments stay, which is safe too."""
+        with self.lock:
+            path = self.wal_dir / f"segment-{self._segment_no:08d}.wal"
+            self._segment_no += 1
+        tmp = path.with_suffix(".tmp")
+        try:
+            with open(tmp, "wb") as f:
+                for kind, rows in (("R", self._retry), ("S", owed)):
+                    if rows:
+                        payload = encode_spans(rows)
+                        f.write(_HEADER.pack(len(payload), ord(kind)) + payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            log.warning("trace store: could not rewrite the write-ahead log, keeping it whole: %s", e)
+            return
+        for seg in self._done_segments:
+            seg.unlink(missing_ok=True)
+        self._done_segments = [path]
 
     def _failed(self, e: SinkFailed) -> None:
         self.write_errors_total += 1
