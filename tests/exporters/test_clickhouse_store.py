@@ -1,6 +1,7 @@
 """The request exporter's ClickHouse store: the insert path on the real ClickHouse engine (chDB), the failure paths
 against a real HTTP server that speaks ClickHouse's insert interface, backed by chDB, and misbehaves on cue."""
 
+import itertools
 import json
 import signal
 import subprocess
@@ -8,22 +9,24 @@ import sys
 import threading
 import time
 import zlib
+from email.parser import BytesParser
+from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from chdb import session as chdb_session
 
-from exporters.clickhouse_sink import _MINIMAL_DDL, ClickHouseSink, ClickHouseTarget, insert_token, parse_store
+from exporters.clickhouse_sink import INSERT_ROWS, ClickHouseSink, insert_token, parse_store
+from exporters.otel_traces import TableSpec, create_table
 from exporters.otlp import Span, decode_json
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
-from goodput.foundation.errors import ConfigError
+from goodput.foundation.clickhouse import parse_target
 from goodput.foundation.http import Server
 from tests.conftest import REPO, free_port_block
 
-DEDUP_DDL = _MINIMAL_DDL.format(db="otel", table="otel_traces") + " SETTINGS non_replicated_deduplication_window = 1000"
+_DB = itertools.count()
 
 
 def _spans(tenant: str, n: int, seed: int = 0) -> list[Span]:
@@ -45,17 +48,26 @@ def _doc(spans: list[Span]) -> bytes:
             for s in spans]}]}]}).encode()
 
 
-class FakeClickHouse:
-    """ClickHouse's HTTP insert interface in front of a chDB session; ``script`` says how each insert goes:
-    ``ok``, ``500`` (refused), ``reset`` (connection dropped, nothing stored), ``lost`` (stored, then the
-    connection dropped before the reply), ``stall`` (no answer for ``stall_s``, nothing stored) or ``late``
-    (stored, then no answer for ``stall_s``). Once the
-    script is used up every insert is ``ok``."""
+def _unescape(text: str) -> str:
+    """A query parameter as ClickHouse reads it (escaped text) back to the value."""
+    out, chars = [], iter(text)
+    for c in chars:
+        out.append({"n": "\n", "t": "\t", "\\": "\\", "'": "'", "0": "\0"}.get(next(chars), "?") if c == "\\" else c)
+    return "".join(out)
 
-    def __init__(self, path, ddl: str = DEDUP_DDL, stall_s: float = 3.0) -> None:
-        self.session = chdb_session.Session(str(path))
-        self.session.query("CREATE DATABASE IF NOT EXISTS otel")
-        self.session.query(ddl)
+
+class FakeClickHouse:
+    """ClickHouse's HTTP interface for inserts (statement and ``param_*`` as a multipart form, settings in the URL),
+    run on the real engine (the test session's chDB, a database of its own with the Collector's table, made
+    deduplicating as a user makes a plain MergeTree one). ``script`` says how each insert goes: ``ok``, ``500``
+    (refused), ``reset`` (connection dropped, nothing stored), ``lost`` (stored, then the connection dropped before
+    the reply), ``stall`` (no answer for ``stall_s``, nothing stored) or ``late`` (stored, then no answer for
+    ``stall_s``). Once the script is used up every insert is ``ok``."""
+
+    def __init__(self, con, stall_s: float = 3.0) -> None:
+        self.con, self.database = con, f"otel_fake_{next(_DB)}"
+        create_table(con, TableSpec(database=self.database))
+        con.command(f"ALTER TABLE `{self.database}`.otel_traces MODIFY SETTING non_replicated_deduplication_window = 1000")
         self.script: list[str] = []
         self.seen: list[tuple[str, str]] = []  # (what happened, token)
         self.lock = threading.Lock()
@@ -67,11 +79,16 @@ class FakeClickHouse:
                 pass
 
             def do_POST(self):
-                q = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
+                settings = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                form = BytesParser(policy=HTTP).parsebytes(
+                    f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + body)
+                fields = {part.get_param("name", header="content-disposition"): part.get_payload(decode=True).decode()
+                          for part in form.iter_parts()}
+                token = settings.get("insert_deduplication_token", "")
                 with fake.lock:
                     what = fake.script.pop(0) if fake.script else "ok"
-                    fake.seen.append((what, q.get("insert_deduplication_token", "")))
+                    fake.seen.append((what, token))
                 if what == "stall":
                     fake.release.wait(stall_s)
                     self.close_connection = True
@@ -81,14 +98,21 @@ class FakeClickHouse:
                     self.end_headers()
                     self.wfile.write(b"Code: 242. DB::Exception: Table is in readonly mode. (TABLE_IS_READ_ONLY)\n")
                     return
-                if what in ("ok", "lost", "late"):
-                    sql = q["query"].replace(" FORMAT ", " SETTINGS insert_deduplication_token="
-                                                         f"'{q['insert_deduplication_token']}' FORMAT ")
-                    with fake.lock:
-                        fake.session.query(sql + "\n" + body.decode())
+                if what == "reset":
+                    self.connection.shutdown(2)
+                    self.close_connection = True
+                    return
+                assert settings["database"] == fake.database and fields["param_database"] == fake.database
+                params = {k.removeprefix("param_"): _unescape(v) for k, v in fields.items() if k.startswith("param_")}
+                with fake.lock:  # the token applies to this one statement
+                    fake.con.command(f"SET insert_deduplication_token = '{token}'")
+                    try:
+                        fake.con.command(fields["query"], params)
+                    finally:
+                        fake.con.command("SET insert_deduplication_token = ''")
                 if what == "late":
                     fake.release.wait(stall_s)
-                if what in ("reset", "lost", "late"):
+                if what in ("lost", "late"):
                     self.connection.shutdown(2)
                     self.close_connection = True
                     return
@@ -99,27 +123,24 @@ class FakeClickHouse:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
+        self.url = f"clickhouse://127.0.0.1:{self.port}/{self.database}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def target(self, **kw) -> ClickHouseTarget:
-        return ClickHouseTarget(database="otel", table="otel_traces", host="127.0.0.1", port=self.port, **kw)
 
     def span_counts(self) -> dict[tuple[str, str], int]:
         with self.lock:
-            out = self.session.query("SELECT TraceId, SpanId, count() FROM otel.otel_traces GROUP BY TraceId, SpanId",
-                                     "JSONCompact")
-        return {(t, s): int(n) for t, s, n in json.loads(out.bytes())["data"]}
+            df = self.con.query_df(f"SELECT TraceId, SpanId, count() AS n FROM `{self.database}`.otel_traces "
+                                   "GROUP BY TraceId, SpanId")
+        return {(t, s): int(n) for t, s, n in df.itertuples(index=False)}
 
     def close(self) -> None:
         self.release.set()
         self.server.shutdown()
         self.server.server_close()
-        self.session.close()
 
 
 @pytest.fixture
-def ch(tmp_path):
-    fake = FakeClickHouse(tmp_path / "ch")
+def ch(chdb):
+    fake = FakeClickHouse(chdb)
     yield fake
     fake.close()
 
@@ -132,46 +153,48 @@ def _exactly_once(ch: FakeClickHouse, spans: list[Span]) -> None:
 # ---------------------------------------------------------------------------------------------- the insert path
 
 
-def test_spans_become_otel_traces_rows_in_chdb(tmp_path):
+def _chdb_target(chdb):
+    """A database of its own in the test session's chDB, which the sink creates with the Collector's DDL."""
+    return parse_target(f"chdb:{chdb.target.path}?database=otel_sink_{next(_DB)}", "--store")
+
+
+def test_spans_become_otel_traces_rows_in_chdb(tmp_path, chdb):
     spans = _spans("acme", 5)
-    target = ClickHouseTarget(database="otel", table="otel_traces", path=tmp_path / "chdb")
+    target = _chdb_target(chdb)
     store = TraceStore(tmp_path / "wal", sink=ClickHouseSink(target), flush_interval_s=3600)
     doc = _doc(spans)
     store.accept(decode_json(doc), doc, "J")
     assert store.flush() == 5 and store.health() is None
     store.close()
-    s = chdb_session.Session(str(tmp_path / "chdb"))
-    try:
-        rows = json.loads(s.query(
-            "SELECT TraceId, SpanId, SpanName, SpanKind, ServiceName, toUnixTimestamp64Nano(Timestamp), Duration, "
-            "StatusCode, SpanAttributes['llm.tenant'], SpanAttributes['llm.output_tokens'], "
-            "ResourceAttributes['service.name'] FROM otel.otel_traces ORDER BY SpanId", "JSONCompact").bytes())["data"]
-    finally:
-        s.close()
-    assert rows == [[x.trace_id, x.span_id, "llm.request", "Server", "gw", x.start_ns, x.end_ns - x.start_ns,
-                     "Ok", "acme", str(x.attributes["llm.output_tokens"]), "gw"] for x in spans]
+    df = chdb.query_df(
+        "SELECT TraceId, SpanId, SpanName, SpanKind, ServiceName, toUnixTimestamp64Nano(Timestamp) AS t, Duration, "
+        "StatusCode, SpanAttributes['llm.tenant'] AS tenant, SpanAttributes['llm.output_tokens'] AS out, "
+        "ResourceAttributes['service.name'] AS svc FROM {db:Identifier}.otel_traces ORDER BY SpanId",
+        {"db": target.database})
+    assert [list(r) for r in df.itertuples(index=False)] == [
+        [x.trace_id, x.span_id, "llm.request", "Server", "gw", x.start_ns, x.end_ns - x.start_ns, "Ok", "acme",
+         str(x.attributes["llm.output_tokens"]), "gw"] for x in spans]
     assert not list((tmp_path / "wal" / "_wal").iterdir())
 
 
-def test_the_log_is_replayed_into_chdb_on_start(tmp_path):
-    target = ClickHouseTarget(database="otel", table="otel_traces", path=tmp_path / "chdb")
+def test_the_log_is_replayed_into_chdb_on_start(tmp_path, chdb):
+    target = _chdb_target(chdb)
     doc = _doc(_spans("acme", 7))
     store = TraceStore(tmp_path / "wal", sink=ClickHouseSink(target), flush_interval_s=3600)
     store.accept(decode_json(doc), doc, "J")  # acknowledged, then the process dies before any flush
-    store.sink.close()
     del store
     again = TraceStore(tmp_path / "wal", sink=ClickHouseSink(target), flush_interval_s=3600)
     assert again.recovered == 7
-    n = again.sink._insert.session.query("SELECT count() FROM otel.otel_traces", "CSV").bytes()
     again.close()
-    assert n.strip() == b"7"
+    df = chdb.query_df("SELECT count() AS n FROM {db:Identifier}.otel_traces", {"db": target.database})
+    assert int(df["n"][0]) == 7
 
 
 # ---------------------------------------------------------------------------------------------- failure paths
 
 
 def _store(tmp_path, ch, **kw) -> TraceStore:
-    sink = ClickHouseSink(ch.target(), insert_rows=kw.pop("insert_rows", 4), timeout_s=kw.pop("timeout_s", 0.5))
+    sink = ClickHouseSink(parse_target(ch.url), insert_rows=kw.pop("insert_rows", 4), timeout_s=kw.pop("timeout_s", 0.5))
     return TraceStore(tmp_path / "wal", sink=sink, flush_interval_s=3600, **kw)
 
 
@@ -187,7 +210,7 @@ def test_a_failed_insert_keeps_its_spans_and_the_retry_stores_each_once(tmp_path
         ch.script = ["ok", failure]  # the first insert of 4 lands, the second fails
         assert store.flush() == 4
         r = httpx.get(f"{otlp.url}/healthz")
-        assert r.status_code == 503 and f"clickhouse://127.0.0.1:{ch.port}/otel.otel_traces" in r.text
+        assert r.status_code == 503 and f"{ch.url}?table=otel_traces" in r.text
         assert store.buffered == 6 and list((tmp_path / "wal" / "_wal").glob("*.wal"))
         assert 'llm_exporter_store_write_errors_total{exporter="requests",sink="clickhouse"} 1.0' in metrics.render(store)
         assert httpx.post(f"{otlp.url}/v1/traces", content=_doc(later)).status_code == 200  # arrives meanwhile
@@ -261,7 +284,7 @@ def test_a_full_buffer_while_clickhouse_is_down_answers_503_and_loses_nothing(tm
 
 def test_clickhouse_unreachable_at_shutdown_leaves_the_log_for_the_next_start(tmp_path, ch):
     port = free_port_block(1)  # nothing listens here
-    dead = ClickHouseTarget(database="otel", table="otel_traces", host="127.0.0.1", port=port)
+    dead = parse_target(f"clickhouse://127.0.0.1:{port}/{ch.database}")
     store = TraceStore(tmp_path / "wal", sink=ClickHouseSink(dead, timeout_s=0.5), flush_interval_s=3600)
     spans = _spans("acme", 9)
     doc = _doc(spans)
@@ -283,9 +306,9 @@ def test_the_token_names_the_spans_in_order():
 
 def test_sigterm_under_load_stores_every_acknowledged_span_once(tmp_path, ch):
     port, otlp = free_port_block(1), free_port_block(1)
-    ch.script = ["500", "reset"]  # the exporter starts against a ClickHouse that fails, then recovers
+    ch.script = ["500", "lost"]  # the exporter starts against a ClickHouse that fails, then recovers
     p = subprocess.Popen([sys.executable, "-m", "goodput", "exporter", "requests",
-                          "--store", f"clickhouse://127.0.0.1:{ch.port}/otel", "--wal", str(tmp_path / "wal"),
+                          "--store", ch.url, "--wal", str(tmp_path / "wal"),
                           "--port", str(port), "--otlp-port", str(otlp), "--flush-interval", "0.2"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     acked: list[Span] = []
@@ -323,7 +346,7 @@ def test_sigterm_under_load_stores_every_acknowledged_span_once(tmp_path, ch):
             p.kill()
     assert p.returncode == 0, err
     assert "stopped" in out, err
-    _store(tmp_path, ch).close()  # the next start replays whatever the last flush could not store
+    _store(tmp_path, ch, insert_rows=INSERT_ROWS).close()  # the next start replays what the last flush could not store
     _exactly_once(ch, acked)
     assert not list((tmp_path / "wal" / "_wal").iterdir())
 
@@ -332,27 +355,23 @@ def test_sigterm_under_load_stores_every_acknowledged_span_once(tmp_path, ch):
 
 
 @pytest.mark.parametrize("spec, problem", [
-    ("postgres://h:1/db", "unknown scheme"),
-    ("clickhouse://h/db", "needs a host and an HTTP port"),
-    ("clickhouse://h:8123/db;drop", "not a plain ClickHouse identifier"),
-    ("clickhouse://h:8123/db?table=a.b", "not a plain ClickHouse identifier"),
-    ("clickhouse://h:8123/db?tabel=x", "unknown parameter 'tabel'"),
+    ("postgres://h:1/db", "not a directory, clickhouse:// URL or chdb:DIR"),
+    ("clickhouse://h:8123/db?table=a.b", "not a plain identifier"),
     ("chdb:", "needs a directory"),
 ])
-def test_a_bad_store_is_one_line_naming_it(spec, problem):
-    with pytest.raises(ConfigError, match=problem):
-        parse_store(spec)
+def test_a_bad_store_is_one_line_naming_it(tmp_path, spec, problem):
+    r = subprocess.run([sys.executable, "-m", "goodput", "exporter", "requests", "--store", spec,
+                        "--wal", str(tmp_path / "wal")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert line.startswith(f"goodput: error: --store: {spec}: ") and problem in line
 
 
-def test_a_store_url_parses_to_its_parts(tmp_path):
-    t = parse_store("clickhouse://writer:s%40cret@ch.internal:8123/otel?table=traces")
-    assert (t.host, t.port, t.database, t.table, t.user, t.password) == ("ch.internal", 8123, "otel", "traces",
-                                                                          "writer", "s@cret")
-    assert str(t) == "clickhouse://ch.internal:8123/otel.traces"  # no password in health or logs
+def test_a_directory_store_is_parquet(tmp_path):
     assert parse_store(str(tmp_path)) == tmp_path
 
 
-def test_cli_wants_a_wal_for_clickhouse(tmp_path):
+def test_cli_wants_a_wal_for_clickhouse():
     r = subprocess.run([sys.executable, "-m", "goodput", "exporter", "requests", "--store", "clickhouse://h:8123/otel"],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--wal DIR" in r.stderr and "Traceback" not in r.stderr
