@@ -245,6 +245,19 @@ def test_a_lost_reply_before_a_restart_is_still_recognised(tmp_path, ch):
     _exactly_once(ch, a + b)
 
 
+def test_a_payload_logged_twice_is_replayed_once(tmp_path, ch):
+    """A sender that retried after its answer was lost, past the receiver's de-dup window: one log, two copies."""
+    spans = _spans("acme", 5)
+    store = _store(tmp_path, ch)
+    for _ in range(2):
+        store.accept(decode_json(_doc(spans)), _doc(spans), "J")
+    del store  # the process dies before any flush
+    again = _store(tmp_path, ch)
+    assert again.recovered == 5
+    again.close()
+    _exactly_once(ch, spans)
+
+
 def test_without_the_token_a_lost_reply_would_store_spans_twice(tmp_path, ch):
     """What the token is for: the same rows inserted again under another token are stored again."""
     store = _store(tmp_path, ch)
