@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from analyzer.store import sql
 from exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
-from exporters.trace_store import spans_to_arrow
+from exporters.parquet_sink import spans_to_arrow
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.jsonfile import parse_json
 

@@ -8,6 +8,8 @@
 2. One scrape of the engine exporter's /metrics (real HTTP) while it serves those 200 replicas.
 3. OTLP receiver: sustained spans per second into the Parquet store, receiver pinned to one core,
    client on the other, and a check that every acknowledged span is in the store.
+4. The trace store's flush, the same spans through each sink: Parquet (the baseline) and ClickHouse's
+   ``otel_traces`` on chDB (the engine in-process: mapping, JSON rows, the INSERT), with a check of the row count.
 """
 
 from __future__ import annotations
@@ -273,6 +275,34 @@ def otlp_throughput(requests: int = 20_000) -> dict:
             "spans_per_s_including_final_flush": round(spans_sent / total_s)}
 
 
+def store_sinks(n: int = 200_000) -> dict:
+    """Spans per second of one ``TraceStore.flush`` of ``n`` gateway-like spans, Parquet beside chDB."""
+    from exporters.clickhouse_sink import ClickHouseSink
+    from exporters.otlp import Span
+    from exporters.trace_store import TraceStore
+    from goodput.foundation.clickhouse import connect, parse_target
+
+    t0 = 1795424400_000_000_000
+    spans = [Span(f"{i:032x}", f"{i + 1:016x}", "", "llm.request", 2, t0 + i * 10**6, t0 + i * 10**6 + 10**9, 1, "",
+                  "gw", {"llm.tenant": f"t{i % 50}", "llm.deployment": "chat", "llm.tier": "P1", "llm.outcome": "ok",
+                         "llm.input_tokens": 800 + i % 400, "llm.output_tokens": 150 + i % 100},
+                  {"service.name": "gw"}) for i in range(n)]
+    out = {"spans": n}
+    with tempfile.TemporaryDirectory() as d:
+        target = parse_target(f"chdb:{d}/chdb?database=bench", "--store")
+        for name, sink in (("parquet_baseline", None), ("chdb_otel_traces", ClickHouseSink(target))):
+            store = TraceStore(Path(d) / name, sink=sink, max_buffered_spans=n, flush_interval_s=3600)
+            store.accept(spans, b"{}", "J")
+            start = time.perf_counter()
+            assert store.flush() == n
+            out[f"{name}_spans_per_s"] = round(n / (time.perf_counter() - start))
+            store.close()
+        rows = connect(target).query_df("SELECT count() AS n FROM bench.otel_traces")["n"][0]
+        assert int(rows) == n, rows
+    out["chdb_vs_parquet_x"] = round(out["chdb_otel_traces_spans_per_s"] / out["parquet_baseline_spans_per_s"], 2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--json", type=Path, default=None)
@@ -290,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict:
         "normalization_whole_process_232k_samples": whole_process(dumps),
         "engine_exporter_scrape_200_replicas": scrape_200(dumps),
         "otlp_receiver_one_core": otlp_throughput(),
+        "trace_store_flush_by_sink": store_sinks(),
     }
     return emit("exporter benchmarks", out, args.json)
 

@@ -65,14 +65,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     req = esub.add_parser("requests", help="per-tenant metrics and a trace store from OTLP request spans",
                           description="Receive OTLP/HTTP request spans (POST /v1/traces, protobuf or JSON), publish "
-                                      "llm_gateway_* metrics and append the spans to a Parquet trace store.")
+                                      "llm_gateway_* metrics and store the spans: Parquet, or ClickHouse's otel_traces.")
     _common(req, 9402)
     req.add_argument("--otlp-port", type=any_port, default=4318, help="OTLP/HTTP port (default 4318)")
-    req.add_argument("--store", type=Path, required=True, metavar="DIR", help="trace store directory")
+    req.add_argument("--store", required=True, metavar="DIR|URL",
+                     help="where spans are stored: a Parquet directory, clickhouse://[USER[:PASSWORD]@]HOST:PORT/"
+                          "DATABASE[?table=otel_traces] (the Collector's otel_traces table, over HTTP) or chdb:DIR "
+                          "(ClickHouse in-process); see docs/collector.md")
+    req.add_argument("--wal", type=Path, metavar="DIR",
+                     help="write-ahead log and quarantine directory (default: the Parquet store directory; required "
+                          "with a ClickHouse store)")
+    req.add_argument("--insert-timeout", type=positive_number, default=30.0, metavar="SECONDS",
+                     help="a ClickHouse insert unanswered this long fails and is retried (default 30)")
     req.add_argument("--max-tenants", type=positive_int, default=50, help="tenant label values kept (default 50)")
     req.add_argument("--max-buffered-spans", type=positive_int, default=200_000,
                      help="spans held before flushing; beyond it the receiver answers 503 (default 200000)")
-    req.add_argument("--flush-interval", type=interval_seconds, default=2.0, help="seconds between Parquet flushes (default 2)")
+    req.add_argument("--flush-interval", type=interval_seconds, default=2.0,
+                     help="seconds between flushes to the store (default 2; doubled after each failed one, up to 60)")
     req.set_defaults(func=_requests)
 
 

@@ -30,6 +30,7 @@ import threading
 import zlib
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
@@ -38,11 +39,12 @@ from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, TOKEN_BUCKETS, by_name
 from exporters.exposition import fmt_float, labels, render
 from exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
 from exporters.trace_store import StoreClosed, StoreFull, TraceStore
+from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import Histogram, le_label
 from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
 
 __all__ = ["DECODE_SLOTS", "OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceReceiver", "UnsupportedEncoding",
-           "inflate", "run_request_exporter"]
+           "inflate", "open_store", "run_request_exporter"]
 
 EXPORTER = "requests"
 OTLP_MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -364,11 +366,14 @@ class RequestMetrics:
                 f"llm_exporter_store_flushed_spans_total{{{ex}}} {float(store.flushed_total)}")
             fam["llm_exporter_store_quarantined_total"].append(
                 f"llm_exporter_store_quarantined_total{{{ex}}} {float(store.quarantined_total)}")
+            fam["llm_exporter_store_write_errors_total"].append(
+                f'llm_exporter_store_write_errors_total{{{ex},sink="{store.sink.kind}"}} {float(store.write_errors_total)}')
         specs = [*GATEWAY, *(by_name(n) for n in (
             "llm_exporter_tenants_folded", "llm_exporter_label_overflow_total", "llm_exporter_spans_received_total",
             "llm_exporter_spans_duplicate_total",
             "llm_exporter_otlp_rejected_total", "llm_exporter_store_buffered_spans",
-            "llm_exporter_store_flushed_spans_total", "llm_exporter_store_quarantined_total"))]
+            "llm_exporter_store_flushed_spans_total", "llm_exporter_store_quarantined_total",
+            "llm_exporter_store_write_errors_total"))]
         return render((s, fam.get(s.name, ())) for s in specs)
 
 
@@ -478,9 +483,24 @@ class TraceReceiver:
         return {("POST", "/v1/traces"): self.route, ("GET", "/healthz"): health_route(self.store.health)}
 
 
+def open_store(args) -> TraceStore:
+    """The trace store ``--store`` names: a Parquet directory (its log inside), or ClickHouse with its log in ``--wal``."""
+    from exporters.clickhouse_sink import ClickHouseSink, parse_store
+    from exporters.parquet_sink import ParquetSink
+
+    target = parse_store(args.store)
+    if isinstance(target, Path):
+        return TraceStore(args.wal or target, sink=ParquetSink(target), max_buffered_spans=args.max_buffered_spans,
+                          flush_interval_s=args.flush_interval)
+    if args.wal is None:
+        raise ConfigError("--store", args.store, "a ClickHouse store needs --wal DIR for its write-ahead log")
+    return TraceStore(args.wal, sink=ClickHouseSink(target, timeout_s=args.insert_timeout),
+                      max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
+
+
 def run_request_exporter(args) -> int:
     metrics = RequestMetrics(max_tenants=args.max_tenants)
-    store = TraceStore(args.store, max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
+    store = open_store(args)
     store.start()
     recv = TraceReceiver(metrics, store)
 
@@ -491,12 +511,12 @@ def run_request_exporter(args) -> int:
         print(f"request exporter: replayed {store.recovered} spans from the write-ahead log"
               f"{f', quarantined {store.quarantined_total} in {store.quarantine_dir}' if store.quarantined_total else ''}",
               flush=True)
-    print(f"request exporter: OTLP at {otlp.url}/v1/traces, metrics at {srv.url}/metrics, store {args.store}",
+    print(f"request exporter: OTLP at {otlp.url}/v1/traces, metrics at {srv.url}/metrics, store {store.sink}",
           flush=True)
 
     def stop() -> None:
         otlp.stop()  # new posts get 503 + Retry-After while those in flight finish and are logged
-        store.close()  # then the last flush, and the log goes only once everything is in Parquet
+        store.close()  # then the last flush, and the log goes only once everything is stored
         srv.stop()
         print(f"request exporter stopped; {store.flushed_total} spans in the store", flush=True)
 

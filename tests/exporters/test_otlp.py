@@ -10,8 +10,9 @@ import zlib
 import pytest
 
 from exporters.otlp import OtlpError, decode_json, decode_protobuf
+from exporters.parquet_sink import spans_to_arrow
 from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore, spans_to_arrow
+from exporters.trace_store import TraceStore
 from tests.conftest import FIXTURES
 
 SAMPLE = json.loads((FIXTURES / "otlp" / "otlp_proto_examples_trace.json").read_text())

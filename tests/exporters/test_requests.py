@@ -458,7 +458,7 @@ def test_a_poisoned_write_ahead_log_is_quarantined_at_restart(tmp_path, sim):
 
 
 def test_healthz_reports_a_failing_writer_and_recovers(tmp_path, monkeypatch):
-    from exporters import trace_store
+    from exporters import parquet_sink as trace_store
 
     metrics = RequestMetrics()
     store = TraceStore(tmp_path / "store", flush_interval_s=3600)
