@@ -1,8 +1,8 @@
 """The live fleet exports a request's early spans while it is in flight, through a real OTLP receiver.
 
 ``llm.gateway`` goes out after admission and ``llm.queue`` after scheduling, the root and the rest at the end,
-each span once. A fleet with one small replica and more traffic than it serves builds a queue; its clock is
-stopped, the sink flushed, and the receiver's trace store ingested: every request the fleet holds is in flight
+each span once. A fleet with one small replica and more traffic than it serves builds a queue; it is stopped
+and closed, the sink flushed, and the receiver's trace store ingested: every request the fleet still holds is in flight
 in the analyzer (none quarantined), every finished one is whole, and no span came twice.
 """
 
