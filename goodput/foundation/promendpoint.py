@@ -25,7 +25,8 @@ from goodput.foundation.errors import ConfigError
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ENV", "MAX_SECRET_BYTES", "TENANT_HEADER", "Endpoint", "add_arguments", "from_args", "from_env"]
+__all__ = ["ENV", "MAX_SECRET_BYTES", "TENANT_HEADER", "Endpoint", "add_arguments", "arguments_env", "from_args",
+           "from_env"]
 
 TENANT_HEADER = "X-Scope-OrgID"
 MAX_SECRET_BYTES = 64 * 1024  # a Kubernetes service-account token is ~1 KB
@@ -164,11 +165,19 @@ def add_arguments(p: argparse.ArgumentParser, what: str = "--prometheus") -> Non
                         f"token itself: {ENV['token']})")
 
 
+def _given(args: argparse.Namespace) -> dict[str, str | list[str] | None]:
+    return {k: getattr(args, f.removeprefix("--").replace("-", "_"), None) for k, f in _FLAGS.items()}
+
+
 def from_args(url: str, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Endpoint:
     """The endpoint at ``url`` with the flags ``add_arguments`` added, the environment where a flag is not given."""
     env = os.environ if environ is None else environ
-    v = {k: getattr(args, f.removeprefix("--").replace("-", "_")) for k, f in _FLAGS.items()}
-    return _endpoint(url, {k: x if x is not None else env.get(ENV[k]) for k, x in v.items()}, env)
+    return _endpoint(url, {k: x if x is not None else env.get(ENV[k]) for k, x in _given(args).items()}, env)
+
+
+def arguments_env(args: argparse.Namespace) -> dict[str, str]:
+    """The environment variables that say what the flags given say (``goodput console`` hands them to the app)."""
+    return {ENV[k]: "\n".join(x) if isinstance(x, list) else str(x) for k, x in _given(args).items() if x is not None}
 
 
 def from_env(url: str, environ: Mapping[str, str] | None = None) -> Endpoint:
