@@ -187,3 +187,17 @@ def fleet_serve(tmp_path: Path, base_port: int, *extra: str) -> Iterator[tuple[s
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+@pytest.fixture(scope="session")
+def victoria_metrics(tmp_path_factory):
+    """One real VictoriaMetrics for the session (``tests/victoria.py``): the week the review reads is imported into
+    it, and the live Prometheus of the plan and console tests remote-write into it."""
+    from tests import victoria  # noqa: PLC0415 (httpx and the server only for the tests that ask)
+
+    require(victoria.BINARY, "vmctl")
+    vm = victoria.start(tmp_path_factory.mktemp("victoria-metrics"))
+    try:
+        yield vm
+    finally:
+        vm.stop()

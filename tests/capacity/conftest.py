@@ -79,3 +79,15 @@ def week(tmp_path_factory):
         yield served.url, json.loads(paths["truth"].read_text()), paths
     finally:
         served.stop()
+
+
+@pytest.fixture(scope="session")
+def vm_week(week, victoria_metrics):
+    """The same week in VictoriaMetrics: every sample of the backfilled blocks (raw series and recorded rules), put
+    in by vmctl. Prometheus 2.42 remote-writes only samples newer than its start (its WAL watcher skips older ones),
+    so a week in the past cannot reach a store by remote_write; the live tests show remote_write itself. Yields the
+    store's ``Endpoint`` (the /prometheus prefix, basic auth from a file)."""
+    from tests.victoria import import_blocks  # noqa: PLC0415
+
+    import_blocks(victoria_metrics, week[2]["tsdb"])
+    return victoria_metrics.endpoint

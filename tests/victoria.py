@@ -1,0 +1,116 @@
+"""A real VictoriaMetrics (Debian's ``victoria-metrics``, single node) for the tests that read a long-term store:
+basic auth on (so every reader signs in as a user would), the ``/prometheus`` prefix its API also answers on, data
+in a temporary directory. A week goes in with the real ``vmctl`` from the backfilled Prometheus blocks; live series
+come in by a real Prometheus' ``remote_write`` (``remote_write_config``)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from goodput.foundation.promendpoint import Endpoint, Secret
+from tests.conftest import free_port_block
+
+__all__ = ["BINARY", "VictoriaMetrics", "import_blocks", "remote_write_config", "start"]
+
+BINARY = "victoria-metrics"
+USER = "goodput"
+PASSWORD = "s3cret-not-on-any-command-line"
+
+
+@dataclass
+class VictoriaMetrics:
+    url: str  # the base URL, no prefix
+    password_file: Path
+    proc: subprocess.Popen
+    log: Path
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """Its Prometheus API as a user points goodput at it: the /prometheus prefix, basic auth from a file."""
+        return Endpoint(f"{self.url}/prometheus", user=USER, secret=Secret(self.password_file, flag="test"))
+
+    def get(self, path: str, **params: str) -> httpx.Response:
+        return httpx.get(self.url + path, params=params, auth=(USER, PASSWORD), timeout=10)
+
+    def wait_for_samples(self, n: int, at: float, timeout: float = 60.0) -> None:
+        """Until every one of ``n`` samples up to ``at`` (unix s) can be read back. An import returns before its
+        samples are searchable, and a query in between would answer (and cache) part of them."""
+        assert self.get("/internal/force_flush").status_code == 200
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.get("/api/v1/query", query='sum(count_over_time({__name__!=""}[3650d]))', time=f"{at:.3f}",
+                         nocache="1").json()["data"]["result"]
+            if r and int(float(r[0]["value"][1])) == n:
+                break
+            assert time.monotonic() < deadline, f"VictoriaMetrics holds {r} of {n} samples after {timeout:g} s"
+            time.sleep(0.2)
+        assert self.get("/internal/resetRollupResultCache").status_code == 200
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start(workdir: Path, timeout: float = 30.0) -> VictoriaMetrics:
+    """VictoriaMetrics on a free loopback port. ``-search.latencyOffset=1s``: it hides the newest 30 s of samples
+    by default (still being written elsewhere), which would hold a live test half a minute for nothing."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    secret = workdir / "password"
+    secret.write_text(PASSWORD + "\n")
+    secret.chmod(0o600)
+    url = f"http://127.0.0.1:{free_port_block(1)}"
+    log = workdir / "victoria-metrics.log"
+    # the password is a flag of the server alone (it has no file option); clients read it from the file
+    proc = subprocess.Popen([BINARY, f"-httpListenAddr={url.removeprefix('http://')}",
+                             f"-storageDataPath={workdir / 'data'}", "-retentionPeriod=100y", "-loggerLevel=WARN",
+                             "-search.latencyOffset=1s", f"-httpAuth.username={USER}", f"-httpAuth.password={PASSWORD}"],
+                            stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    vm = VictoriaMetrics(url, secret, proc, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"victoria-metrics exited with {proc.returncode}: {log.read_text()[-1500:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return vm
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    vm.stop()
+    raise RuntimeError(f"victoria-metrics did not become ready at {url}")
+
+
+def import_blocks(vm: VictoriaMetrics, tsdb: Path) -> int:
+    """Every sample of the Prometheus blocks in ``tsdb`` into ``vm`` with ``vmctl prometheus``; the samples read.
+    vmctl 1.79 fails without a terminal even when told not to ask anything (VictoriaMetrics issue 4432), so it runs
+    under ``script`` (util-linux), which gives it one."""
+    cmd = ["vmctl", "prometheus", "-s", "--prom-snapshot", str(tsdb), "--vm-addr", vm.url, "--vm-user", USER,
+           "--vm-disable-progress-bar"]
+    done = subprocess.run(["script", "-qec", shlex.join(cmd), "/dev/null"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "VM_PASSWORD": PASSWORD}, stdin=subprocess.DEVNULL)
+    out = done.stdout + done.stderr
+    if done.returncode != 0 or "total samples:" not in out:
+        raise RuntimeError(f"vmctl failed ({done.returncode}): {out[-1500:]}")
+    samples = int(out.split("total samples:")[1].split(";")[0].strip())
+    end = int(out.split("max time:")[1].split()[0]) / 1000
+    vm.wait_for_samples(samples, end)
+    return samples
+
+
+def remote_write_config(vm: VictoriaMetrics) -> dict:
+    """The ``remote_write`` entry of a Prometheus that writes to ``vm``: sent within a second (the default waits
+    5 s to fill a batch), basic auth from the password file."""
+    return {"url": f"{vm.url}/api/v1/write", "basic_auth": {"username": USER, "password_file": str(vm.password_file)},
+            "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms"}}
