@@ -11,7 +11,7 @@ from capacity.review.week import write_week
 from simulator.config import load_fleet
 from simulator.live import LiveFleet
 from simulator.week import WeekSpec
-from tests.conftest import BASE_DEPLOYMENT, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, free_port_block, make_fleet, require
 
 WORKLOAD = """\
 api: chat
@@ -82,12 +82,18 @@ def week(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def vm_week(week, victoria_metrics):
-    """The same week in VictoriaMetrics: every sample of the backfilled blocks (raw series and recorded rules), put
-    in by vmctl. Prometheus 2.42 remote-writes only samples newer than its start (its WAL watcher skips older ones),
-    so a week in the past cannot reach a store by remote_write; the live tests show remote_write itself. Yields the
-    store's ``Endpoint`` (the /prometheus prefix, basic auth from a file)."""
-    from tests.victoria import import_blocks  # noqa: PLC0415
+def vm_week(week, tmp_path_factory):
+    """The same week in a real VictoriaMetrics of its own: every sample of the backfilled blocks (raw series and
+    recorded rules), put in by vmctl. Prometheus 2.42 remote-writes only samples newer than its start (its WAL
+    watcher skips older ones), so a week in the past cannot reach a store by remote_write; the live tests show
+    remote_write itself (``victoria_metrics``). Yields the store's ``Endpoint`` (the /prometheus prefix, basic auth
+    from a file)."""
+    from tests import victoria  # noqa: PLC0415
 
-    import_blocks(victoria_metrics, week[2]["tsdb"])
-    return victoria_metrics.endpoint
+    require(victoria.BINARY, "vmctl")
+    vm = victoria.start(tmp_path_factory.mktemp("vm-week"))
+    try:
+        victoria.import_blocks(vm, week[2]["tsdb"])
+        yield vm.endpoint
+    finally:
+        vm.stop()
