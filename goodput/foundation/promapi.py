@@ -109,12 +109,15 @@ def _why(e: BaseException) -> str:
 
 
 def request(q: Query) -> tuple[str, dict[str, str]]:
-    """The API path and form parameters of ``q``; a range query's step is widened to stay under MAX_POINTS."""
+    """The API path and form parameters of ``q``; a range query's step is widened to stay under MAX_POINTS.
+    ``nocache=1``: VictoriaMetrics otherwise moves a range's start and end to multiples of its step (so it can
+    cache the answer) and evaluates at instants other than those asked, up to a step earlier than Prometheus;
+    Prometheus, Thanos and Mimir ignore the parameter."""
     if q.instant:
         return "/api/v1/query", {"query": q.expr, "time": f"{q.end:.3f}"}
     step = math.ceil(max(q.step, (q.end - q.start) / MAX_POINTS, 0.001) * 1000) / 1000  # whole ms, rounded up
     return "/api/v1/query_range", {"query": q.expr, "start": f"{q.start:.3f}", "end": f"{q.end:.3f}",
-                                   "step": f"{step:.15g}"}
+                                   "step": f"{step:.15g}", "nocache": "1"}
 
 
 def read_json(url: str, key: str, status: int, body: bytes) -> Any:

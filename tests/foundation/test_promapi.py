@@ -147,7 +147,7 @@ def test_vector_matrix_and_scalar_answers_parse_into_series(ask):
     assert s.values[0] == 1.5 and s.values[1] != s.values[1] and s.values[2] == float("inf")  # as given
     method, path, form = seen[0]
     assert (method, path) == ("GET" if ask is _sync else "POST", "/api/v1/query_range")
-    assert form == {"query": "sum(up)", "start": "0.000", "end": "600.000", "step": "60"}
+    assert form == {"query": "sum(up)", "start": "0.000", "end": "600.000", "step": "60", "nocache": "1"}
     vector = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [7, "2"]}]}}
     scalar = {"status": "success", "data": {"resultType": "scalar", "result": [7, "3"]}}
     for body, want in ((vector, 2.0), (scalar, 3.0)):
