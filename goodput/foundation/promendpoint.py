@@ -25,7 +25,7 @@ from goodput.foundation.errors import ConfigError
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ENV", "MAX_SECRET_BYTES", "TENANT_HEADER", "Endpoint", "add_arguments", "arguments_env", "from_args",
+__all__ = ["ENV", "MAX_HEADERS", "MAX_SECRET_BYTES", "TENANT_HEADER", "Endpoint", "add_arguments", "arguments_env", "from_args",
            "from_env"]
 
 TENANT_HEADER = "X-Scope-OrgID"
