@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,13 +42,15 @@ _FLAGS = {"tenant": "--prometheus-tenant", "headers": "--prometheus-header", "us
 
 @dataclass(frozen=True)
 class Secret:
-    """A password or token: the contents of ``file`` (read each time, stripped) or the value of ``env``."""
+    """A password or token: the contents of ``file`` (read each time, stripped), or ``value``, taken from the
+    environment variable ``env`` (never shown in a repr)."""
 
     file: Path | None = None
     env: str | None = None
     flag: str = ""  # what named it, for errors
+    value: str = field(default="", repr=False)
 
-    def read(self, environ: Mapping[str, str] | None = None) -> str:
+    def read(self) -> str:
         if self.file is not None:
             try:
                 with open(self.file, "rb") as fh:
@@ -59,7 +61,7 @@ class Secret:
                 raise ConfigError(str(self.file), self.flag, f"larger than {MAX_SECRET_BYTES} bytes")
             value = data.decode("utf-8", "replace").strip()
         else:
-            value = (os.environ if environ is None else environ).get(self.env or "", "").strip()
+            value = self.value.strip()
         if not value or "\n" in value:
             raise ConfigError(str(self.file or self.env), self.flag, "empty, or more than one line")
         return value
@@ -131,7 +133,7 @@ def _endpoint(url: str, v: Mapping[str, str | list[str] | None], environ: Mappin
         if pw_file:
             secret = Secret(Path(str(pw_file)), flag=_FLAGS["password_file"])
         elif env.get(ENV["password"]):
-            secret = Secret(env=ENV["password"], flag=ENV["password"])
+            secret = Secret(env=ENV["password"], flag=ENV["password"], value=env[ENV["password"]])
         else:
             raise ConfigError(_FLAGS["user"], str(user), f"needs a password: {_FLAGS['password_file']} FILE or "
                                                          f"{ENV['password']}")
@@ -142,7 +144,7 @@ def _endpoint(url: str, v: Mapping[str, str | list[str] | None], environ: Mappin
             raise ConfigError(_FLAGS["token_file"], str(token_file or ENV["token"]),
                               "a bearer token and a basic-auth user exclude each other")
         secret = (Secret(Path(str(token_file)), flag=_FLAGS["token_file"]) if token_file
-                  else Secret(env=ENV["token"], flag=ENV["token"]))
+                  else Secret(env=ENV["token"], flag=ENV["token"], value=env[ENV["token"]]))
     return Endpoint(url, tuple(headers), str(user) if user is not None else None, secret).check()
 
 

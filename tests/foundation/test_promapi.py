@@ -46,13 +46,18 @@ QUERY = Query("demand", "sum(up)", 0.0, 600.0, 60.0)
 
 
 @contextmanager
-def serving(status: int, ctype: str, body: bytes, seen: list | None = None) -> Iterator[str]:
+def serving(status: int, ctype: str, body: bytes, seen: list | None = None,
+            headers: list | None = None) -> Iterator[str]:
+    """A server answering every request with ``body``; ``seen`` gets (method, path, form) of each request,
+    ``headers`` its headers (names lower-cased)."""
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             path, _, query = self.path.partition("?")
             form = self.rfile.read(int(self.headers.get("content-length", 0))).decode() or query
             if seen is not None:
                 seen.append((self.command, path, {k: v[0] for k, v in parse_qs(form).items()}))
+            if headers is not None:
+                headers.append({k.lower(): v for k, v in self.headers.items()})
             self.send_response(status)
             self.send_header("content-type", ctype)
             self.send_header("content-length", str(len(body)))
