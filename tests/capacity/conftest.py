@@ -3,6 +3,7 @@ test), and a simulated week backfilled into a real Prometheus (the review and me
 
 import copy
 import json
+import shutil
 
 import pytest
 
@@ -74,6 +75,9 @@ def week(tmp_path_factory):
     spec = WeekSpec(WEEK, step_s=150, tenants=4)
     paths = write_week(load_fleet(out / "fleet.yaml"), spec, out, backfill_port=free_port_block(1),
                        progress=lambda m: None)
+    # the blocks as written, for vm_week: the Prometheus serving them compacts the overlapping ones meanwhile
+    paths["snapshot"] = out / "snapshot"
+    shutil.copytree(paths["tsdb"], paths["snapshot"], ignore=shutil.ignore_patterns("wal", "chunks_head", "lock"))
     served = serve_tsdb(paths["tsdb"], free_port_block(1))
     try:
         yield served.url, json.loads(paths["truth"].read_text()), paths
@@ -93,7 +97,7 @@ def vm_week(week, tmp_path_factory):
     require(victoria.BINARY, "vmctl")
     vm = victoria.start(tmp_path_factory.mktemp("vm-week"))
     try:
-        victoria.import_blocks(vm, week[2]["tsdb"])
+        victoria.import_blocks(vm, week[2]["snapshot"])
         yield vm.endpoint
     finally:
         vm.stop()
