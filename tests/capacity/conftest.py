@@ -3,7 +3,6 @@ test), and a simulated week backfilled into a real Prometheus (the review and me
 
 import copy
 import json
-import shutil
 
 import pytest
 
@@ -11,7 +10,7 @@ from capacity.review.backfill import serve_tsdb
 from capacity.review.week import write_week
 from simulator.config import load_fleet
 from simulator.live import LiveFleet
-from simulator.week import WeekSpec
+from simulator.week import WeekSpec, parse_week
 from tests.conftest import BASE_DEPLOYMENT, free_port_block, make_fleet, require
 
 WORKLOAD = """\
@@ -43,6 +42,7 @@ def workload(tmp_path):
 
 
 WEEK = "2026-W48"
+WEEK_SPEC_WEEKS_BEFORE = 3  # weeks of demand history before WEEK
 FLEET = """\
 name: review-test-fleet
 start_time: "2026-11-23T00:00:00Z"
@@ -72,12 +72,9 @@ def week(tmp_path_factory):
     minute of backfill, so every test that reads it shares this one."""
     out = tmp_path_factory.mktemp("week")
     (out / "fleet.yaml").write_text(FLEET)
-    spec = WeekSpec(WEEK, step_s=150, tenants=4)
+    spec = WeekSpec(WEEK, step_s=150, tenants=4, weeks_before=WEEK_SPEC_WEEKS_BEFORE)
     paths = write_week(load_fleet(out / "fleet.yaml"), spec, out, backfill_port=free_port_block(1),
                        progress=lambda m: None)
-    # the blocks as written, for vm_week: the Prometheus serving them compacts the overlapping ones meanwhile
-    paths["snapshot"] = out / "snapshot"
-    shutil.copytree(paths["tsdb"], paths["snapshot"], ignore=shutil.ignore_patterns("wal", "chunks_head", "lock"))
     served = serve_tsdb(paths["tsdb"], free_port_block(1))
     try:
         yield served.url, json.loads(paths["truth"].read_text()), paths
@@ -87,17 +84,18 @@ def week(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def vm_week(week, tmp_path_factory):
-    """The same week in a real VictoriaMetrics of its own: every sample of the backfilled blocks (raw series and
-    recorded rules), put in by vmctl. Prometheus 2.42 remote-writes only samples newer than its start (its WAL
-    watcher skips older ones), so a week in the past cannot reach a store by remote_write; the live tests show
-    remote_write itself (``victoria_metrics``). Yields the store's ``Endpoint`` (the /prometheus prefix, basic auth
-    from a file)."""
+    """The same week in a real VictoriaMetrics of its own: every sample the week's Prometheus holds (raw series and
+    recorded rules, the weeks of history too), copied through both servers' APIs (``tests.victoria.copy_from``).
+    Prometheus 2.42 remote-writes only samples newer than its start (its WAL watcher skips older ones), so a week
+    in the past cannot reach a store by remote_write; the live tests show remote_write itself
+    (``victoria_metrics``). Yields the store's ``Endpoint`` (the /prometheus prefix, basic auth from a file)."""
     from tests import victoria  # noqa: PLC0415
 
-    require(victoria.BINARY, "vmctl")
+    require(victoria.BINARY)
     vm = victoria.start(tmp_path_factory.mktemp("vm-week"))
     try:
-        victoria.import_blocks(vm, week[2]["snapshot"])
+        until = parse_week(WEEK).timestamp() + 7 * 86400 + 3600
+        victoria.copy_from(vm, week[0], until, span_s=(WEEK_SPEC_WEEKS_BEFORE + 1) * 7 * 86400 + 7200)
         yield vm.endpoint
     finally:
         vm.stop()
