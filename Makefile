@@ -46,11 +46,11 @@ deps-debian:
 	fi
 
 # the tests also open pages in headless Chromium (tests/capacity/test_report.py) and read a long-term metrics store,
-# VictoriaMetrics with its vmctl (tests/victoria.py; docs/metrics-stores.md)
+# VictoriaMetrics (tests/victoria.py; docs/metrics-stores.md)
 deps-test: deps-debian
 	@command -v chromium >/dev/null || { echo "installing chromium (Debian package)"; \
 		apt-get update -qq && $(APT) install chromium >/dev/null; }
-	@if ! command -v victoria-metrics >/dev/null || ! command -v vmctl >/dev/null; then \
+	@if ! command -v victoria-metrics >/dev/null; then \
 		echo "installing victoria-metrics (Debian package)"; \
 		apt-get update -qq && $(APT) install victoria-metrics >/dev/null; \
 	fi

@@ -197,7 +197,7 @@ def victoria_metrics(tmp_path_factory):
     reach back into it.)"""
     from tests import victoria  # noqa: PLC0415 (httpx and the server only for the tests that ask)
 
-    require(victoria.BINARY, "vmctl")
+    require(victoria.BINARY)
     vm = victoria.start(tmp_path_factory.mktemp("victoria-metrics"))
     try:
         yield vm

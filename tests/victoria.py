@@ -95,8 +95,9 @@ def start(workdir: Path, timeout: float = 30.0) -> VictoriaMetrics:
 def copy_from(vm: VictoriaMetrics, prometheus: str, until: float, span_s: float) -> int:
     """Every sample ``prometheus`` holds in the ``span_s`` before ``until`` (unix s) into ``vm``, one metric name at
     a time (a range vector read back raw), written in the text format to VictoriaMetrics' import API; the samples
-    copied. vmctl's own reader of Prometheus blocks (1.79) put some series under another series' labels in about a
-    third of the runs here, so the copy goes through both servers' APIs instead."""
+    copied. With vmctl 1.79's reader of the Prometheus blocks instead, in about a third of the runs here a series
+    could not be found by its name afterwards though every sample had arrived, so the copy goes through both
+    servers' APIs."""
     names = httpx.get(f"{prometheus}/api/v1/label/__name__/values", timeout=30).json()["data"]
     n = 0
     for name in names:

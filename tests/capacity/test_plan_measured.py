@@ -293,7 +293,7 @@ def _same_streams(prom: dict, vm: dict, rel: float, peaks: bool = True) -> None:
                 assert v[side] == pytest.approx(p[side], rel=rel), (p["deployment"], side)
 
 
-@needs("prometheus", "promtool", "victoria-metrics", "vmctl")
+@needs("prometheus", "promtool", "victoria-metrics")
 @pytest.mark.timeout(600)
 def test_measured_from_victoriametrics_holding_the_weeks_equals_prometheus(week, vm_week, tmp_path, capsys):
     prom, got = _measured_from_both(tmp_path, capsys, week[0], vm_week, "--until", WEEK_END)

@@ -1,5 +1,5 @@
 """The weekly review against a real VictoriaMetrics holding the same simulated week as the real Prometheus of
-test_review_week.py (every sample of its backfilled blocks, put in by vmctl): the same review, MetricsQL answering
+test_review_week.py (every sample it holds, copied through both APIs): the same review, MetricsQL answering
 the queries PromQL answers, through the /prometheus prefix and basic auth from a file, as a user points goodput at
 a long-term store (docs/metrics-stores.md)."""
 
@@ -19,7 +19,7 @@ from simulator.week import parse_week
 from tests.capacity.conftest import WEEK
 from tests.conftest import needs
 
-pytestmark = [needs("prometheus", "promtool", "victoria-metrics", "vmctl"), pytest.mark.timeout(600)]
+pytestmark = [needs("prometheus", "promtool", "victoria-metrics"), pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
