@@ -45,10 +45,15 @@ deps-debian:
 		apt-get update -qq && $(APT) install prometheus prometheus-alertmanager >/dev/null; \
 	fi
 
-# the tests also open pages in headless Chromium (tests/capacity/test_report.py)
+# the tests also open pages in headless Chromium (tests/capacity/test_report.py) and read a long-term metrics store,
+# VictoriaMetrics (tests/victoria.py; docs/metrics-stores.md)
 deps-test: deps-debian
 	@command -v chromium >/dev/null || { echo "installing chromium (Debian package)"; \
 		apt-get update -qq && $(APT) install chromium >/dev/null; }
+	@if ! command -v victoria-metrics >/dev/null; then \
+		echo "installing victoria-metrics (Debian package)"; \
+		apt-get update -qq && $(APT) install victoria-metrics >/dev/null; \
+	fi
 
 demo: $(BUILT) deps-debian
 	$(BIN)/goodput demo

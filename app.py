@@ -10,9 +10,15 @@ import streamlit as st
 from console.pages import PAGES
 from console.settings import Settings
 from console.ui import sidebar
+from goodput.foundation.errors import ConfigError
 
 st.set_page_config(page_title="goodput console", layout="wide")
-ctx = sidebar(Settings.from_env())
+try:
+    settings = Settings.from_env()
+except ConfigError as e:  # a tenant, header or credential of GOODPUT_PROMETHEUS_* that cannot be used
+    st.error(f"Prometheus settings: {e}")
+    st.stop()
+ctx = sidebar(settings)
 
 
 def _page(render, name):

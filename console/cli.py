@@ -10,7 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from console.settings import DEFAULTS, ENV
+from console.settings import DEFAULTS, ENV, Settings
+from goodput.foundation import promendpoint
 from goodput.foundation.args import port
 
 __all__ = ["APP", "environment", "register", "streamlit_command"]
@@ -29,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument(flag, default=None, help=f"{ENV[key]} (default {DEFAULTS[key]})")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=port, default=8501, help="port (default 8501)")
+    promendpoint.add_arguments(p, "--prometheus-url")
     p.set_defaults(func=_console)
 
 
@@ -51,6 +53,7 @@ def environment(args: argparse.Namespace, base: dict[str, str] | None = None) ->
             env[ENV[key]] = str(value)
         if key in PATHS and env.get(ENV[key]):
             env[ENV[key]] = os.path.abspath(env[ENV[key]])
+    env.update(promendpoint.arguments_env(args))
     return env
 
 
@@ -59,5 +62,7 @@ def _console(args: argparse.Namespace) -> int:
     # become Streamlit rather than wait on it: a SIGTERM to this process (a service manager, a container stop)
     # must reach the server, not leave it serving behind a dead parent
     os.chdir(APP.parent)
+    env = environment(args)
+    Settings.from_env(env)  # a Prometheus tenant, header or credential that is unusable: one line, exit 2
     cmd = streamlit_command(args.host, args.port)
-    os.execve(cmd[0], cmd, environment(args))
+    os.execve(cmd[0], cmd, env)

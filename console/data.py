@@ -19,6 +19,7 @@ from analyzer.releases import load_releases
 from analyzer.store import sql as analyzer_sql
 from console import traces
 from console.prom import Alertmanager, Prometheus, Sample, Series
+from goodput.foundation.promapi import Endpoint
 
 __all__ = ["alerts", "arrivals", "bucket_series", "completeness", "decomposition", "prom_instant", "prom_range",
            "regressions", "silences", "store_query", "store_version"]
@@ -83,13 +84,13 @@ def regressions(db: str, version: tuple, releases: str | None, releases_version:
 
 
 @st.cache_data(ttl=PROM_TTL_S, show_spinner=False, max_entries=256)
-def prom_instant(url: str, expr: str) -> list[Sample]:
-    return Prometheus(url).query(expr)
+def prom_instant(server: Endpoint, expr: str) -> list[Sample]:
+    return Prometheus(server).query(expr)
 
 
 @st.cache_data(ttl=PROM_TTL_S, show_spinner=False, max_entries=256)
-def prom_range(url: str, expr: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
-    return Prometheus(url).query_range(expr, start, end, step_s)
+def prom_range(server: Endpoint, expr: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
+    return Prometheus(server).query_range(expr, start, end, step_s)
 
 
 @st.cache_data(ttl=PROM_TTL_S, show_spinner=False)

@@ -18,6 +18,7 @@ from console.filters import Filters, label_matchers
 from console.palette import MARKER, plain
 from console.prom import Unreachable
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.promapi import Endpoint
 
 __all__ = ["Firing", "Marker", "draw", "pages", "releases", "spans"]
 
@@ -51,12 +52,12 @@ class Firing:
     ongoing: bool  # still firing at the end of the range
 
 
-def spans(url: str, f: Filters, start: datetime, end: datetime, step_s: float, severity: str = "") -> list[Firing]:
+def spans(server: Endpoint, f: Filters, start: datetime, end: datetime, step_s: float, severity: str = "") -> list[Firing]:
     """Each time an alert fired in [start, end], from ``ALERTS`` (a gap of more than two steps ends a span).
     Raises ``Unreachable``."""
     sel = ",".join(filter(None, (label_matchers(f), f'severity="{severity}"' if severity else "")))
     out = []
-    for s in data.prom_range(url, FIRING.format(sel="," + sel if sel else ""), start, end, step_s):
+    for s in data.prom_range(server, FIRING.format(sel="," + sel if sel else ""), start, end, step_s):
         run: list[float] = []
         for t in [*s.times, None]:
             if run and (t is None or t - run[-1] > 2 * step_s):
@@ -68,10 +69,10 @@ def spans(url: str, f: Filters, start: datetime, end: datetime, step_s: float, s
     return out
 
 
-def pages(url: str, f: Filters, start: datetime, end: datetime, step_s: float) -> list[Marker]:
+def pages(server: Endpoint, f: Filters, start: datetime, end: datetime, step_s: float) -> list[Marker]:
     """Where each page began firing in [start, end]; none when Prometheus is down (the page's banner says so)."""
     try:
-        found = spans(url, f, start, end, step_s, "page")
+        found = spans(server, f, start, end, step_s, "page")
     except Unreachable:
         return []
     return [Marker(s.start, "page", "page: " + " ".join(filter(None, (s.labels.get(k) for k in

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from goodput.foundation.promapi import Client, Malformed, Query, Series
+from goodput.foundation.promapi import Client, Endpoint, Malformed, Query, Series, endpoint
 from goodput.foundation.promapi import PromError as Unreachable
 
 __all__ = ["Alertmanager", "Prometheus", "Sample", "Series", "Unreachable"]
@@ -31,12 +31,12 @@ def _float(x: float) -> float:
 
 
 @contextmanager
-def _client(url: str, key: str) -> Iterator[Client]:
+def _client(server: Endpoint | str, key: str) -> Iterator[Client]:
     try:
-        with Client(url, TIMEOUT_S) as c:
+        with Client(server, TIMEOUT_S) as c:
             yield c
     except RecursionError:
-        raise Malformed(url, key, "JSON nested too deeply to read") from None
+        raise Malformed(endpoint(server).url, key, "JSON nested too deeply to read") from None
 
 
 def _records(url: str, key: str, body: Any, nested: tuple[str, ...]) -> list[dict]:
@@ -53,16 +53,19 @@ def _records(url: str, key: str, body: Any, nested: tuple[str, ...]) -> list[dic
 
 
 class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
+    """Prometheus, or any store that answers its API (``Endpoint``: a prefix, a tenant, credentials)."""
+
+    def __init__(self, server: Endpoint | str) -> None:
+        self.server = endpoint(server)
+        self.url = self.server.url
 
     def query(self, expr: str, at: datetime | None = None) -> list[Sample]:
         t = (at or datetime.now()).timestamp()
-        with _client(self.url, expr) as c:
+        with _client(self.server, expr) as c:
             return [Sample(s.labels, _float(s.values[0])) for s in c.run(Query(expr, expr, t, t))]
 
     def query_range(self, expr: str, start: datetime, end: datetime, step_s: float) -> list[Series]:
-        with _client(self.url, expr) as c:
+        with _client(self.server, expr) as c:
             got = c.run(Query(expr, expr, start.timestamp(), end.timestamp(), max(step_s, 1)))
         return [Series(s.labels, s.times, [_float(v) for v in s.values]) for s in got]
 

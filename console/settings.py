@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from goodput.foundation import promendpoint
+from goodput.foundation.promendpoint import Endpoint
+
 __all__ = ["DEFAULTS", "ENV", "Settings"]
 
 # field -> environment variable
@@ -33,15 +36,17 @@ class Settings:
     slos: Path
     reviews: Path  # searched for the newest review.json (`goodput review --out`, `goodput demo --week`)
     fleet: Path  # the deployments' model, GPU, TP and dtypes, where the Capacity what-if starts
+    prometheus: Endpoint  # prometheus_url with the tenant, headers and credentials of promendpoint.ENV
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings of ``env``; a Prometheus tenant, header or credential that is unusable is a ConfigError."""
         env = os.environ if env is None else env
         v = {k: env.get(var) or DEFAULTS[k] for k, var in ENV.items()}
         return cls(db=Path(v["db"]), prometheus_url=v["prometheus_url"].rstrip("/"),
                    alertmanager_url=v["alertmanager_url"].rstrip("/"), plan=Path(v["plan"]), runs=Path(v["runs"]),
                    releases=Path(v["releases"]), slos=Path(v["slos"]), reviews=Path(v["reviews"]),
-                   fleet=Path(v["fleet"]))
+                   fleet=Path(v["fleet"]), prometheus=promendpoint.from_env(v["prometheus_url"], env))
 
     def environment(self) -> dict[str, str]:
         """The variables that make ``streamlit run app.py`` read these settings."""

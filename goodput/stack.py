@@ -71,15 +71,18 @@ class Process:
 
 def start_prometheus(workdir: Path, port: int, jobs: dict[str, list[str]], rules_dir: Path,
                      alertmanager: str | None, interval: str = "15s", host: str = "127.0.0.1",
-                     resend_delay: str = "1m") -> Process:
+                     resend_delay: str = "1m", remote_write: list[dict] | None = None) -> Process:
     """``jobs``: job name -> host:port targets. Rule files are read from ``rules_dir``. Alerts that fired
-    before Alertmanager was discovered reach it at the next resend, ``resend_delay`` later."""
+    before Alertmanager was discovered reach it at the next resend, ``resend_delay`` later. ``remote_write``:
+    Prometheus' own ``remote_write`` entries, for a long-term store that is sent every sample (docs/metrics-stores.md)."""
     workdir.mkdir(parents=True, exist_ok=True)
     cfg = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str((rules_dir / f).resolve()) for f in RULE_FILES],
         "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]} for job, targets in jobs.items()],
     }
+    if remote_write:
+        cfg["remote_write"] = remote_write
     if alertmanager:
         cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -202,3 +202,19 @@ def chdb(tmp_path_factory):
     from goodput.foundation.clickhouse import connect
 
     return connect(f"chdb:{tmp_path_factory.mktemp('chdb')}")
+
+
+@pytest.fixture(scope="session")
+def victoria_metrics(tmp_path_factory):
+    """One real VictoriaMetrics for the session (``tests/victoria.py``) that the live Prometheus of the plan and
+    console tests remote-write into. (The simulated week the review reads is in one of its own,
+    ``tests/capacity/conftest.py``: its deployments are the live plan test's, and a window of weeks from now may
+    reach back into it.)"""
+    from tests import victoria  # noqa: PLC0415 (httpx and the server only for the tests that ask)
+
+    require(victoria.BINARY)
+    vm = victoria.start(tmp_path_factory.mktemp("victoria-metrics"))
+    try:
+        yield vm
+    finally:
+        vm.stop()

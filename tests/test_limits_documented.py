@@ -10,7 +10,7 @@ from capacity.loadtest.imports import MAX_IMPORT_BYTES
 from capacity.plan import cli as plan_cli
 from capacity.plan import demand
 from goodput import deploy_cli, kubernetes
-from goodput.foundation import jsonfile, promapi, yamlfile
+from goodput.foundation import jsonfile, promapi, promendpoint, yamlfile
 from simulator import config, week
 from simulator.cli import MAX_DURATION_S
 from tests.conftest import REPO
@@ -24,6 +24,7 @@ LIMITS = {
     "loadtest.md": [loadtest_cli.MAX_IN_FLIGHT, loadtest_cli.MAX_DURATION_S, MAX_IMPORT_BYTES, jsonfile.MAX_JSON_BYTES,
                     jsonfile.MAX_DEPTH],
     "kubernetes.md": [deploy_cli.MAX_LABEL, deploy_cli.MAX_IMAGE, kubernetes.MAX_CONFIG_MAP_BYTES],
+    "metrics-stores.md": [promendpoint.MAX_SECRET_BYTES, promendpoint.MAX_HEADERS],
     "review.md": [week.MAX_WEEKS_BEFORE, week.MAX_TENANTS, week.MAX_TENANT_POINTS, promapi.MAX_ANSWER_BYTES,
                   promapi.CONNECT_TIMEOUT_S],
 }

@@ -14,6 +14,7 @@ from pathlib import Path
 from capacity.plan import memory_cli
 from capacity.plan.demand import MAX_GROWTH
 from capacity.plan.scenarios import SCENARIOS
+from goodput.foundation import promendpoint
 from goodput.foundation.args import (
     duration,
     int_in,
@@ -54,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--weeks", type=positive_int, default=4, help="--demand-from: weeks measured (default 4)")
     r.add_argument("--until", default=None, metavar="ISO_TIME",
                    help="--demand-from: end of the window, e.g. 2026-11-30T00:00:00Z (default: now, to the hour)")
+    promendpoint.add_arguments(r, "--demand-from prometheus:URL")
     r.add_argument("--growth", type=positive_number_at_most(MAX_GROWTH), default=None, metavar="G",
                    help="growth multiplier applied to the peaks (default: the demand file's growth)")
     src = r.add_mutually_exclusive_group(required=True)
@@ -125,7 +127,9 @@ def _replicas(args: argparse.Namespace) -> int:
     measured = None
     if args.demand_from is not None:
         from capacity.plan.measured import apply_measurement, measure
-        demand, measured = apply_measurement(demand, measure(args.demand_from, args.weeks, args.until), args.growth)
+        demand, measured = apply_measurement(
+            demand, measure(args.demand_from, args.weeks, args.until, lambda url: promendpoint.from_args(url, args)),
+            args.growth)
     elif args.growth is not None:
         demand = dataclasses.replace(demand, growth=args.growth)
     prices = load_prices(args.prices)

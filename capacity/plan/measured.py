@@ -18,6 +18,7 @@ catalog), histogram names and label names the catalog's.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from importlib import resources
@@ -146,7 +147,7 @@ def summarize(source: str, hourly: dict[Key, tuple[np.ndarray, np.ndarray]], tok
     return Measurement(source, start, end, weeks, tuple(streams), growth)
 
 
-def _from_prometheus(url: str, start: float, end: float, weeks: int) -> Measurement:
+def _from_prometheus(server: promapi.Endpoint, start: float, end: float, weeks: int) -> Measurement:
     by = ", ".join(GATEWAY_HIST_LABELS)
     window = f"{weeks * 7}d"
 
@@ -162,8 +163,9 @@ def _from_prometheus(url: str, start: float, end: float, weeks: int) -> Measurem
                         end, end)
           for side, name in TOKEN_HISTOGRAMS.items() for q, level in TOKEN_LEVELS.items()),
     ]
+    url = server.url
     try:
-        got = promapi.run_queries(url, queries)
+        got = promapi.run_queries(server, queries)
     except promapi.PromError as e:
         raise promapi.config_error(url, e, FLAG) from None
 
@@ -220,15 +222,18 @@ def _from_duckdb(path: str, start: float, end: float, weeks: int) -> Measurement
     return summarize(f"duckdb:{path}", hourly, tokens, start, end, weeks)
 
 
-def measure(source: str, weeks: int, until: str | None = None) -> Measurement:
+def measure(source: str, weeks: int, until: str | None = None,
+            server: Callable[[str], promapi.Endpoint] = promapi.Endpoint) -> Measurement:
     """The demand ``source`` (``prometheus:URL`` / ``duckdb:FILE``) shows over the ``weeks`` before ``until``; a
-    window without requests is one ConfigError."""
+    window without requests is one ConfigError. ``server``: the ``Endpoint`` of a ``prometheus:`` URL (its tenant
+    and credentials, ``promendpoint.from_args``)."""
     kind, where = parse_source(source)
     if weeks > MAX_WEEKS:
         raise ConfigError("--weeks", str(weeks), f"at most {MAX_WEEKS}: the peaks are of hours, one query a stream")
     end = parse_until(until)
     start = end - weeks * WEEK_S
-    m = (_from_prometheus if kind == "prometheus" else _from_duckdb)(where, start, end, weeks)
+    m = (_from_prometheus(server(where), start, end, weeks) if kind == "prometheus"
+         else _from_duckdb(where, start, end, weeks))
     if not m.streams:
         raise ConfigError(source, "--weeks", f"no requests between {_iso(start)} and {_iso(end)}")
     return m

@@ -7,6 +7,7 @@ import json
 import socket
 from pathlib import Path
 
+from goodput.foundation import promendpoint
 from goodput.foundation.args import int_in, non_negative_number, output_dir, positive_int, positive_number, seed
 from goodput.foundation.errors import ConfigError
 from simulator.week import MAX_TENANTS, MAX_WEEKS_BEFORE
@@ -21,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "DIR/review.json for one ISO week, from a Prometheus with the goodput rules (recorded or "
                     "backfilled) or from a DuckDB trace store. See docs/review.md.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    src.add_argument("--prometheus", metavar="URL", help="Prometheus-API base URL, with any path prefix: "
+                     "http://127.0.0.1:9090, http://vmselect:8481/select/0/prometheus, http://mimir:8080/prometheus")
     src.add_argument("--db", type=Path, metavar="TRACES.duckdb", help="the analyzer's DuckDB store")
     p.add_argument("--week", required=True, metavar="YYYY-Www", help="ISO week to review, e.g. 2026-W48")
     p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (created)")
@@ -40,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="price of one GPU-hour, for cost used vs needed")
     p.add_argument("--concurrency", type=positive_int, default=16, help="range queries in flight (default 16)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="summary on stdout")
+    promendpoint.add_arguments(p)
     p.set_defaults(func=_review)
 
     w = sub.add_parser(
@@ -101,10 +104,10 @@ def _review(args: argparse.Namespace) -> int:
         from capacity.review.traces import db_review
         review = db_review(args.db, args.week, plan=args.plan, releases=args.releases, redundancy=args.redundancy)
     else:
-        review = prometheus_review(args.prometheus, args.week, plan=args.plan, releases=args.releases,
-                                   rules_dir=args.rules or DEFAULT_RULES, history_weeks=args.history_weeks,
-                                   redundancy=args.redundancy, gpu_hour_cost=args.gpu_hour_cost,
-                                   concurrency=args.concurrency)
+        review = prometheus_review(promendpoint.from_args(args.prometheus, args), args.week, plan=args.plan,
+                                   releases=args.releases, rules_dir=args.rules or DEFAULT_RULES,
+                                   history_weeks=args.history_weeks, redundancy=args.redundancy,
+                                   gpu_hour_cost=args.gpu_hour_cost, concurrency=args.concurrency)
     _print(review, write_review(review, args.out), args.format)
     return 0
 

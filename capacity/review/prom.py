@@ -35,10 +35,13 @@ def _series(s: promapi.Series) -> Series:
     return Series(s.labels, t[ok], v[ok])
 
 
-def run_queries(url: str, queries: list[Query], concurrency: int = 16, timeout: float = 60.0) -> dict[str, list[Series]]:
-    """Every query, ``concurrency`` at a time; keyed by ``Query.key``."""
+def run_queries(server: promapi.Endpoint | str, queries: list[Query], concurrency: int = 16,
+                timeout: float = 60.0) -> dict[str, list[Series]]:
+    """Every query, ``concurrency`` at a time; keyed by ``Query.key``. ``server``: a URL or an ``Endpoint`` (a
+    long-term store behind a prefix, a tenant, credentials)."""
+    server = promapi.endpoint(server)
     try:
-        got = promapi.run_queries(url, queries, concurrency, timeout)
+        got = promapi.run_queries(server, queries, concurrency, timeout)
     except promapi.PromError as e:
-        raise promapi.config_error(url, e, "--prometheus") from None
+        raise promapi.config_error(server.url, e, "--prometheus") from None
     return {k: [_series(s) for s in v] for k, v in got.items()}

@@ -5,10 +5,15 @@ Names are the rules' and the catalog's (``tests/capacity/test_review_queries.py`
 ``rules/*.rules.yaml`` and ``exporters.catalog``). ``ALERTS`` has no history after a backfill, so pages
 come from ``ALERTS`` when Prometheus has them and otherwise from the alert expressions, their ``for``
 applied to the evaluated series (``pages_from_series``).
+
+Every query reads the same from Prometheus and from a store that answers its API in MetricsQL (VictoriaMetrics):
+``left_open`` writes the windows of the alert expressions the way both read them (docs/metrics-stores.md lists
+what differs and why the rest already agrees).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +23,7 @@ from capacity.review.prom import Query, Series
 from goodput.foundation.durations import seconds
 from goodput.foundation.yamlfile import load_yaml
 
-__all__ = ["RECORDED", "AlertRule", "Page", "alert_rules", "build_queries", "pages_from_series"]
+__all__ = ["RECORDED", "AlertRule", "Page", "alert_rules", "build_queries", "left_open", "pages_from_series"]
 
 WEEK_S = 7 * 86400
 STEP_S = 300.0
@@ -48,6 +53,21 @@ RAW = {  # catalog families the review reads directly
     "replicas": "llm_deployment_replicas",
     "gpus": "llm_gpu_deployment_info",
 }
+
+
+# A function of the samples inside its window alone, then a selector (a label value may hold braces or quotes)
+# and its window. rate, increase, delta and changes are not here: MetricsQL also reads the last sample before the
+# window, which on the backfilled grid is the sample Prometheus 2's closed window reads at its left edge.
+_WINDOW_ONLY = re.compile(r'(\b(?:deriv|predict_linear|holt_winters|[a-z]+_over_time)\s*\(\s*(?:[0-9.]+\s*,\s*)?'
+                          r'[a-zA-Z_:][\w:]*\s*(?:\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\})?\s*)\[([0-9a-z]+)\]')
+
+
+def left_open(expr: str) -> str:
+    """``expr`` with the window of each function of ``_WINDOW_ONLY`` 1 ms shorter. Prometheus 2 reads
+    ``[t - d, t]``, MetricsQL (and Prometheus 3) ``(t - d, t]``: where a sample sits exactly on ``t - d`` (a
+    backfill's grid, rules evaluated on the minute) ``deriv(x[10m])`` fits three points in one and two in the other,
+    and an alert holds in one only. ``[d - 1ms]`` is ``(t - d, t]`` in both."""
+    return _WINDOW_ONLY.sub(lambda m: f"{m[1]}[{round(seconds(m[2]) * 1000) - 1}ms]", expr)
 
 
 @dataclass(frozen=True)
@@ -108,7 +128,7 @@ def build_queries(start: float, history_weeks: int, rules: list[AlertRule]) -> l
               start - history_weeks * WEEK_S + 3600, end, 3600.0),
         Query("alerts", 'ALERTS{alertstate="firing",severity="page"}', start, end, ALERT_STEP_S),
     ]
-    qs += [Query(f"alert:{i}", a.expr, start, end, ALERT_STEP_S) for i, a in enumerate(rules)]
+    qs += [Query(f"alert:{i}", left_open(a.expr), start, end, ALERT_STEP_S) for i, a in enumerate(rules)]
     return qs
 
 

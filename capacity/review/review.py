@@ -10,6 +10,7 @@ from capacity.review.queries import WEEK_S, alert_rules, build_queries
 from capacity.review.recommend import recommend
 from capacity.review.summarize import _iso, summarize
 from exporters.config import load_plan
+from goodput.foundation.promapi import Endpoint, endpoint
 from simulator.week import parse_week
 
 __all__ = ["DEFAULT_RULES", "prometheus_review", "releases_in_week"]
@@ -25,16 +26,17 @@ def releases_in_week(path: Path | None, start: float) -> list[dict]:
             for r in load_releases(path) if start <= r.time.timestamp() < start + WEEK_S]
 
 
-def prometheus_review(url: str, week: str, *, plan: Path | None = None, releases: Path | None = None,
+def prometheus_review(server: Endpoint | str, week: str, *, plan: Path | None = None, releases: Path | None = None,
                       rules_dir: Path = DEFAULT_RULES, history_weeks: int = 3, redundancy: float = 1.2,
                       gpu_hour_cost: float | None = None, concurrency: int = 16) -> dict:
     start = parse_week(week).timestamp()
     the_plan = load_plan(plan) if plan is not None else None
     rel = releases_in_week(releases, start)
     rules = alert_rules(sorted(rules_dir.glob("*.rules.yaml"))) if rules_dir.is_dir() else []
-    raw = run_queries(url, build_queries(start, history_weeks, rules), concurrency=concurrency)
+    server = endpoint(server)
+    raw = run_queries(server, build_queries(start, history_weeks, rules), concurrency=concurrency)
     review = summarize(raw, week, start, the_plan, rules, redundancy, gpu_hour_cost)
-    review["source"] = f"Prometheus {url}"
+    review["source"] = f"Prometheus {server.url}"
     review["releases"] = rel
     review["recommendations"] = recommend(review)
     return review

@@ -87,7 +87,7 @@ def _live(ctx: Context) -> tuple[dict[str, float], dict[str, float]]:
     """Demand and replicas available per deployment; a NaN or a series without a deployment is no figure."""
     q = promql.overview(ctx.filters)
     try:
-        got = [{s.labels["deployment"]: s.value for s in data.prom_instant(ctx.settings.prometheus_url, q[k])
+        got = [{s.labels["deployment"]: s.value for s in data.prom_instant(ctx.settings.prometheus, q[k])
                 if "deployment" in s.labels and math.isfinite(s.value)}
                for k in ("demand_tokens_per_s", "replicas_available")]
     except Unreachable as e:

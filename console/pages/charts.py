@@ -37,7 +37,7 @@ def mark(ctx: Context, fig: go.Figure, start: datetime | None, end: datetime) ->
     """The releases, scale events and pages of [start, end] (``start`` None: from the store's first request)."""
     start = start or ctx.first or end - timedelta(hours=1)
     found = markers.releases(ctx.settings.releases, ctx.filters)
-    found += markers.pages(ctx.settings.prometheus_url, ctx.filters, start, end, step_for(start, end))
+    found += markers.pages(ctx.settings.prometheus, ctx.filters, start, end, step_for(start, end))
     markers.draw(fig, found, start, end)
 
 
@@ -46,7 +46,7 @@ def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:
     start, end = ctx.prom_window()
     step = step_for(start, end)
     try:
-        results = {title: data.prom_range(ctx.settings.prometheus_url, q, start, end, step) for title, q in queries.items()}
+        results = {title: data.prom_range(ctx.settings.prometheus, q, start, end, step) for title, q in queries.items()}
     except Unreachable as e:
         prom_down("Prometheus", e)
         return

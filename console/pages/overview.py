@@ -35,7 +35,7 @@ def _alerts(ctx: Context) -> pd.DataFrame | None:
 def _live(ctx: Context, alerts: pd.DataFrame | None) -> None:
     s = ctx.settings
     try:
-        results = {k: data.prom_instant(s.prometheus_url, q) for k, q in promql.overview(ctx.filters).items()}
+        results = {k: data.prom_instant(s.prometheus, q) for k, q in promql.overview(ctx.filters).items()}
     except Unreachable as e:
         prom_down("Prometheus", e)
         return
@@ -70,7 +70,7 @@ def _history(ctx: Context) -> None:
                      "deployment": s.labels.get("deployment", ""), "tier": s.labels.get("tier", ""),
                      "since": f"{s.start:%Y-%m-%d %H:%M:%S}",
                      "until": "firing now" if s.ongoing else f"{s.end:%Y-%m-%d %H:%M:%S}"}
-                    for s in spans(ctx.settings.prometheus_url, ctx.filters, start, end, step_for(start, end))]
+                    for s in spans(ctx.settings.prometheus, ctx.filters, start, end, step_for(start, end))]
         except Unreachable as e:
             prom_down("Prometheus", e)
         else:

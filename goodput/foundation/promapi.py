@@ -7,7 +7,8 @@ JSON, nested too deep, not a mapping, no ``data``, a series without values, a va
 ``TooLarge``: a body over ``Limits.max_bytes``, cut off as it streams in. Callers turn these into their own behaviour
 (a banner, a ``ConfigError``, a counted failure); the sync ``Client`` (GET) and the async ``run_queries`` (POST, so
 long alert expressions meet no URL limit) are the two thin transports over httpx, the client the project uses; both
-hold every answer to ``Limits`` (a connect timeout, one deadline for the whole exchange, a size cap).
+hold every answer to ``Limits`` (a connect timeout, one deadline for the whole exchange, a size cap). A server is a
+URL or a ``promendpoint.Endpoint`` (a path prefix, headers, credentials: a long-term store answering the same API).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import httpx
 
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.jsonfile import parse_json
+from goodput.foundation.promendpoint import Endpoint
 
-__all__ = ["CONNECT_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_POINTS", "Client", "Limits", "Malformed", "PromError", "Query",
-           "Refused", "Series", "TooLarge", "Unreachable", "config_error", "parse_answer", "read_json", "request",
-           "run_queries"]
+__all__ = ["CONNECT_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_POINTS", "Client", "Endpoint", "Limits", "Malformed", "PromError",
+           "Query", "Refused", "Series", "TooLarge", "Unreachable", "config_error", "endpoint", "parse_answer",
+           "read_json", "request", "run_queries"]
 
 MAX_POINTS = 11000  # Prometheus refuses a range query with more points per series
 MAX_ANSWER_BYTES = 16 * 2**20  # a week of 5-minute points is ~40 KB a series: room for 400 series
@@ -107,12 +109,15 @@ def _why(e: BaseException) -> str:
 
 
 def request(q: Query) -> tuple[str, dict[str, str]]:
-    """The API path and form parameters of ``q``; a range query's step is widened to stay under MAX_POINTS."""
+    """The API path and form parameters of ``q``; a range query's step is widened to stay under MAX_POINTS.
+    ``nocache=1``: VictoriaMetrics otherwise moves a range's start and end to multiples of its step (so it can
+    cache the answer) and evaluates at instants other than those asked, up to a step earlier than Prometheus;
+    Prometheus, Thanos and Mimir ignore the parameter."""
     if q.instant:
         return "/api/v1/query", {"query": q.expr, "time": f"{q.end:.3f}"}
     step = math.ceil(max(q.step, (q.end - q.start) / MAX_POINTS, 0.001) * 1000) / 1000  # whole ms, rounded up
     return "/api/v1/query_range", {"query": q.expr, "start": f"{q.start:.3f}", "end": f"{q.end:.3f}",
-                                   "step": f"{step:.15g}"}
+                                   "step": f"{step:.15g}", "nocache": "1"}
 
 
 def read_json(url: str, key: str, status: int, body: bytes) -> Any:
@@ -174,9 +179,19 @@ class Limits:
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(self.deadline_s, connect=min(self.connect_s, self.deadline_s))
 
-    def client(self, url: str) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=url, timeout=self.timeout(), trust_env=False,
-                                 headers={"accept-encoding": "identity"})
+    def client(self, server: Endpoint) -> httpx.AsyncClient:
+        """A client for one run of queries; credentials that cannot be read are ``Unreachable``."""
+        try:
+            headers, auth = server.auth()
+        except ConfigError as e:
+            raise Unreachable(server.url, "", f"credentials: {e}") from None
+        return httpx.AsyncClient(base_url=server.url + "/", timeout=self.timeout(), trust_env=False, auth=auth,
+                                 headers={**headers, "accept-encoding": "identity"})
+
+
+def endpoint(server: Endpoint | str) -> Endpoint:
+    """``server`` as an ``Endpoint`` (a bare URL has no headers and no credentials)."""
+    return server if isinstance(server, Endpoint) else Endpoint(server)
 
 
 async def _fetch(client: httpx.AsyncClient, url: str, key: str, limits: Limits, method: str, path: str,
@@ -209,8 +224,9 @@ class Client:
     the async transport on a loop of its own (in a helper thread when the caller's thread already runs one), which
     is what gives it a deadline for the whole exchange."""
 
-    def __init__(self, url: str, timeout: float = 5.0, max_bytes: int = MAX_ANSWER_BYTES) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, server: Endpoint | str, timeout: float = 5.0, max_bytes: int = MAX_ANSWER_BYTES) -> None:
+        self.server = endpoint(server)
+        self.url = self.server.url
         self.limits = Limits(deadline_s=timeout, max_bytes=max_bytes)
 
     def __enter__(self) -> Client:
@@ -225,7 +241,7 @@ class Client:
     def get_json(self, path: str, params: dict[str, str], key: str = "") -> Any:
         """A checked JSON answer of any API on the server (Alertmanager's too)."""
         async def one() -> Any:
-            async with self.limits.client(self.url) as c:
+            async with self.limits.client(self.server) as c:
                 return await _fetch(c, self.url, key, self.limits, "GET", path, params)
         return _run(one())
 
@@ -251,15 +267,15 @@ async def _one(client: httpx.AsyncClient, url: str, q: Query, limits: Limits, sl
     return parse_answer(url, q.key, body)
 
 
-async def _all(url: str, queries: list[Query], concurrency: int, limits: Limits) -> dict[str, list[Series]]:
+async def _all(server: Endpoint, queries: list[Query], concurrency: int, limits: Limits) -> dict[str, list[Series]]:
     slots = asyncio.Semaphore(concurrency)
-    async with limits.client(url) as client:
-        got = await asyncio.gather(*(_one(client, url, q, limits, slots) for q in queries))
+    async with limits.client(server) as client:
+        got = await asyncio.gather(*(_one(client, server.url, q, limits, slots) for q in queries))
     return {q.key: s for q, s in zip(queries, got, strict=True)}
 
 
-def run_queries(url: str, queries: Iterable[Query], concurrency: int = 16, timeout: float = 60.0,
+def run_queries(server: Endpoint | str, queries: Iterable[Query], concurrency: int = 16, timeout: float = 60.0,
                 max_bytes: int = MAX_ANSWER_BYTES) -> dict[str, list[Series]]:
     """Every query, ``concurrency`` at a time (asyncio); keyed by ``Query.key``. Each answer gets ``timeout`` seconds
     in all and at most ``max_bytes``; the first failure is raised."""
-    return _run(_all(url.rstrip("/"), list(queries), concurrency, Limits(timeout, max_bytes=max_bytes)))
+    return _run(_all(endpoint(server), list(queries), concurrency, Limits(timeout, max_bytes=max_bytes)))

@@ -10,8 +10,8 @@ from capacity.review.backfill import serve_tsdb
 from capacity.review.week import write_week
 from simulator.config import load_fleet
 from simulator.live import LiveFleet
-from simulator.week import WeekSpec
-from tests.conftest import BASE_DEPLOYMENT, free_port_block, make_fleet
+from simulator.week import WeekSpec, parse_week
+from tests.conftest import BASE_DEPLOYMENT, free_port_block, make_fleet, require
 
 WORKLOAD = """\
 api: chat
@@ -42,6 +42,7 @@ def workload(tmp_path):
 
 
 WEEK = "2026-W48"
+WEEK_SPEC_WEEKS_BEFORE = 3  # weeks of demand history before WEEK
 FLEET = """\
 name: review-test-fleet
 start_time: "2026-11-23T00:00:00Z"
@@ -71,7 +72,7 @@ def week(tmp_path_factory):
     minute of backfill, so every test that reads it shares this one."""
     out = tmp_path_factory.mktemp("week")
     (out / "fleet.yaml").write_text(FLEET)
-    spec = WeekSpec(WEEK, step_s=150, tenants=4)
+    spec = WeekSpec(WEEK, step_s=150, tenants=4, weeks_before=WEEK_SPEC_WEEKS_BEFORE)
     paths = write_week(load_fleet(out / "fleet.yaml"), spec, out, backfill_port=free_port_block(1),
                        progress=lambda m: None)
     served = serve_tsdb(paths["tsdb"], free_port_block(1))
@@ -79,3 +80,22 @@ def week(tmp_path_factory):
         yield served.url, json.loads(paths["truth"].read_text()), paths
     finally:
         served.stop()
+
+
+@pytest.fixture(scope="session")
+def vm_week(week, tmp_path_factory):
+    """The same week in a real VictoriaMetrics of its own: every sample the week's Prometheus holds (raw series and
+    recorded rules, the weeks of history too), copied through both servers' APIs (``tests.victoria.copy_from``).
+    Prometheus 2.42 remote-writes only samples newer than its start (its WAL watcher skips older ones), so a week
+    in the past cannot reach a store by remote_write; the live tests show remote_write itself
+    (``victoria_metrics``). Yields the store's ``Endpoint`` (the /prometheus prefix, basic auth from a file)."""
+    from tests import victoria  # noqa: PLC0415
+
+    require(victoria.BINARY)
+    vm = victoria.start(tmp_path_factory.mktemp("vm-week"))
+    try:
+        until = parse_week(WEEK).timestamp() + 7 * 86400 + 3600
+        victoria.copy_from(vm, week[0], until, span_s=(WEEK_SPEC_WEEKS_BEFORE + 1) * 7 * 86400 + 7200)
+        yield vm.endpoint
+    finally:
+        vm.stop()

@@ -1,6 +1,7 @@
 """goodput plan replicas --demand-from: demand measured from a real Prometheus serving the backfilled simulated
-weeks (the review's session fixture, which has no token histograms), from a real Prometheus scraping a request
-exporter fed OTLP spans beside an older one without them, and from a real DuckDB store the analyzer ingested
+weeks (the review's session fixture, which has no token histograms) and from a real VictoriaMetrics holding the
+same weeks, from a real Prometheus scraping a request exporter fed OTLP spans beside an older one without them and
+from the VictoriaMetrics that Prometheus remote-writes into, and from a real DuckDB store the analyzer ingested
 from simulator runs; an empty window, an unreachable server and a bad source are one line and exit 2."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.cli import main
 from goodput.foundation.http import Server, metrics_routes
+from goodput.foundation.promendpoint import Endpoint
 from simulator.run import simulate, write_outputs
 from tests.capacity.conftest import FLEET
 from tests.capacity.plan_fixtures import knee_run
@@ -142,27 +145,31 @@ def _otlp(spans: list[dict]) -> bytes:
     return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
 
 
-def _prom_value(url: str, q: str) -> float | None:
+def _prom_value(url: str, q: str, auth: tuple[str, str] | None = None) -> float | None:
     try:
-        r = httpx.get(f"{url}/api/v1/query", params={"query": q}, timeout=5).json()["data"]["result"]
+        r = httpx.get(f"{url}/api/v1/query", params={"query": q}, timeout=5, auth=auth).json()["data"]["result"]
     except (httpx.HTTPError, KeyError):  # Prometheus still starting
         return None
     return float(r[0]["value"][1]) if r else None
 
 
-def _until(url: str, q: str, want: float, timeout: float = 60.0) -> None:
+def _until(url: str, q: str, want: float, timeout: float = 60.0, auth: tuple[str, str] | None = None) -> None:
     deadline = time.monotonic() + timeout
-    while (got := _prom_value(url, q)) != want:
+    while (got := _prom_value(url, q, auth)) != want:
         assert time.monotonic() < deadline, f"{q} is {got}, never {want}"
         time.sleep(0.25)
 
 
 @pytest.fixture(scope="module")
-def scraped(tmp_path_factory):
+def scraped(tmp_path_factory, request):
     """A real Prometheus scraping (every second) a request exporter fed OTLP spans of two chat-8b-h100 streams and
     an older exporter's metrics for batch-32b-a100 (the same counters, without the token histograms): one warm-up
-    request a stream first, so the series exist before the measured ones, then N_FED a stream. Yields (URL, the
-    fed token counts per stream)."""
+    request a stream first, so the series exist before the measured ones, then N_FED a stream. Where
+    VictoriaMetrics is installed, the Prometheus remote-writes all it scrapes into the session's. Yields (URL, the
+    fed token counts per stream, the VictoriaMetrics or None)."""
+    from tests import victoria  # noqa: PLC0415
+
+    vm = request.getfixturevalue("victoria_metrics") if shutil.which(victoria.BINARY) else None
     out = tmp_path_factory.mktemp("scraped")
     rng = np.random.default_rng(5)
     fed = {k: tuple(np.clip(np.round(rng.lognormal(math.log(med), sig, N_FED)), 1, 100_000).astype(int)
@@ -178,7 +185,9 @@ def scraped(tmp_path_factory):
     port = free_port_block(1)
     targets = ", ".join(f"'{s.url.removeprefix('http://')}'" for s in servers[1:])
     (out / "prometheus.yml").write_text(f"global: {{scrape_interval: 1s}}\nscrape_configs:\n"
-                                        f"  - {{job_name: requests, static_configs: [{{targets: [{targets}]}}]}}\n")
+                                        f"  - {{job_name: requests, static_configs: [{{targets: [{targets}]}}]}}\n"
+                                        + (yaml.safe_dump({"remote_write": [victoria.remote_write_config(vm)]})
+                                           if vm else ""))
     prom = subprocess.Popen(["prometheus", f"--config.file={out / 'prometheus.yml'}", f"--storage.tsdb.path={out / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -203,7 +212,7 @@ def scraped(tmp_path_factory):
         _until(url, f"sum({hist[1]}_count)", 2.0 + 2 * N_FED)
         _until(url, f'sum({by_name("llm_gateway_requests_total").name}{{deployment="{OLDER}"}})', 1.0 + N_FED)
         assert _prom_value(url, f'count({hist[0]}_count{{deployment="{OLDER}"}})') is None  # really without them
-        yield url, fed
+        yield url, fed, vm
     finally:
         prom.terminate()
         prom.wait(timeout=30)
@@ -221,7 +230,7 @@ def _next_hour() -> str:
 
 @needs("prometheus")
 def test_token_quantiles_from_the_histograms_land_within_a_bucket_of_the_requests(scraped, tmp_path, capsys):
-    url, fed = scraped
+    url, fed, _ = scraped
     rc, out, err = _plan(tmp_path, capsys, f"prometheus:{url}", "--weeks", "1", "--until", _next_hour())
     assert rc == 0, err
     plan = json.loads(out)
@@ -255,6 +264,62 @@ def test_token_quantiles_from_the_histograms_land_within_a_bucket_of_the_request
            "an exporter older than them), so the demand file's quantile shape scaled to the measured means: " \
            "batch-32b-a100/batch/P2" in head
     assert "token quantiles" in head and "histogram" in head and "file's shape" in head
+
+
+def _measured_from_both(tmp_path, capsys, prometheus: str, vm: Endpoint, *extra: str) -> tuple[dict, dict]:
+    """The measured demand from ``prometheus`` and from the VictoriaMetrics at ``vm`` (its /prometheus prefix, basic
+    auth from a password file, given as a user gives them: flags), each with ``extra``."""
+    got = []
+    for source, auth in ((prometheus, ()), (vm.url, ("--prometheus-user", vm.user, "--prometheus-password-file",
+                                                     str(vm.secret.file)))):
+        rc, out, err = _plan(tmp_path, capsys, f"prometheus:{source}", *extra, *auth)
+        assert rc == 0, err
+        got.append(json.loads(out)["measured_demand"])
+    return got[0], got[1]
+
+
+def _same_streams(prom: dict, vm: dict, rel: float, peaks: bool = True) -> None:
+    assert [(s["deployment"], s["scene"], s["tier"]) for s in vm["streams"]] == \
+           [(s["deployment"], s["scene"], s["tier"]) for s in prom["streams"]]
+    for p, v in zip(prom["streams"], vm["streams"], strict=True):
+        assert v["peak_hour"] == p["peak_hour"] and v["token_quantiles"] == p["token_quantiles"]
+        for k in ("peak_rps", "input_mean", "output_mean") if peaks else ("input_mean", "output_mean"):
+            assert v[k] == pytest.approx(p[k], rel=rel), (p["deployment"], k)
+        if peaks:
+            assert v["weekly_peaks"] == pytest.approx(p["weekly_peaks"], rel=rel)
+        for side in ("input_tokens", "output_tokens"):
+            assert (v[side] is None) == (p[side] is None)
+            if p[side] is not None:
+                assert v[side] == pytest.approx(p[side], rel=rel), (p["deployment"], side)
+
+
+@needs("prometheus", "promtool", "victoria-metrics")
+@pytest.mark.timeout(600)
+def test_measured_from_victoriametrics_holding_the_weeks_equals_prometheus(week, vm_week, tmp_path, capsys):
+    prom, got = _measured_from_both(tmp_path, capsys, week[0], vm_week, "--until", WEEK_END)
+    _same_streams(prom, got, rel=0.001)
+    assert got["growth_per_week"] == pytest.approx(prom["growth_per_week"], abs=0.001)
+    assert got["source"] == f"prometheus:{vm_week.url}"
+
+
+@needs("prometheus", "victoria-metrics")
+def test_measured_from_what_prometheus_remote_wrote_to_victoriametrics(scraped, tmp_path, capsys):
+    """Live: the Prometheus scraping the exporters remote-writes every sample into VictoriaMetrics; the plan reads
+    the same token means and quantiles (``histogram_quantile`` over the buckets' increase) from both. The peak
+    hour's req/s is where the engines part on series seconds old: MetricsQL's ``increase`` is the requests
+    counted, PromQL's extrapolates half a scrape past the last sample of a series that lived a few seconds
+    (docs/metrics-stores.md); over a store's weeks-old series the two agree (the test above)."""
+    from tests.victoria import PASSWORD, USER  # noqa: PLC0415
+
+    url, _, vm = scraped
+    hist = tuple(TOKEN_HISTOGRAMS.values())
+    for q in (f"sum({hist[1]}_count)", f'sum({by_name("llm_gateway_requests_total").name}{{deployment="{OLDER}"}})'):
+        _until(vm.url, q, _prom_value(url, q), auth=(USER, PASSWORD))  # everything Prometheus holds has arrived
+    prom, got = _measured_from_both(tmp_path, capsys, url, vm.endpoint, "--weeks", "1", "--until", _next_hour())
+    _same_streams(prom, got, rel=0.001, peaks=False)
+    for p, v in zip(prom["streams"], got["streams"], strict=True):
+        assert v["peak_rps"] == pytest.approx((1 + N_FED) / 3600, rel=1e-6)  # the warm-up and the fed requests
+        assert p["peak_rps"] > v["peak_rps"]
 
 
 @needs("prometheus", "promtool")

@@ -1,10 +1,13 @@
 """What the console tests read: a real analyzer database from a simulated hour with a prompt-template release,
 and a real Prometheus (rules generated with durations scaled down, so recorded series appear in seconds) and
 Alertmanager scraping a small exporter of catalog metrics whose values the tests know — during an incident:
-rag is replicas short and one of its engines is down, so LLMEngineDown pages."""
+rag is replicas short and one of its engines is down, so LLMEngineDown pages. Where VictoriaMetrics is installed,
+that Prometheus remote-writes everything (scrapes, recorded rules, ALERTS) into the session's, which the console
+then reads as a long-term store."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -96,6 +99,7 @@ def exposition(t0: float) -> str:
 class Live:
     prometheus: str
     alertmanager: str
+    vm: object | None = None  # tests.victoria.VictoriaMetrics, holding what the Prometheus remote-wrote
 
     def query(self, expr: str) -> list[dict]:
         return httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=5).json()["data"]["result"]
@@ -105,10 +109,13 @@ class Live:
 
 
 @pytest.fixture(scope="session")
-def live(tmp_path_factory) -> Iterator[Live]:
+def live(tmp_path_factory, request) -> Iterator[Live]:
     """Prometheus (rules at 1/30 of their durations, 1 s scrapes) and Alertmanager on free ports, with the recorded
     series the Overview reads already present."""
     require("prometheus", "prometheus-alertmanager")
+    from tests import victoria  # noqa: PLC0415
+
+    vm = request.getfixturevalue("victoria_metrics") if shutil.which(victoria.BINARY) else None
     work = tmp_path_factory.mktemp("console-live")
     base = free_port_block(3)
     spec = load_spec(REPO / "rules" / "slos.yaml")
@@ -120,11 +127,12 @@ def live(tmp_path_factory) -> Iterator[Live]:
     exporter.start()
     am = start_alertmanager(work / "am", base + 1, work / "alertmanager.yaml")
     prom = start_prometheus(work / "prom", base, {"llm-engine": [f"127.0.0.1:{base + 2}"]}, work / "rules",
-                            f"127.0.0.1:{base + 1}", interval="1s", resend_delay="1s")
+                            f"127.0.0.1:{base + 1}", interval="1s", resend_delay="1s",
+                            remote_write=[victoria.remote_write_config(vm)] if vm else None)
     try:
         am.ready("/-/ready")
         prom.ready("/-/ready")
-        live = Live(prom.url, am.url)
+        live = Live(prom.url, am.url, vm)
         deadline = time.monotonic() + 90
         while not live.query("deployment:llm_replicas_required:ceil"):
             assert time.monotonic() < deadline, "Prometheus recorded no deployment:llm_replicas_required:ceil in 90 s"

@@ -24,7 +24,7 @@ from console.filters import Filters
 from console.pages import PAGES
 from simulator.catalog import gpus, models
 from simulator.memory import MemorySetup, memory_budget
-from tests.conftest import REPO
+from tests.conftest import REPO, needs
 from tests.console.conftest import KV, RELEASE_AT_S, TOKENS_PER_S
 
 DEAD = "http://127.0.0.1:9"  # discard port: nothing listens
@@ -266,3 +266,28 @@ def test_no_store_or_an_empty_one_says_what_to_run(monkeypatch, tmp_path):
     show(at, "workload")
     no_exception(at)
     assert any("holds no requests yet" in i.value for i in at.info)
+
+
+@needs("victoria-metrics")
+def test_the_console_reads_what_prometheus_remote_wrote_to_victoriametrics(monkeypatch, store, live):
+    """GOODPUT_PROMETHEUS_URL at VictoriaMetrics' /prometheus prefix, its user and password file in the environment:
+    the Overview shows the live figures Prometheus shows, and the charts the page that fires, from the ALERTS
+    series Prometheus remote-wrote."""
+    vm = live.vm.endpoint
+    monkeypatch.setenv("GOODPUT_PROMETHEUS_USER", vm.user)
+    monkeypatch.setenv("GOODPUT_PROMETHEUS_PASSWORD_FILE", str(vm.secret.file))
+    keys = ("replicas_available", "replicas_required", "kv_usage", "capacity_tokens_per_s")
+    shown = {}
+    for url in (live.prometheus, vm.url):
+        at = app(monkeypatch, store / "db.duckdb", url, live.alertmanager, range="all", deployment="rag")
+        show(at, "overview")
+        no_exception(at)
+        assert not [w.value for w in at.warning if "unreachable" in w.value], url
+        table = frame(at, *keys).set_index("deployment")
+        shown[url] = {k: table[k].groupby(level=0).first().to_dict() for k in keys}
+        show(at, "kv")
+        no_exception(at)
+        notes = {a.get("text") for c in at.get("plotly_chart")
+                 for a in json.loads(c.proto.spec)["layout"].get("annotations", [])}
+        assert "page: LLMEngineDown rag" in notes, (url, notes)
+    assert shown[vm.url] == shown[live.prometheus] and shown[vm.url]["kv_usage"]["rag"] == pytest.approx(0.7)

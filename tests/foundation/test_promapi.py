@@ -46,13 +46,18 @@ QUERY = Query("demand", "sum(up)", 0.0, 600.0, 60.0)
 
 
 @contextmanager
-def serving(status: int, ctype: str, body: bytes, seen: list | None = None) -> Iterator[str]:
+def serving(status: int, ctype: str, body: bytes, seen: list | None = None,
+            headers: list | None = None) -> Iterator[str]:
+    """A server answering every request with ``body``; ``seen`` gets (method, path, form) of each request,
+    ``headers`` its headers (names lower-cased)."""
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             path, _, query = self.path.partition("?")
             form = self.rfile.read(int(self.headers.get("content-length", 0))).decode() or query
             if seen is not None:
                 seen.append((self.command, path, {k: v[0] for k, v in parse_qs(form).items()}))
+            if headers is not None:
+                headers.append({k.lower(): v for k, v in self.headers.items()})
             self.send_response(status)
             self.send_header("content-type", ctype)
             self.send_header("content-length", str(len(body)))
@@ -147,7 +152,7 @@ def test_vector_matrix_and_scalar_answers_parse_into_series(ask):
     assert s.values[0] == 1.5 and s.values[1] != s.values[1] and s.values[2] == float("inf")  # as given
     method, path, form = seen[0]
     assert (method, path) == ("GET" if ask is _sync else "POST", "/api/v1/query_range")
-    assert form == {"query": "sum(up)", "start": "0.000", "end": "600.000", "step": "60"}
+    assert form == {"query": "sum(up)", "start": "0.000", "end": "600.000", "step": "60", "nocache": "1"}
     vector = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [7, "2"]}]}}
     scalar = {"status": "success", "data": {"resultType": "scalar", "result": [7, "3"]}}
     for body, want in ((vector, 2.0), (scalar, 3.0)):
