@@ -5,6 +5,7 @@ import copy
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -13,8 +14,10 @@ import yaml
 
 from goodput.foundation.errors import ConfigError
 from simulator.gateway import Gateway
+from simulator.live import LiveFleet
 from simulator.run import simulate, write_outputs
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, make_fleet
+from simulator.span_sink import SpanSink
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, make_fleet
 
 # one replica of an 8B model on an H100 serves ~16 req/s of this chat mix within a second's TTFT
 FLOOD_RATE = 32.0  # a, b and c at 4 req/s each, flood at 20: five times its share
@@ -225,3 +228,25 @@ def test_simulate_exits_2_in_one_line_on_a_bad_gateway_section(tmp_path):
                         str(tmp_path / "o")], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == f"goodput: error: {f}: gateway.tenants.acme.concurrency: expected an integer, got 'lots'"
+
+
+def test_the_live_fleet_passes_its_own_traffic_through_the_same_gateway(tmp_path):
+    cfg = _fleet({"default_tenant": {"rpm": 60, "burst_s": 2}}, [_wl(arrival={"process": "poisson", "rate": 10.0})])
+    sink = SpanSink(cfg, 1, None, tmp_path / "spans.jsonl", interval_s=0.2)
+    lf = LiveFleet(cfg, base_port=free_port_block(2), traffic=1.0, targets=tmp_path / "targets.yaml", sink=sink)
+    lf.start()
+    decisions = {}
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not {"admitted", "rejected"} <= set(decisions):
+            time.sleep(0.5)
+            path = tmp_path / "spans.jsonl"
+            for line in path.read_text().splitlines() if path.exists() else []:
+                for rs in json.loads(line)["resourceSpans"]:
+                    for span in rs["scopeSpans"][0]["spans"]:
+                        a = {x["key"]: next(iter(x["value"].values())) for x in span.get("attributes", [])}
+                        if span["name"] == "llm.gateway" and "llm.admission" in a:
+                            decisions.setdefault(a["llm.admission"], set()).add(a.get("llm.reject_reason"))
+    finally:
+        lf.close()
+    assert decisions.get("rejected") == {"rate_limit"} and decisions.get("admitted") == {None}
