@@ -2,6 +2,7 @@
 keeps a flooding tenant from taking the fleet, and every decision reaches the spans and requests.parquet."""
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,19 +13,21 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from goodput.cli import main
 from goodput.foundation.errors import ConfigError
+from simulator.config import load_fleet
 from simulator.gateway import Gateway
 from simulator.live import LiveFleet
 from simulator.run import simulate, write_outputs
 from simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, make_fleet
 
-# one replica of an 8B model on an H100 serves ~16 req/s of this chat mix within a second's TTFT
-FLOOD_RATE = 32.0  # a, b and c at 4 req/s each, flood at 20: five times its share
+# one replica of an 8B model on an H100, which serves ~16 req/s of this chat mix within a second's TTFT: a, b and c
+# at 4 req/s each, flood at 20 (five times its share); the gateway gives each tenant about its share of tokens
+FLOOD = REPO / "examples" / "tenant_flood.yaml"
+FLOOD_RATE = 32.0
 FLOOD_TENANTS = {"a": 1, "b": 1, "c": 1, "flood": 5}
 TTFT_S, OBJECTIVE = 1.0, 0.99  # P0: first token within 1 s for 99% of requests
-# a tenant's fair share of tokens: 4 req/s x (~600 prompt + 1024 max output) x 60 s ~ 400k a minute
-FAIR_TPM = 450_000
 
 
 def _fleet(gateway=None, workloads=None, replicas=1, **engine):
@@ -62,9 +65,10 @@ def _reasons(table):
 
 
 def test_a_tenant_flood_misses_every_other_tenants_p0_objective_without_quotas_and_wfq_and_meets_it_with_them():
-    wl = _wl(tenants=FLOOD_TENANTS, arrival={"process": "poisson", "rate": FLOOD_RATE})
-    bare = _run(_fleet(workloads=[wl]), 120.0)
-    guarded = _run(_fleet({"default_tenant": {"tpm": FAIR_TPM, "burst_s": 10}}, [wl]), 120.0)
+    cfg = load_fleet(FLOOD)
+    assert cfg.gateway.default_tenant.tpm and not cfg.gateway.tenants  # every tenant gets the same quota
+    bare = _run(dataclasses.replace(cfg, gateway=None), 120.0)
+    guarded = _run(cfg, 120.0)
     for tenant in "abc":
         assert _attainment(bare, tenant) < OBJECTIVE, tenant
         assert _attainment(guarded, tenant) >= OBJECTIVE, tenant
@@ -250,3 +254,11 @@ def test_the_live_fleet_passes_its_own_traffic_through_the_same_gateway(tmp_path
     finally:
         lf.close()
     assert decisions.get("rejected") == {"rate_limit"} and decisions.get("admitted") == {None}
+
+
+def test_simulate_reports_what_the_gateway_decided(tmp_path, capsys):
+    assert main(["simulate", str(FLOOD), "--duration", "20", "--out", str(tmp_path), "--format", "json"]) == 0
+    gateway = json.loads(capsys.readouterr().out)["gateway"]
+    assert set(gateway["admission"]) == {"admitted", "rejected"}
+    assert list(gateway["reject_reasons"]) == ["tpm_limit"]
+    assert gateway["reject_reasons"]["tpm_limit"] == gateway["admission"]["rejected"]
