@@ -75,6 +75,8 @@ class Gateway:
         self.held: dict[int, _Held] = {}
         self.due: set[int] = set()  # deployments with a slot freed since the last dispatch
         self.seq = 0
+        self.first_deadline = inf  # of the requests waiting, valid unless ``stale`` (a lane changed since)
+        self.stale = False
 
     # ------------------------------------------------------------------ the fleet's calls
 
@@ -106,6 +108,7 @@ class Gateway:
         heapq.heappush(lane.heap, (tag, self.seq, req))
         lane.order.append((t + lane.cfg.max_wait_s, req))
         lane.waiting += 1
+        self.stale = True
         self.held[req.rid] = _Held(ten, lane, req.deployment, cost, t)
         meta["admission"] = "admitted"
         self._dispatch(req.deployment, t)
@@ -131,6 +134,8 @@ class Gateway:
         """When the gateway next has something to do: now if a slot freed, else the first wait to run out."""
         if self.due:
             return self.fleet.now
+        if not self.stale:  # most of the loop's events are engine steps, which leave the lanes as they were
+            return self.first_deadline
         first = inf
         for lanes in self.lanes:
             for lane in lanes:
@@ -139,6 +144,7 @@ class Gateway:
                     order.popleft()
                 if order and order[0][0] < first:
                     first = order[0][0]
+        self.first_deadline, self.stale = first, False
         return first
 
     def advance(self, t: float) -> None:
@@ -177,6 +183,7 @@ class Gateway:
             req.meta["gateway_wait_s"] = t - held.entered
         req.finish_reason, req.reject_reason, req.queue_start, req.completed = finish, reason, t, t
         req.state = DONE
+        self.stale = True
         self.fleet._finished(req)
 
     def _dispatch(self, d: int, t: float) -> None:
@@ -200,6 +207,7 @@ class Gateway:
     def _send(self, req: Request, lane: _Lane, d: int, t: float) -> None:
         held = self.held[req.rid]
         held.sent = True
+        self.stale = True
         lane.waiting -= 1
         lane.sent += 1
         self.sent[d] += 1
