@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from simulator.config import TenantQuota
 
-__all__ = ["GATEWAY_REJECT_REASONS", "TenantUse", "admission_cost", "bucket_level", "refusal", "wfq_tag"]
+__all__ = ["GATEWAY_REJECT_REASONS", "QUOTA_REASONS", "TenantUse", "admission_cost", "bucket_level", "refusal", "wfq_tag"]
 
 # what the gateway refuses with, in the order it checks
 GATEWAY_REJECT_REASONS = ("budget_exhausted", "concurrency_limit", "rate_limit", "tpm_limit", "queue_full",
                           "queue_timeout")
+QUOTA_REASONS = GATEWAY_REJECT_REASONS[:4]  # the tenant's own limits: an HTTP client is told 429, retry later
 
 
 def bucket_level(level: float, since: float, now: float, per_minute: float, depth: float) -> float:

@@ -8,7 +8,8 @@ waits and is under its ``max_share`` of the slots, so P2 is deferred while P0 or
 ``max_wait_s`` times out (``queue_timeout``). Every decision is kept in ``Request.meta`` (``admission``:
 admitted / queued / deferred / rejected; ``gateway_wait_s``), which the spans carry on ``llm.gateway``.
 
-The fleet calls ``arrive`` for each arrival, ``release`` for each finished request, and ``advance`` when
+The fleet calls ``arrive`` for each arrival (the live fleet for each HTTP request too, pinned to the replica
+whose port it came to), ``release`` for each finished request, and ``advance`` when
 ``next_time`` comes (a slot freed, a wait ran out); the gateway never calls into a replica from inside one's
 callback, only from the fleet's loop.
 """
@@ -58,6 +59,7 @@ class _Held:
     deployment: int
     cost: int
     entered: float
+    replica: object = None  # the replica a live request addressed (its port); None: the router picks
     sent: bool = False
 
 
@@ -80,7 +82,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ the fleet's calls
 
-    def arrive(self, req: Request, t: float) -> None:
+    def arrive(self, req: Request, t: float, replica=None) -> None:
         meta = req.meta if req.meta is not None else {}
         req.meta = meta
         name = meta.get("tenant") or self.tenant_names[req.workload][req.tenant]
@@ -109,7 +111,7 @@ class Gateway:
         lane.order.append((t + lane.cfg.max_wait_s, req))
         lane.waiting += 1
         self.stale = True
-        self.held[req.rid] = _Held(ten, lane, req.deployment, cost, t)
+        self.held[req.rid] = _Held(ten, lane, req.deployment, cost, t, replica)
         meta["admission"] = "admitted"
         self._dispatch(req.deployment, t)
         if req.state == NEW:
@@ -159,6 +161,16 @@ class Gateway:
         due, self.due = self.due, set()
         for d in sorted(due):
             self._dispatch(d, t)
+
+    def cancel(self, req: Request, t: float) -> bool:
+        """The client of ``req`` went away while it waited at the gateway: it ends ``abort`` there (True), never
+        reaching an engine; False when the gateway does not hold it waiting."""
+        held = self.held.get(req.rid)
+        if held is None or held.sent or req.state != NEW:
+            return False
+        held.lane.waiting -= 1
+        self._refuse(req, t, "", "abort")
+        return True
 
     def waiting(self) -> int:
         return sum(lane.waiting for lanes in self.lanes for lane in lanes)
@@ -213,5 +225,11 @@ class Gateway:
         self.sent[d] += 1
         req.meta["gateway_wait_s"] = t - held.entered
         req.queue_start = t
-        self.fleet.submit(req, t)
+        rep = held.replica
+        if rep is None:
+            self.fleet.submit(req, t)
+        elif not rep.alive:
+            rep.reject(req, t, "overloaded")
+        elif rep.submit(req, t):
+            self.fleet.reschedule(rep)
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import openai
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -16,8 +17,10 @@ import yaml
 from goodput.cli import main
 from goodput.foundation.errors import ConfigError
 from simulator.config import load_fleet
+from simulator.fleet import Fleet
 from simulator.gateway import Gateway
 from simulator.live import LiveFleet
+from simulator.request import Request
 from simulator.run import simulate, write_outputs
 from simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, make_fleet
@@ -262,3 +265,34 @@ def test_simulate_reports_what_the_gateway_decided(tmp_path, capsys):
     assert set(gateway["admission"]) == {"admitted", "rejected"}
     assert list(gateway["reject_reasons"]) == ["tpm_limit"]
     assert gateway["reject_reasons"]["tpm_limit"] == gateway["admission"]["rejected"]
+
+
+def test_a_live_http_request_passes_the_gateway_and_a_tenant_over_its_rate_is_told_429(tmp_path):
+    cfg = _fleet({"tenants": {"capped": {"rpm": 6, "burst_s": 10}}})  # one request, then one every 10 s
+    base = free_port_block(2)
+    lf = LiveFleet(cfg, base_port=base, traffic=0.0, targets=tmp_path / "targets.yaml")
+    lf.start()
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{base}/v1", api_key="none", max_retries=0, timeout=30)
+
+    def ask(tenant):
+        return client.chat.completions.create(model="Llama-3.1-8B", max_tokens=3, extra_headers={"x-tenant": tenant},
+                                              messages=[{"role": "user", "content": "hi"}])
+    try:
+        assert ask("capped").choices[0].finish_reason in ("stop", "length")
+        with pytest.raises(openai.RateLimitError, match="rate_limit"):
+            ask("capped")
+        assert ask("other").choices[0].finish_reason in ("stop", "length")  # the quota is the tenant's, not the fleet's
+    finally:
+        lf.close()
+
+
+def test_a_client_that_goes_away_while_queued_at_the_gateway_never_reaches_an_engine():
+    fleet = Fleet(_fleet({"max_in_flight_per_replica": 1}, replicas=1))
+    first, second = (Request(i, 0, 0, "P0", 0.0, 0.0, 100, 50, True, 0) for i in (1, 2))
+    fleet.gateway.arrive(first, 0.0)
+    fleet.gateway.arrive(second, 0.0)
+    assert first.state != 0 and second.state == 0 and second.meta["admission"] == "queued"
+    assert fleet.gateway.cancel(second, 0.5) and not fleet.gateway.cancel(first, 0.5)
+    assert (second.finish_reason, second.replica, second.meta["gateway_wait_s"]) == ("abort", -1, 0.5)
+    fleet.run(60.0)
+    assert [r.rid for r in fleet.done] == [2, 1] and fleet.gateway.held == {} and fleet.gateway.waiting() == 0
