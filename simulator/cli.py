@@ -98,15 +98,27 @@ def _simulate(args: argparse.Namespace) -> int:
         "engine": "compiled" if set(build_status().values()) == {"compiled"} else "python",
         "files": {k: str(v) for k, v in paths.items()},
     }
+    if cfg.gateway is not None:  # what the gateway decided, and why it refused
+        summary["gateway"] = {"admission": _counts(t.admission), "reject_reasons": _counts(t.reject_reason)}
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:
         print(f"{t.n:,} requests in {result.fleet.now:,.0f} virtual s ({result.wall_s:.1f} s wall, {result.speedup:,.0f}x)"
               + ("" if summary["engine"] == "compiled" else " as pure Python (not compiled: docs/simulator.md#speed)"))
         print("outcomes: " + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())))
+        for k, v in summary.get("gateway", {}).items():
+            print(f"gateway {k.replace('_', ' ')}: " + (", ".join(f"{x} {n:,}" for x, n in v.items()) or "none"))
         for k, v in paths.items():
             print(f"  {k:9s} {v}")
     return 0
+
+
+def _counts(values: list) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        if v is not None:
+            out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "EngineConfig",
     "EventConfig",
     "FleetConfig",
+    "GatewayConfig",
     "MAX_BATCH",
     "MAX_BURST_FACTOR",
     "MAX_ENGINE_INT",
@@ -36,6 +37,8 @@ __all__ = [
     "ROUTERS",
     "SCALE_KIND",
     "TIERS",
+    "TenantQuota",
+    "TierQueue",
     "TraceSpec",
     "WorkloadConfig",
     "check_request_budget",
@@ -58,6 +61,14 @@ MAX_BATCH = 1_000_000  # requests in one batch
 MAX_ENGINE_INT = 2**24  # any engine count or token size (max_model_len 16M)
 MIN_DIURNAL_PERIOD_S = 60.0  # the rate is integrated at period/2880 steps
 MAX_REQUESTS = 2_000_000  # expected arrivals of one simulated run: ~1 KB of memory each while it runs
+# the gateway section's bounds (docs/simulator.md#gateway)
+MAX_GATEWAY_TENANTS = 10_000
+MAX_QUOTA = 1e12  # any per-minute quota or token budget
+MAX_WEIGHT = 1000.0
+MAX_WAIT_S = 86_400.0
+MAX_QUEUED = 1_000_000  # requests one tier's gateway queue holds per deployment
+MAX_BURST_S = 3600.0
+TIER_MAX_WAIT_S = {"P0": 10.0, "P1": 30.0, "P2": 600.0}
 EFFECTS = ("input_scale", "output_scale", "step_time_scale", "prefill_time_scale", "decode_time_scale")
 
 
@@ -158,6 +169,40 @@ class EventConfig:
 
 
 @dataclass(frozen=True)
+class TenantQuota:
+    """One tenant's limits at the gateway (None: unlimited) and its weight in fair queueing."""
+
+    weight: float = 1.0
+    rpm: float | None = None  # requests per minute
+    tpm: float | None = None  # tokens per minute, prompt + max output tokens, counted at admission
+    concurrency: int | None = None  # admitted and not finished (waiting at the gateway or in an engine)
+    token_budget: float | None = None  # tokens over the whole run: admission estimate, settled at completion
+    burst_s: float = 60.0  # seconds of its per-minute quotas a tenant may spend at once (the buckets' depth)
+
+
+@dataclass(frozen=True)
+class TierQueue:
+    """A tier's gateway queue (per deployment): how long a request may wait, how many may, and its share of slots."""
+
+    max_wait_s: float
+    max_queued: int = 10_000
+    max_share: float = 1.0  # of the deployment's gateway slots this tier may hold at once
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Admission in front of the engines: tenant quotas, then per-tier queues served by weighted fair queueing."""
+
+    max_in_flight_per_replica: int | None  # gateway slots per ready replica; None: the engine's max_num_seqs
+    tiers: tuple[TierQueue, ...]  # in TIERS order
+    default_tenant: TenantQuota
+    tenants: tuple[tuple[str, TenantQuota], ...] = ()
+
+    def quota(self, tenant: str) -> TenantQuota:
+        return dict(self.tenants).get(tenant, self.default_tenant)
+
+
+@dataclass(frozen=True)
 class FleetConfig:
     name: str
     source: str
@@ -166,6 +211,7 @@ class FleetConfig:
     deployments: tuple[DeploymentConfig, ...]
     workloads: tuple[WorkloadConfig, ...]
     events: tuple[EventConfig, ...] = field(default=())
+    gateway: GatewayConfig | None = None  # None: no gateway, requests go straight to the router
 
     def deployment(self, name: str) -> DeploymentConfig:
         return next(d for d in self.deployments if d.name == name)
@@ -429,9 +475,50 @@ def _event(r: _Reader, deployments: dict[str, DeploymentConfig], workloads: set[
     )
 
 
+def _quota(r: _Reader, base: TenantQuota) -> TenantQuota:
+    r.unknown(set(TenantQuota.__dataclass_fields__))
+    return TenantQuota(
+        weight=r.get("weight", float, base.weight, minimum=1e-6, maximum=MAX_WEIGHT),
+        rpm=r.get("rpm", float, base.rpm, minimum=0.0, maximum=MAX_QUOTA),
+        tpm=r.get("tpm", float, base.tpm, minimum=0.0, maximum=MAX_QUOTA),
+        concurrency=r.get("concurrency", int, base.concurrency, minimum=0, maximum=MAX_ENGINE_INT),
+        token_budget=r.get("token_budget", float, base.token_budget, minimum=0.0, maximum=MAX_QUOTA),
+        burst_s=r.get("burst_s", float, base.burst_s, minimum=1.0, maximum=MAX_BURST_S),
+    )
+
+
+def _gateway(r: _Reader) -> GatewayConfig:
+    r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants"})
+    tiers_r = r.child("tiers", None)
+    if tiers_r is not None:
+        tiers_r.unknown(set(TIERS))
+    tiers = []
+    for tier in TIERS:
+        t = tiers_r.child(tier, None) if tiers_r is not None else None
+        if t is None:
+            tiers.append(TierQueue(TIER_MAX_WAIT_S[tier]))
+            continue
+        t.unknown({"max_wait_s", "max_queued", "max_share"})
+        share = t.get("max_share", float, 1.0, minimum=0.0, maximum=1.0)
+        if share <= 0:
+            t.fail("max_share", "must be > 0 (a tier with no slots would only time out)")
+        tiers.append(TierQueue(t.get("max_wait_s", float, TIER_MAX_WAIT_S[tier], minimum=0.0, maximum=MAX_WAIT_S),
+                               t.get("max_queued", int, 10_000, minimum=1, maximum=MAX_QUEUED), share))
+    d = r.child("default_tenant", None)
+    default = _quota(d, TenantQuota()) if d is not None else TenantQuota()
+    ten = r.child("tenants", None)
+    tenants: tuple[tuple[str, TenantQuota], ...] = ()
+    if ten is not None:
+        if len(ten.data) > MAX_GATEWAY_TENANTS:
+            ten.fail("", f"{len(ten.data)} tenants, over the limit of {MAX_GATEWAY_TENANTS}")
+        tenants = tuple((str(k), _quota(ten.child(k), default)) for k in ten.data)
+    return GatewayConfig(r.get("max_in_flight_per_replica", int, None, minimum=1, maximum=MAX_ENGINE_INT),
+                         tuple(tiers), default, tenants)
+
+
 def parse_fleet(data: Any, source: str) -> FleetConfig:
     root = _Reader(source, data, "")
-    root.unknown({"name", "start_time", "seed", "deployments", "workloads", "events"})
+    root.unknown({"name", "start_time", "seed", "deployments", "workloads", "events", "gateway"})
     start_raw = root.get("start_time", (str, datetime), "2026-01-05T00:00:00Z")
     try:
         start = start_raw if isinstance(start_raw, datetime) else datetime.fromisoformat(start_raw.replace("Z", "+00:00"))
@@ -456,10 +543,11 @@ def parse_fleet(data: Any, source: str) -> FleetConfig:
     if not wls:
         root.fail("workloads", "at least one workload is required")
     events = tuple(sorted((_event(e, deps, set(wls)) for e in root.items("events")), key=lambda e: e.at))
+    gw = root.child("gateway", None)
     return FleetConfig(
         name=root.get("name", str, Path(source).stem), source=source, start_time=start,
         seed=root.get("seed", int, 0, minimum=0), deployments=tuple(deps.values()), workloads=tuple(wls.values()),
-        events=events,
+        events=events, gateway=_gateway(gw) if gw is not None else None,
     )
 
 

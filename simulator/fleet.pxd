@@ -19,7 +19,7 @@ cdef class Deployment:  # a dataclass: its __init__ takes the fields in the orde
 
 
 cdef class Fleet:
-    cdef public object cfg, observer_factory, arrivals, _cols_for
+    cdef public object cfg, observer_factory, arrivals, _cols_for, gateway
     cdef public long max_run_steps, next_arrival, next_event, next_rid
     cdef public ReplicaQueue queue
     cdef public list done, deployments, events, releases, workload_deployment, workload_tier
@@ -36,5 +36,5 @@ cdef class Fleet:
     cdef tuple _columns(self)
     cdef Request _arrival_request(self, long i)
     @cython.locals(rep=Replica, queue=ReplicaQueue, t_rep=double, t_arr=double, t_ev=double, i=long, n_arr=long,
-                   ticks=long, qs=list, events=list)
+                   ticks=long, qs=list, events=list, t_gw=double)
     cpdef run(self, double until, object progress=*)

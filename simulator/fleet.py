@@ -9,7 +9,9 @@ the live fleet drives the same model in real time. Releases and replica-count ch
 Finished requests are kept in ``done`` (``keep_done``, the default) and handed to the sinks given to
 ``watch``; a long replay that only needs counts keeps none (``simulator/tally.py``). A controller outside the
 loop (the autoscaler, the live fleet's admin API) changes the fleet through ``add_replica``, ``drain_replica``,
-``retire_replica`` and ``lose_replica``.
+``retire_replica`` and ``lose_replica``. With a fleet file's ``gateway:`` section, arrivals pass the gateway
+(``simulator/gateway.py``: quotas, tier queues, fair queueing) before a router, and the gateway is a fourth source
+of the loop's times (a slot freed, a queue wait ran out).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from math import inf
 
 from simulator.catalog import gpus
 from simulator.config import SCALE_KIND, DeploymentConfig, EventConfig, FleetConfig
+from simulator.gateway import Gateway
 from simulator.replica import Replica
 from simulator.replica_queue import ReplicaQueue
 from simulator.request import Request
@@ -84,6 +87,7 @@ class Fleet:
         self.next_rid = 0
         self.workload_deployment = [self.by_name[w.deployment].index for w in cfg.workloads]
         self.workload_tier = [w.tier for w in cfg.workloads]
+        self.gateway = Gateway(cfg.gateway, self) if cfg.gateway is not None else None
 
     # ------------------------------------------------------------------ structure
 
@@ -153,6 +157,8 @@ class Fleet:
         self.sinks.append(sink)
 
     def _finished(self, req: Request) -> None:
+        if self.gateway is not None:
+            self.gateway.release(req)
         if self.keep_done:
             self.done.append(req)
         for sink in self.sinks:
@@ -219,13 +225,20 @@ class Fleet:
         qs = self._columns()[3] if self.arrivals is not None else []
         n_arr = len(qs)
         events = self.events
+        gw = self.gateway
         ticks = 0
         while True:
             t_rep = queue.next_time()
             i = self.next_arrival
             t_arr = qs[i] if i < n_arr else inf
             t_ev = events[self.next_event].at if self.next_event < len(events) else inf
-            if t_rep <= t_arr and t_rep <= t_ev:
+            t_gw = gw.next_time() if gw is not None else inf
+            if t_gw < inf and t_gw <= t_rep and t_gw <= t_arr and t_gw <= t_ev:
+                if t_gw > until:
+                    break
+                self.now = max(self.now, t_gw)
+                gw.advance(self.now)
+            elif t_rep <= t_arr and t_rep <= t_ev:
                 if t_rep > until or t_rep == inf:
                     break
                 rep = queue.first()
@@ -243,14 +256,19 @@ class Fleet:
                     break
                 self.now = t_arr
                 self.next_arrival = i + 1
-                self.submit(self._arrival_request(i), t_arr)
+                if gw is None:
+                    self.submit(self._arrival_request(i), t_arr)
+                else:
+                    gw.arrive(self._arrival_request(i), t_arr)
             ticks += 1
             if progress is not None and ticks % 4096 == 0:
                 progress(self.now)
         self.now = max(self.now, until) if until != inf else self.now
 
     def in_flight(self) -> int:
-        return sum(r.outstanding for d in self.deployments for r in d.replicas if r.alive)
+        """Requests in the engines, and those waiting at the gateway."""
+        waiting = self.gateway.waiting() if self.gateway is not None else 0
+        return waiting + sum(r.outstanding for d in self.deployments for r in d.replicas if r.alive)
 
     def drain(self, limit: float, progress: Callable[[float], None] | None = None) -> None:
         """After the last arrival, run until every request has finished or ``limit`` is reached,
@@ -260,6 +278,8 @@ class Fleet:
         while self.in_flight() and t < limit:
             t = min(limit, t + step)
             self.run(t, progress)
+        if self.gateway is not None:
+            self.gateway.abort_all(limit)
         for dep in self.deployments:
             for rep in dep.replicas:
                 if rep.alive:

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 TRAFFIC_WINDOW_S = 3600.0
 TICK_S = 0.002
 ARRIVED_BIN_S = 10.0  # LiveFleet.arrived: the true arrivals, counted in bins of this many virtual seconds
-DONE = 4  # Request.state of a finished request
+NEW, DONE = 0, 4  # Request.state of one not yet in an engine (waiting at the gateway), of a finished one
 DEFAULT_OUTPUT = QuantileDistribution.from_quantiles({"p50": 200, "p95": 600, "p99": 900, "max": 2048})
 
 
@@ -349,17 +349,21 @@ class LiveFleet:
         req.max_tokens = cap
         ticket.req = req
         self.watching[req.rid] = (ticket, rs.replica)
-        if rs.replica.alive:
+        if self.fleet.gateway is not None:  # quotas and tier queues first; sent to this replica when admitted
+            self.fleet.gateway.arrive(req, now, rs.replica)
+        elif rs.replica.alive:
             if rs.replica.submit(req, now):
                 self.fleet.reschedule(rs.replica)
         else:
             rs.replica.reject(req, now, "overloaded")
-        if self.sink is not None and req.state != DONE:
+        if self.sink is not None and req.state not in (NEW, DONE):
             self.sink.admitted(req)
 
     def _abort(self, now: float, ticket: Ticket) -> None:
         req = ticket.req
         dep = self.fleet.deployments[req.deployment]
+        if self.fleet.gateway is not None and self.fleet.gateway.cancel(req, now):
+            return
         rep = dep.replicas[req.replica] if 0 <= req.replica < len(dep.replicas) else None
         if rep is not None and rep.abort(req, now):
             self.fleet.reschedule(rep)

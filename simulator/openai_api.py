@@ -22,6 +22,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from simulator.admission import QUOTA_REASONS as QUOTAS
 from simulator.openai_protocol import CHAT, COMPLETIONS, ApiError, Generation, error_body, parse_body, validate
 from simulator.request import Request
 from simulator.request_meta import LabelGuard
@@ -165,7 +166,7 @@ class _Api:
             req = ticket.req
             if ticket.done and req.finish_reason in ("rejected", "timeout", "error") and ticket.produced == 0:
                 reason = req.reject_reason or req.finish_reason
-                status = 400 if reason in ("context_too_long", "kv_capacity") else 503
+                status = 400 if reason in ("context_too_long", "kv_capacity") else 429 if reason in QUOTAS else 503
                 return _error(status, f"request rejected: {reason}")
             if gen.stream:
                 return await self._stream(request, ticket, gen)

@@ -83,6 +83,9 @@ class RequestTable:
         self.preemptions = np.fromiter((r.preemptions for r in reqs), dtype=np.int64, count=self.n)
         self.finish_reason = [r.finish_reason for r in reqs]
         self.reject_reason = [r.reject_reason or None for r in reqs]
+        # the gateway's decision (simulator/gateway.py), None without a gateway section
+        self.admission = [m.get("admission") if m is not None else None for m in meta]
+        self.gateway_wait_s = [m.get("gateway_wait_s") if m is not None else None for m in meta]
         self.outcome = [OUTCOMES.get(f, "") for f in self.finish_reason]  # "": still in flight (early spans)
 
     def arrow(self) -> pa.Table:

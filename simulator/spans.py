@@ -90,15 +90,20 @@ def _status(table: RequestTable, i: int) -> str:
 
 
 def _gateway_attrs(table: RequestTable, i: int) -> str:
-    """What the gateway knows at admission: enough to count the arrival and place a request in flight."""
-    return ",".join((
+    """What the gateway knows at admission: enough to count the arrival and place a request in flight, and, behind
+    a fleet file's gateway, its decision (``llm.admission``, the wait there, the reason it refused)."""
+    admission = table.admission[i]
+    return ",".join(x for x in (
         _attr("gen_ai.request.model", table.model[i]),
         _attr("llm.tenant", table.tenant[i]),
         _attr("llm.tier", table.tier[i]),
         _attr("llm.route", table.route[i]),
         _attr("llm.deployment", table.deployment[i]),
         _attr("llm.request_id", table.request_id[i]),
-    ))
+        _attr("llm.admission", admission),
+        _attr("llm.gateway_wait_s", table.gateway_wait_s[i]),
+        _attr("llm.reject_reason", table.reject_reason[i] if admission == "rejected" else None),
+    ) if x)
 
 
 def _segment(table: RequestTable, i: int, trace: str, base: int, root_id: str, k: int, name: str, start: int,

@@ -3,7 +3,7 @@
 The source is copied without its builds and run in a child process, so the comparison is between
 the two ways this checkout can run, on the example fleet (releases, a lost and an added replica,
 three routers' worth of deployments) and on a small pool that preempts, times out and hits the
-prefix cache.
+prefix cache, with and without a gateway in front of it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,19 @@ def _simulate(fleet: Path, duration: float, out: Path, pythonpath: Path | None =
     return pd.read_parquet(out / "requests.parquet"), where, json.loads(summary)
 
 
-@pytest.mark.parametrize("fleet, duration", [("example", 1800), ("stress", 200)])
+# the stress pool behind a gateway: tenant TPM quotas, few slots, a short P0 wait, a P2 batch deferred behind P0
+GATEWAY = {"max_in_flight_per_replica": 8, "tiers": {"P0": {"max_wait_s": 1}, "P2": {"max_share": 0.25}},
+           "default_tenant": {"tpm": 600_000, "burst_s": 10}, "tenants": {"acme": {"weight": 2}}}
+
+
+def _gateway_pool() -> dict:
+    pool = stress_pool(router="kv-aware")
+    batch = dict(pool["workloads"][0], name="batch", tier="P2", shared_prefix_tokens=0,
+                 arrival={"process": "batch", "batches": [{"at": 20, "count": 300}]})
+    return dict(pool, workloads=[*pool["workloads"], batch], gateway=GATEWAY)
+
+
+@pytest.mark.parametrize("fleet, duration", [("example", 1800), ("stress", 200), ("gateway", 120)])
 def test_compiled_and_pure_python_runs_are_identical(tmp_path, fleet, duration):
     if set(build_status().values()) != {"compiled"}:
         # make installs a C toolchain, so in CI a missing build is a broken install, not a choice
@@ -55,8 +67,9 @@ def test_compiled_and_pure_python_runs_are_identical(tmp_path, fleet, duration):
     if fleet == "example":
         path = ROOT / "examples" / "fleet.yaml"
     else:
-        path = tmp_path / "stress.yaml"
-        path.write_text(yaml.safe_dump(fleet_data(**stress_pool(router="kv-aware"))))
+        path = tmp_path / f"{fleet}.yaml"
+        path.write_text(yaml.safe_dump(fleet_data(**(stress_pool(router="kv-aware") if fleet == "stress"
+                                                     else _gateway_pool()))))
     source = source_copy(tmp_path / "source")
 
     compiled, where_c, summary_c = _simulate(path, duration, tmp_path / "compiled")
@@ -68,6 +81,8 @@ def test_compiled_and_pure_python_runs_are_identical(tmp_path, fleet, duration):
     if fleet == "stress":  # the paths that matter most are exercised
         assert compiled["preemptions"].sum() > 0 and (compiled["cached_tokens"] > 0).any()
         assert (compiled["finish_reason"] == "timeout").any()
+    if fleet == "gateway":
+        assert {"tpm_limit", "queue_timeout"} <= set(compiled["reject_reason"].dropna())
     pd.testing.assert_frame_equal(compiled, pure, check_exact=True)
 
 

@@ -1,0 +1,235 @@
+"""The gateway in front of a fleet's routers: tenant quotas, then per-tier queues served by weighted fair queueing.
+
+A request that reaches the gateway (its ``queue_start``, after the gateway hop) is checked against its tenant's
+quotas (``simulator/admission.py``) and refused at once with the reason, or put in its deployment's lane for its
+tier. A deployment takes at most ``max_in_flight_per_replica`` x its ready replicas from the gateway at once; when
+a slot is free the gateway sends the waiting request with the smallest fair-queueing tag of the highest tier that
+waits and is under its ``max_share`` of the slots, so P2 is deferred while P0 or P1 waits. A request that waited
+``max_wait_s`` times out (``queue_timeout``). Every decision is kept in ``Request.meta`` (``admission``:
+admitted / queued / deferred / rejected; ``gateway_wait_s``), which the spans carry on ``llm.gateway``.
+
+The fleet calls ``arrive`` for each arrival (the live fleet for each HTTP request too, pinned to the replica
+whose port it came to), ``release`` for each finished request, and ``advance`` when
+``next_time`` comes (a slot freed, a wait ran out); the gateway never calls into a replica from inside one's
+callback, only from the fleet's loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from math import inf
+
+from simulator.admission import TenantUse, admission_cost, refusal, wfq_tag
+from simulator.config import GatewayConfig, TenantQuota, TierQueue
+from simulator.request import Request
+
+__all__ = ["Gateway"]
+
+DONE = 4  # Request.state of a finished request
+NEW = 0  # not yet handed to a replica
+
+
+@dataclass
+class _Lane:
+    """One tier's queue at one deployment."""
+
+    cfg: TierQueue
+    heap: list = field(default_factory=list)  # (tag, seq, request)
+    order: deque = field(default_factory=deque)  # (deadline, request) in arrival order: the timeouts
+    waiting: int = 0
+    sent: int = 0  # in the engines
+    virtual: float = 0.0
+
+
+@dataclass
+class _Tenant:
+    quota: TenantQuota
+    use: TenantUse
+    tags: dict = field(default_factory=dict)  # (deployment, tier rank) -> last tag
+
+
+@dataclass
+class _Held:
+    """A request the gateway admitted and that has not finished."""
+
+    tenant: _Tenant
+    lane: _Lane
+    deployment: int
+    cost: int
+    entered: float
+    replica: object = None  # the replica a live request addressed (its port); None: the router picks
+    sent: bool = False
+
+
+class Gateway:
+    def __init__(self, cfg: GatewayConfig, fleet) -> None:
+        self.cfg = cfg
+        self.fleet = fleet  # the Fleet it fronts (submit, _finished, deployments, now)
+        wls = fleet.cfg.workloads
+        self.tenant_names = [[name for name, _ in w.tenants] for w in wls]
+        self.max_tokens = [w.max_tokens for w in wls]
+        self.per_replica = [cfg.max_in_flight_per_replica or d.cfg.engine.max_num_seqs for d in fleet.deployments]
+        self.lanes = [[_Lane(q) for q in cfg.tiers] for _ in fleet.deployments]
+        self.sent = [0] * len(fleet.deployments)
+        self.tenants: dict[str, _Tenant] = {}
+        self.held: dict[int, _Held] = {}
+        self.due: set[int] = set()  # deployments with a slot freed since the last dispatch
+        self.seq = 0
+        self.first_deadline = inf  # of the requests waiting, valid unless ``stale`` (a lane changed since)
+        self.stale = False
+
+    # ------------------------------------------------------------------ the fleet's calls
+
+    def arrive(self, req: Request, t: float, replica=None) -> None:
+        meta = req.meta if req.meta is not None else {}
+        req.meta = meta
+        name = meta.get("tenant") or self.tenant_names[req.workload][req.tenant]
+        ten = self.tenants.get(name)
+        if ten is None:
+            q = self.cfg.quota(name)
+            ten = self.tenants[name] = _Tenant(q, TenantUse.full(q, t))
+        max_tokens = req.max_tokens if meta.get("workload") == "http" else self.max_tokens[req.workload]
+        cost = admission_cost(req.prompt_tokens, max_tokens)
+        lane = self.lanes[req.deployment][req.tier_rank]
+        reason, requests, tokens = refusal(ten.quota, ten.use, cost, t)
+        if reason is None and lane.waiting >= lane.cfg.max_queued:
+            reason = "queue_full"
+        if reason is not None:
+            self._refuse(req, t, reason, "rejected")
+            return
+        use = ten.use
+        use.requests, use.tokens, use.at = requests - 1.0, tokens - cost, t
+        use.in_flight += 1
+        use.spent += cost
+        key = (req.deployment, req.tier_rank)
+        tag = wfq_tag(lane.virtual, ten.tags.get(key, 0.0), cost, ten.quota.weight)
+        ten.tags[key] = tag
+        self.seq += 1
+        heapq.heappush(lane.heap, (tag, self.seq, req))
+        lane.order.append((t + lane.cfg.max_wait_s, req))
+        lane.waiting += 1
+        self.stale = True
+        self.held[req.rid] = _Held(ten, lane, req.deployment, cost, t, replica)
+        meta["admission"] = "admitted"
+        self._dispatch(req.deployment, t)
+        if req.state == NEW:
+            above = self.lanes[req.deployment][:req.tier_rank]
+            meta["admission"] = "deferred" if any(x.waiting for x in above) else "queued"
+
+    def release(self, req: Request) -> None:
+        """``req`` finished (served, refused by an engine, timed out, failed): its slot and quota come back."""
+        held = self.held.pop(req.rid, None)
+        if held is None:
+            return
+        use = held.tenant.use
+        use.in_flight -= 1
+        used = req.generated + (req.prompt_tokens if req.scheduled == req.scheduled else 0)
+        use.spent -= held.cost - used  # the budget keeps what the request used, not the admission estimate
+        if held.sent:
+            held.lane.sent -= 1
+            self.sent[held.deployment] -= 1
+            self.due.add(held.deployment)
+
+    def next_time(self) -> float:
+        """When the gateway next has something to do: now if a slot freed, else the first wait to run out."""
+        if self.due:
+            return self.fleet.now
+        if not self.stale:  # most of the loop's events are engine steps, which leave the lanes as they were
+            return self.first_deadline
+        first = inf
+        for lanes in self.lanes:
+            for lane in lanes:
+                order = lane.order
+                while order and order[0][1].state != NEW:
+                    order.popleft()
+                if order and order[0][0] < first:
+                    first = order[0][0]
+        self.first_deadline, self.stale = first, False
+        return first
+
+    def advance(self, t: float) -> None:
+        for lanes in self.lanes:
+            for lane in lanes:
+                order = lane.order
+                while order and (order[0][1].state != NEW or order[0][0] <= t):
+                    deadline, req = order.popleft()
+                    if req.state == NEW:
+                        lane.waiting -= 1
+                        self._refuse(req, deadline, "queue_timeout", "timeout")
+        due, self.due = self.due, set()
+        for d in sorted(due):
+            self._dispatch(d, t)
+
+    def cancel(self, req: Request, t: float) -> bool:
+        """The client of ``req`` went away while it waited at the gateway: it ends ``abort`` there (True), never
+        reaching an engine; False when the gateway does not hold it waiting."""
+        held = self.held.get(req.rid)
+        if held is None or held.sent or req.state != NEW:
+            return False
+        held.lane.waiting -= 1
+        self._refuse(req, t, "", "abort")
+        return True
+
+    def waiting(self) -> int:
+        return sum(lane.waiting for lanes in self.lanes for lane in lanes)
+
+    def abort_all(self, t: float) -> None:
+        """The run ends at ``t``: what still waits at the gateway is aborted, as the engines abort what they hold."""
+        for lanes in self.lanes:
+            for lane in lanes:
+                for _, req in lane.order:
+                    if req.state == NEW:
+                        lane.waiting -= 1
+                        self._refuse(req, t, "", "abort")
+                lane.order.clear()
+                lane.heap.clear()
+
+    # ------------------------------------------------------------------ inside
+
+    def _refuse(self, req: Request, t: float, reason: str, finish: str) -> None:
+        held = self.held.get(req.rid)
+        req.meta["admission"] = "rejected"
+        if held is not None:
+            req.meta["gateway_wait_s"] = t - held.entered
+        req.finish_reason, req.reject_reason, req.queue_start, req.completed = finish, reason, t, t
+        req.state = DONE
+        self.stale = True
+        self.fleet._finished(req)
+
+    def _dispatch(self, d: int, t: float) -> None:
+        dep = self.fleet.deployments[d]
+        slots = self.per_replica[d] * sum(1 for r in dep.replicas if r.alive and r.available_from <= t)
+        lanes = self.lanes[d]
+        while self.sent[d] < slots:
+            lane = None
+            for x in lanes:  # the highest tier that waits and is under its share; lower tiers only after it
+                if x.waiting and x.sent < x.cfg.max_share * slots:
+                    lane = x
+                    break
+            if lane is None:
+                return
+            tag, _, req = heapq.heappop(lane.heap)
+            if req.state != NEW:  # timed out while queued
+                continue
+            lane.virtual = tag
+            self._send(req, lane, d, t)
+
+    def _send(self, req: Request, lane: _Lane, d: int, t: float) -> None:
+        held = self.held[req.rid]
+        held.sent = True
+        self.stale = True
+        lane.waiting -= 1
+        lane.sent += 1
+        self.sent[d] += 1
+        req.meta["gateway_wait_s"] = t - held.entered
+        req.queue_start = t
+        rep = held.replica
+        if rep is None:
+            self.fleet.submit(req, t)
+        elif not rep.alive:
+            rep.reject(req, t, "overloaded")
+        elif rep.submit(req, t):
+            self.fleet.reschedule(rep)
+
