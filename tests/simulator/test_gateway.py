@@ -16,11 +16,12 @@ import yaml
 
 from goodput.cli import main
 from goodput.foundation.errors import ConfigError
+from simulator.admission import GATEWAY_REJECT_REASONS
 from simulator.config import load_fleet
 from simulator.fleet import Fleet
 from simulator.gateway import Gateway
 from simulator.live import LiveFleet
-from simulator.request import Request
+from simulator.request import REJECT_REASONS, Request
 from simulator.run import simulate, write_outputs
 from simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, make_fleet
@@ -296,3 +297,7 @@ def test_a_client_that_goes_away_while_queued_at_the_gateway_never_reaches_an_en
     assert (second.finish_reason, second.replica, second.meta["gateway_wait_s"]) == ("abort", -1, 0.5)
     fleet.run(60.0)
     assert [r.rid for r in fleet.done] == [2, 1] and fleet.gateway.held == {} and fleet.gateway.waiting() == 0
+
+
+def test_every_gateway_reason_is_a_reject_reason_of_the_request_model():
+    assert set(GATEWAY_REJECT_REASONS) <= set(REJECT_REASONS)
