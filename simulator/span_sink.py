@@ -148,8 +148,8 @@ class SpanSink:
         What is still unsent then counts in ``dropped_docs``. A second close flushes what was added since (a fleet
         that is stopped, then closed, hands over its last requests in between)."""
         self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join(timeout=5)
+        if self.thread.is_alive():  # its post ends within the client's timeout, a Retry-After sleep within 5 s:
+            self.thread.join()      # it must be gone before this drain, or both would send the same document
         self._render()
         if self.endpoint:
             if self.client.is_closed:
