@@ -199,10 +199,15 @@ class Replica:
             self.obs.on_abort(self, req)
         self.on_done(req)
 
-    def _enqueue(self, req: Request) -> None:
+    def _enqueue(self, req: Request, front: bool = False) -> None:
+        """Queue ``req`` by tier, then arrival; ``front``: ahead of its whole tier, the last one put there first
+        (a preempted request: vLLM V1's FCFS queue takes it back with ``prepend_request``, at the head)."""
         req.state = WAITING
         self._seq += 1
-        heappush(self.waiting, (req.tier_rank, req.arrival, self._seq, req))
+        if front:
+            heappush(self.waiting, (req.tier_rank, -inf, -self._seq, req))
+        else:
+            heappush(self.waiting, (req.tier_rank, req.arrival, self._seq, req))
         self.n_waiting += 1
 
     def fail_all(self, t: float) -> None:
@@ -354,7 +359,7 @@ class Replica:
         req.cache_checked = False
         if self.obs is not None:
             self.obs.on_preempt(self, req)
-        self._enqueue(req)
+        self._enqueue(req, True)
 
     # ------------------------------------------------------------------ prefix cache
 
