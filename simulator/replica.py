@@ -2,8 +2,11 @@
 
 Each engine step the scheduler (as in vLLM V1) first gives every decoding sequence one token and
 the partial prefills their next chunk, preempting the most recently scheduled sequence (recompute)
-when a KV block cannot be allocated; then, if nothing was preempted, it admits waiting requests in
-tier-then-arrival order while the token budget, ``max_num_seqs`` and free blocks allow.
+when a KV block cannot be allocated; the preempted request goes back to the head of its tier's
+queue (V1's FCFS queue prepends it), so under KV pressure the sequences already started finish
+before the burst's later requests start. Then, if nothing was preempted, it admits waiting requests
+in that order (tier, preempted first, then arrival) while the token budget, ``max_num_seqs`` and
+free blocks allow.
 
 Speed without approximation: while no prefill is in flight and nobody can be admitted, successive
 steps differ only by one token of context per sequence. Their times are linear in the step index
