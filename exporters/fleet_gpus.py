@@ -1,6 +1,7 @@
 """Fake GPUs for the live simulated fleet: one per replica and TP rank, their load following the engine's.
 
-Utilisation follows the running batch, memory the weights plus the KV blocks in use, and a lost
+Utilisation is what NVML reads for the replica's current step (simulator/gpu_readings.py, the model the
+utilisation baselines of ``goodput plan evaluate`` scale on), memory the weights plus the KV blocks in use, and a lost
 replica's GPUs report ``NVMLError_GpuIsLost`` — so the GPU exporter and the GPU alerts have something
 true to say in the demo.
 """
@@ -11,8 +12,8 @@ from typing import Any
 
 from exporters.fake_nvml import FakeNvml
 from exporters.gpu import DeploymentMapping
-from simulator.autoscaler import gpu_utilisation
 from simulator.catalog import gpus
+from simulator.gpu_readings import replica_reading
 from simulator.live import LiveFleet
 
 __all__ = ["NVML_NAMES", "fleet_gpus"]
@@ -39,8 +40,7 @@ def fleet_gpus(live: LiveFleet) -> tuple[FakeNvml, DeploymentMapping]:
         rep = dep.replicas[r]
         if not rep.alive:
             return {"lost": True}
-        running = len(rep.running)
-        util = gpu_utilisation(running)
+        util = replica_reading(rep).gpu_util
         b = dep.cfg.budget
         used = b.weights + b.reserve + b.kv * rep.kv_usage
         return {"utilization": util, "memory_used_bytes": int(used), "power_watts": 90 + 600 * util,

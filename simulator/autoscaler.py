@@ -10,10 +10,11 @@ Signals, per deployment, over the last ``window_s`` (the recording rules' rate w
           histogram_quantile reads it from the queue-wait buckets of requests finished in the window)
 - waiting ceil(requests waiting in the engines / target per replica)
 - inflight ceil(requests in the engines, running or waiting / what one replica held at its SLO knee)
-- utilisation  ceil(ready replicas x mean GPU utilisation / target)  (the policy we compare against)
+- utilisation  ceil(ready replicas x mean GPU_UTIL / target)       (the baselines we compare against, read as
+- sm_active    ceil(ready replicas x mean SM activity / target)     simulator/gpu_readings.py models them)
 
-A ``signals`` policy takes the maximum of the first five, a ``utilisation`` policy only the last, ``static``
-holds its replicas. Scaling down drains: the replica takes no new requests, finishes what it has (at most
+A ``signals`` policy takes the maximum of the first five, a ``utilisation`` or ``sm_active`` policy only its own
+signal, ``static`` holds its replicas. Scaling down drains: the replica takes no new requests, finishes what it has (at most
 ``drain_s``, then aborts the rest) and is gone. Each decision that changes the count is a ``scale`` release of the
 fleet (``Fleet.releases``: from / to replicas), a cause the analyzer knows. GPU-seconds count every replica from
 the moment it is asked for until it is gone, warm-pool replicas included.
@@ -30,19 +31,15 @@ from itertools import accumulate
 
 import numpy as np
 
+from simulator.gpu_readings import replica_reading
 from simulator.tally import ScrapeCounts
 
-__all__ = ["KINDS", "Autoscaler", "ScalingPolicy", "Sample", "gpu_utilisation"]
+__all__ = ["KINDS", "Autoscaler", "ScalingPolicy", "Sample"]
 
-KINDS = ("signals", "utilisation", "static")
+KINDS = ("signals", "utilisation", "sm_active", "static")
+UTILISATION_KINDS = ("utilisation", "sm_active")  # the baselines: each scales on the signal of its name
 # queue-wait histogram bounds when the caller has none (the request exporter's are passed in by goodput plan)
 DEFAULT_WAIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-
-def gpu_utilisation(running: int) -> float:
-    """What NVML reports for a replica with ``running`` sequences: any kernel in flight reads as busy, so a
-    replica is "55%" with one sequence and "99%" long before it runs out of SLO goodput (the fake NVML's model)."""
-    return 0.0 if not running else min(0.99, 0.55 + 0.45 * min(1.0, running / 48))
 
 
 @dataclass(frozen=True)
@@ -166,9 +163,12 @@ class Autoscaler:
         kv = sum(r.kv_usage for r in ready) / n if n else 0.0
         waiting = sum(r.n_waiting for r in ready)
         inflight = waiting + sum(len(r.running) for r in ready)
-        util = sum(gpu_utilisation(len(r.running)) for r in ready) / n if n else 0.0
+        readings = [replica_reading(r) for r in ready]
+        util = sum(g.gpu_util for g in readings) / n if n else 0.0
+        sm = sum(g.sm_active for g in readings) / n if n else 0.0
         return {"tokens_per_s": tokens_per_s, "queue_wait_p95_s": self._wait_quantile(0.95), "kv_usage": kv,
-                "waiting": float(waiting), "inflight": float(inflight), "utilisation": util, "ready": float(n)}
+                "waiting": float(waiting), "inflight": float(inflight), "utilisation": util, "sm_active": sm,
+                "ready": float(n)}
 
     def _wait_quantile(self, q: float) -> float:
         """``histogram_quantile`` over the window's queue-wait buckets: linear within the bucket, the highest
@@ -190,8 +190,8 @@ class Autoscaler:
         p, n = self.policy, max(1, int(s["ready"]))
         if p.kind == "static":
             return p.min_replicas
-        if p.kind == "utilisation":
-            return math.ceil(n * s["utilisation"] / p.utilisation_target - 1e-9)
+        if p.kind in UTILISATION_KINDS:
+            return math.ceil(n * s[p.kind] / p.utilisation_target - 1e-9)
         return max(
             math.ceil(s["tokens_per_s"] / p.goodput_tokens_per_s * p.redundancy - 1e-9),
             math.ceil(n * s["kv_usage"] / p.kv_target_ratio - 1e-9),

@@ -28,6 +28,7 @@ from simulator.spans import SPAN_FORMATS, Part, span_documents
 __all__ = ["SpanSink"]
 
 log = logging.getLogger(__name__)
+CLOSE_DRAIN_S = 10.0  # how long close keeps retrying a slow or busy receiver
 
 
 class SpanSink:
@@ -112,23 +113,28 @@ class SpanSink:
                 self.docs.popleft()
                 self.dropped_docs += 1
 
-    def _send(self) -> None:
+    def _send(self) -> bool:
+        """Post the buffered documents in order until one fails; False when nobody listens at the endpoint."""
         while self.docs and not self.stop.is_set():
             doc = self.docs[0]
             try:
                 r = self.client.post(self.endpoint, content=doc, headers={"Content-Type": "application/json"})
-            except httpx.HTTPError as e:
+            except httpx.ConnectError as e:
                 log.debug("span export failed: %s", e)
-                return
+                return False
+            except httpx.HTTPError as e:  # a slow receiver: the document stays first in line
+                log.debug("span export failed: %s", e)
+                return True
             if r.status_code in (429, 503):
                 time.sleep(min(5.0, float(r.headers.get("Retry-After", "1") or 1)))
-                return
+                return True
             self.docs.popleft()
             if r.status_code >= 400:
                 log.warning("span export rejected (%s): %s", r.status_code, r.text[:200])
                 self.dropped_docs += 1
             else:
                 self.sent_docs += 1
+        return True
 
     def _loop(self) -> None:
         while not self.stop.wait(self.interval):
@@ -137,8 +143,10 @@ class SpanSink:
                 self._send()
 
     def close(self) -> None:
-        """Flush what is buffered (one last attempt) and stop. A second close flushes what was added since (a
-        fleet that is stopped, then closed, hands over its last requests in between)."""
+        """Flush what is buffered and stop. A receiver that is slow or busy (503) is retried for ``CLOSE_DRAIN_S``
+        (under load one timed-out post used to lose the last in-flight spans); one that is gone is not waited for.
+        What is still unsent then counts in ``dropped_docs``. A second close flushes what was added since (a fleet
+        that is stopped, then closed, hands over its last requests in between)."""
         self.stop.set()
         if self.thread.is_alive():
             self.thread.join(timeout=5)
@@ -147,5 +155,9 @@ class SpanSink:
             if self.client.is_closed:
                 self.client = httpx.Client(timeout=5.0)
             self.stop.clear()
-            self._send()
+            deadline = time.monotonic() + CLOSE_DRAIN_S
+            while self.docs and self._send() and self.docs and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.dropped_docs += len(self.docs)
+            self.docs.clear()
             self.client.close()

@@ -83,6 +83,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs(*tools): external tools the test runs (skipped without them, failed under CI)")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules that hold a ``slow`` test run first, the rest in their order: `make test` spreads modules over
+    workers (pytest-xdist, ``--dist loadfile``), and a minutes-long module dealt out last would run alone at the end."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("needs"):
         require(*mark.args)

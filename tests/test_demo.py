@@ -36,6 +36,8 @@ from simulator.config import parse_fleet
 from simulator.run import simulate
 from tests.conftest import REPO, free_port_block, needs, require
 
+pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)
+
 LOST_AT_S = 30  # virtual = wall seconds after the fleet starts; leaves room for a slow start under load
 FLEET = {
     "name": "demo-test", "start_time": "2026-11-23T09:00:00Z", "seed": 3,
@@ -198,7 +200,6 @@ def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
     assert list(Path(out / "traces").glob("date=*/hour=*/*.parquet"))
 
 
-@pytest.mark.slow
 def test_headless_incident_tells_and_checks_the_whole_story(tmp_path):
     """CI's run of the scripted incident at speed 20 (rules at 1/20 of their durations: goodput/demo.py): met
     before the release, paged, found, resolved after the scale-out, quiet after it; and the terminal told it.

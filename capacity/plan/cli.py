@@ -13,6 +13,7 @@ from pathlib import Path
 
 from capacity.plan import memory_cli
 from capacity.plan.demand import MAX_GROWTH
+from capacity.plan.scenarios import SCENARIOS
 from goodput.foundation.args import (
     duration,
     int_in,
@@ -88,12 +89,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.set_defaults(func=_autoscale)
 
     e = psub.add_parser(
-        "evaluate", help="replay a scenario: static peak vs the policy vs a GPU-utilisation policy",
+        "evaluate", help="replay a scenario: static peak vs the policy vs GPU_UTIL and SM_ACTIVE policies",
         description="Replay a scenario in the simulator with the autoscaler in the loop and report, per policy, "
-                    "SLO attainment per tier, time to recover, GPU-hours and rejected requests.")
+                    "SLO attainment per tier, time to recover, GPU-hours, rejected requests, its Pareto position "
+                    "(attainment per tier against GPU-hours) and the minutes whose attainment fell below the "
+                    "objective.")
     e.add_argument("--plan", type=Path, required=True, metavar="plan.yaml")
     e.add_argument("--policy", type=Path, required=True, metavar="policy.yaml", help="from `goodput plan autoscale`")
-    e.add_argument("--scenario", required=True, choices=("burst", "diurnal", "release", "replica_loss"))
+    e.add_argument("--scenario", required=True, choices=SCENARIOS,
+                   help="burst, diurnal (24 h), diurnal_peak (the 2 h ramp), release, replica_loss, prefill_surge "
+                        "(long prompts), cold_start_10m (the burst with 10-minute cold starts)")
     e.add_argument("--deployment", default=None, help="which deployment of the plan (default: the first)")
     e.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
                    help="scenario length (default: 2 h; diurnal 24 h)")
@@ -102,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--report", type=Path, default=None, metavar="FILE.html", help="write the HTML report")
     e.add_argument("--max-replicas", type=positive_int, default=None, help="override the policy's maximum")
     e.add_argument("--jobs", type=non_negative_int, default=0,
-                   help="processes: the three policies replay in parallel (default 0: up to the cores; 1: in turn)")
+                   help="processes: the four policies replay in parallel (default 0: up to the cores; 1: in turn)")
     e.set_defaults(func=_evaluate)
 
 
@@ -175,7 +180,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     planned = load_plan_file(args.plan)
     policies = load_policy_file(args.policy)
-    with progress_bar(f"evaluate {args.scenario}", 3, unit="policies") as update:
+    with progress_bar(f"evaluate {args.scenario}", 4, unit="policies") as update:
         result = evaluate(planned, policies, args.scenario, deployment=args.deployment, duration_s=args.duration,
                           seed=args.seed, max_replicas=args.max_replicas, progress=update, jobs=args.jobs)
     if args.report:

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from capacity.plan.pareto import describe, verdict
+
 __all__ = ["write_evaluation_report", "write_plan_report"]
 
 CSS = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;margin:.5em 0}"
@@ -95,5 +97,9 @@ def write_evaluation_report(path: Path, result: Mapping[str, Any]) -> Path:
     head.update_layout(title="the plan's replicas per headroom term", yaxis_title="replicas")
     rows = [{"policy": k, "gpu_hours": v["gpu_hours"], "rejected": v["rejected"],
              "time_to_recover_s": v["time_to_recover_s"], "max_replicas": v["max_replicas"],
-             **{f"{t} attainment": a for t, a in v["attainment"].items()}} for k, v in policies.items()]
-    return _write(path, _page(f"goodput policy evaluation: {result['deployment']}", [fig, head], [_table(rows)]))
+             **{f"{t} attainment": a for t, a in v["attainment"].items()},
+             **{f"{t} minutes below objective": m for t, m in v["minutes_below_objective"].items()},
+             "pareto": describe(result.get("pareto", {}).get(k))} for k, v in policies.items()]
+    verdicts = "".join(f"<li>{_e(verdict(b, st))}</li>" for b, st in result.get("standing", {}).items())
+    return _write(path, _page(f"goodput policy evaluation: {result['deployment']}", [fig, head],
+                              [_table(rows), f"<ul>{verdicts}</ul>" if verdicts else ""]))

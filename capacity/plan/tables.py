@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from capacity.plan.pareto import describe, verdict
+
 __all__ = ["render_evaluation", "render_plan", "table"]
 
 
@@ -47,13 +49,30 @@ def render_plan(plan: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def render_evaluation(result: Mapping[str, Any]) -> str:
+def _dip(x: Mapping[str, Any]) -> str:
+    return f"{x['start_s'] / 60:g}-{x['end_s'] / 60:g} min (worst {x['worst']:.3f})"
+
+
+def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
+    """The policies side by side (Pareto position: attainment per tier against GPU-hours), then the minutes each
+    fell below a tier's objective (the first ``max_dips`` runs of them), then how the plan's policy stands."""
     rows = []
+    pareto = result.get("pareto", {})
     for name, r in result["policies"].items():
         row = {"policy": name, "gpu_hours": r["gpu_hours"], "rejected": r["rejected"],
                "time_to_recover_s": r["time_to_recover_s"], "max_replicas": r["max_replicas"]}
         row.update({f"{t} attainment": v for t, v in r["attainment"].items()})
+        row.update({f"{t} min below": v for t, v in r["minutes_below_objective"].items()})
+        row["pareto"] = describe(pareto.get(name))
         rows.append(row)
     cols = list(dict.fromkeys(k for r in rows for k in r))
-    return f"scenario {result['scenario']} ({result['duration_s']:g} s, deployment {result['deployment']})\n" + \
-        table(rows, cols) + "\n"
+    out = [f"scenario {result['scenario']} ({result['duration_s']:g} s, deployment {result['deployment']}, "
+           f"cold start {result['cold_start_s']:g} s)", table(rows, cols), "",
+           "minutes below the objective (" + ", ".join(f"{t} {o:g}" for t, o in result["slo_objectives"].items()) + "):"]
+    for name, r in result["policies"].items():
+        for t, runs in r["dips"].items():
+            if runs:
+                more = f" and {len(runs) - max_dips} more" if len(runs) > max_dips else ""
+                out.append(f"  {name} {t}: " + "; ".join(_dip(x) for x in runs[:max_dips]) + more)
+    out += [verdict(b, st) for b, st in result.get("standing", {}).items()]
+    return "\n".join(out) + "\n"

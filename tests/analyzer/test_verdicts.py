@@ -30,6 +30,8 @@ from simulator.run import simulate, write_outputs
 from simulator.workload import generate
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, needs
 
+pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)
+
 DEMO_RELEASE = "prompt_template rag-v3 -> rag-v4"
 FRAMEWORK = "framework vllm-0.10.1 -> vllm-0.10.2"
 

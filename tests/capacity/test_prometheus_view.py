@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import httpx
+import pytest
 
 from capacity.loadtest.prometheus_view import step_queries
 from exporters.config import load_targets
@@ -16,6 +17,8 @@ from goodput.cli import main
 from goodput.foundation.http import Server, metrics_routes
 from simulator.live import LiveFleet
 from tests.conftest import BASE_DEPLOYMENT, free_port_block, make_fleet, needs
+
+pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)
 
 WORKLOAD = """\
 api: completions

@@ -15,6 +15,8 @@ from goodput.stack import start_console
 from tests.conftest import ARTIFACTS as TEST_ARTIFACTS
 from tests.conftest import free_port_block, needs
 
+pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)
+
 ARTIFACTS = TEST_ARTIFACTS / "console"
 # Streamlit's own frontend, opened on a page's path, first probes its server under that path and falls back to
 # the root: those two 404s (and the browser's line for each) are Streamlit's, not the console's.

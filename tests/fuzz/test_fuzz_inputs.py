@@ -43,6 +43,8 @@ from simulator.openai_protocol import CHAT, COMPLETIONS, ApiError, parse_body, v
 from tests.capacity.plan_fixtures import CHAT as CHAT_DEMAND
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)
+
 MEMORY_LIMIT = 64 * 2**20
 FUZZ = settings(max_examples=40, deadline=timedelta(seconds=10), derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -23,7 +23,7 @@ from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet, needs
 
-pytestmark = needs("prometheus", "prometheus-alertmanager|alertmanager")
+pytestmark = [needs("prometheus", "prometheus-alertmanager|alertmanager"), pytest.mark.slow]
 
 SCALE = 1 / 30
 

@@ -33,7 +33,7 @@ from goodput.stack import start_alertmanager, start_prometheus
 from goodput.webhook import WebhookReceiver
 from tests.conftest import REPO, free_port_block, needs
 
-pytestmark = needs("prometheus", "prometheus-alertmanager|alertmanager")
+pytestmark = [needs("prometheus", "prometheus-alertmanager|alertmanager"), pytest.mark.slow]
 
 SPEED = 30.0
 FIX_V, END_V = 720.0, 1320.0  # virtual seconds: the added replicas serve from FIX_V; the test ends at END_V

@@ -1,8 +1,8 @@
 """The live fleet exports a request's early spans while it is in flight, through a real OTLP receiver.
 
 ``llm.gateway`` goes out after admission and ``llm.queue`` after scheduling, the root and the rest at the end,
-each span once. A fleet with one small replica and more traffic than it serves builds a queue; its clock is
-stopped, the sink flushed, and the receiver's trace store ingested: every request the fleet holds is in flight
+each span once. A fleet with one small replica and more traffic than it serves builds a queue; it is stopped
+and closed, the sink flushed, and the receiver's trace store ingested: every request the fleet still holds is in flight
 in the analyzer (none quarantined), every finished one is whole, and no span came twice.
 """
 
@@ -66,3 +66,37 @@ def test_in_flight_requests_reach_the_store_before_they_finish(tmp_path):
         "SELECT count(*) FROM requests WHERE gateway_s IS NULL OR queue_s IS NULL").fetchall() == [(0,)]
     c = completeness(con, "chat")["chat"]
     assert c.early_spans and c.in_flight == out.in_flight and c.final_before == c.oldest_arrival
+
+
+def _receiver(busy_posts: int):
+    """A real OTLP endpoint that answers 503 (Retry-After: 1) to its first ``busy_posts`` posts, then 200."""
+    got: list[bytes] = []
+
+    def route(h, body):
+        if busy_posts > len(got) + route.busy:
+            route.busy += 1
+            return 503, "text/plain", b"busy\n", {"Retry-After": "1"}
+        got.append(body)
+        return 200, "application/json", b"{}", {}
+
+    route.busy = 0
+    return Server("127.0.0.1", 0, {("POST", "/v1/traces"): route}).start(), got
+
+
+def test_close_keeps_retrying_a_busy_receiver_and_counts_what_it_never_took():
+    """The last spans go out at close: a receiver that is busy then is retried (one attempt used to leave them
+    unsent and uncounted); one that is gone is not waited for, and what it missed counts as dropped."""
+    srv, got = _receiver(busy_posts=2)
+    sink = SpanSink(_fleet(), 1, f"{srv.url}/v1/traces", None)
+    try:
+        sink.docs.extend(['{"resourceSpans": []}'] * 3)
+        sink.close()
+    finally:
+        srv.stop()
+    assert (len(got), sink.sent_docs, sink.dropped_docs) == (3, 3, 0)
+
+    gone = SpanSink(_fleet(), 1, f"http://127.0.0.1:{free_port_block(1)}/v1/traces", None)
+    gone.docs.extend(['{"resourceSpans": []}'] * 3)
+    started = time.monotonic()
+    gone.close()
+    assert gone.dropped_docs == 3 and time.monotonic() - started < 5
