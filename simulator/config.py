@@ -103,6 +103,11 @@ class EngineConfig:
     # TP 1 and 4) and checked against held-out serving results: docs/capacity.md "Fidelity"
     step_overhead_ms: float = 2.0
     tp_overhead_ms_per_layer: float = 0.07
+    # GB/s of NCCL bus bandwidth TP's all-reduces reach where they cost per token: GPUs without peer access
+    # (vLLM's "Custom allreduce is disabled ... lacks GPU P2P capability"); 0: NVLink or custom all-reduce, whose
+    # cost at serving batch sizes the per-layer term holds. Fitted (4.6) on two published TP 2 A100 bursts without P2P:
+    # docs/capacity.md "Fidelity"
+    tp_allreduce_gbps: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -46,4 +46,4 @@ cdef class Replica:
                    n_dec=long, c0=long, n=long, n_fin=long, p_tokens=long, pairs=double, kv=double, s_dec=double,
                    run=DecodeRun, head=Request, token=long)
     cdef _plan(self, double now)
-    cdef _enqueue(self, Request req)
+    cdef _enqueue(self, Request req, bint front=*)

@@ -2,8 +2,11 @@
 
 Each engine step the scheduler (as in vLLM V1) first gives every decoding sequence one token and
 the partial prefills their next chunk, preempting the most recently scheduled sequence (recompute)
-when a KV block cannot be allocated; then, if nothing was preempted, it admits waiting requests in
-tier-then-arrival order while the token budget, ``max_num_seqs`` and free blocks allow.
+when a KV block cannot be allocated; the preempted request goes back to the head of its tier's
+queue (V1's FCFS queue prepends it), so under KV pressure the sequences already started finish
+before the burst's later requests start. Then, if nothing was preempted, it admits waiting requests
+in that order (tier, preempted first, then arrival) while the token budget, ``max_num_seqs`` and
+free blocks allow.
 
 Speed without approximation: while no prefill is in flight and nobody can be admitted, successive
 steps differ only by one token of context per sequence. Their times are linear in the step index
@@ -199,10 +202,15 @@ class Replica:
             self.obs.on_abort(self, req)
         self.on_done(req)
 
-    def _enqueue(self, req: Request) -> None:
+    def _enqueue(self, req: Request, front: bool = False) -> None:
+        """Queue ``req`` by tier, then arrival; ``front``: ahead of its whole tier, the last one put there first
+        (a preempted request: vLLM V1's FCFS queue takes it back with ``prepend_request``, at the head)."""
         req.state = WAITING
         self._seq += 1
-        heappush(self.waiting, (req.tier_rank, req.arrival, self._seq, req))
+        if front:
+            heappush(self.waiting, (req.tier_rank, -inf, -self._seq, req))
+        else:
+            heappush(self.waiting, (req.tier_rank, req.arrival, self._seq, req))
         self.n_waiting += 1
 
     def fail_all(self, t: float) -> None:
@@ -354,7 +362,7 @@ class Replica:
         req.cache_checked = False
         if self.obs is not None:
             self.obs.on_preempt(self, req)
-        self._enqueue(req)
+        self._enqueue(req, True)
 
     # ------------------------------------------------------------------ prefix cache
 

@@ -2,7 +2,12 @@
 
 time = max(FLOPs / (TP x peak x compute efficiency),
            weight bytes / (HBM bandwidth x memory efficiency) + KV bytes / (HBM bandwidth x attention efficiency))
-       + fixed step overhead + a per-layer TP communication term.
+       + fixed step overhead + a per-layer TP communication term
+       + tokens x the all-reduce bytes per token / the all-reduce path's bandwidth (where one is given).
+
+The last term is TP's all-reduces where they go through NCCL without GPU peer access (vLLM logs "Custom
+allreduce is disabled because your platform lacks GPU P2P capability"): two per layer, each of the step's
+hidden states, so its cost grows with the tokens in the step and it does not overlap the GEMMs.
 
 The KV cache is read by the attention kernels, which reach a smaller share of the bandwidth than the weight
 GEMMs (``EngineConfig.attention_memory_efficiency``): that read grows with batch x context, so it is the
@@ -20,7 +25,9 @@ from dataclasses import dataclass
 from simulator.catalog import DTYPE_BYTES, GpuSpec, ModelSpec, kv_bytes_per_token
 from simulator.config import EngineConfig
 
-__all__ = ["DecodeRun", "Roofline"]
+__all__ = ["DecodeRun", "Roofline", "allreduce_s_per_token"]
+
+ACTIVATION_BYTES = 2  # the hidden states TP all-reduces: bf16/fp16 activations, whatever the weights' dtype
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Roofline:
     weight_bytes: float  # per GPU, read once per step
     kv_bytes_per_token: float  # per GPU
     overhead_s: float
+    comm_s_per_token: float  # TP all-reduce time per token of the step (0: within the per-layer term)
 
     @classmethod
     def build(cls, model: ModelSpec, gpu: GpuSpec, *, tp: int, engine: EngineConfig) -> Roofline:
@@ -50,13 +58,14 @@ class Roofline:
             weight_bytes=model.parameters * DTYPE_BYTES[e.weight_dtype] / tp,
             kv_bytes_per_token=kv_bytes_per_token(model, tp, e.kv_dtype),
             overhead_s=overhead,
+            comm_s_per_token=allreduce_s_per_token(model, tp, e.tp_allreduce_gbps),
         )
 
     def step_time(self, tokens: int, attn_pairs: float, kv_tokens: float) -> float:
         """One step: ``tokens`` computed, ``attn_pairs`` query x context pairs, ``kv_tokens`` KV read or written."""
         compute = (self.flops_per_token * tokens + self.attn_flops_per_ctx * attn_pairs) * self.sec_per_flop
         memory = self.weight_bytes * self.sec_per_byte + self.kv_bytes_per_token * kv_tokens * self.sec_per_kv_byte
-        return max(compute, memory) + self.overhead_s
+        return max(compute, memory) + self.overhead_s + self.comm_s_per_token * tokens
 
     def decode_run(self, n: int, s0: float, scale: float = 1.0) -> DecodeRun:
         """The run of decode-only steps of ``n`` sequences whose context sum is ``s0`` at its first step."""
@@ -65,9 +74,17 @@ class Roofline:
             self.attn_flops_per_ctx * n * self.sec_per_flop,
             self.weight_bytes * self.sec_per_byte + self.kv_bytes_per_token * s0 * self.sec_per_kv_byte,
             self.kv_bytes_per_token * n * self.sec_per_kv_byte,
-            self.overhead_s,
+            self.overhead_s + self.comm_s_per_token * n,
             scale,
         )
+
+
+def allreduce_s_per_token(model: ModelSpec, tp: int, gbps: float) -> float:
+    """Seconds per token of a step's TP all-reduces at ``gbps`` GB/s of NCCL bus bandwidth: two per layer of the
+    token's hidden state in 16-bit activations, a ring moving 2 (tp - 1) / tp of it; 0 when ``gbps`` is 0 or TP 1."""
+    if tp <= 1 or gbps <= 0:
+        return 0.0
+    return 2 * model.layers * model.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp / (gbps * 1e9)
 
 
 @dataclass(frozen=True)

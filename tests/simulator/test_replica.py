@@ -79,6 +79,43 @@ def test_kv_never_exceeds_capacity_and_preemption_recomputes():
     assert all(r.generated == r.output_target for r in preempted)
 
 
+class HeadOfQueueReplica(Replica):
+    """Checks, after every scheduling decision, that no request started for the first time while one that was
+    preempted still waited (vLLM V1 prepends a preempted request to the FCFS waiting queue)."""
+
+    fresh_after_preemption = 0
+
+    def complete_segment(self):
+        super().complete_segment()
+        if self.seg_start != self.seg_start or self.seg_kind != 1:  # only steps that may admit (SINGLE)
+            return
+        preempted_waiting = [e[3] for e in self.waiting if e[3].state == 1 and e[3].preemptions]
+        started_now = [r for r in self.prefilling if not r.preemptions and r.scheduled == self.seg_start]
+        assert not (preempted_waiting and started_now), (len(preempted_waiting), len(started_now))
+        if started_now and self.preemptions_total:
+            HeadOfQueueReplica.fresh_after_preemption += 1
+
+
+class HeadOfQueueFleet(Fleet):
+    replica_class = HeadOfQueueReplica
+
+
+def test_a_preempted_request_goes_back_to_the_head_of_the_queue():
+    """A burst that arrives at once into a pool that holds a fraction of it: the preempted requests are taken back
+    before any of the burst's later requests start, so the burst runs in waves (the KV-bound serving rows)."""
+    cfg = _one_replica({"gpu_memory_utilization": 0.3, "max_num_seqs": 128, "max_model_len": 8192},
+                       input_tokens=FIXED_1000, output_tokens=FIXED_1000, max_tokens=1000,
+                       arrival={"process": "batch", "batches": [{"at": 0.0, "count": 150}]})
+    HeadOfQueueReplica.fresh_after_preemption = 0
+    fleet = HeadOfQueueFleet(cfg, generate(cfg, 1.0, cfg.seed))
+    fleet.run(1.0)
+    fleet.drain(3600)
+    rep = fleet.deployments[0].replicas[0]
+    assert rep.preemptions_total > 10 and HeadOfQueueReplica.fresh_after_preemption > 0
+    done = [r for r in fleet.done if r.finish_reason in ("stop", "length")]
+    assert len(done) == 150
+
+
 def test_prefix_cache_hits_shared_system_prompt():
     cfg = _one_replica({"prefix_cache": True}, rate=2.0, shared_prefix_tokens=512)
     res = simulate(cfg, 300.0)
