@@ -28,7 +28,8 @@ from goodput.foundation.clickhouse import Connection, is_clickhouse, parse_targe
 from goodput.foundation.clickhouse import connect as connect_clickhouse
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result", "backend", "open_backend"]
+__all__ = ["SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result", "backend", "clickhouse_sql",
+           "interval_us", "open_backend"]
 
 # spans read around a window: a request's spans start up to this long before its arrival time (the gateway's) or
 # end after it; a request longer than this at the window's edge is read without its outer spans
@@ -134,6 +135,13 @@ class ClickHouseBackend:
     def rows(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> Result:
         df = self.frame(name, params, fill)
         return Result(list(df.columns), [tuple(_py(v) for v in row) for row in df.itertuples(index=False, name=None)])
+
+
+def interval_us(text: str) -> int:
+    """An interval as DuckDB reads it (``5 minutes``, ``300 seconds``, ``100 years``), in microseconds."""
+    with duckdb.connect() as con:
+        value = con.execute("SELECT CAST(? AS INTERVAL)", [text]).fetchall()[0][0]
+    return int(pd.to_timedelta(value) / pd.Timedelta(1, "us"))
 
 
 def backend(con: Backend | duckdb.DuckDBPyConnection) -> Backend:

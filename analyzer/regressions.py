@@ -26,6 +26,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from analyzer.backend import Backend, backend, interval_us
 from analyzer.changepoint import detect
 from analyzer.completeness import drop_incomplete
 from analyzer.releases import Release
@@ -139,12 +140,12 @@ def choose_bucket(groups: list[tuple[int, float]]) -> int:
     return fits[-1] if fits else NICE_BUCKETS_S[0]
 
 
-def find_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], **kw) -> list[Regression]:
+def find_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Release], **kw) -> list[Regression]:
     """The change points of ``scan_regressions``, most significant first."""
     return scan_regressions(con, releases, **kw).found
 
 
-def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str | None = None,
+def scan_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str | None = None,
                      window: timedelta = timedelta(minutes=30), since: datetime | None = None,
                      until: datetime | None = None, deployment: str | None = None, t_min: float = 4.0,
                      min_change: float = 0.1) -> Scan:
@@ -153,10 +154,10 @@ def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *,
     where = {"since": since, "until": until, "deployment": deployment}
     chosen = bucket is None
     if chosen:
-        spans = con.execute(sql("series_span"), where).fetchall()
+        spans = backend(con).rows("series_span", where).rows
         bucket = f"{choose_bucket([(n, sec) for _dep, _tier, n, sec in spans])} seconds"
-    series = con.execute(sql("bucket_series"), {"bucket": bucket, **where}).fetchdf()
-    width = pd.to_timedelta(con.execute("SELECT CAST(? AS INTERVAL)", [bucket]).fetchall()[0][0])
+    width = pd.to_timedelta(interval_us(bucket), unit="us")
+    series = backend(con).frame("bucket_series", {"bucket": bucket, "bucket_us": interval_us(bucket), **where})
     series, left_out = drop_incomplete(con, series, width, deployment)  # only final buckets (analyzer/completeness.py)
     scan = Scan([], bucket_label(width.total_seconds()), min_change, t_min, chosen, left_out=left_out)
     if len(series):
@@ -202,7 +203,7 @@ def _attribute(con, found, releases: list[Release], width, window: timedelta) ->
                        columns=["time", "deployment", "kind", "from_version", "to_version", "note"])
     if rel.empty:
         return
-    cur = con.cursor()
+    cur = duckdb.connect()  # the candidates are a join of two small frames here, whatever holds the spans
     cur.register("change_points", cps)
     cur.register("releases", rel.astype({"time": "datetime64[ns, UTC]"}))
     rows = cur.execute(sql("attribute_releases"), {"window": window}).fetchall()
@@ -238,9 +239,9 @@ def _evidence(con, reg: Regression, before: pd.DataFrame, after: pd.DataFrame, w
     # which tenants and routes moved
     start = before["bucket"].min().to_pydatetime()
     end = after["bucket"].max().to_pydatetime() + width
-    rows = con.execute(sql("tenant_route_shift").replace("{metric}", reg.metric),
-                       {"deployment": reg.deployment, "tier": reg.tier, "at": reg.time, "start": start,
-                        "end": end, "bucket": width.to_pytimedelta()}).fetchall()
+    rows = backend(con).rows("tenant_route_shift", {"deployment": reg.deployment, "tier": reg.tier, "at": reg.time,
+                                                    "start": start, "end": end, "bucket": width.to_pytimedelta()},
+                             {"{metric}": reg.metric}).rows
     moved = {"tenant": [], "route": []}
     for dim, value, b, a, _n in rows:
         ch = _ratio(b, a)
