@@ -126,7 +126,11 @@ class ClickHouseBackend:
         bound.update(database=self.con.target.database, table=self.con.target.table,
                      span_from=_ch_value(since - SPAN_MARGIN) if since is not None else None,
                      span_to=_ch_value(until + SPAN_MARGIN) if until is not None else None)
-        df = self.con.query_df(text + _SETTINGS, bound)
+        try:
+            df = self.con.query_df(text + _SETTINGS, bound)
+        except Exception as e:  # the server's answer (a version without a feature, a permission): one line
+            raise ConfigError("--db", str(self.con.target), f"ClickHouse refused clickhouse/{name}.sql: "
+                                                            f"{str(e).strip().splitlines()[0][:300]}") from None
         for col in df.columns:  # times come back in UTC
             if pd.api.types.is_datetime64_any_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
                 df[col] = df[col].dt.tz_localize(UTC)

@@ -187,8 +187,9 @@ def scan_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Re
     if not found:
         return scan
     _attribute(con, found, releases, width, window)
-    for reg, before, after in found:
-        _evidence(con, reg, before, after, width)
+    shifts = _shifts(con, found, width)
+    for i, (reg, before, after) in enumerate(found):
+        _evidence(reg, before, after, shifts.get(i, []))
     out = [r for r, _, _ in found]
     scan.found = sorted(out, key=lambda r: -abs(math.log1p(r.change)) if r.change > -1 else 0)
     return scan
@@ -217,7 +218,22 @@ def _pick(kinds: tuple[str, ...], candidates: list[tuple]) -> tuple | None:
     return next((c for c in candidates if c[1] in kinds), None)
 
 
-def _evidence(con, reg: Regression, before: pd.DataFrame, after: pd.DataFrame, width) -> None:
+def _shifts(con, found, width) -> dict[int, list[tuple]]:
+    """Per change point (its index in ``found``): (dim, value, before, after, buckets) of each tenant and route, the
+    median of their per-bucket p95 from up to 12 buckets before it to 12 after (one statement for all of them)."""
+    ends = [after["bucket"].max().to_pydatetime() + width for _, _, after in found]
+    res = backend(con).rows("tenant_route_shift", {
+        "ids": list(range(len(found))), "deployments": [r.deployment for r, _, _ in found],
+        "tiers": [r.tier for r, _, _ in found], "metrics": [r.metric for r, _, _ in found],
+        "ats": [r.time for r, _, _ in found], "starts": [b["bucket"].min().to_pydatetime() for _, b, _ in found],
+        "ends": ends, "bucket": width.to_pytimedelta()})
+    out: dict[int, list[tuple]] = {}
+    for cid, *row in res.rows:
+        out.setdefault(int(cid), []).append(tuple(row))
+    return out
+
+
+def _evidence(reg: Regression, before: pd.DataFrame, after: pd.DataFrame, shifts: list[tuple]) -> None:
     ev = reg.evidence
     # which segment moved (the metric itself for a segment series)
     if reg.metric in SEGMENTS_OF:
@@ -237,13 +253,8 @@ def _evidence(con, reg: Regression, before: pd.DataFrame, after: pd.DataFrame, w
     ev.update({"arrival_rate_change": _round(rate), "input_tokens_change": _round(inp), "output_tokens_change": _round(outp),
                "per_token_cost_change": _round(cost)})
     # which tenants and routes moved
-    start = before["bucket"].min().to_pydatetime()
-    end = after["bucket"].max().to_pydatetime() + width
-    rows = backend(con).rows("tenant_route_shift", {"deployment": reg.deployment, "tier": reg.tier, "at": reg.time,
-                                                    "start": start, "end": end, "bucket": width.to_pytimedelta()},
-                             {"{metric}": reg.metric}).rows
     moved = {"tenant": [], "route": []}
-    for dim, value, b, a, _n in rows:
+    for dim, value, b, a, _n in shifts:
         ch = _ratio(b, a)
         if np.isfinite(ch) and (ch >= min(0.5 * reg.change, 0.05) if reg.change > 0 else ch <= max(0.5 * reg.change, -0.05)):
             moved[dim].append((value, round(ch, 3)))
