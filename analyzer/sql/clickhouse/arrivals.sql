@@ -6,7 +6,7 @@ SELECT fromUnixTimestamp64Micro(946857600000000 + intDiv(toUnixTimestamp64Micro(
 FROM (
     SELECT ts, deployment, tier, tenant, false AS open FROM requests
     UNION ALL
-    SELECT fromUnixTimestamp64Micro(intDiv(gateway_start, 1000), 'UTC'), deployment, tier, tenant, true FROM in_flight
+    SELECT fromUnixTimestamp64Micro(intDiv(gateway_start, 1000), 'UTC'), deployment, tier, tenant, true FROM early_only
 )
 WHERE ({since:Nullable(DateTime64(6, 'UTC'))} IS NULL OR ts >= {since:Nullable(DateTime64(6, 'UTC'))})
   AND ({until:Nullable(DateTime64(6, 'UTC'))} IS NULL OR ts < {until:Nullable(DateTime64(6, 'UTC'))})

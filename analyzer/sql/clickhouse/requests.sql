@@ -1,5 +1,5 @@
 -- The analyzer's request model derived from the Collector's otel_traces table in place: the CTEs that end in
--- `requests` (the columns of analyzer/sql/schema.sql's requests table) and `in_flight`, placed at the head of every
+-- `requests` (the columns of analyzer/sql/schema.sql's requests table) and `early_only` (requests in flight), placed at the head of every
 -- ClickHouse statement of this directory (analyzer/backend.py). The same rules as analyzer/sql/normalize_spans.sql:
 -- every engine span (`llm.request`, goodput's; `llm_request`, vLLM's) at any depth is one request; what it inherits
 -- comes from the call, then its ancestors nearest first, then any span of the trace (tenant, tier, route, scene);
@@ -61,11 +61,12 @@ spans AS (
     GROUP BY trace_id, parent_span_id
 ), roots AS (
     SELECT trace_id, span_id FROM engine WHERE name = 'llm.request'
-), in_flight AS (   -- early spans (gateway, queue) that name their deployment, their root not (yet) stored
-    SELECT trace_id, span_id AS parent_span_id, deployment, tenant, tier, gateway_start, gateway_end, queue_end
-    FROM kids
-    WHERE prefill_start IS NULL AND decode_start IS NULL AND send_start IS NULL AND gateway_start IS NOT NULL
-      AND deployment IS NOT NULL AND (trace_id, span_id) NOT IN (SELECT trace_id, span_id FROM roots)
+), early_only AS (   -- early spans (gateway, queue) that name their deployment, their root not (yet) stored
+    SELECT k.trace_id AS trace_id, k.span_id AS parent_span_id, k.deployment AS deployment, k.tenant AS tenant,
+        k.tier AS tier, k.gateway_start AS gateway_start, k.gateway_end AS gateway_end, k.queue_end AS queue_end
+    FROM kids k LEFT ANTI JOIN roots r ON r.trace_id = k.trace_id AND r.span_id = k.span_id
+    WHERE k.prefill_start IS NULL AND k.decode_start IS NULL AND k.send_start IS NULL AND k.gateway_start IS NOT NULL
+      AND k.deployment IS NOT NULL
 ), admission_spans AS (
     SELECT DISTINCT deployment FROM kids WHERE deployment IS NOT NULL
 ), calls AS MATERIALIZED (   -- with --span-format both a request shows twice (llm.request and llm_request): llm.request kept
