@@ -25,7 +25,8 @@ spans AS (
     FROM {database:Identifier}.{table:Identifier}
     WHERE ({span_from:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp >= {span_from:Nullable(DateTime64(9, 'UTC'))})
       AND ({span_to:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp < {span_to:Nullable(DateTime64(9, 'UTC'))})
-), engine AS MATERIALIZED (   -- engine calls, one row per (trace, span) however often the span was exported
+), engine AS (   -- engine calls, one row per (trace, span) however often the span was exported (not
+    -- materialized: chDB 4.4 answered the in-flight requests wrong when it was)
     SELECT trace_id, span_id, parent_span_id, name, server, start_ns, end_ns, error,
         coalesce(nullIf(a['llm.deployment'], ''), nullIf(res['llm.deployment'], ''), nullIf(service, '')) AS deployment,
         coalesce(nullIf(a['llm.request_id'], ''), nullIf(a['gen_ai.request.id'], ''), span_id) AS request_id,
