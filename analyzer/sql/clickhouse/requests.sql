@@ -1,5 +1,5 @@
 -- The analyzer's request model derived from the Collector's otel_traces table in place: the CTEs that end in
--- `requests` (the columns of analyzer/sql/schema.sql's requests table) and `in_flight`, placed at the head of every
+-- `requests` (the columns of analyzer/sql/schema.sql's requests table) and `early_only` (requests in flight), placed at the head of every
 -- ClickHouse statement of this directory (analyzer/backend.py). The same rules as analyzer/sql/normalize_spans.sql:
 -- every engine span (`llm.request`, goodput's; `llm_request`, vLLM's) at any depth is one request; what it inherits
 -- comes from the call, then its ancestors nearest first, then any span of the trace (tenant, tier, route, scene);
@@ -25,7 +25,8 @@ spans AS (
     FROM {database:Identifier}.{table:Identifier}
     WHERE ({span_from:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp >= {span_from:Nullable(DateTime64(9, 'UTC'))})
       AND ({span_to:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp < {span_to:Nullable(DateTime64(9, 'UTC'))})
-), engine AS (   -- engine calls, one row per (trace, span) however often the span was exported
+), engine AS (   -- engine calls, one row per (trace, span) however often the span was exported (not
+    -- materialized: chDB 4.4 answered the in-flight requests wrong when it was)
     SELECT trace_id, span_id, parent_span_id, name, server, start_ns, end_ns, error,
         coalesce(nullIf(a['llm.deployment'], ''), nullIf(res['llm.deployment'], ''), nullIf(service, '')) AS deployment,
         coalesce(nullIf(a['llm.request_id'], ''), nullIf(a['gen_ai.request.id'], ''), span_id) AS request_id,
@@ -46,7 +47,7 @@ spans AS (
     LIMIT 1 BY trace_id, span_id
 ), usable AS (
     SELECT * FROM engine WHERE end_ns >= start_ns AND start_ns > 0 AND deployment IS NOT NULL
-), kids AS (   -- goodput's segment spans, folded per parent
+), kids AS MATERIALIZED (   -- goodput's segment spans, folded per parent
     SELECT trace_id, parent_span_id AS span_id,
         minIfOrNull(start_ns, name = 'llm.gateway') AS gateway_start, maxIfOrNull(end_ns, name = 'llm.gateway') AS gateway_end,
         minIfOrNull(start_ns, name = 'llm.queue') AS queue_start, maxIfOrNull(end_ns, name = 'llm.queue') AS queue_end,
@@ -61,20 +62,21 @@ spans AS (
     GROUP BY trace_id, parent_span_id
 ), roots AS (
     SELECT trace_id, span_id FROM engine WHERE name = 'llm.request'
-), in_flight AS (   -- early spans (gateway, queue) that name their deployment, their root not (yet) stored
-    SELECT trace_id, span_id AS parent_span_id, deployment, tenant, tier, gateway_start, gateway_end, queue_end
-    FROM kids
-    WHERE prefill_start IS NULL AND decode_start IS NULL AND send_start IS NULL AND gateway_start IS NOT NULL
-      AND deployment IS NOT NULL AND (trace_id, span_id) NOT IN (SELECT trace_id, span_id FROM roots)
+), early_only AS (   -- early spans (gateway, queue) that name their deployment, their root not (yet) stored
+    SELECT k.trace_id AS trace_id, k.span_id AS parent_span_id, k.deployment AS deployment, k.tenant AS tenant,
+        k.tier AS tier, k.gateway_start AS gateway_start, k.gateway_end AS gateway_end, k.queue_end AS queue_end
+    FROM kids k LEFT ANTI JOIN roots r ON r.trace_id = k.trace_id AND r.span_id = k.span_id
+    WHERE k.prefill_start IS NULL AND k.decode_start IS NULL AND k.send_start IS NULL AND k.gateway_start IS NOT NULL
+      AND k.deployment IS NOT NULL
 ), admission_spans AS (
     SELECT DISTINCT deployment FROM kids WHERE deployment IS NOT NULL
-), calls AS (   -- with --span-format both a request shows twice (llm.request and llm_request): llm.request kept
+), calls AS MATERIALIZED (   -- with --span-format both a request shows twice (llm.request and llm_request): llm.request kept
     SELECT * FROM usable
     WHERE NOT (name = 'llm_request' AND (trace_id, request_id) IN (
         SELECT trace_id, request_id FROM usable WHERE name = 'llm.request'))
 ), nested AS (   -- traces where a call has a parent: only these have a lineage to walk
     SELECT DISTINCT trace_id FROM calls WHERE parent_span_id <> ''
-), nodes AS (
+), nodes AS MATERIALIZED (
     SELECT trace_id, span_id, any(parent_span_id) AS parent_span_id, any(server) AS server, any(start_ns) AS start_ns,
         any(end_ns) AS end_ns, any(tenant) AS tenant, any(tier) AS tier, any(route) AS route, any(scene) AS scene,
         any(model) AS model, any(a_input) AS a_input, any(a_output) AS a_output
