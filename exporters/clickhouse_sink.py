@@ -35,6 +35,7 @@ __all__ = ["INSERT_ROWS", "TIMEOUT_S", "ClickHouseRefused", "ClickHouseSink", "i
 
 INSERT_ROWS = 50_000  # spans per INSERT: ClickHouse wants few, large inserts (each makes a part)
 TIMEOUT_S = 30.0  # an insert with no reply this long counts as failed (and is retried with the same token)
+DEDUP_WINDOW = 1000  # inserts remembered by a table this sink creates (chDB): a replayed batch is stored once
 _LOCAL_ERRORS = (TypeError, ValueError, IndexError, KeyError, OverflowError)  # a span that cannot become a row
 
 
@@ -98,7 +99,7 @@ class ClickHouseSink:
 
     def __init__(self, target: Target, *, insert_rows: int = INSERT_ROWS, timeout_s: float = TIMEOUT_S) -> None:
         self.target, self.insert_rows = target, insert_rows
-        self.table = TableSpec(database=target.database, table=target.table)
+        self.table = TableSpec(database=target.database, table=target.table, dedup_window=DEDUP_WINDOW)
         self.kind = target.kind
         if target.kind == "chdb":
             self._con = connect(target, "--store")
@@ -122,17 +123,19 @@ class ClickHouseSink:
 
     def _insert(self, chunk: list[Span]) -> list[tuple[Span, Exception]]:
         """Insert one chunk under its token; a span that cannot become a row is left out and returned."""
-        if self._http is not None:
-            self._http.settings["insert_deduplication_token"] = insert_token(chunk)
+        token = insert_token(chunk)
+        if self._http is not None:  # over HTTP the token goes with the request's settings, chDB's in the statement
+            self._http.settings["insert_deduplication_token"] = token
+        in_sql = None if self._http is not None else token
         try:
-            insert_spans(self._con, chunk, self.table, batch=len(chunk))
+            insert_spans(self._con, chunk, self.table, batch=len(chunk), token=in_sql)
             return []
         except _LOCAL_ERRORS:
             bad = [(s, e) for s, e in ((s, _row_problem(s)) for s in chunk) if e is not None]
             if not bad:
                 raise
         bad_ids = {id(s) for s, _ in bad}
-        insert_spans(self._con, [s for s in chunk if id(s) not in bad_ids], self.table, batch=len(chunk))
+        insert_spans(self._con, [s for s in chunk if id(s) not in bad_ids], self.table, batch=len(chunk), token=in_sql)
         return bad
 
     def close(self) -> None:

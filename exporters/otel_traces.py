@@ -39,6 +39,9 @@ class TableSpec:
     engine: str = "MergeTree()"  # table_engine: name + params; ReplicatedMergeTree(...) on a cluster
     ttl_s: int = 0  # 0: keep forever
     cluster: str = ""
+    # non_replicated_deduplication_window of a table goodput creates on a plain MergeTree: its inserts' tokens are
+    # honoured (a Replicated* table honours them anyway); 0 leaves the Collector's DDL as it is
+    dedup_window: int = 0
 
 
 @cache
@@ -68,6 +71,9 @@ def create_table_sql(spec: TableSpec = TableSpec()) -> str:
                        ("{{.ClusterString}}", cluster), ("{{.Engine}}", spec.engine),
                        ("{{.TTL}}", ttl_expression(spec.ttl_s))):
         text = text.replace(key, value)
+    if spec.dedup_window > 0 and not spec.engine.startswith("Replicated"):
+        text = text.replace("SETTINGS index_granularity = 8192,",
+                            f"SETTINGS index_granularity = 8192, non_replicated_deduplication_window = {spec.dedup_window:d},")
     return text
 
 
@@ -135,20 +141,24 @@ def span_row(span: Span) -> dict[str, Any]:
 
 
 def insert_spans(con: Connection, spans: Iterable[Span], spec: TableSpec = TableSpec(),
-                 batch: int = INSERT_BATCH) -> int:
-    """Insert ``spans`` as the exporter's rows, ``batch`` rows per INSERT; returns how many."""
+                 batch: int = INSERT_BATCH, token: str | None = None) -> int:
+    """Insert ``spans`` as the exporter's rows, ``batch`` rows per INSERT; returns how many. ``token``: the
+    insert's ``insert_deduplication_token`` (one INSERT only: ``batch`` must hold every span)."""
     sql, n, lines = _text("traces_insert.sql"), 0, []
+    params = {"database": spec.database, "table": spec.table}
+    if token is not None:
+        sql, params["token"] = sql.rstrip() + "\nSETTINGS insert_deduplication_token = {token:String}", token
     for span in spans:
         lines.append(json.dumps(span_row(span), separators=(",", ":"), ensure_ascii=False))
         if len(lines) >= batch:
-            n += _flush(con, sql, lines, spec)
-    return n + _flush(con, sql, lines, spec)
+            n += _flush(con, sql, lines, params)
+    return n + _flush(con, sql, lines, params)
 
 
-def _flush(con: Connection, sql: str, lines: list[str], spec: TableSpec) -> int:
+def _flush(con: Connection, sql: str, lines: list[str], params: dict[str, str]) -> int:
     if not lines:
         return 0
-    con.command(sql, {"database": spec.database, "table": spec.table, "rows": "\n".join(lines)})
+    con.command(sql, {**params, "rows": "\n".join(lines)})
     n = len(lines)
     lines.clear()
     return n

@@ -190,6 +190,17 @@ def test_the_log_is_replayed_into_chdb_on_start(tmp_path, chdb):
     assert int(df["n"][0]) == 7
 
 
+def test_a_batch_written_again_into_the_table_the_sink_made_is_stored_once(chdb):
+    """A hard kill after an insert succeeded and before the log was rewritten replays the batch: the table the sink
+    creates (a plain MergeTree, as the Collector's default) remembers its inserts' tokens, so it is stored once."""
+    target = _chdb_target(chdb)
+    sink = ClickHouseSink(target)
+    spans = [s for d in (_spans("acme", 6),) for s in decode_json(_doc(d))]
+    assert sink.write(spans) == [] and sink.write(spans) == []
+    df = chdb.query_df("SELECT count() AS n FROM {db:Identifier}.otel_traces", {"db": target.database})
+    assert int(df["n"][0]) == 6
+
+
 # ---------------------------------------------------------------------------------------------- failure paths
 
 
