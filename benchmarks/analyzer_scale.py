@@ -1,0 +1,255 @@
+"""The analyzer at scale: decompose, regressions and triage on N spans in ClickHouse (chDB, the Collector's
+``otel_traces`` table, read in place) beside DuckDB (the analyzer's store, the same spans), in one run.
+
+The spans are a simulated fleet (tests/fixtures/regression_fleet.yaml: three hours, a prompt-template
+release, a traffic burst and a framework release that slows decode), replicated in each engine by SQL
+until there are N: copy k has its trace and request ids' first 8 hex digits set to k and its times shifted by
+k ms, so every copy is the same fleet's traffic again (the fleet k times busier; the same change points).
+The DuckDB store is the real ingest of the simulated run's OTLP spans, its ``requests`` and ``segments`` rows
+replicated the same way (what ingesting the replicated spans writes; the ingest's own rate is
+``python -m benchmarks analyzer``'s figure). Each engine is capped (``--memory-limit``) and queried in a
+child process of its own, so each peak RSS is that engine's; the engine's own accounting is beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from analyzer.ingest import ingest
+from analyzer.store import connect
+from benchmarks.report import emit
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET = REPO / "tests" / "fixtures" / "regression_fleet.yaml"
+SECONDS = 10800.0
+SHIFT_NS = 1_000_000  # copy k starts k ms after copy 0
+TRIAGED = "chat"  # the deployment whose decode regressed
+
+# copy k of each request and segment row: ids re-prefixed with k, times shifted by k ms
+DUCKDB_REPLICATE = {
+    "requests": """
+INSERT INTO requests
+SELECT s.* REPLACE (printf('%08x', k) || substr(trace_id, 9) AS trace_id,
+                  printf('%08x', k) || substr(request_id, 9) AS request_id,
+                  ts + to_microseconds(k * $shift // 1000) AS ts,
+                  start_ns + k * $shift AS start_ns, end_ns + k * $shift AS end_ns)
+FROM seed.requests s, range($first, $last) t(k)
+""",
+    "segments": """
+INSERT INTO segments
+SELECT s.* REPLACE (printf('%08x', k) || substr(trace_id, 9) AS trace_id,
+                  printf('%08x', k) || substr(request_id, 9) AS request_id,
+                  start_ns + k * $shift AS start_ns)
+FROM seed.segments s, range($first, $last) t(k)
+""",
+}
+
+CLICKHOUSE_REPLICATE = """
+INSERT INTO otel_traces
+SELECT * REPLACE (
+    Timestamp + toIntervalNanosecond(k * {shift:UInt64}) AS Timestamp,
+    concat(leftPad(lower(hex(toUInt32(k))), 8, '0'), substring(TraceId, 9)) AS TraceId,
+    if(mapContains(SpanAttributes, 'llm.request_id'),
+       mapUpdate(SpanAttributes, map('llm.request_id', concat(leftPad(lower(hex(toUInt32(k))), 8, '0'),
+                                                              substring(SpanAttributes['llm.request_id'], 9)))),
+       SpanAttributes) AS SpanAttributes)
+FROM otel_traces_seed, (SELECT number AS k FROM numbers({first:UInt64}, {count:UInt64})) AS copies
+"""
+
+BATCH_COPIES = 8  # copies per INSERT: bounds each statement's memory
+
+
+def seed_run(work: Path) -> dict:
+    """Simulate the regression fleet; its OTLP spans, releases file and span count."""
+    from simulator.config import load_fleet
+    from simulator.run import simulate, write_outputs
+
+    paths = write_outputs(simulate(load_fleet(FLEET), SECONDS), work / "seed")
+    db = work / "seed" / "seed.duckdb"
+    con = connect(db, threads=2)
+    summary = ingest(con, [paths["spans"]])
+    con.close()
+    return {"spans": str(paths["spans"]), "releases": str(paths["releases"]), "duckdb": str(db),
+            "span_count": summary.spans, "requests": summary.requests}
+
+
+def build_duckdb(seed: dict, copies: int, db: Path, memory_limit: str) -> None:
+    """The analyzer's store holding ``copies`` copies of the seed run."""
+    con = connect(db, threads=2, memory_limit=memory_limit)
+    con.execute("ATTACH ? AS seed (READ_ONLY)", [seed["duckdb"]])
+    for first in range(0, copies, BATCH_COPIES):
+        for text in DUCKDB_REPLICATE.values():
+            con.execute(text, {"shift": SHIFT_NS, "first": first, "last": min(first + BATCH_COPIES, copies)})
+    con.execute("DETACH seed")
+    con.execute("CHECKPOINT")
+    con.close()
+
+
+def child(role: str, **kw) -> dict:
+    """Run ``_child(role, kw)`` in a fresh interpreter, so its peak RSS is its own; its figures."""
+    proc = subprocess.run([sys.executable, "-c", "import sys, json; from benchmarks.analyzer_scale import _child; "
+                           "_child(sys.argv[1], json.loads(sys.argv[2]))", role, json.dumps(kw)],
+                          cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{role}: {proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class Sampler:
+    """Peak RSS of this process (and optionally an engine's own figure) sampled every 10 ms while a step runs."""
+
+    def __init__(self, engine_bytes=None) -> None:
+        self.engine_bytes = engine_bytes
+        self.rss = self.engine = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.rss = max(self.rss, rss_bytes())
+            if self.engine_bytes is not None:
+                self.engine = max(self.engine, self.engine_bytes())
+            self._stop.wait(0.01)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.rss = max(self.rss, rss_bytes())
+
+
+def rss_bytes(field: str = "VmRSS") -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _mib(n: int) -> int:
+    return round(n / 2**20)
+
+
+def run_queries(con, releases_path: str, engine_bytes=None) -> dict:
+    """Time decompose, regressions and triage on ``con``; seconds, peak RSS and the answers to compare."""
+    from analyzer.decompose import decompose
+    from analyzer.regressions import scan_regressions
+    from analyzer.releases import load_releases
+    from analyzer.triage import triage
+
+    releases = load_releases(releases_path)
+    steps = {
+        "decompose": lambda: decompose(con, ["deployment", "tenant"]).records(),
+        "regressions": lambda: [r.record() for r in scan_regressions(con, releases).found],
+        "triage": lambda: triage(con, TRIAGED, releases=releases).record(),
+    }
+    out, answers = {}, {}
+    for name, step in steps.items():
+        with Sampler(engine_bytes) as s:
+            t = time.perf_counter()
+            answers[name] = step()
+            seconds = time.perf_counter() - t
+        out[name] = {"seconds": round(seconds, 2), "peak_rss_mib": _mib(s.rss)}
+        if engine_bytes is not None:
+            out[name]["engine_peak_mib"] = _mib(s.engine)
+    out["process_peak_rss_mib"] = _mib(rss_bytes("VmHWM"))
+    return {"steps": out, "answers": answers}
+
+
+def _child(role: str, kw: dict) -> None:
+    if role == "build-duckdb":
+        t = time.perf_counter()
+        build_duckdb(kw["seed"], kw["copies"], Path(kw["db"]), kw["memory_limit"])
+        res = {"seconds": round(time.perf_counter() - t, 1), "peak_rss_mib": _mib(rss_bytes("VmHWM"))}
+    elif role == "query-duckdb":
+        con = connect(kw["db"], read_only=True, threads=2, memory_limit=kw["memory_limit"])
+        cur = con.cursor()
+        res = run_queries(con, kw["releases"], lambda: cur.execute(
+            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0])
+        res["rows"] = con.execute("SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM segments)").fetchall()[0]
+    else:
+        raise SystemExit(f"unknown role {role}")
+    print(json.dumps(res, default=str))
+
+
+def growth(small: dict, large: dict) -> dict:
+    """Per engine and step: how many times longer the larger N took, and the exponent of N it grew by."""
+    ratio = large["spans"] / small["spans"]
+    out = {}
+    for engine in ("duckdb", "clickhouse"):
+        if engine not in small or engine not in large:
+            continue
+        for step, fig in large[engine]["steps"].items():
+            if not isinstance(fig, dict):
+                continue
+            a, b = small[engine]["steps"][step]["seconds"], fig["seconds"]
+            out[f"{engine}.{step}"] = {"x_time": round(b / a, 1) if a else None,
+                                       "exponent": round(math.log(b / a) / math.log(ratio), 2) if a and b else None}
+    return out
+
+
+def measure(work: Path, seed: dict, spans: int, memory_limit: str) -> dict:
+    copies = max(1, round(spans / seed["span_count"]))
+    db = work / f"duckdb-{copies}.duckdb"
+    fig = {"spans": copies * seed["span_count"], "requests": copies * seed["requests"], "copies": copies}
+    fig["duckdb_build"] = child("build-duckdb", seed=seed, copies=copies, db=str(db), memory_limit=memory_limit)
+    fig["duckdb_build"]["file_gib"] = round(db.stat().st_size / 2**30, 2)
+    q = child("query-duckdb", db=str(db), releases=seed["releases"], memory_limit=memory_limit)
+    fig["duckdb"] = {"steps": q["steps"], "rows": q["rows"]}
+    fig["answers"] = {"duckdb": summarize(q["answers"])}
+    db.unlink()
+    return fig
+
+
+def summarize(answers: dict) -> dict:
+    """What must agree between engines: segment means per group (to 1 us), change points, triage's verdict."""
+    segs = ("gateway_s", "queue_s", "prefill_s", "decode_s", "send_s", "other_s")
+    return {
+        "decompose": {f"{r['deployment']}/{r['tenant']}": [round(r[k], 6) for k in segs] for r in answers["decompose"]},
+        "regressions": sorted(f"{r['deployment']}/{r['tier']} {r['metric']} {r['direction']} @ {r['time']} "
+                              f"({r['release'] if r['blamed'] else 'unexplained'})" for r in answers["regressions"]),
+        "triage": {"regressed": answers["triage"]["regressed"], "verdict": answers["triage"]["verdict"]},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spans", type=int, nargs="+", default=[10_000_000, 100_000_000],
+                   help="span counts to measure, in order (rounded to whole copies of the simulated run)")
+    p.add_argument("--memory-limit", default="4GB", help="each engine's memory cap (DuckDB memory_limit, "
+                   "ClickHouse max_memory_usage)")
+    p.add_argument("--previous", type=Path, default=None, help="figures (--json) of an earlier run at a smaller N, "
+                   "for the growth from it")
+    p.add_argument("--work", type=Path, default=None, help="scratch directory (default: a new temporary one)")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv if argv is not None else [])
+    work = args.work or Path(tempfile.mkdtemp(prefix="goodput-bench-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    seed = seed_run(work)
+    out = {"seed": {"spans": seed["span_count"], "requests": seed["requests"],
+                    "seconds": round(time.perf_counter() - t, 1)}, "memory_limit": args.memory_limit, "runs": []}
+    if args.previous is not None:
+        out["runs"] = json.loads(args.previous.read_text())["runs"]
+    for n in args.spans:
+        out["runs"].append(measure(work, seed, n, args.memory_limit))
+    runs = sorted(out["runs"], key=lambda r: r["spans"])
+    out["growth"] = {f"{a['spans']}->{b['spans']}": growth(a, b) for a, b in zip(runs, runs[1:], strict=False)}
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return emit("analyzer at scale (2 threads per engine)", out, args.json)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
