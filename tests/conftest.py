@@ -187,3 +187,11 @@ def fleet_serve(tmp_path: Path, base_port: int, *extra: str) -> Iterator[tuple[s
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+@pytest.fixture(scope="session")
+def chdb(tmp_path_factory):
+    """The test session's chDB (ClickHouse in-process; one directory per process): each user takes its own database."""
+    from goodput.foundation.clickhouse import connect
+
+    return connect(f"chdb:{tmp_path_factory.mktemp('chdb')}")

@@ -1,0 +1,203 @@
+"""A ClickHouse to query: a server over HTTP (clickhouse-connect) or the engine in-process (chDB), one interface.
+
+``--db clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?table=otel_traces&secure=1]`` names a server (HTTP
+interface, port 8123 by default, 8443 with ``secure=1``; ``clickhouses://`` is the same with TLS);
+``--db chdb:DIR[?database=otel&table=otel_traces]`` a chDB session directory on this machine (created if
+missing, its tables persist). Values are always bound as ClickHouse query parameters (``{name:Type}`` in the
+SQL), never formatted in.
+
+chDB runs one embedded server per process, with one directory: a second directory in the same process is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pandas as pd
+
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["DEFAULT_DATABASE", "DEFAULT_TABLE", "Connection", "Target", "connect", "ident", "is_clickhouse", "parse_target"]
+
+DEFAULT_TABLE = "otel_traces"  # the OpenTelemetry Collector clickhouseexporter's traces_table_name default
+DEFAULT_DATABASE = "otel"  # ... and its database default
+_SCHEMES = ("clickhouse", "clickhouses")
+_QUERY_KEYS = {"table", "secure"}
+_IDENT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the spans are: ``kind`` is ``clickhouse`` (a server) or ``chdb`` (``path``, in-process)."""
+
+    kind: str
+    database: str
+    table: str = DEFAULT_TABLE
+    host: str = ""
+    port: int = 0
+    user: str = "default"
+    password: str = ""
+    secure: bool = False
+    path: str = ""
+
+    def __str__(self) -> str:  # what error lines name (never the password)
+        if self.kind == "chdb":
+            return f"chdb:{self.path} ({self.database}.{self.table})"
+        scheme = "clickhouses" if self.secure else "clickhouse"
+        return f"{scheme}://{self.host}:{self.port}/{self.database}?table={self.table}"
+
+
+class Connection(Protocol):
+    """The one seam: a statement that returns nothing, a query that returns a frame."""
+
+    target: Target
+
+    def command(self, sql: str, params: dict[str, Any] | None = None) -> None: ...
+
+    def query_df(self, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame: ...
+
+    def close(self) -> None: ...
+
+
+def is_clickhouse(text: str | Path) -> bool:
+    """Whether a ``--db`` value names ClickHouse rather than a DuckDB file."""
+    s = str(text)
+    return s.startswith("chdb:") or any(s.startswith(f"{p}://") for p in _SCHEMES)
+
+
+def _identifier(value: str, flag: str, text: str, what: str) -> str:
+    if not value or not set(value) <= _IDENT_CHARS or value[0].isdigit():
+        raise ConfigError(flag, text, f"{what} {value!r} is not a plain identifier (letters, digits, _)")
+    return value
+
+
+def ident(name: str) -> str:
+    """A ClickHouse identifier in backquotes, as the Collector's DDL templates quote theirs."""
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def parse_target(text: str, flag: str = "--db") -> Target:
+    """A ``clickhouse://`` URL or ``chdb:DIR`` as a Target, or a one-line ConfigError naming ``flag``."""
+    if text.startswith("chdb:"):
+        rest, _, query = text[len("chdb:"):].partition("?")
+        if not rest:
+            raise ConfigError(flag, text, "chdb: needs a directory, like chdb:/var/lib/goodput/chdb")
+        database, table = DEFAULT_DATABASE, DEFAULT_TABLE
+        opts = _query_options(query, flag, text)
+        return Target("chdb", _identifier(opts.get("database", database), flag, text, "database"),
+                      _identifier(opts.get("table", table), flag, text, "table"), path=str(Path(rest)))
+    try:
+        u = urlsplit(text)
+        port = u.port
+    except ValueError as e:
+        raise ConfigError(flag, text, f"not a clickhouse:// URL ({e})") from None
+    if u.scheme not in _SCHEMES or not u.hostname:
+        raise ConfigError(flag, text, "expected clickhouse://HOST[:PORT]/DATABASE[?table=otel_traces] or chdb:DIR")
+    database = u.path.strip("/")
+    if not database or "/" in database:
+        raise ConfigError(flag, text, "the URL's path must be one DATABASE, like clickhouse://host:8123/otel")
+    opts = _query_options(u.query, flag, text)
+    secure = u.scheme == "clickhouses" or opts.get("secure", "0") in ("1", "true")
+    return Target("clickhouse", _identifier(database, flag, text, "database"),
+                  _identifier(opts.get("table", DEFAULT_TABLE), flag, text, "table"), host=u.hostname,
+                  port=port or (8443 if secure else 8123), user=unquote(u.username or "default"),
+                  password=unquote(u.password or ""), secure=secure)
+
+
+def _query_options(query: str, flag: str, text: str) -> dict[str, str]:
+    opts = parse_qs(query, keep_blank_values=True, strict_parsing=False)
+    unknown = sorted(set(opts) - _QUERY_KEYS - {"database"})
+    if unknown:
+        raise ConfigError(flag, text, f"unknown option {unknown[0]!r} (known: database, secure, table)")
+    return {k: v[-1] for k, v in opts.items()}
+
+
+class _Server:
+    """A ClickHouse server through clickhouse-connect (HTTP): parameters are bound server-side."""
+
+    def __init__(self, target: Target, flag: str) -> None:
+        import clickhouse_connect
+        from clickhouse_connect.driver.exceptions import ClickHouseError
+
+        self.target = target
+        self._errors = (ClickHouseError, OSError)
+        try:
+            self._client = clickhouse_connect.get_client(
+                host=target.host, port=target.port, username=target.user, password=target.password,
+                database=target.database, secure=target.secure, connect_timeout=5, send_receive_timeout=300)
+        except self._errors as e:
+            raise ConfigError(flag, str(target), f"cannot connect: {_first_line(e)}") from None
+
+    def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        self._client.command(sql, parameters=params or None)
+
+    def query_df(self, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        return self._client.query_df(sql, parameters=params or None)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+_CHDB_SESSION: list[Any] = []  # the process's one chDB session (chDB embeds one server per process)
+
+
+class _Embedded:
+    """ClickHouse's engine in this process (chDB), its data under ``target.path``."""
+
+    def __init__(self, target: Target, flag: str) -> None:
+        from chdb import session
+
+        self.target = target
+        Path(target.path).mkdir(parents=True, exist_ok=True)
+        if _CHDB_SESSION and _CHDB_SESSION[0][0] != target.path:
+            raise ConfigError(flag, str(target), f"this process already has chDB open at {_CHDB_SESSION[0][0]} "
+                                                 "(one chDB directory per process)")
+        if not _CHDB_SESSION:
+            try:
+                _CHDB_SESSION.append((target.path, session.Session(target.path)))
+            except Exception as e:  # chDB raises its own RuntimeError subclasses
+                raise ConfigError(flag, str(target), f"cannot open: {_first_line(e)}") from None
+        self._session = _CHDB_SESSION[0][1]
+
+    def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        self._session.query(sql, params=_chdb_params(params))
+
+    def query_df(self, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        return self._session.query(sql, "DataFrame", params=_chdb_params(params))
+
+    def close(self) -> None:  # the session lives as long as the process: another connection may share it
+        pass
+
+
+def _chdb_params(params: dict[str, Any] | None) -> dict[str, str]:
+    """chDB takes parameters as ClickHouse text: escaped strings, booleans as 0/1, lists as [..] of literals."""
+    out = {}
+    for k, v in (params or {}).items():
+        out[k] = _chdb_text(v)
+    return out
+
+
+def _chdb_text(v: Any, nested: bool = False) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(_chdb_text(x, True) for x in v) + "]"
+    if isinstance(v, str):  # a top-level value is read as TSV-escaped text, an array's items as quoted literals
+        text = v.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+        return "'" + text.replace("'", "\\'") + "'" if nested else text
+    if v is None:
+        return "\\N"
+    return str(v)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+def connect(target: Target | str, flag: str = "--db") -> Connection:
+    """Open ``target`` (a Target, or its ``--db`` text); ConfigError naming ``flag`` if it cannot be reached."""
+    t = parse_target(target, flag) if isinstance(target, str) else target
+    return _Embedded(t, flag) if t.kind == "chdb" else _Server(t, flag)
