@@ -54,26 +54,28 @@ FROM seed.segments s, range($first, $last) t(k)
 }
 
 CLICKHOUSE_REPLICATE = """
-INSERT INTO otel_traces
-SELECT * REPLACE (
+INSERT INTO {database:Identifier}.{table:Identifier}
+SELECT s.* REPLACE (
     Timestamp + toIntervalNanosecond(k * {shift:UInt64}) AS Timestamp,
     concat(leftPad(lower(hex(toUInt32(k))), 8, '0'), substring(TraceId, 9)) AS TraceId,
     if(mapContains(SpanAttributes, 'llm.request_id'),
        mapUpdate(SpanAttributes, map('llm.request_id', concat(leftPad(lower(hex(toUInt32(k))), 8, '0'),
                                                               substring(SpanAttributes['llm.request_id'], 9)))),
        SpanAttributes) AS SpanAttributes)
-FROM otel_traces_seed, (SELECT number AS k FROM numbers({first:UInt64}, {count:UInt64})) AS copies
+FROM {database:Identifier}.{seed:Identifier} AS s, (SELECT number AS k FROM numbers({first:UInt64}, {count:UInt64})) AS copies
 """
 
 BATCH_COPIES = 8  # copies per INSERT: bounds each statement's memory
 
 
-def seed_run(work: Path) -> dict:
-    """Simulate the regression fleet; its OTLP spans, releases file and span count."""
+def seed_run(work: Path, seconds: float = SECONDS) -> dict:
+    """Simulate ``seconds`` of the regression fleet, ingested into a seed DuckDB store; its OTLP spans, releases
+    file and counts."""
     from simulator.config import load_fleet
     from simulator.run import simulate, write_outputs
 
-    paths = write_outputs(simulate(load_fleet(FLEET), SECONDS), work / "seed")
+    shutil.rmtree(work / "seed", ignore_errors=True)
+    paths = write_outputs(simulate(load_fleet(FLEET), seconds), work / "seed")
     db = work / "seed" / "seed.duckdb"
     con = connect(db, threads=2)
     summary = ingest(con, [paths["spans"]])
@@ -92,6 +94,56 @@ def build_duckdb(seed: dict, copies: int, db: Path, memory_limit: str) -> None:
     con.execute("DETACH seed")
     con.execute("CHECKPOINT")
     con.close()
+
+
+def clickhouse(path: str, memory_limit: str):
+    """The chDB session at ``path``, capped: ``memory_limit`` per query, spilling GROUP BY and ORDER BY at half."""
+    from goodput.foundation.clickhouse import connect as ch_connect
+
+    con = ch_connect(f"chdb:{path}")
+    cap = _bytes(memory_limit)
+    for name, value in (("max_memory_usage", cap), ("max_bytes_before_external_group_by", cap // 2),
+                        ("max_bytes_before_external_sort", cap // 2), ("max_threads", 2)):
+        con.command(f"SET {name} = {int(value)}")
+    return con
+
+
+def _bytes(text: str) -> int:
+    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    t = text.strip().upper()
+    for unit, mult in units.items():
+        if t.endswith(unit) and t[:-len(unit)].strip().replace(".", "", 1).isdigit():
+            return int(float(t[:-len(unit)]) * mult)
+    raise SystemExit(f"--memory-limit {text}: expected a size like 4GB or 3.5GiB")
+
+
+def build_clickhouse(con, seed: dict, copies: int) -> dict:
+    """``con``'s table (the Collector's ``otel_traces``) holding ``copies`` copies of the seed run's spans, as its
+    exporter writes them (exporters/otel_traces.py), replicated in the engine; its parts as the inserts left them,
+    as a Collector's table has them."""
+    from exporters.otel_traces import TableSpec, create_table, insert_spans
+    from exporters.otlp import decode_json
+
+    spec = TableSpec(database=con.target.database, table=con.target.table)
+    seed_spec = TableSpec(database=spec.database, table=f"{spec.table}_seed")
+    create_table(con, seed_spec)
+    create_table(con, spec)
+    t = time.perf_counter()
+    with open(seed["spans"], "rb") as f:
+        insert_spans(con, (span for line in f if line.strip() for span in decode_json(line)), seed_spec)
+    loaded = time.perf_counter() - t
+    t = time.perf_counter()
+    for first in range(0, copies, BATCH_COPIES):
+        con.command(CLICKHOUSE_REPLICATE, {"database": spec.database, "table": spec.table, "seed": seed_spec.table,
+                                           "shift": SHIFT_NS, "first": first,
+                                           "count": min(BATCH_COPIES, copies - first)})
+    replicated = time.perf_counter() - t
+    con.command("DROP TABLE {database:Identifier}.{seed:Identifier}", {"database": spec.database, "seed": seed_spec.table})
+    size = con.query_df("SELECT sum(bytes_on_disk) AS b, sum(rows) AS r, count() AS parts FROM system.parts "
+                        "WHERE database = {db:String} AND table = {t:String} AND active",
+                        {"db": spec.database, "t": spec.table}).iloc[0]
+    return {"seed_insert_s": round(loaded, 1), "replicate_s": round(replicated, 1),
+            "rows": int(size["r"]), "parts": int(size["parts"]), "disk_gib": round(int(size["b"]) / 2**30, 2)}
 
 
 def child(role: str, **kw) -> dict:
@@ -172,12 +224,25 @@ def _child(role: str, kw: dict) -> None:
         t = time.perf_counter()
         build_duckdb(kw["seed"], kw["copies"], Path(kw["db"]), kw["memory_limit"])
         res = {"seconds": round(time.perf_counter() - t, 1), "peak_rss_mib": _mib(rss_bytes("VmHWM"))}
+    elif role == "build-clickhouse":
+        t = time.perf_counter()
+        res = build_clickhouse(clickhouse(kw["path"], kw["memory_limit"]), kw["seed"], kw["copies"])
+        res.update(seconds=round(time.perf_counter() - t, 1), peak_rss_mib=_mib(rss_bytes("VmHWM")))
     elif role == "query-duckdb":
         con = connect(kw["db"], read_only=True, threads=2, memory_limit=kw["memory_limit"])
         cur = con.cursor()
         res = run_queries(con, kw["releases"], lambda: cur.execute(
             "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0])
         res["rows"] = con.execute("SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM segments)").fetchall()[0]
+    elif role == "query-clickhouse":
+        from analyzer.backend import ClickHouseBackend
+
+        con = clickhouse(kw["path"], kw["memory_limit"])
+        where = {"database": con.target.database, "table": con.target.table}
+        con.command("SYSTEM STOP MERGES {database:Identifier}.{table:Identifier}", where)  # parts as built, while timed
+        res = run_queries(ClickHouseBackend(con), kw["releases"])
+        res["rows"] = int(con.query_df("SELECT count() AS n FROM {database:Identifier}.{table:Identifier}",
+                                       where)["n"].iloc[0])
     else:
         raise SystemExit(f"unknown role {role}")
     print(json.dumps(res, default=str))
@@ -199,16 +264,26 @@ def growth(small: dict, large: dict) -> dict:
     return out
 
 
-def measure(work: Path, seed: dict, spans: int, memory_limit: str) -> dict:
+def measure(work: Path, seed: dict, spans: int, memory_limit: str, keep: bool = False) -> dict:
     copies = max(1, round(spans / seed["span_count"]))
     db = work / f"duckdb-{copies}.duckdb"
+    db.unlink(missing_ok=True)
     fig = {"spans": copies * seed["span_count"], "requests": copies * seed["requests"], "copies": copies}
     fig["duckdb_build"] = child("build-duckdb", seed=seed, copies=copies, db=str(db), memory_limit=memory_limit)
     fig["duckdb_build"]["file_gib"] = round(db.stat().st_size / 2**30, 2)
+    ch = work / f"chdb-{copies}"
+    shutil.rmtree(ch, ignore_errors=True)
+    fig["clickhouse_build"] = child("build-clickhouse", seed=seed, copies=copies, path=str(ch),
+                                    memory_limit=memory_limit)
     q = child("query-duckdb", db=str(db), releases=seed["releases"], memory_limit=memory_limit)
     fig["duckdb"] = {"steps": q["steps"], "rows": q["rows"]}
-    fig["answers"] = {"duckdb": summarize(q["answers"])}
-    db.unlink()
+    c = child("query-clickhouse", path=str(ch), releases=seed["releases"], memory_limit=memory_limit)
+    fig["clickhouse"] = {"steps": c["steps"], "rows": c["rows"]}
+    fig["answers"] = {"duckdb": summarize(q["answers"]), "clickhouse": summarize(c["answers"])}
+    fig["engines_agree"] = fig["answers"]["duckdb"] == fig["answers"]["clickhouse"]
+    if not keep:
+        db.unlink()
+        shutil.rmtree(ch, ignore_errors=True)
     return fig
 
 
@@ -232,6 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--previous", type=Path, default=None, help="figures (--json) of an earlier run at a smaller N, "
                    "for the growth from it")
     p.add_argument("--work", type=Path, default=None, help="scratch directory (default: a new temporary one)")
+    p.add_argument("--keep", action="store_true", help="leave each N's stores under --work")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv if argv is not None else [])
     work = args.work or Path(tempfile.mkdtemp(prefix="goodput-bench-scale-"))
@@ -243,10 +319,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.previous is not None:
         out["runs"] = json.loads(args.previous.read_text())["runs"]
     for n in args.spans:
-        out["runs"].append(measure(work, seed, n, args.memory_limit))
+        out["runs"].append(measure(work, seed, n, args.memory_limit, args.keep))
     runs = sorted(out["runs"], key=lambda r: r["spans"])
     out["growth"] = {f"{a['spans']}->{b['spans']}": growth(a, b) for a, b in zip(runs, runs[1:], strict=False)}
-    if args.work is None:
+    if args.work is None and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return emit("analyzer at scale (2 threads per engine)", out, args.json)
 
