@@ -13,7 +13,7 @@ from datetime import datetime
 
 import duckdb
 
-from analyzer.store import sql
+from analyzer.backend import Backend, backend
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["DIMENSIONS", "Decomposition", "decompose"]
@@ -57,7 +57,7 @@ def _pct(p: float) -> str:
     return f"{p * 100:g}".replace(".", "_")
 
 
-def decompose(con: duckdb.DuckDBPyConnection, by: list[str], *, since: datetime | None = None,
+def decompose(con: Backend | duckdb.DuckDBPyConnection, by: list[str], *, since: datetime | None = None,
               until: datetime | None = None, percentiles: list[float] = (0.5, 0.95, 0.99),
               bucket: str | None = None, deployment: str | None = None) -> Decomposition:
     for d in by:
@@ -68,20 +68,22 @@ def decompose(con: duckdb.DuckDBPyConnection, by: list[str], *, since: datetime 
     if not all(0 < p < 1 for p in percentiles):
         raise ConfigError("--percentiles", ",".join(f"{p * 100:g}" for p in percentiles), "each must be in (0, 100)")
     dims = list(dict.fromkeys(by)) or ["deployment"]
+    b = backend(con)
     select = list(dims)
     if bucket is not None:
-        select.append(f"time_bucket(INTERVAL '{BUCKETS[bucket]}', ts) AS bucket")
+        select.append(_BUCKET[b.dialect].format(BUCKETS[bucket]) + " AS bucket")
         dims = [*dims, "bucket"]
-    text = (sql("decompose")
-            .replace("{dims_select}", ", ".join(select))
-            .replace("{dims_o}", ", ".join(f"o.{d}" for d in dims))
-            .replace("{dims_using}", ", ".join(dims))
-            .replace("{dims}", ", ".join(dims))
-            .replace("{order}", ", ".join(f"s.{d}" for d in dims))
-            .replace("{where_extra}", "AND deployment = $deployment" if deployment else ""))
+    deployment_filter = {"duckdb": "AND deployment = $deployment", "clickhouse": "AND deployment = {deployment:String}"}
+    fill = {"{dims_select}": ", ".join(select), "{dims_o}": ", ".join(f"o.{d}" for d in dims),
+            "{dims_using}": ", ".join(dims), "{dims}": ", ".join(dims), "{order}": ", ".join(f"s.{d}" for d in dims),
+            "{where_extra}": deployment_filter[b.dialect] if deployment else ""}
     params = {"since": since, "until": until, "percentiles": list(percentiles)}
     if deployment:
         params["deployment"] = deployment
-    rel = con.execute(text, params)
-    columns = [d[0] for d in rel.description]
-    return Decomposition(columns, rel.fetchall(), list(percentiles))
+    res = b.rows("decompose", params, fill)
+    return Decomposition(res.columns, res.rows, list(percentiles))
+
+
+# the time bucket of an allow-listed width (BUCKETS, each a divisor of a day: the same buckets in both)
+_BUCKET = {"duckdb": "time_bucket(INTERVAL '{}', ts)",
+           "clickhouse": "toStartOfInterval(ts, INTERVAL {}, 'UTC')"}

@@ -1,0 +1,160 @@
+"""Where the analyses' SQL runs, behind one seam: the analyzer's DuckDB file, or ClickHouse reading the OpenTelemetry
+Collector's ``otel_traces`` table in place (a server through clickhouse-connect, or chDB in-process).
+
+An analysis asks for a statement by name with its parameters (``rows`` / ``frame``); DuckDB runs
+``analyzer/sql/<name>.sql`` on its ``requests`` table, ClickHouse ``analyzer/sql/clickhouse/<name>.sql``, whose head
+is the request model derived from the spans (``clickhouse/requests.sql``) — filters and aggregation run in the
+engine, only results come back. ``fill`` replaces allow-listed SQL fragments (column names), never values: values
+are parameters, ``$name`` in DuckDB, ``{name:Type}`` in ClickHouse.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from analyzer.store import connect, sql
+from goodput.foundation.clickhouse import Connection, is_clickhouse, parse_target
+from goodput.foundation.clickhouse import connect as connect_clickhouse
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result", "backend", "open_backend"]
+
+# spans read around a window: a request's spans start up to this long before its arrival time (the gateway's) or
+# end after it; a request longer than this at the window's edge is read without its outer spans
+SPAN_MARGIN = timedelta(hours=1)
+# standard SQL's semantics, which the statements are written for: an unmatched outer join gives NULLs, and a name in
+# an expression is the column even where the same SELECT has an alias of that name
+_SETTINGS = "\nSETTINGS join_use_nulls = 1, prefer_column_name_to_alias = 1, enable_materialized_cte = 1"
+
+
+@dataclass
+class Result:
+    columns: list[str]
+    rows: list[tuple]
+
+
+class Backend(Protocol):
+    dialect: str  # "duckdb" or "clickhouse"
+
+    def rows(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> Result: ...
+
+    def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame: ...
+
+
+def _fill(text: str, fill: dict[str, str] | None) -> str:
+    for key, value in (fill or {}).items():
+        text = text.replace(key, value)
+    return text
+
+
+class DuckDBBackend:
+    """The analyzer's DuckDB store, as it always was: ``analyzer/sql/<name>.sql`` on its tables."""
+
+    dialect = "duckdb"
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def _run(self, name: str, params: dict[str, Any], fill: dict[str, str] | None):
+        text = _fill(sql(name), fill)
+        used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", text)}  # DuckDB refuses unused names
+        return self.con.execute(text, used)
+
+    def rows(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> Result:
+        rel = self._run(name, params, fill)
+        return Result([d[0] for d in rel.description], rel.fetchall())
+
+    def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame:
+        return self._run(name, params, fill).fetchdf()
+
+
+@cache
+def clickhouse_sql(name: str) -> str:
+    """The text of ``analyzer/sql/clickhouse/<name>.sql``."""
+    return resources.files("analyzer").joinpath("sql", "clickhouse", f"{name}.sql").read_text()
+
+
+def _ch_value(v: Any) -> Any:
+    if isinstance(v, pd.Timestamp):
+        v = v.to_pydatetime()
+    if isinstance(v, datetime):
+        return (v if v.tzinfo else v.replace(tzinfo=UTC)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(v, timedelta):
+        return v.total_seconds()
+    if isinstance(v, list | tuple):
+        return [_ch_value(x) for x in v]
+    return v
+
+
+def _py(v: Any) -> Any:
+    if isinstance(v, pd.Timestamp):
+        return v.tz_localize(UTC).to_pydatetime() if v.tzinfo is None else v.tz_convert(UTC).to_pydatetime()
+    if isinstance(v, np.ndarray):
+        return [_py(x) for x in v.tolist()]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return None
+    return v
+
+
+class ClickHouseBackend:
+    """The Collector's ``otel_traces`` read in place: every statement derives the requests it needs from the spans
+    of its window (``SPAN_MARGIN`` around ``since`` / ``until``)."""
+
+    dialect = "clickhouse"
+
+    def __init__(self, con: Connection) -> None:
+        self.con = con
+
+    def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame:
+        text = _fill(clickhouse_sql(name), {**(fill or {}), "__requests__": clickhouse_sql("requests").strip()})
+        since, until = params.get("since"), params.get("until")
+        bound = {k: _ch_value(v) for k, v in params.items()}
+        bound.update(database=self.con.target.database, table=self.con.target.table,
+                     span_from=_ch_value(since - SPAN_MARGIN) if since is not None else None,
+                     span_to=_ch_value(until + SPAN_MARGIN) if until is not None else None)
+        df = self.con.query_df(text + _SETTINGS, bound)
+        for col in df.columns:  # times come back in UTC
+            if pd.api.types.is_datetime64_any_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
+                df[col] = df[col].dt.tz_localize(UTC)
+        return df
+
+    def rows(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> Result:
+        df = self.frame(name, params, fill)
+        return Result(list(df.columns), [tuple(_py(v) for v in row) for row in df.itertuples(index=False, name=None)])
+
+
+def backend(con: Backend | duckdb.DuckDBPyConnection) -> Backend:
+    """``con`` as a Backend: a DuckDB connection (what callers have always passed) is wrapped."""
+    return DuckDBBackend(con) if isinstance(con, duckdb.DuckDBPyConnection) else con
+
+
+def open_backend(db: str | Path, flag: str = "--db") -> Backend:
+    """What ``--db`` names, opened for reading: a ``clickhouse://`` URL or ``chdb:DIR`` (its table must exist), or
+    the analyzer's DuckDB file."""
+    if not is_clickhouse(db):
+        return DuckDBBackend(connect(db, read_only=True))
+    target = parse_target(str(db), flag)
+    con = connect_clickhouse(target, flag)
+    try:
+        found = con.query_df("SELECT count() AS n FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+                             {"d": target.database, "t": target.table})
+    except Exception as e:  # the server answered, but not to this (permissions, a proxy in the way)
+        raise ConfigError(flag, str(target), f"cannot read system.tables: {str(e).strip().splitlines()[0][:200]}"
+                          ) from None
+    if not int(found["n"].iloc[0]):
+        raise ConfigError(flag, str(target), f"no table {target.database}.{target.table} (the Collector's "
+                                             "clickhouseexporter creates it; docs/clickhouse.md)")
+    return ClickHouseBackend(con)
