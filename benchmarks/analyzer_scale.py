@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -65,6 +67,7 @@ SELECT s.* REPLACE (
 FROM {database:Identifier}.{seed:Identifier} AS s, (SELECT number AS k FROM numbers({first:UInt64}, {count:UInt64})) AS copies
 """
 
+SEGMENTS = ("gateway_s", "queue_s", "prefill_s", "decode_s", "send_s", "other_s")
 BATCH_COPIES = 8  # copies per INSERT: bounds each statement's memory
 
 
@@ -189,6 +192,12 @@ def rss_bytes(field: str = "VmRSS") -> int:
     return 0
 
 
+def _cpu() -> float:
+    """CPU seconds of this process, all threads: on a shared box, steadier than wall time."""
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
 def _mib(n: int) -> int:
     return round(n / 2**20)
 
@@ -209,10 +218,14 @@ def run_queries(con, releases_path: str, engine_bytes=None) -> dict:
     out, answers = {}, {}
     for name, step in steps.items():
         with Sampler(engine_bytes) as s:
-            t = time.perf_counter()
-            answers[name] = step()
-            seconds = time.perf_counter() - t
-        out[name] = {"seconds": round(seconds, 2), "peak_rss_mib": _mib(s.rss)}
+            t, cpu = time.perf_counter(), _cpu()
+            try:
+                answers[name] = step()
+            except Exception as e:  # noqa: BLE001 - a step this engine cannot run yet is reported, not fatal
+                out[name] = {"not_run": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
+                continue
+            seconds, cpu = time.perf_counter() - t, _cpu() - cpu
+        out[name] = {"seconds": round(seconds, 2), "cpu_s": round(cpu, 2), "peak_rss_mib": _mib(s.rss)}
         if engine_bytes is not None:
             out[name]["engine_peak_mib"] = _mib(s.engine)
     out["process_peak_rss_mib"] = _mib(rss_bytes("VmHWM"))
@@ -256,46 +269,91 @@ def growth(small: dict, large: dict) -> dict:
         if engine not in small or engine not in large:
             continue
         for step, fig in large[engine]["steps"].items():
-            if not isinstance(fig, dict):
+            before = small[engine]["steps"].get(step)
+            if not isinstance(fig, dict) or "seconds" not in fig or not isinstance(before, dict) or "seconds" not in before:
                 continue
-            a, b = small[engine]["steps"][step]["seconds"], fig["seconds"]
+            a, b = before["seconds"], fig["seconds"]
             out[f"{engine}.{step}"] = {"x_time": round(b / a, 1) if a else None,
                                        "exponent": round(math.log(b / a) / math.log(ratio), 2) if a and b else None}
     return out
 
 
-def measure(work: Path, seed: dict, spans: int, memory_limit: str, keep: bool = False) -> dict:
+def measure(work: Path, seed: dict, spans: int, memory_limit: str, fig: dict, keep: bool = False,
+            save=lambda: None) -> None:
+    """Build both stores for ``spans`` and time the queries on each, into ``fig``; ``save`` after every phase, so
+    a run cut short keeps what it measured."""
     copies = max(1, round(spans / seed["span_count"]))
     db = work / f"duckdb-{copies}.duckdb"
     db.unlink(missing_ok=True)
-    fig = {"spans": copies * seed["span_count"], "requests": copies * seed["requests"], "copies": copies}
+    fig.update(spans=copies * seed["span_count"], requests=copies * seed["requests"], copies=copies)
     fig["duckdb_build"] = child("build-duckdb", seed=seed, copies=copies, db=str(db), memory_limit=memory_limit)
     fig["duckdb_build"]["file_gib"] = round(db.stat().st_size / 2**30, 2)
+    save()
+    q = child("query-duckdb", db=str(db), releases=seed["releases"], memory_limit=memory_limit)
+    fig["duckdb"] = {"steps": q["steps"], "rows": q["rows"]}
+    fig["answers"] = {"duckdb": summarize(q["answers"])}
+    save()
+    if not keep:
+        db.unlink()
     ch = work / f"chdb-{copies}"
     shutil.rmtree(ch, ignore_errors=True)
     fig["clickhouse_build"] = child("build-clickhouse", seed=seed, copies=copies, path=str(ch),
                                     memory_limit=memory_limit)
-    q = child("query-duckdb", db=str(db), releases=seed["releases"], memory_limit=memory_limit)
-    fig["duckdb"] = {"steps": q["steps"], "rows": q["rows"]}
+    save()
     c = child("query-clickhouse", path=str(ch), releases=seed["releases"], memory_limit=memory_limit)
     fig["clickhouse"] = {"steps": c["steps"], "rows": c["rows"]}
-    fig["answers"] = {"duckdb": summarize(q["answers"]), "clickhouse": summarize(c["answers"])}
-    fig["engines_agree"] = fig["answers"]["duckdb"] == fig["answers"]["clickhouse"]
+    fig["answers"]["clickhouse"] = summarize(c["answers"])
+    fig["compared"] = sorted(set(fig["answers"]["duckdb"]) & set(fig["answers"]["clickhouse"]))
+    fig["disagreements"] = disagreements(fig["answers"]["duckdb"], fig["answers"]["clickhouse"])
+    save()
     if not keep:
-        db.unlink()
         shutil.rmtree(ch, ignore_errors=True)
-    return fig
+
+
+def _save(out: dict, path: Path | None) -> None:
+    if path is not None:
+        path.write_text(json.dumps(out, indent=2, default=str))
 
 
 def summarize(answers: dict) -> dict:
-    """What must agree between engines: segment means per group (to 1 us), change points, triage's verdict."""
-    segs = ("gateway_s", "queue_s", "prefill_s", "decode_s", "send_s", "other_s")
-    return {
-        "decompose": {f"{r['deployment']}/{r['tenant']}": [round(r[k], 6) for k in segs] for r in answers["decompose"]},
-        "regressions": sorted(f"{r['deployment']}/{r['tier']} {r['metric']} {r['direction']} @ {r['time']} "
-                              f"({r['release'] if r['blamed'] else 'unexplained'})" for r in answers["regressions"]),
-        "triage": {"regressed": answers["triage"]["regressed"], "verdict": answers["triage"]["verdict"]},
-    }
+    """What must agree between engines: segment means per group, change points, triage's verdict."""
+    out = {}
+    if "decompose" in answers:
+        out["decompose"] = {f"{r['deployment']}/{r['tenant']}": [r[k] for k in SEGMENTS] for r in answers["decompose"]}
+    if "regressions" in answers:
+        out["regressions"] = sorted(f"{r['deployment']}/{r['tier']} {r['metric']} {r['direction']} @ {r['time']} "
+                                    f"({r['release'] if r['blamed'] else 'unexplained'})" for r in answers["regressions"])
+    if "triage" in answers:
+        out["triage"] = {"regressed": answers["triage"]["regressed"], "verdict": answers["triage"]["verdict"]}
+    return out
+
+
+def disagreements(a: dict, b: dict) -> list[str]:
+    """Where two engines' summaries differ: segment means by more than 1 us, or anything else at all; steps
+    only one engine ran are not compared."""
+    out = []
+    for step in sorted(set(a) & set(b)):
+        if step != "decompose":
+            if a[step] != b[step]:
+                out.append(step)
+            continue
+        for group in sorted(set(a[step]) | set(b[step])):
+            x, y = a[step].get(group), b[step].get(group)
+            if x is None or y is None or any(u is None or v is None or abs(u - v) > 1e-6 for u, v in zip(x, y, strict=True)):
+                out.append(f"decompose {group}")
+    return out
+
+
+def machine() -> dict:
+    """What the figures were measured on: cores, CPU, memory, load when the run began, engine versions."""
+    import chdb
+    import duckdb
+
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    mem = Path("/proc/meminfo").read_text().split()[1] if Path("/proc/meminfo").exists() else "0"
+    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": round(int(mem) / 2**20), "load_average_1m": round(
+        os.getloadavg()[0], 1), "duckdb": duckdb.__version__, "chdb": chdb.__version__}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -314,12 +372,15 @@ def main(argv: list[str] | None = None) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     seed = seed_run(work)
-    out = {"seed": {"spans": seed["span_count"], "requests": seed["requests"],
-                    "seconds": round(time.perf_counter() - t, 1)}, "memory_limit": args.memory_limit, "runs": []}
+    out = {"machine": machine(), "seed": {"spans": seed["span_count"], "requests": seed["requests"],
+                                          "seconds": round(time.perf_counter() - t, 1)},
+           "memory_limit": args.memory_limit, "runs": []}
     if args.previous is not None:
         out["runs"] = json.loads(args.previous.read_text())["runs"]
     for n in args.spans:
-        out["runs"].append(measure(work, seed, n, args.memory_limit, args.keep))
+        fig: dict = {}
+        out["runs"].append(fig)
+        measure(work, seed, n, args.memory_limit, fig, args.keep, save=lambda: _save(out, args.json))
     runs = sorted(out["runs"], key=lambda r: r["spans"])
     out["growth"] = {f"{a['spans']}->{b['spans']}": growth(a, b) for a, b in zip(runs, runs[1:], strict=False)}
     if args.work is None and not args.keep:
