@@ -202,8 +202,9 @@ def _mib(n: int) -> int:
     return round(n / 2**20)
 
 
-def run_queries(con, releases_path: str, engine_bytes=None) -> dict:
-    """Time decompose, regressions and triage on ``con``; seconds, peak RSS and the answers to compare."""
+def run_queries(con, releases_path: str, engine_bytes=None, progress: str | None = None) -> dict:
+    """Time decompose, regressions and triage on ``con``; seconds, peak RSS and the answers to compare (each
+    step's figures also appended to ``progress`` as it ends, for a run cut short)."""
     from analyzer.decompose import decompose
     from analyzer.regressions import scan_regressions
     from analyzer.releases import load_releases
@@ -228,6 +229,9 @@ def run_queries(con, releases_path: str, engine_bytes=None) -> dict:
         out[name] = {"seconds": round(seconds, 2), "cpu_s": round(cpu, 2), "peak_rss_mib": _mib(s.rss)}
         if engine_bytes is not None:
             out[name]["engine_peak_mib"] = _mib(s.engine)
+        if progress:
+            with open(progress, "a") as f:
+                f.write(json.dumps({name: out[name]}) + "\n")
     out["process_peak_rss_mib"] = _mib(rss_bytes("VmHWM"))
     return {"steps": out, "answers": answers}
 
@@ -245,7 +249,7 @@ def _child(role: str, kw: dict) -> None:
         con = connect(kw["db"], read_only=True, threads=2, memory_limit=kw["memory_limit"])
         cur = con.cursor()
         res = run_queries(con, kw["releases"], lambda: cur.execute(
-            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0])
+            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0], kw["progress"])
         res["rows"] = con.execute("SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM segments)").fetchall()[0]
     elif role == "query-clickhouse":
         from analyzer.backend import ClickHouseBackend
@@ -253,7 +257,7 @@ def _child(role: str, kw: dict) -> None:
         con = clickhouse(kw["path"], kw["memory_limit"])
         where = {"database": con.target.database, "table": con.target.table}
         con.command("SYSTEM STOP MERGES {database:Identifier}.{table:Identifier}", where)  # parts as built, while timed
-        res = run_queries(ClickHouseBackend(con), kw["releases"])
+        res = run_queries(ClickHouseBackend(con), kw["releases"], progress=kw["progress"])
         res["rows"] = int(con.query_df("SELECT count() AS n FROM {database:Identifier}.{table:Identifier}",
                                        where)["n"].iloc[0])
     else:
@@ -289,7 +293,8 @@ def measure(work: Path, seed: dict, spans: int, memory_limit: str, fig: dict, ke
     fig["duckdb_build"] = child("build-duckdb", seed=seed, copies=copies, db=str(db), memory_limit=memory_limit)
     fig["duckdb_build"]["file_gib"] = round(db.stat().st_size / 2**30, 2)
     save()
-    q = child("query-duckdb", db=str(db), releases=seed["releases"], memory_limit=memory_limit)
+    q = child("query-duckdb", db=str(db), releases=seed["releases"], memory_limit=memory_limit,
+              progress=str(work / f"duckdb-{copies}.progress.jsonl"))
     fig["duckdb"] = {"steps": q["steps"], "rows": q["rows"]}
     fig["answers"] = {"duckdb": summarize(q["answers"])}
     save()
@@ -300,7 +305,8 @@ def measure(work: Path, seed: dict, spans: int, memory_limit: str, fig: dict, ke
     fig["clickhouse_build"] = child("build-clickhouse", seed=seed, copies=copies, path=str(ch),
                                     memory_limit=memory_limit)
     save()
-    c = child("query-clickhouse", path=str(ch), releases=seed["releases"], memory_limit=memory_limit)
+    c = child("query-clickhouse", path=str(ch), releases=seed["releases"], memory_limit=memory_limit,
+              progress=str(work / f"clickhouse-{copies}.progress.jsonl"))
     fig["clickhouse"] = {"steps": c["steps"], "rows": c["rows"]}
     fig["answers"]["clickhouse"] = summarize(c["answers"])
     fig["compared"] = sorted(set(fig["answers"]["duckdb"]) & set(fig["answers"]["clickhouse"]))
