@@ -28,7 +28,8 @@ from goodput.foundation.clickhouse import Connection, is_clickhouse, parse_targe
 from goodput.foundation.clickhouse import connect as connect_clickhouse
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result", "backend", "open_backend"]
+__all__ = ["SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result", "backend", "clickhouse_sql",
+           "interval_us", "open_backend"]
 
 # spans read around a window: a request's spans start up to this long before its arrival time (the gateway's) or
 # end after it; a request longer than this at the window's edge is read without its outer spans
@@ -125,7 +126,11 @@ class ClickHouseBackend:
         bound.update(database=self.con.target.database, table=self.con.target.table,
                      span_from=_ch_value(since - SPAN_MARGIN) if since is not None else None,
                      span_to=_ch_value(until + SPAN_MARGIN) if until is not None else None)
-        df = self.con.query_df(text + _SETTINGS, bound)
+        try:
+            df = self.con.query_df(text + _SETTINGS, bound)
+        except Exception as e:  # the server's answer (a version without a feature, a permission): one line
+            raise ConfigError("--db", str(self.con.target), f"ClickHouse refused clickhouse/{name}.sql: "
+                                                            f"{str(e).strip().splitlines()[0][:300]}") from None
         for col in df.columns:  # times come back in UTC
             if pd.api.types.is_datetime64_any_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
                 df[col] = df[col].dt.tz_localize(UTC)
@@ -134,6 +139,13 @@ class ClickHouseBackend:
     def rows(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> Result:
         df = self.frame(name, params, fill)
         return Result(list(df.columns), [tuple(_py(v) for v in row) for row in df.itertuples(index=False, name=None)])
+
+
+def interval_us(text: str) -> int:
+    """An interval as DuckDB reads it (``5 minutes``, ``300 seconds``, ``100 years``), in microseconds."""
+    with duckdb.connect() as con:
+        value = con.execute("SELECT CAST(? AS INTERVAL)", [text]).fetchall()[0][0]
+    return int(pd.to_timedelta(value) / pd.Timedelta(1, "us"))
 
 
 def backend(con: Backend | duckdb.DuckDBPyConnection) -> Backend:

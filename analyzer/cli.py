@@ -69,8 +69,13 @@ def _window_of(args: argparse.Namespace) -> tuple[datetime | None, datetime | No
 
 
 def _common(p: argparse.ArgumentParser, report: bool = True) -> None:
-    p.add_argument("--db", type=Path, required=True, metavar="FILE.duckdb", help="analyzer database")
-    if report:
+    if not report:
+        p.add_argument("--db", type=Path, required=True, metavar="FILE.duckdb", help="analyzer database")
+    else:  # a report reads the DuckDB file, or the spans where they are: ClickHouse's otel_traces (docs/clickhouse.md)
+        p.add_argument("--db", required=True, metavar="FILE.duckdb|clickhouse://HOST:PORT/DB|chdb:DIR",
+                       help="analyzer database, or the OpenTelemetry Collector's otel_traces table read in place: "
+                            "clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE[?table=otel_traces] (HTTP, 8123) or "
+                            "chdb:DIR[?database=otel&table=otel_traces] (ClickHouse in-process)")
         p.add_argument("--format", choices=FORMATS, default="table", help="table (default), json or csv")
         p.add_argument("--since", default=None, metavar="TIME", help="only requests arriving at or after (RFC 3339)")
         p.add_argument("--until", default=None, metavar="TIME", help="only requests arriving before (RFC 3339)")
@@ -171,13 +176,13 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _decompose(args: argparse.Namespace) -> int:
+    from analyzer.backend import open_backend
     from analyzer.decompose import decompose
     from analyzer.report import render
-    from analyzer.store import connect
 
     since, until = _window_of(args)
     percentiles = _percentiles("--percentiles", args.percentiles)
-    con = connect(args.db, read_only=True)
+    con = open_backend(args.db)
     by = [b.strip() for b in args.by.split(",") if b.strip()]
     d = decompose(con, by, since=since, until=until, percentiles=percentiles, bucket=args.bucket)
     rows = d.records()
@@ -202,17 +207,17 @@ def _window(args: argparse.Namespace) -> str:
 
 
 def _regressions(args: argparse.Namespace) -> int:
+    from analyzer.backend import open_backend
     from analyzer.regressions import scan_regressions
     from analyzer.releases import load_releases
     from analyzer.report import render
-    from analyzer.store import connect
 
     since, until = _window_of(args)
     window = _duration("--window", args.window)
     bucket = None if args.bucket == "auto" else f"{int(_duration('--bucket', args.bucket).total_seconds())} seconds"
     min_change = _fraction("--min-change", args.min_change)
     releases = load_releases(args.releases) if args.releases else []
-    con = connect(args.db, read_only=True)
+    con = open_backend(args.db)
     regs = scan_regressions(con, releases, bucket=bucket, window=window,
                             since=since, until=until, deployment=args.deployment, min_change=min_change)
     rows = [r.record() for r in regs.found]
@@ -229,14 +234,14 @@ def _regressions(args: argparse.Namespace) -> int:
 
 
 def _triage(args: argparse.Namespace) -> int:
+    from analyzer.backend import open_backend
     from analyzer.paging import pick_deployment
     from analyzer.releases import load_releases
-    from analyzer.store import connect
     from analyzer.triage import triage
 
     since, until = _window_of(args)
     releases = load_releases(args.releases) if args.releases else []
-    con = connect(args.db, read_only=True)
+    con = open_backend(args.db)
     in_flight = None
     if args.prometheus:
         from analyzer.completeness import prometheus_in_flight

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 import duckdb
 import pandas as pd
 
-from analyzer.store import sql
+from analyzer.backend import Backend, backend, interval_us
 from exporters.catalog import by_name
 from goodput.foundation.promapi import Client, PromError, Query, config_error
 
@@ -90,13 +90,13 @@ class Completeness:
                 "abandoned": self.abandoned, "oldest_age_s": self.oldest_age_s, "basis": self.basis, **iso}
 
 
-def completeness(con: duckdb.DuckDBPyConnection, deployment: str | None = None,
+def completeness(con: Backend | duckdb.DuckDBPyConnection, deployment: str | None = None,
                  prometheus: dict[str, float] | None = None) -> dict[str, Completeness]:
     """Per deployment; ``prometheus``: requests in flight by deployment as Prometheus counts them
     (``prometheus_in_flight``), used for deployments without early spans."""
     out = {}
-    for dep, done_ns, longest_s, n_open, oldest_ns, abandoned, early, newest_ns in con.execute(
-            sql("completeness"), {"deployment": deployment, "abandoned_s": ABANDONED_S}).fetchall():
+    for dep, done_ns, longest_s, n_open, oldest_ns, abandoned, early, newest_ns in backend(con).rows(
+            "completeness", {"deployment": deployment, "abandoned_s": ABANDONED_S}).rows:
         newest = _ts(newest_ns)
         if early:
             final = min(x for x in (_ts(oldest_ns), newest) if x is not None) if newest else None
@@ -125,12 +125,12 @@ def final_window(c: Completeness | None, until: datetime | None, width: timedelt
     return cut if until is None or cut < until else until
 
 
-def arrivals(con: duckdb.DuckDBPyConnection, bucket: str, *, since: datetime | None = None,
+def arrivals(con: Backend | duckdb.DuckDBPyConnection, bucket: str, *, since: datetime | None = None,
              until: datetime | None = None, deployment: str | None = None, tier: str | None = None,
              tenant: str | None = None):
     """Arrivals per bucket and deployment (a DataFrame: bucket, deployment, arrivals, in_flight)."""
-    return con.execute(sql("arrivals"), {"bucket": bucket, "since": since, "until": until, "deployment": deployment,
-                                         "tier": tier, "tenant": tenant}).fetchdf()
+    return backend(con).frame("arrivals", {"bucket": bucket, "bucket_us": interval_us(bucket), "since": since,
+                                           "until": until, "deployment": deployment, "tier": tier, "tenant": tenant})
 
 
 def prometheus_in_flight(url: str, flag: str = "--prometheus") -> dict[str, float]:
@@ -146,13 +146,13 @@ def prometheus_in_flight(url: str, flag: str = "--prometheus") -> dict[str, floa
     return {s.labels.get("deployment", ""): s.values[-1] for s in series}
 
 
-def arrival_count(con: duckdb.DuckDBPyConnection, deployment: str, since: datetime | None,
+def arrival_count(con: Backend | duckdb.DuckDBPyConnection, deployment: str, since: datetime | None,
                   until: datetime | None) -> int:
     """Requests of ``deployment`` that arrived in [since, until): finished or in flight."""
     return int(arrivals(con, "100 years", since=since, until=until, deployment=deployment)["arrivals"].sum())
 
 
-def verdict_window(con: duckdb.DuckDBPyConnection, deployment: str, until: datetime | None,
+def verdict_window(con: Backend | duckdb.DuckDBPyConnection, deployment: str, until: datetime | None,
                    prometheus: dict[str, float] | None = None) -> tuple[Completeness | None, datetime | None, str]:
     """What a verdict on ``deployment`` may read: its completeness, the end of the final part of the window, and
     one line saying what was left out ("" when nothing was)."""
@@ -173,7 +173,7 @@ def verdict_window(con: duckdb.DuckDBPyConnection, deployment: str, until: datet
     return c, cut, f"left out: the {n} requests that arrived from {cut:%H:%M} on, not final yet ({why})"
 
 
-def drop_incomplete(con: duckdb.DuckDBPyConnection, series: pd.DataFrame, width: timedelta,
+def drop_incomplete(con: Backend | duckdb.DuckDBPyConnection, series: pd.DataFrame, width: timedelta,
                     deployment: str | None = None) -> tuple[pd.DataFrame, dict[str, int]]:
     """``series`` (rows per deployment and ``bucket`` start) without the buckets that are not final, and how many
     buckets of each deployment were left out."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from analyzer.store import sql
+from analyzer.backend import Backend, backend
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 
@@ -26,9 +26,6 @@ __all__ = ["Pick", "Unreachable", "paging_alerts", "pick_deployment"]
 CONNECT_TIMEOUT_S = 2.0
 DEADLINE_S = 5.0  # the whole answer, connect to last byte
 MAX_BODY = 16 * 2**20
-_DEPLOYMENTS = "SELECT deployment, count(*) AS n FROM requests GROUP BY ALL ORDER BY n DESC, deployment"
-
-
 @dataclass(frozen=True)
 class Pick:
     deployment: str
@@ -66,7 +63,7 @@ def paging_alerts(url: str) -> list[tuple[str, str, str]]:
     return sorted(out, key=lambda x: (x[2], x[0], x[1]))
 
 
-def _attainment(con: duckdb.DuckDBPyConnection, slos: Path, since: datetime | None,
+def _attainment(con: Backend | duckdb.DuckDBPyConnection, slos: Path, since: datetime | None,
                 until: datetime | None) -> list[tuple[str, int, float]]:
     rows = load_mapping(slos, "a mapping with slos").get("slos") or []
     try:
@@ -76,13 +73,13 @@ def _attainment(con: duckdb.DuckDBPyConnection, slos: Path, since: datetime | No
         raise ConfigError(str(slos), "slos", "each SLO needs tier, route, ttft_seconds and tpot_seconds") from None
     if not rows:
         return []
-    return con.execute(sql("slo_attainment"), {**lists, "since": since, "until": until}).fetchall()
+    return backend(con).rows("slo_attainment", {**lists, "since": since, "until": until}).rows
 
 
-def pick_deployment(con: duckdb.DuckDBPyConnection, alertmanager: str | None, *, slos: Path,
+def pick_deployment(con: Backend | duckdb.DuckDBPyConnection, alertmanager: str | None, *, slos: Path,
                     since: datetime | None = None, until: datetime | None = None) -> Pick:
     """The deployment to triage and why (``ConfigError`` when the store holds no requests)."""
-    stored = [d for d, _ in con.execute(_DEPLOYMENTS).fetchall()]
+    stored = [d for d, _ in backend(con).rows("stored_deployments", {}).rows]
     if not stored:
         raise ConfigError("--db", "requests", "the store holds no requests to triage")
     why = []

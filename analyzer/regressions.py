@@ -26,6 +26,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from analyzer.backend import Backend, backend, interval_us
 from analyzer.changepoint import detect
 from analyzer.completeness import drop_incomplete
 from analyzer.releases import Release
@@ -139,12 +140,12 @@ def choose_bucket(groups: list[tuple[int, float]]) -> int:
     return fits[-1] if fits else NICE_BUCKETS_S[0]
 
 
-def find_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], **kw) -> list[Regression]:
+def find_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Release], **kw) -> list[Regression]:
     """The change points of ``scan_regressions``, most significant first."""
     return scan_regressions(con, releases, **kw).found
 
 
-def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str | None = None,
+def scan_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Release], *, bucket: str | None = None,
                      window: timedelta = timedelta(minutes=30), since: datetime | None = None,
                      until: datetime | None = None, deployment: str | None = None, t_min: float = 4.0,
                      min_change: float = 0.1) -> Scan:
@@ -153,10 +154,10 @@ def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *,
     where = {"since": since, "until": until, "deployment": deployment}
     chosen = bucket is None
     if chosen:
-        spans = con.execute(sql("series_span"), where).fetchall()
+        spans = backend(con).rows("series_span", where).rows
         bucket = f"{choose_bucket([(n, sec) for _dep, _tier, n, sec in spans])} seconds"
-    series = con.execute(sql("bucket_series"), {"bucket": bucket, **where}).fetchdf()
-    width = pd.to_timedelta(con.execute("SELECT CAST(? AS INTERVAL)", [bucket]).fetchall()[0][0])
+    width = pd.to_timedelta(interval_us(bucket), unit="us")
+    series = backend(con).frame("bucket_series", {"bucket": bucket, "bucket_us": interval_us(bucket), **where})
     series, left_out = drop_incomplete(con, series, width, deployment)  # only final buckets (analyzer/completeness.py)
     scan = Scan([], bucket_label(width.total_seconds()), min_change, t_min, chosen, left_out=left_out)
     if len(series):
@@ -186,8 +187,9 @@ def scan_regressions(con: duckdb.DuckDBPyConnection, releases: list[Release], *,
     if not found:
         return scan
     _attribute(con, found, releases, width, window)
-    for reg, before, after in found:
-        _evidence(con, reg, before, after, width)
+    shifts = _shifts(con, found, width)
+    for i, (reg, before, after) in enumerate(found):
+        _evidence(reg, before, after, shifts.get(i, []))
     out = [r for r, _, _ in found]
     scan.found = sorted(out, key=lambda r: -abs(math.log1p(r.change)) if r.change > -1 else 0)
     return scan
@@ -202,7 +204,7 @@ def _attribute(con, found, releases: list[Release], width, window: timedelta) ->
                        columns=["time", "deployment", "kind", "from_version", "to_version", "note"])
     if rel.empty:
         return
-    cur = con.cursor()
+    cur = duckdb.connect()  # the candidates are a join of two small frames here, whatever holds the spans
     cur.register("change_points", cps)
     cur.register("releases", rel.astype({"time": "datetime64[ns, UTC]"}))
     rows = cur.execute(sql("attribute_releases"), {"window": window}).fetchall()
@@ -216,7 +218,22 @@ def _pick(kinds: tuple[str, ...], candidates: list[tuple]) -> tuple | None:
     return next((c for c in candidates if c[1] in kinds), None)
 
 
-def _evidence(con, reg: Regression, before: pd.DataFrame, after: pd.DataFrame, width) -> None:
+def _shifts(con, found, width) -> dict[int, list[tuple]]:
+    """Per change point (its index in ``found``): (dim, value, before, after, buckets) of each tenant and route, the
+    median of their per-bucket p95 from up to 12 buckets before it to 12 after (one statement for all of them)."""
+    ends = [after["bucket"].max().to_pydatetime() + width for _, _, after in found]
+    res = backend(con).rows("tenant_route_shift", {
+        "ids": list(range(len(found))), "deployments": [r.deployment for r, _, _ in found],
+        "tiers": [r.tier for r, _, _ in found], "metrics": [r.metric for r, _, _ in found],
+        "ats": [r.time for r, _, _ in found], "starts": [b["bucket"].min().to_pydatetime() for _, b, _ in found],
+        "ends": ends, "bucket": width.to_pytimedelta()})
+    out: dict[int, list[tuple]] = {}
+    for cid, *row in res.rows:
+        out.setdefault(int(cid), []).append(tuple(row))
+    return out
+
+
+def _evidence(reg: Regression, before: pd.DataFrame, after: pd.DataFrame, shifts: list[tuple]) -> None:
     ev = reg.evidence
     # which segment moved (the metric itself for a segment series)
     if reg.metric in SEGMENTS_OF:
@@ -236,13 +253,8 @@ def _evidence(con, reg: Regression, before: pd.DataFrame, after: pd.DataFrame, w
     ev.update({"arrival_rate_change": _round(rate), "input_tokens_change": _round(inp), "output_tokens_change": _round(outp),
                "per_token_cost_change": _round(cost)})
     # which tenants and routes moved
-    start = before["bucket"].min().to_pydatetime()
-    end = after["bucket"].max().to_pydatetime() + width
-    rows = con.execute(sql("tenant_route_shift").replace("{metric}", reg.metric),
-                       {"deployment": reg.deployment, "tier": reg.tier, "at": reg.time, "start": start,
-                        "end": end, "bucket": width.to_pytimedelta()}).fetchall()
     moved = {"tenant": [], "route": []}
-    for dim, value, b, a, _n in rows:
+    for dim, value, b, a, _n in shifts:
         ch = _ratio(b, a)
         if np.isfinite(ch) and (ch >= min(0.5 * reg.change, 0.05) if reg.change > 0 else ch <= max(0.5 * reg.change, -0.05)):
             moved[dim].append((value, round(ch, 3)))

@@ -20,11 +20,11 @@ from datetime import datetime
 
 import duckdb
 
+from analyzer.backend import Backend, backend
 from analyzer.completeness import arrival_count, verdict_window
 from analyzer.decompose import decompose
 from analyzer.regressions import COST_CHANGE, LENGTH_SHIFT, find_regressions
 from analyzer.releases import Release
-from analyzer.store import sql
 from goodput.foundation.errors import ConfigError
 from simulator.config import SCALE_KIND
 
@@ -65,11 +65,11 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{round(x * 100):+d}%"  # round first: -0.1% is "+0%", never "-0%"
 
 
-def _span(con: duckdb.DuckDBPyConnection, deployment: str, since: datetime | None, until: datetime | None) -> tuple:
-    return con.execute(sql("deployment_span"), {"deployment": deployment, "since": since, "until": until}).fetchall()[0]
+def _span(con: Backend | duckdb.DuckDBPyConnection, deployment: str, since: datetime | None, until: datetime | None) -> tuple:
+    return backend(con).rows("deployment_span", {"deployment": deployment, "since": since, "until": until}).rows[0]
 
 
-def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
+def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
            until: datetime | None = None, releases: list[Release] | None = None,
            prometheus_in_flight: dict[str, float] | None = None) -> Triage:
     # --- completeness: every step reads only buckets whose requests have all finished (analyzer/completeness.py)
@@ -85,9 +85,8 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
         why = f" that are final ({comp.describe()})" if comp is not None and left_out else ""
         raise ConfigError("--deployment", deployment, f"no requests of this deployment in the window{why}")
     split = span[0] + (span[1] - span[0]) * 3 / 4
-    rel = con.execute(sql("triage"), {"deployment": deployment, "since": since, "until": until, "split": split})
-    cols = [d[0] for d in rel.description]
-    periods = {row[0]: dict(zip(cols, row, strict=True)) for row in rel.fetchall()}
+    rel = backend(con).rows("triage", {"deployment": deployment, "since": since, "until": until, "split": split})
+    periods = {row[0]: dict(zip(rel.columns, row, strict=True)) for row in rel.rows}
     now, before = periods.get("recent", {}), periods.get("before", {})
     t = Triage(deployment, facts={"recent_from": split.isoformat(), "recent": now, "before": before},
                completeness=comp.record() if comp else {}, left_out=left_out)
@@ -130,7 +129,7 @@ def triage(con: duckdb.DuckDBPyConnection, deployment: str, *, since: datetime |
         causes.append((1, f"KV cache exhausted: {pre:.3f} preemptions per request, {now.get('kv_rejections') or 0} "
                           "KV-capacity rejections"))
     # 4. routing and cache
-    reps = con.execute(sql("replicas"), {"deployment": deployment, "split": split, "until": until}).fetchall()
+    reps = backend(con).rows("replicas", {"deployment": deployment, "split": split, "until": until}).rows
     waits = [q for _, _, q in reps if q is not None]
     imbalance = (max(waits) / max(min(waits), 1e-3)) if len(waits) > 1 else 1.0
     hit = _chg(before.get("cache_hit_ratio"), now.get("cache_hit_ratio"))
@@ -204,10 +203,9 @@ def _release_evidence(con, deployment: str, releases: list[Release], since, unti
     for r in releases:
         if r.kind == SCALE_KIND or r.deployment not in (deployment, "*") or not span[0] < r.time <= span[1]:
             continue
-        res = con.execute(sql("release_evidence"), {"deployment": deployment, "at": r.time, "before_s": BEFORE_S,
-                                                    "since": since, "until": until})
-        cols = [c[0] for c in res.description]
-        sides = {row[0]: dict(zip(cols, row, strict=True)) for row in res.fetchall()}
+        res = backend(con).rows("release_evidence", {"deployment": deployment, "at": r.time, "before_s": BEFORE_S,
+                                                     "since": since, "until": until})
+        sides = {row[0]: dict(zip(res.columns, row, strict=True)) for row in res.rows}
         if any(sides.get(p, {}).get("ok", 0) < MIN_OK for p in ("before", "after")):
             continue
         moved = {}

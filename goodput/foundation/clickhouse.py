@@ -11,6 +11,7 @@ chDB runs one embedded server per process, with one directory: a second director
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -123,13 +124,16 @@ class _Server:
         from clickhouse_connect.driver.exceptions import ClickHouseError
 
         self.target = target
-        self._errors = (ClickHouseError, OSError)
+        log = logging.getLogger("clickhouse_connect")
+        level, log.level = log.level, logging.CRITICAL  # its own error line would make two; ours says it all
         try:
             self._client = clickhouse_connect.get_client(
                 host=target.host, port=target.port, username=target.user, password=target.password,
                 database=target.database, secure=target.secure, connect_timeout=5, send_receive_timeout=300)
-        except self._errors as e:
+        except (ClickHouseError, OSError) as e:
             raise ConfigError(flag, str(target), f"cannot connect: {_first_line(e)}") from None
+        finally:
+            log.setLevel(level)
 
     def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
         self._client.command(sql, parameters=params or None)

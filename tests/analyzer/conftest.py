@@ -1,7 +1,12 @@
 import pytest
 
+from analyzer.backend import ClickHouseBackend
 from analyzer.ingest import ingest
 from analyzer.store import connect
+from exporters.otel_traces import TableSpec, create_table, insert_spans
+from exporters.otlp import decode_json
+from goodput.foundation.clickhouse import connect as connect_clickhouse
+from goodput.foundation.clickhouse import parse_target
 from simulator.config import load_fleet, parse_fleet
 from simulator.run import simulate, write_outputs
 from tests.conftest import REPO, fleet_data, stress_pool
@@ -32,3 +37,38 @@ def healthy_run(tmp_path_factory):
     ingest(con, [out / "requests.parquet"])
     con.close()
     return out
+
+
+def clickhouse_of(chdb, run, database: str) -> ClickHouseBackend:
+    """The run's OTLP spans (the same requests its DuckDB store holds) in an otel_traces table made by the Collector's
+    DDL, as its clickhouseexporter writes them: the analyzer reads them there in place."""
+    spec = TableSpec(database=database)
+    create_table(chdb, spec)
+    with open(run / "spans.otlp.jsonl") as f:
+        insert_spans(chdb, (span for line in f for span in decode_json(line)), spec)
+    return ClickHouseBackend(connect_clickhouse(parse_target(f"chdb:{chdb.target.path}?database={database}")))
+
+
+@pytest.fixture(scope="session")
+def regression_clickhouse(regression_run, chdb):
+    return clickhouse_of(chdb, regression_run, "regression")
+
+
+@pytest.fixture(scope="session")
+def healthy_clickhouse(healthy_run, chdb):
+    return clickhouse_of(chdb, healthy_run, "healthy")
+
+
+@pytest.fixture(params=["duckdb", "clickhouse"])
+def regression_store(request, regression_run):
+    """The regression run's store: its DuckDB file, or its spans read in place in ClickHouse (chDB)."""
+    if request.param == "clickhouse":
+        return request.getfixturevalue("regression_clickhouse")
+    return connect(regression_run / "db.duckdb", read_only=True)
+
+
+@pytest.fixture(params=["duckdb", "clickhouse"])
+def healthy_store(request, healthy_run):
+    if request.param == "clickhouse":
+        return request.getfixturevalue("healthy_clickhouse")
+    return connect(healthy_run / "db.duckdb", read_only=True)

@@ -33,9 +33,9 @@ def test_change_points_on_hand_made_series():
     assert detect(np.array([1.0, 2.0, 3.0])) == []
 
 
-def test_decomposition_percentiles_match_numpy(regression_run):
-    con = connect(regression_run / "db.duckdb", read_only=True)
-    d = decompose(con, ["deployment", "tier"], percentiles=[0.5, 0.99]).records()
+def test_decomposition_percentiles_match_numpy(regression_run, regression_store):
+    con = connect(regression_run / "db.duckdb", read_only=True)  # the ground truth: the simulator's own requests
+    d = decompose(regression_store, ["deployment", "tier"], percentiles=[0.5, 0.99]).records()
     rag = next(r for r in d if r["deployment"] == "rag")
     e2e = np.array([x for (x,) in con.execute("SELECT e2e_s FROM requests WHERE deployment = 'rag' AND outcome = 'ok'")
                     .fetchall()])
@@ -49,15 +49,14 @@ def test_decomposition_percentiles_match_numpy(regression_run):
     chat = next(r for r in d if r["deployment"] == "chat")
     assert chat["e2e_p99_top_segment"] == "queue"  # the burst's queue dominates chat's tail
     assert rag["ttft_p99_top_segment"] == "prefill"
-    burst = decompose(con, ["deployment"], since=at(9, 32), until=at(9, 40)).records()
+    burst = decompose(regression_store, ["deployment"], since=at(9, 32), until=at(9, 40)).records()
     assert next(r for r in burst if r["deployment"] == "chat")["e2e_p95_top_segment"] == "queue"
     with pytest.raises(ConfigError, match="unknown dimension"):
-        decompose(con, ["deployment; DROP TABLE requests"])
+        decompose(regression_store, ["deployment; DROP TABLE requests"])
 
 
-def test_injected_regressions_are_found_and_attributed(regression_run):
-    con = connect(regression_run / "db.duckdb", read_only=True)
-    regs = find_regressions(con, load_releases(regression_run / "releases.yaml"))
+def test_injected_regressions_are_found_and_attributed(regression_run, regression_store):
+    regs = find_regressions(regression_store, load_releases(regression_run / "releases.yaml"))
     blamed = [r for r in regs if r.blamed]
     rag = [r for r in blamed if r.deployment == "rag" and r.metric in ("ttft_s", "prefill_s")]
     assert rag and all(r.release == "prompt_template rag-v1 -> rag-v2" and r.segment == "prefill" for r in rag)
@@ -74,20 +73,18 @@ def test_injected_regressions_are_found_and_attributed(regression_run):
     assert not any(r.blamed and r.deployment == "chat" and r.time < at(9, 55) for r in regs)
 
 
-def test_without_releases_nothing_is_blamed(regression_run):
-    con = connect(regression_run / "db.duckdb", read_only=True)
-    regs = find_regressions(con, [])
+def test_without_releases_nothing_is_blamed(regression_store):
+    regs = find_regressions(regression_store, [])
     assert regs and not any(r.blamed for r in regs)
 
 
-def test_triage_names_the_release(regression_run):
-    con = connect(regression_run / "db.duckdb", read_only=True)
-    t = triage(con, "rag", releases=load_releases(regression_run / "releases.yaml"))
+def test_triage_names_the_release(regression_run, regression_store):
+    t = triage(regression_store, "rag", releases=load_releases(regression_run / "releases.yaml"))
     assert [s for s, _ in t.steps] == ["0. in flight", "1. latency split", "2. workload", "3. KV cache", "4. routing and cache",
                                        "5. releases"]
     assert "prompt_template rag-v1 -> rag-v2" in t.verdict
     with pytest.raises(ConfigError, match="no requests"):
-        triage(con, "nope")
+        triage(regression_store, "nope")
 
 
 def _cli(*args):
@@ -120,15 +117,17 @@ def test_releases_files(tmp_path):
         load_releases(c)
 
 
-def test_triage_of_a_healthy_run_names_no_cause(healthy_run):
-    con = connect(healthy_run / "db.duckdb", read_only=True)
-    t = triage(con, "chat")
+def test_triage_of_a_healthy_run_names_no_cause(healthy_run, healthy_store):
+    t = triage(healthy_store, "chat")
     assert not t.regressed and t.verdict.startswith("no regression")
     assert "checked latency split, workload, KV cache, routing and cache, releases" in t.verdict
     assert len(t.steps) == 6 and abs(t.facts["e2e_p95_change"]) < 0.1 and not t.left_out
     e2e, ttft = (f"{round(t.facts[k] * 100):+d}%" for k in ("e2e_p95_change", "ttft_p95_change"))
     assert f"recent p95 E2E {e2e}, TTFT {ttft} against" in t.verdict
     assert "0.035" in t.steps[3][1]  # it preempts steadily: not a regression, so not a cause
+
+
+def test_the_cli_says_a_healthy_run_did_not_regress(healthy_run):
     r = _cli("triage", "--db", str(healthy_run / "db.duckdb"), "--deployment", "chat")
     assert r.returncode == 0 and "no regression" in r.stdout and "most likely" not in r.stdout
     assert "-0.000" not in r.stdout

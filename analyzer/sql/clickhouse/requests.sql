@@ -25,7 +25,7 @@ spans AS (
     FROM {database:Identifier}.{table:Identifier}
     WHERE ({span_from:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp >= {span_from:Nullable(DateTime64(9, 'UTC'))})
       AND ({span_to:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp < {span_to:Nullable(DateTime64(9, 'UTC'))})
-), engine AS (   -- engine calls, one row per (trace, span) however often the span was exported
+), engine AS MATERIALIZED (   -- engine calls, one row per (trace, span) however often the span was exported
     SELECT trace_id, span_id, parent_span_id, name, server, start_ns, end_ns, error,
         coalesce(nullIf(a['llm.deployment'], ''), nullIf(res['llm.deployment'], ''), nullIf(service, '')) AS deployment,
         coalesce(nullIf(a['llm.request_id'], ''), nullIf(a['gen_ai.request.id'], ''), span_id) AS request_id,
@@ -46,7 +46,7 @@ spans AS (
     LIMIT 1 BY trace_id, span_id
 ), usable AS (
     SELECT * FROM engine WHERE end_ns >= start_ns AND start_ns > 0 AND deployment IS NOT NULL
-), kids AS (   -- goodput's segment spans, folded per parent
+), kids AS MATERIALIZED (   -- goodput's segment spans, folded per parent
     SELECT trace_id, parent_span_id AS span_id,
         minIfOrNull(start_ns, name = 'llm.gateway') AS gateway_start, maxIfOrNull(end_ns, name = 'llm.gateway') AS gateway_end,
         minIfOrNull(start_ns, name = 'llm.queue') AS queue_start, maxIfOrNull(end_ns, name = 'llm.queue') AS queue_end,
@@ -68,13 +68,13 @@ spans AS (
       AND deployment IS NOT NULL AND (trace_id, span_id) NOT IN (SELECT trace_id, span_id FROM roots)
 ), admission_spans AS (
     SELECT DISTINCT deployment FROM kids WHERE deployment IS NOT NULL
-), calls AS (   -- with --span-format both a request shows twice (llm.request and llm_request): llm.request kept
+), calls AS MATERIALIZED (   -- with --span-format both a request shows twice (llm.request and llm_request): llm.request kept
     SELECT * FROM usable
     WHERE NOT (name = 'llm_request' AND (trace_id, request_id) IN (
         SELECT trace_id, request_id FROM usable WHERE name = 'llm.request'))
 ), nested AS (   -- traces where a call has a parent: only these have a lineage to walk
     SELECT DISTINCT trace_id FROM calls WHERE parent_span_id <> ''
-), nodes AS (
+), nodes AS MATERIALIZED (
     SELECT trace_id, span_id, any(parent_span_id) AS parent_span_id, any(server) AS server, any(start_ns) AS start_ns,
         any(end_ns) AS end_ns, any(tenant) AS tenant, any(tier) AS tier, any(route) AS route, any(scene) AS scene,
         any(model) AS model, any(a_input) AS a_input, any(a_output) AS a_output
