@@ -7,6 +7,7 @@ import argparse
 
 from benchmarks import (
     analyzer,
+    analyzer_scale,
     cli_startup,
     console,
     exporters,
@@ -19,6 +20,7 @@ from benchmarks import (
 )
 
 BENCHMARKS = {"sim_speed": sim_speed.main, "exporters": exporters.main, "analyzer": analyzer.main,
+              "analyzer_scale": analyzer_scale.main,
               "fleet_server": fleet_server.main, "cli_startup": cli_startup.main, "loadtest_client": loadtest_client.main,
               "loadtest_sweep": loadtest_sweep.main, "plan": plan.main, "review": review.main, "console": console.main}
 
