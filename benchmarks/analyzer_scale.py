@@ -387,8 +387,9 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spans", type=int, nargs="+", default=[10_000_000, 100_000_000],
-                   help="span counts to measure, in order (rounded to whole copies of the simulated run)")
+    p.add_argument("--spans", type=int, nargs="+", default=[1_000_000, 10_000_000],
+                   help="span counts to measure, in order (rounded to whole copies of the simulated run; default "
+                        "1M and 10M, minutes as part of `make bench`; the figures in docs/analyzer.md add 100M, hours)")
     p.add_argument("--memory-limit", default="4GB", help="each engine's memory cap (DuckDB memory_limit, "
                    "ClickHouse max_memory_usage)")
     p.add_argument("--previous", type=Path, default=None, help="figures (--json) of an earlier run at a smaller N, "
