@@ -821,3 +821,36 @@ def test_admission_decisions_a_sender_invents_are_bounded():
     buckets = {s.labels["le"]: s.value for s in fams["llm_gateway_admission_wait_seconds"].samples
                if s.name.endswith("_bucket")}
     assert buckets["0.25"] == 0 and buckets["0.3"] == len(spans)
+
+
+def test_queued_and_deferred_decisions_are_counted_from_gateway_spans_that_end_before_their_roots():
+    """A gateway that holds P0 in its queue and defers P2 behind it; spans ingested as they end (the live shape,
+    each ``llm.gateway`` span long before its root): each request's decision is counted once, at its gateway span,
+    and the wait there lands in the histogram as the table has it."""
+    dep = copy.deepcopy(BASE_DEPLOYMENT)
+    dep["replicas"] = 1
+    p2 = {**copy.deepcopy(BASE_WORKLOAD), "name": "batch", "tier": "P2",
+          "arrival": {"process": "batch", "batches": [{"at": 5, "count": 200}]}}
+    wl = copy.deepcopy(BASE_WORKLOAD)
+    wl["arrival"] = {"process": "poisson", "rate": 12.0}
+    gateway = {"max_in_flight_per_replica": 8, "tiers": {"P2": {"max_share": 0.25}}}
+    table = simulate(make_fleet(deployments=[dep], workloads=[wl, p2], gateway=gateway), 30.0).table
+    expected: dict[tuple[str, str], int] = {}
+    for tier, decision in zip(table.tier, table.admission, strict=True):
+        expected[(tier, decision)] = expected.get((tier, decision), 0) + 1
+    assert {"queued", "deferred"} <= {d for _, d in expected}
+    spans = sorted((s for doc in span_documents(table) for s in decode_json(doc)),
+                   key=lambda s: (s.end_ns, s.parent_span_id == ""))
+    m = RequestMetrics()
+    for i in range(0, len(spans), 64):
+        m.ingest(spans[i:i + 64])
+    fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+    counted: dict[tuple[str, str], float] = {}
+    for s in fams["llm_gateway_admissions"].samples:
+        key = (s.labels["tier"], s.labels["decision"])
+        counted[key] = counted.get(key, 0) + s.value
+    assert counted == expected
+    waits = [w for w in table.gateway_wait_s if w is not None]
+    assert _sample(fams, "llm_gateway_admission_wait_seconds", "llm_gateway_admission_wait_seconds_count") == len(waits)
+    assert math.isclose(_sample(fams, "llm_gateway_admission_wait_seconds", "llm_gateway_admission_wait_seconds_sum"),
+                        sum(waits), rel_tol=1e-6)
