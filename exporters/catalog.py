@@ -81,7 +81,13 @@ ENGINE = (
 C, H = GATEWAY_COUNTER_LABELS, GATEWAY_HIST_LABELS
 GATEWAY = (
     _m("llm_gateway_requests_total", "counter", "", "Requests by outcome.", C + ("outcome",)),
-    _m("llm_gateway_rejections_total", "counter", "", "Rejected requests by reason.", C + ("reason",)),
+    _m("llm_gateway_rejections_total", "counter", "",
+       "Rejected requests by reason: the engine's (queue_full, queue_timeout, kv_capacity, context_too_long, ...) and "
+       "the gateway's, as its llm.reject_reason says (rate_limit, tpm_limit, concurrency_limit, budget_exhausted).",
+       C + ("reason",)),
+    _m("llm_gateway_admissions_total", "counter", "",
+       "The gateway's admission decisions (llm.admission of the llm.gateway span: admitted, queued, deferred, "
+       "rejected), counted once per request when its llm.gateway span arrives.", C + ("decision",)),
     _m("llm_gateway_input_tokens_total", "counter", "", "Input tokens per tenant.", C),
     _m("llm_gateway_output_tokens_total", "counter", "", "Output tokens per tenant.", C),
     _m("llm_gateway_requests_arrived_total", "counter", "",
@@ -94,6 +100,9 @@ GATEWAY = (
        "Requests whose time to first token exceeded le, counted once per bound as soon as known: while still "
        "queued, at scheduling, or at completion; one refused, timed out or failed before its first token misses "
        "every bound. Over llm_gateway_requests_arrived_total it is the TTFT SLI.", H + ("le",)),
+    _m("llm_gateway_admission_wait_seconds", "histogram", "seconds",
+       "Time a request waited at the gateway (its tier queue) before it was sent on or refused (llm.gateway_wait_s).",
+       H, GATEWAY_BUCKETS),
     _m("llm_gateway_queue_wait_seconds", "histogram", "seconds",
        "Time from admission to engine scheduling, observed at scheduling (when the llm.queue span arrives).", H,
        GATEWAY_BUCKETS),

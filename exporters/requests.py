@@ -12,6 +12,11 @@ the queue wait at scheduling; the root, when it comes, lands it. A request witho
 ``llm_request``, or all spans at once) arrives, schedules and lands with its root, so each is counted once.
 Arrival rate and queue wait thus lead the completions during an overload instead of trailing them by the backlog.
 
+A gateway span that carries the gateway's decision (``llm.admission``: admitted, queued, deferred, rejected) counts
+it once per request in ``llm_gateway_admissions_total``, and its ``llm.gateway_wait_s`` (the time held in a tier
+queue) is observed into ``llm_gateway_admission_wait_seconds``; a refused request's reason, the gateway's or the
+engine's, is its root's ``llm.reject_reason`` as sent, in ``llm_gateway_rejections_total``.
+
 Each admitted request's input tokens and each completed one's output tokens are also observed into per-request
 token histograms (the catalog's ``TOKEN_BUCKETS``), the token mix measured demand reads from Prometheus.
 
@@ -53,8 +58,9 @@ DECODE_WAIT_S = 10.0  # a payload that finds no decode slot this long is answere
 ROOTS = ("llm.request", "llm_request")
 MAX_LABEL_CHARS = 128
 TIERS = frozenset({"P0", "P1", "P2"})
-LABEL_LIMITS = {"model": 256, "deployment": 1_000, "tenant": 10_000, "route": 256}
-HIST = {"queue": "llm_gateway_queue_wait_seconds", "ttft": "llm_gateway_time_to_first_token_seconds",
+LABEL_LIMITS = {"model": 256, "deployment": 1_000, "tenant": 10_000, "route": 256, "reason": 64, "decision": 16}
+HIST = {"admission": "llm_gateway_admission_wait_seconds", "queue": "llm_gateway_queue_wait_seconds",
+        "ttft": "llm_gateway_time_to_first_token_seconds",
         "tpot": "llm_gateway_time_per_output_token_seconds", "e2e": "llm_gateway_e2e_latency_seconds"}
 TOKEN_HIST = {"input": "llm_gateway_request_input_tokens", "output": "llm_gateway_request_output_tokens"}
 
@@ -118,6 +124,7 @@ class RequestMetrics:
         self.buckets = buckets
         self.requests: dict[tuple, float] = defaultdict(float)  # (model, dep, tenant, tier, route, outcome)
         self.rejections: dict[tuple, float] = defaultdict(float)  # (..., reason)
+        self.admissions: dict[tuple, float] = defaultdict(float)  # (..., decision)
         self.tokens_in: dict[tuple, float] = defaultdict(float)
         self.tokens_out: dict[tuple, float] = defaultdict(float)
         self.traffic: dict[str, float] = defaultdict(float)
@@ -200,6 +207,15 @@ class RequestMetrics:
         self.arrived[key] += 1
         self.traffic[key[2]] += 1  # ranked by arrivals, so a tenant's series never moves into "other" and back
 
+    def _admit(self, gateway: Span, key: tuple[str, str, str, str, str]) -> None:
+        """The gateway's decision on request ``key`` and the time it held it, where its span carries them."""
+        a = gateway.attributes
+        decision = a.get("llm.admission")
+        if decision is None:
+            return
+        self.admissions[key + (self.bounded["decision"](str(decision)),)] += 1
+        _observe(self._hists(key[1], key[3], key[4])["admission"], _num(a, "llm.gateway_wait_s"))
+
     def _early(self, s: Span) -> None:
         """A segment span that arrived before its root: the gateway's admits the request (counted once, in flight,
         queued), the queue's schedules it (its queue wait observed now). A gateway span without the request's
@@ -208,6 +224,7 @@ class RequestMetrics:
         if s.name == "llm.gateway" and flight is None and "llm.deployment" in s.attributes:
             key = self._labels(s)
             self._arrive(key)
+            self._admit(s, key)
             flight = self.flights[s.trace_id] = _Flight(key[1:2] + key[3:], s.start_ns)
             self.in_flight[flight.hist_key] += 1
             if "llm.queue" not in self.children.get(s.trace_id, {}):
@@ -261,13 +278,15 @@ class RequestMetrics:
         flight = self.flights.pop(root.trace_id, None)
         if flight is None:  # no early gateway span: it arrives now (the vLLM shape, or all spans at once)
             self._arrive(key)
+            if "llm.gateway" in kids:
+                self._admit(kids["llm.gateway"], key)
         else:
             self._land(root.trace_id, flight)
         outcome = str(a.get("llm.outcome") or ("error" if root.status_code == 2 else "ok"))
         self.requests[key + (outcome,)] += 1
         if outcome in ("rejected", "timeout"):
             reason = str(a.get("llm.reject_reason") or ("queue_timeout" if outcome == "timeout" else "overloaded"))
-            self.rejections[key + (reason,)] += 1
+            self.rejections[key + (self.bounded["reason"](reason),)] += 1
         tin = _num(a, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
         tout = _num(a, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
         self.tokens_in[key] += tin or 0.0
@@ -328,6 +347,7 @@ class RequestMetrics:
 
             for name, series, extra in (("llm_gateway_requests_total", self.requests, "outcome"),
                                         ("llm_gateway_rejections_total", self.rejections, "reason"),
+                                        ("llm_gateway_admissions_total", self.admissions, "decision"),
                                         ("llm_gateway_requests_arrived_total", self.arrived, None),
                                         ("llm_gateway_input_tokens_total", self.tokens_in, None),
                                         ("llm_gateway_output_tokens_total", self.tokens_out, None)):

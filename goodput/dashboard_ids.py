@@ -45,6 +45,7 @@ DEPLOYMENT_QUEUE_WAIT = 1
 DEPLOYMENT_TTFT = 2
 DEPLOYMENT_KV_FAILURES = 7
 DEPLOYMENT_ENGINES_UP = 11
+TENANTS_QUOTA_REJECTIONS = 9
 GPUS_LOST = 1
 GPUS_XID = 6
 
@@ -59,6 +60,7 @@ ALERT_PANELS: dict[str, tuple[Board, int, tuple[str, ...]]] = {
     "LLMExporterDown": (FLEET, FLEET_EXPORTERS_UP, ()),
     "LLMGPULost": (GPUS, GPUS_LOST, ("deployment",)),
     "LLMGPUXidErrors": (GPUS, GPUS_XID, ("deployment",)),
+    "LLMTenantAtQuota": (TENANTS, TENANTS_QUOTA_REJECTIONS, ("deployment", "tenant")),
     "Watchdog": (FLEET, FLEET_FIRING_ALERTS, ()),
 }
 

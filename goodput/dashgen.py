@@ -29,7 +29,7 @@ from exporters.catalog import GATEWAY_BUCKETS, by_name, names
 from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput import dashboard_ids as ids
 from goodput.placeholders import Knob, fill, mark, params
-from goodput.rulegen import BURN_WINDOWS, RULE_FILES, Spec, knobs
+from goodput.rulegen import BURN_WINDOWS, QUOTA_REJECTIONS, RULE_FILES, Spec, knobs
 from goodput.rulegen import build as build_rules
 
 __all__ = ["KNOBS", "PROMETHEUS_BUILTINS", "RELEASE_RULE", "Names", "Panel", "Query", "build", "release_rules", "templates",
@@ -236,6 +236,11 @@ def _tenants(n: Names) -> list[Panel]:
               + QUANTILE_NOTE, "s",
               (Query(_quantile(0.95, n.m("llm_gateway_e2e_latency_seconds"), "tier, route", h),
                      "{{tier}} {{route}}"),)),
+        Panel(ids.TENANTS_QUOTA_REJECTIONS, "Quota rejections per tenant", "Share of each tenant's requests the "
+              "gateway refused for the tenant's own limits (rate, tokens per minute, concurrency, token budget) over 5 "
+              "minutes; LLMTenantAtQuota opens a ticket when it stays over the least rejection share while P0 meets "
+              "its SLO.", "percentunit",
+              (Query(f"{n.r(QUOTA_REJECTIONS)}{_sel('deployment', 'tenant')}", "{{tenant}} {{deployment}}"),)),
     ]
 
 

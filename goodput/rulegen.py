@@ -42,7 +42,7 @@ __all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "dump", "knobs", "load_spec"
 TIERS = ("P0", "P1", "P2")
 ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
           "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow", "LLMEngineDown", "LLMExporterDown", "LLMGPULost",
-          "LLMGPUXidErrors", "Watchdog")
+          "LLMGPUXidErrors", "LLMTenantAtQuota", "Watchdog")
 # alerts about a deployment's queue and latency, silenced while its engine or GPU is down
 SYMPTOMS = ("LLMQueueWaitRisingReplicasShort", "LLMTTFTSLOBreachWithRejects", "LLMKVCacheAllocationFailures",
             "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow")
@@ -58,6 +58,9 @@ BURN_WINDOWS = (
 )
 PAGE_RESET = "5m"
 SLIS = {"ttft": "llm_gateway_time_to_first_token_seconds", "tpot": "llm_gateway_time_per_output_token_seconds"}
+# the gateway's refusals for a tenant's own limits (simulator/admission.py QUOTA_REASONS, as the spans carry them)
+QUOTA_REASONS = ("budget_exhausted", "concurrency_limit", "rate_limit", "tpm_limit")
+QUOTA_REJECTIONS = "deployment_tenant:llm_gateway_quota_rejections:ratio_rate5m"
 MISSED, ARRIVED = by_name("llm_gateway_ttft_missed_total").name, by_name("llm_gateway_requests_arrived_total").name
 
 
@@ -280,6 +283,11 @@ def _llm_rules(b: _Builder) -> dict:
         b.record("deployment_tier:llm_gateway_rejections:ratio_rate5m",
                  "sum by (deployment, tier) (rate(llm_gateway_rejections_total[5m]))\n"
                  "/ on (deployment, tier)\ndeployment_tier:llm_gateway_requests:rate5m"),
+        # a tenant's requests its own quotas refused: at its quota, whatever the fleet's load
+        b.record(QUOTA_REJECTIONS,
+                 "sum by (deployment, tenant) (rate(llm_gateway_rejections_total"
+                 f'{{reason=~"{"|".join(QUOTA_REASONS)}"}}[5m]))\n'
+                 "/ on (deployment, tenant)\nsum by (deployment, tenant) (rate(llm_gateway_requests_total[5m]))"),
         b.record("deployment_tier:llm_gateway_timeouts:ratio_rate5m",
                  'sum by (deployment, tier) (rate(llm_gateway_requests_total{outcome="timeout"}[5m]))\n'
                  "/ on (deployment, tier)\ndeployment_tier:llm_gateway_requests:rate5m"),
@@ -437,6 +445,19 @@ def _alert_rules(b: _Builder) -> dict:
             "5m", "page", "P99 TTFT is over the SLO while the rejection rate grows.",
             "{{ $labels.deployment }} tier {{ $labels.tier }} route {{ $labels.route }}: P99 TTFT "
             "{{ $value | humanizeDuration }} is over the SLO threshold and rejections are rising."),
+        b.alert(
+            "LLMTenantAtQuota",
+            # P0 missing its SLO is a page of its own (LLMSLOBurnRateFast, LLMTTFTSLOBreachWithRejects); while P0
+            # meets it, a tenant refused by its own quota is a conversation about the quota, not an outage
+            f"{QUOTA_REJECTIONS} > {mark('rejectionRatioMin')}\nunless on (deployment)\n(\n"
+            '  deployment_tier_route:llm_slo_ttft:attainment_5m{tier="P0"}\n    < on (tier, route) group_left\n'
+            "  tier_route:llm_slo_objective:config\n  or\n"
+            '  deployment_tier_route:llm_slo_tpot:attainment_5m{tier="P0"}\n    < on (tier, route) group_left\n'
+            "  tier_route:llm_slo_objective:config\n)",
+            "15m", "ticket", "A tenant is held at its quota while P0 meets its SLO.",
+            "Tenant {{ $labels.tenant }} on {{ $labels.deployment }}: {{ $value | humanizePercentage }} of its "
+            "requests are refused by its own quota (rate, tokens per minute, concurrency or token budget) over 5 "
+            "minutes, for 15 minutes, while P0 meets its SLO: review the tenant's quota or its traffic."),
         b.alert("LLMEngineDown", "llm_engine_up == 0", "2m", "page", "An inference engine does not answer its scrape.",
                 "Replica {{ $labels.replica }} of {{ $labels.deployment }} ({{ $labels.model }}) has not answered "
                 "the engine exporter for 2 minutes."),
@@ -503,7 +524,8 @@ def knobs(spec: Spec) -> tuple[Knob, ...]:
         *(Knob(f"queueWaitThresholdSeconds_{t}", ("queueWaitThresholdSeconds", t), "float", float(s),
                f"LLMQueueWaitRisingReplicasShort: tier {t}'s queue wait threshold (s)", _number)
           for t, s in sorted(th["queue_wait_p95_seconds"].items())),
-        number("rejectionRatioMin", "rejection_ratio_min", "LLMTTFTSLOBreachWithRejects: the least rejection share"),
+        number("rejectionRatioMin", "rejection_ratio_min",
+               "LLMTTFTSLOBreachWithRejects, LLMTenantAtQuota: the least rejection share"),
         number("preemptionsPerSecond", "preemptions_per_second", "LLMKVCacheAllocationFailures: preemptions/s over"),
         number("capacityRedundancy", "capacity_redundancy", "required replicas = ceil(demand / per-replica goodput x this)"),
         number("autoscaleKvTargetRatio", "autoscale_kv_target_ratio", "the autoscaling kv signal's mean KV usage target"),

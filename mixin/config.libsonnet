@@ -2,7 +2,7 @@
 // `_config` in your own file (docs/mixin.md, mixin/example.jsonnet).
 {
   _config+:: {
-    // LLMTTFTSLOBreachWithRejects: the least rejection share
+    // LLMTTFTSLOBreachWithRejects, LLMTenantAtQuota: the least rejection share
     rejectionRatioMin: 0.01,
     // LLMKVCacheAllocationFailures: preemptions/s over
     preemptionsPerSecond: 0.05,

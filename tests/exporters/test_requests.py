@@ -401,7 +401,7 @@ def test_labels_a_sender_invents_are_bounded_in_memory_not_only_at_render():
     assert sum(_tenant_totals(m).values()) == limit + 42  # every request still counted
     fams = {f.name: f for f in text_string_to_metric_families(m.render())}
     overflow = {s.labels["label"]: s.value for s in fams["llm_exporter_label_overflow"].samples}
-    assert overflow == {"model": 0, "deployment": 0, "tenant": 40, "route": 0}
+    assert overflow == {"model": 0, "deployment": 0, "tenant": 40, "route": 0, "reason": 0, "decision": 0}
     routes = {s.labels["route"] for s in fams["llm_gateway_requests"].samples}
     tiers = {s.labels["tier"] for s in fams["llm_gateway_requests"].samples}
     assert "r" * MAX_LABEL_CHARS in routes and not any(len(r) > MAX_LABEL_CHARS for r in routes)
@@ -766,3 +766,91 @@ def test_a_gateway_span_without_labels_is_counted_with_its_root_and_flights_are_
     capped.ingest([dataclasses.replace(labelled, trace_id=f"{i:032x}") for i in range(25)])
     assert len(capped.flights) == 10 and sum(capped.in_flight.values()) == 10
     assert sum(len(q) for q in capped.queued.values()) == 10
+
+
+FLOOD = REPO / "examples" / "tenant_flood.yaml"
+
+
+def test_the_gateways_decisions_and_reasons_from_a_simulated_tenant_flood(tmp_path):
+    """``goodput simulate`` of the tenant flood, its OTLP file posted line by line to the receiver: every request's
+    admission decision is counted per tenant, the refused ones under the gateway's own reason (tpm_limit) and only
+    for the flooding tenant, and the gateway's wait is observed once per request it held."""
+    out = tmp_path / "sim"
+    r = subprocess.run([sys.executable, "-m", "goodput", "simulate", str(FLOOD), "--duration", "30", "--out", str(out),
+                        "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)["gateway"]
+    rows = duckdb.sql(f"SELECT tenant, outcome, reject_reason FROM read_parquet('{out}/requests.parquet')").fetchall()
+    ex = Exporter(tmp_path / "store")
+    try:
+        for line in (out / "spans.otlp.jsonl").read_text().splitlines():
+            assert httpx.post(ex.url, content=line, headers={"Content-Type": "application/json"}).status_code == 200
+        f = ex.families()
+    finally:
+        ex.close()
+    decisions: dict[tuple[str, str], float] = {}
+    for s in f["llm_gateway_admissions"].samples:
+        assert s.labels["tier"] == "P0" and s.labels["route"] == "chat" and s.labels["deployment"] == "chat"
+        key = (s.labels["tenant"], s.labels["decision"])
+        decisions[key] = decisions.get(key, 0) + s.value
+    expected: dict[tuple[str, str], float] = {}
+    for tenant, outcome, _ in rows:
+        key = (tenant, "rejected" if outcome == "rejected" else "admitted")
+        expected[key] = expected.get(key, 0) + 1
+    assert decisions == expected
+    assert sum(v for (_, d), v in decisions.items() if d == "admitted") == summary["admission"]["admitted"]
+    rejections = {(s.labels["tenant"], s.labels["reason"]): s.value for s in f["llm_gateway_rejections"].samples}
+    assert rejections == {("flood", "tpm_limit"): summary["reject_reasons"]["tpm_limit"]}
+    assert {t for t, _ in decisions} == {"a", "b", "c", "flood"}
+    wait = {s.name: s.value for s in f["llm_gateway_admission_wait_seconds"].samples if not s.name.endswith("_bucket")}
+    assert wait["llm_gateway_admission_wait_seconds_count"] == summary["admission"]["admitted"]  # refused: never held
+
+
+def test_admission_decisions_a_sender_invents_are_bounded():
+    m = RequestMetrics()
+    spans = _roots("acme", LABEL_LIMITS["decision"] + 5)
+    gateways = [dataclasses.replace(s, span_id=f"{int(s.span_id, 16) + 1000:016x}", parent_span_id=s.span_id,
+                                    name="llm.gateway", attributes={"llm.admission": f"d{i}", "llm.gateway_wait_s": 0.3})
+                for i, s in enumerate(spans)]
+    m.ingest(gateways + spans)
+    fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+    decisions = {s.labels["decision"]: s.value for s in fams["llm_gateway_admissions"].samples}
+    assert len(decisions) == LABEL_LIMITS["decision"] + 1 and decisions["other"] == 5
+    overflow = {s.labels["label"]: s.value for s in fams["llm_exporter_label_overflow"].samples}
+    assert overflow["decision"] == 5
+    buckets = {s.labels["le"]: s.value for s in fams["llm_gateway_admission_wait_seconds"].samples
+               if s.name.endswith("_bucket")}
+    assert buckets["0.25"] == 0 and buckets["0.3"] == len(spans)
+
+
+def test_queued_and_deferred_decisions_are_counted_from_gateway_spans_that_end_before_their_roots():
+    """A gateway that holds P0 in its queue and defers P2 behind it; spans ingested as they end (the live shape,
+    each ``llm.gateway`` span long before its root): each request's decision is counted once, at its gateway span,
+    and the wait there lands in the histogram as the table has it."""
+    dep = copy.deepcopy(BASE_DEPLOYMENT)
+    dep["replicas"] = 1
+    p2 = {**copy.deepcopy(BASE_WORKLOAD), "name": "batch", "tier": "P2",
+          "arrival": {"process": "batch", "batches": [{"at": 5, "count": 200}]}}
+    wl = copy.deepcopy(BASE_WORKLOAD)
+    wl["arrival"] = {"process": "poisson", "rate": 12.0}
+    gateway = {"max_in_flight_per_replica": 8, "tiers": {"P2": {"max_share": 0.25}}}
+    table = simulate(make_fleet(deployments=[dep], workloads=[wl, p2], gateway=gateway), 30.0).table
+    expected: dict[tuple[str, str], int] = {}
+    for tier, decision in zip(table.tier, table.admission, strict=True):
+        expected[(tier, decision)] = expected.get((tier, decision), 0) + 1
+    assert {"queued", "deferred"} <= {d for _, d in expected}
+    spans = sorted((s for doc in span_documents(table) for s in decode_json(doc)),
+                   key=lambda s: (s.end_ns, s.parent_span_id == ""))
+    m = RequestMetrics()
+    for i in range(0, len(spans), 64):
+        m.ingest(spans[i:i + 64])
+    fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+    counted: dict[tuple[str, str], float] = {}
+    for s in fams["llm_gateway_admissions"].samples:
+        key = (s.labels["tier"], s.labels["decision"])
+        counted[key] = counted.get(key, 0) + s.value
+    assert counted == expected
+    waits = [w for w in table.gateway_wait_s if w is not None]
+    assert _sample(fams, "llm_gateway_admission_wait_seconds", "llm_gateway_admission_wait_seconds_count") == len(waits)
+    assert math.isclose(_sample(fams, "llm_gateway_admission_wait_seconds", "llm_gateway_admission_wait_seconds_sum"),
+                        sum(waits), rel_tol=1e-6)

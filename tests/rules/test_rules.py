@@ -11,7 +11,7 @@ import yaml
 from exporters.catalog import GATEWAY_BUCKETS, names
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import le_label
-from goodput.rulegen import ALERTS, RULE_FILES, build, load_spec
+from goodput.rulegen import ALERTS, QUOTA_REASONS, RULE_FILES, build, load_spec
 from tests.conftest import REPO, needs
 
 RULES = REPO / "rules"
@@ -115,6 +115,16 @@ def test_every_metric_in_an_expression_is_in_the_catalog_or_recorded():
     assert "llm_gateway_time_to_first_token_seconds_bucket" in {n for r in _rules() for n in _metric_names(r["expr"])}
 
 
+def test_the_quota_reasons_are_the_ones_the_gateway_refuses_with():
+    """LLMTenantAtQuota counts the refusals of a tenant's own limits: the simulator's gateway's, spelled as it
+    sends them, and none of the engine's (queue_full, queue_timeout: the fleet's load, not the tenant's quota)."""
+    from simulator.admission import GATEWAY_REJECT_REASONS
+    from simulator.admission import QUOTA_REASONS as GATEWAY_QUOTA_REASONS
+
+    assert set(QUOTA_REASONS) == set(GATEWAY_QUOTA_REASONS)
+    assert {"queue_full", "queue_timeout"} <= set(GATEWAY_REJECT_REASONS) - set(QUOTA_REASONS)
+
+
 def test_slo_thresholds_are_request_exporter_buckets():
     spec = load_spec(RULES / "slos.yaml")
     les = {le_label(b) for b in GATEWAY_BUCKETS}
@@ -148,6 +158,7 @@ def test_amtool_check_config():
     (["severity=page", "alertname=LLMEngineDown", "deployment=chat"], "pager"),
     (["severity=ticket", "tier=P0", "alertname=LLMSLOBurnRateSlow"], "ticket"),
     (["severity=ticket", "tier=P2", "alertname=LLMSLOBurnRateSlow"], "ticket"),
+    (["severity=ticket", "alertname=LLMTenantAtQuota", "deployment=chat", "tenant=flood"], "ticket"),
     (["severity=info", "alertname=Watchdog"], "log"),
     (["alertname=SomethingElse"], "log"),
 ])
