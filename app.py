@@ -15,8 +15,8 @@ from goodput.foundation.errors import ConfigError
 st.set_page_config(page_title="goodput console", layout="wide")
 try:
     settings = Settings.from_env()
-except ConfigError as e:  # a tenant, header or credential of GOODPUT_PROMETHEUS_* that cannot be used
-    st.error(f"Prometheus settings: {e}")
+except ConfigError as e:  # a GOODPUT_DB that does not parse, a GOODPUT_PROMETHEUS_* that cannot be used
+    st.error(f"Settings: {e}")
     st.stop()
 ctx = sidebar(settings)
 

@@ -4,8 +4,10 @@ Collector's ``otel_traces`` table in place (a server through clickhouse-connect,
 An analysis asks for a statement by name with its parameters (``rows`` / ``frame``); DuckDB runs
 ``analyzer/sql/<name>.sql`` on its ``requests`` table, ClickHouse ``analyzer/sql/clickhouse/<name>.sql``, whose head
 is the request model derived from the spans (``clickhouse/requests.sql``) — filters and aggregation run in the
-engine, only results come back. ``fill`` replaces allow-listed SQL fragments (column names), never values: values
-are parameters, ``$name`` in DuckDB, ``{name:Type}`` in ClickHouse.
+engine, only results come back. Another package's statement is named ``package:name``
+(``capacity.review:week_buckets``: ``capacity/review/sql/[clickhouse/]week_buckets.sql``). ``fill`` replaces
+allow-listed SQL fragments (column names), never values: values are parameters,
+``$name`` in DuckDB, ``{name:Type}`` in ClickHouse.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from goodput.foundation.clickhouse import connect as connect_clickhouse
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result", "backend", "clickhouse_sql",
-           "interval_us", "open_backend"]
+           "interval_us", "open_backend", "statement"]
 
 # spans read around a window: a request's spans start up to this long before its arrival time (the gateway's) or
 # end after it; a request longer than this at the window's edge is read without its outer spans
@@ -52,6 +54,8 @@ class Backend(Protocol):
 
     def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame: ...
 
+    def close(self) -> None: ...
+
 
 def _fill(text: str, fill: dict[str, str] | None) -> str:
     for key, value in (fill or {}).items():
@@ -68,7 +72,7 @@ class DuckDBBackend:
         self.con = con
 
     def _run(self, name: str, params: dict[str, Any], fill: dict[str, str] | None):
-        text = _fill(sql(name), fill)
+        text = _fill(statement(name, self.dialect), fill)
         used = {k: v for k, v in params.items() if re.search(rf"\${k}\b", text)}  # DuckDB refuses unused names
         return self.con.execute(text, used)
 
@@ -79,11 +83,25 @@ class DuckDBBackend:
     def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame:
         return self._run(name, params, fill).fetchdf()
 
+    def close(self) -> None:
+        self.con.close()
+
 
 @cache
 def clickhouse_sql(name: str) -> str:
     """The text of ``analyzer/sql/clickhouse/<name>.sql``."""
     return resources.files("analyzer").joinpath("sql", "clickhouse", f"{name}.sql").read_text()
+
+
+@cache
+def statement(name: str, dialect: str) -> str:
+    """The text of statement ``name`` (``name`` or ``package:name``) in ``dialect``: ``<package>/sql/<name>.sql`` for
+    DuckDB, ``<package>/sql/clickhouse/<name>.sql`` for ClickHouse (the package defaults to the analyzer's)."""
+    package, _, stem = name.rpartition(":")
+    if not package:
+        return sql(stem) if dialect == "duckdb" else clickhouse_sql(stem)
+    parts = ("sql", f"{stem}.sql") if dialect == "duckdb" else ("sql", "clickhouse", f"{stem}.sql")
+    return resources.files(package).joinpath(*parts).read_text()
 
 
 def _ch_value(v: Any) -> Any:
@@ -120,7 +138,7 @@ class ClickHouseBackend:
         self.con = con
 
     def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame:
-        text = _fill(clickhouse_sql(name), {**(fill or {}), "__requests__": clickhouse_sql("requests").strip()})
+        text = _fill(statement(name, self.dialect), {**(fill or {}), "__requests__": clickhouse_sql("requests").strip()})
         since, until = params.get("since"), params.get("until")
         bound = {k: _ch_value(v) for k, v in params.items()}
         bound.update(database=self.con.target.database, table=self.con.target.table,
@@ -129,7 +147,7 @@ class ClickHouseBackend:
         try:
             df = self.con.query_df(text + _SETTINGS, bound)
         except Exception as e:  # the server's answer (a version without a feature, a permission): one line
-            raise ConfigError("--db", str(self.con.target), f"ClickHouse refused clickhouse/{name}.sql: "
+            raise ConfigError("--db", str(self.con.target), f"ClickHouse refused {name}.sql: "
                                                             f"{str(e).strip().splitlines()[0][:300]}") from None
         for col in df.columns:  # times come back in UTC
             if pd.api.types.is_datetime64_any_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
@@ -139,6 +157,9 @@ class ClickHouseBackend:
     def rows(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> Result:
         df = self.frame(name, params, fill)
         return Result(list(df.columns), [tuple(_py(v) for v in row) for row in df.itertuples(index=False, name=None)])
+
+    def close(self) -> None:
+        self.con.close()
 
 
 def interval_us(text: str) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 from console.settings import DEFAULTS, ENV, Settings
 from goodput.foundation import promendpoint
 from goodput.foundation.args import port
+from goodput.foundation.clickhouse import is_clickhouse
 
 __all__ = ["APP", "environment", "register", "streamlit_command"]
 
@@ -21,13 +22,16 @@ FLAGS = {"db": "--db", "prometheus_url": "--prometheus-url", "alertmanager_url":
          "plan": "--plan", "runs": "--runs", "releases": "--releases", "slos": "--slos", "reviews": "--reviews",
          "fleet": "--fleet"}
 
+HELP = {"db": ": the analyzer's DuckDB file, or the Collector's otel_traces read in place in ClickHouse "
+              "(clickhouse://HOST:PORT/DATABASE[?table=otel_traces]) or chDB (chdb:DIR)"}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("console", help="the triage console (Streamlit) on 127.0.0.1:8501",
                        description="Start the triage console: `streamlit run app.py` with its sources set from these "
                                    "flags (each also read from its environment variable).")
     for key, flag in FLAGS.items():
-        p.add_argument(flag, default=None, help=f"{ENV[key]} (default {DEFAULTS[key]})")
+        p.add_argument(flag, default=None, help=f"{ENV[key]} (default {DEFAULTS[key]}){HELP.get(key, '')}")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=port, default=8501, help="port (default 8501)")
     promendpoint.add_arguments(p, "--prometheus-url")
@@ -52,9 +56,17 @@ def environment(args: argparse.Namespace, base: dict[str, str] | None = None) ->
         if value is not None:
             env[ENV[key]] = str(value)
         if key in PATHS and env.get(ENV[key]):
-            env[ENV[key]] = os.path.abspath(env[ENV[key]])
+            env[ENV[key]] = _absolute(env[ENV[key]])
     env.update(promendpoint.arguments_env(args))
     return env
+
+
+def _absolute(value: str) -> str:
+    """A path made absolute; a ``chdb:DIR`` its directory; a ``clickhouse://`` URL as it is."""
+    if value.startswith("chdb:"):
+        rest, sep, query = value[len("chdb:"):].partition("?")
+        return f"chdb:{os.path.abspath(rest) if rest else rest}{sep}{query}"
+    return value if is_clickhouse(value) else os.path.abspath(value)
 
 
 def _console(args: argparse.Namespace) -> int:
@@ -63,6 +75,6 @@ def _console(args: argparse.Namespace) -> int:
     # must reach the server, not leave it serving behind a dead parent
     os.chdir(APP.parent)
     env = environment(args)
-    Settings.from_env(env)  # a Prometheus tenant, header or credential that is unusable: one line, exit 2
+    Settings.from_env(env)  # a --db that does not parse, a Prometheus tenant, header or credential: one line, exit 2
     cmd = streamlit_command(args.host, args.port)
     os.execve(cmd[0], cmd, env)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goodput.foundation import promendpoint
+from goodput.foundation.clickhouse import is_clickhouse, parse_target
 from goodput.foundation.promendpoint import Endpoint
 
 __all__ = ["DEFAULTS", "ENV", "Settings"]
@@ -27,7 +28,7 @@ DEFAULTS = {"db": "demo-out/analyzer.duckdb", "prometheus_url": "http://127.0.0.
 
 @dataclass(frozen=True)
 class Settings:
-    db: Path
+    db: Path | str  # the analyzer's DuckDB file, or a ClickHouse target read in place (clickhouse://..., chdb:DIR)
     prometheus_url: str
     alertmanager_url: str
     plan: Path
@@ -40,10 +41,13 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """The settings of ``env``; a Prometheus tenant, header or credential that is unusable is a ConfigError."""
+        """The settings of ``env``; a ClickHouse target that does not parse, or a Prometheus tenant, header or
+        credential that is unusable, is a ConfigError."""
         env = os.environ if env is None else env
         v = {k: env.get(var) or DEFAULTS[k] for k, var in ENV.items()}
-        return cls(db=Path(v["db"]), prometheus_url=v["prometheus_url"].rstrip("/"),
+        if is_clickhouse(v["db"]):
+            parse_target(v["db"], ENV["db"])
+        return cls(db=v["db"] if is_clickhouse(v["db"]) else Path(v["db"]), prometheus_url=v["prometheus_url"].rstrip("/"),
                    alertmanager_url=v["alertmanager_url"].rstrip("/"), plan=Path(v["plan"]), runs=Path(v["runs"]),
                    releases=Path(v["releases"]), slos=Path(v["slos"]), reviews=Path(v["reviews"]),
                    fleet=Path(v["fleet"]), prometheus=promendpoint.from_env(v["prometheus_url"], env))

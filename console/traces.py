@@ -1,10 +1,13 @@
-"""The analyzer's DuckDB database, read as a snapshot that never blocks the writer.
+"""The trace store the console reads: the analyzer's DuckDB database, read as a snapshot that never blocks the
+writer, or the Collector's ``otel_traces`` read in place in ClickHouse (``clickhouse://``, ``chdb:DIR``) through
+``analyzer/backend.py``.
 
 Whoever writes the database (``goodput demo``'s ingest loop) builds each new version beside it and renames it
 into place, so a reader that opened the file keeps a consistent snapshot of the version it opened. A
 read-only connection here lives for one batch of queries and is closed: an in-place writer (``goodput
 analyze ingest --db`` run by hand) that holds the file's lock makes the console say "busy", never wait.
-SQL lives in ``console/sql/*.sql``; values reach it only as parameters.
+SQL lives in ``console/sql/*.sql`` (ClickHouse's in ``console/sql/clickhouse/``, each headed by the request model);
+values reach it only as parameters.
 """
 
 from __future__ import annotations
@@ -13,16 +16,16 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
+from analyzer.backend import Backend, DuckDBBackend, interval_us, open_backend, statement
 from analyzer.store import StoreLocked, connect
+from goodput.foundation.clickhouse import is_clickhouse
 
-__all__ = ["StoreBusy", "StoreMissing", "query", "snapshot", "sql"]
+__all__ = ["StoreBusy", "StoreMissing", "open_store", "query", "snapshot"]
 
 LOCK_RETRIES = 5
 LOCK_WAIT_S = 0.1
@@ -34,15 +37,6 @@ class StoreMissing(Exception):
 
 class StoreBusy(Exception):
     """Another process holds the database's write lock."""
-
-
-@cache
-def sql(name: str) -> str:
-    """``console/sql/<name>.sql``, with ``{filtered}`` replaced by the shared filter (``filtered.sql``)."""
-    text = resources.files("console").joinpath("sql", f"{name}.sql").read_text()
-    if "{filtered}" in text:
-        text = text.replace("{filtered}", sql("filtered").strip().rstrip(";"))
-    return text
 
 
 @contextmanager
@@ -63,11 +57,32 @@ def snapshot(db: Path, memory_limit: str = "1GB") -> Iterator[duckdb.DuckDBPyCon
         con.close()
 
 
-def query(con: duckdb.DuckDBPyConnection, name: str, params: dict) -> pd.DataFrame:
-    """Run ``console/sql/<name>.sql`` with the parameters it names (DuckDB refuses unused ones)."""
-    text = sql(name)
-    used = set(re.findall(r"\$([a-z_][a-z0-9_]*)", re.sub(r"--[^\n]*", "", text)))
+@contextmanager
+def open_store(db: str | Path) -> Iterator[Backend]:
+    """What ``db`` names, as the seam the analyses read: a ClickHouse target, or a snapshot of the DuckDB file."""
+    if is_clickhouse(db):
+        store = open_backend(str(db))
+        try:
+            yield store
+        finally:
+            store.close()
+        return
+    with snapshot(Path(db)) as con:
+        yield DuckDBBackend(con)
+
+
+_PARAM = {"duckdb": r"\$([a-z_][a-z0-9_]*)", "clickhouse": r"\{([a-z_][a-z0-9_]*):"}
+
+
+def query(store: Backend, name: str, params: dict) -> pd.DataFrame:
+    """Run ``console/sql/[clickhouse/]<name>.sql``, ``{filtered}`` replaced by the shared filter (``filtered.sql``),
+    with the parameters it names."""
+    if store.dialect == "clickhouse" and "bucket" in params:  # ClickHouse buckets by microseconds, not an interval
+        params = {**params, "bucket_us": interval_us(params["bucket"])}
+    filtered = statement("console:filtered", store.dialect).strip().rstrip(";")
+    text = statement(f"console:{name}", store.dialect).replace("{filtered}", filtered)
+    used = set(re.findall(_PARAM[store.dialect], re.sub(r"--[^\n]*", "", text)))
     missing = used - set(params)
     if missing:
         raise KeyError(f"{name}.sql needs parameters {sorted(missing)}")
-    return con.execute(text, {k: v for k, v in params.items() if k in used}).fetchdf()
+    return store.frame(f"console:{name}", params, fill={"{filtered}": filtered})

@@ -204,6 +204,22 @@ def chdb(tmp_path_factory):
     return connect(f"chdb:{tmp_path_factory.mktemp('chdb')}")
 
 
+def clickhouse_of(chdb, run: Path, database: str):
+    """The run's OTLP spans (the same requests its DuckDB store holds) in an otel_traces table made by the Collector's
+    DDL, as its clickhouseexporter writes them: the analyzer reads them there in place."""
+    from analyzer.backend import ClickHouseBackend  # noqa: PLC0415 (the engine only for the tests that ask)
+    from exporters.otel_traces import TableSpec, create_table, insert_spans  # noqa: PLC0415
+    from exporters.otlp import decode_json  # noqa: PLC0415
+    from goodput.foundation.clickhouse import connect as connect_clickhouse  # noqa: PLC0415
+    from goodput.foundation.clickhouse import parse_target  # noqa: PLC0415
+
+    spec = TableSpec(database=database)
+    create_table(chdb, spec)
+    with open(run / "spans.otlp.jsonl") as f:
+        insert_spans(chdb, (span for line in f for span in decode_json(line)), spec)
+    return ClickHouseBackend(connect_clickhouse(parse_target(f"chdb:{chdb.target.path}?database={database}")))
+
+
 @pytest.fixture(scope="session")
 def victoria_metrics(tmp_path_factory):
     """One real VictoriaMetrics for the session (``tests/victoria.py``) that the live Prometheus of the plan and

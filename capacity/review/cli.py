@@ -20,11 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "review", help="the weekly capacity review from Prometheus or a trace store",
         description="Write DIR/review.html (self-contained), DIR/review.md (charts as SVG in DIR/charts/) and "
                     "DIR/review.json for one ISO week, from a Prometheus with the goodput rules (recorded or "
-                    "backfilled) or from a DuckDB trace store. See docs/review.md.")
+                    "backfilled) or from a trace store (DuckDB, ClickHouse). See docs/review.md.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prometheus", metavar="URL", help="Prometheus-API base URL, with any path prefix: "
                      "http://127.0.0.1:9090, http://vmselect:8481/select/0/prometheus, http://mimir:8080/prometheus")
-    src.add_argument("--db", type=Path, metavar="TRACES.duckdb", help="the analyzer's DuckDB store")
+    src.add_argument("--db", metavar="TRACES.duckdb|clickhouse://HOST:PORT/DB|chdb:DIR",
+                     help="a trace store: the analyzer's DuckDB file, or the Collector's otel_traces read in place in "
+                          "ClickHouse (clickhouse://HOST:PORT/DATABASE[?table=otel_traces]) or chDB (chdb:DIR)")
     p.add_argument("--week", required=True, metavar="YYYY-Www", help="ISO week to review, e.g. 2026-W48")
     p.add_argument("--out", type=output_dir, required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--plan", type=Path, default=None, metavar="FILE",

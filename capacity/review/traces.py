@@ -1,23 +1,23 @@
-"""The review from the analyzer's DuckDB store instead of Prometheus: the same answers, computed from
-requests, plus the analyzer's regressions attributed to releases.
+"""The review from a trace store instead of Prometheus: the same answers, computed from requests, plus the
+analyzer's regressions attributed to releases. The store is what ``--db`` names (``analyzer/backend.py``): the
+analyzer's DuckDB file, or the Collector's ``otel_traces`` read in place in ClickHouse (``clickhouse://``, ``chdb:``).
 
-One SQL statement (``sql/week_buckets.sql``) buckets the week and the history weeks before it by 5
-minutes; the rest reshapes its rows into the series ``summarize`` reads, so both sources share every
+One SQL statement (``sql/week_buckets.sql``, ``sql/clickhouse/week_buckets.sql``) buckets the week and the history
+weeks before it by 5 minutes; the rest reshapes its rows into the series ``summarize`` reads, so both sources share every
 number after the query. Traces carry no KV usage, replica counts or alerts: those sections say so.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from analyzer.backend import open_backend
 from analyzer.regressions import find_regressions
 from analyzer.releases import load_releases
-from analyzer.store import connect
 from capacity.review.prom import Series
 from capacity.review.queries import STEP_S, WEEK_S
 from capacity.review.recommend import recommend
@@ -93,28 +93,29 @@ def _raw(rows: pd.DataFrame, tenants: pd.DataFrame, slos: pd.DataFrame, start: f
     }
 
 
-def db_review(db: Path, week: str, *, plan: Path | None = None, releases: Path | None = None,
+def db_review(db: str | Path, week: str, *, plan: Path | None = None, releases: Path | None = None,
               slos: Path = DEFAULT_RULES / "slos.yaml", history_weeks: int = 3, redundancy: float = 1.2) -> dict:
     start = parse_week(week).timestamp()
     the_plan = load_plan(plan) if plan is not None else None
     slo = load_slos(slos)
-    con = connect(db, read_only=True)
+    store = open_backend(db)
+    since, until = datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(start + WEEK_S, UTC)
+    lists = {"slo_tier": slo.tier.astype(str).tolist(), "slo_route": slo.route.astype(str).tolist(),
+             "slo_ttft": slo.ttft_seconds.astype(float).tolist(), "slo_tpot": slo.tpot_seconds.astype(float).tolist()}
     try:
-        con.register("slo", slo)
-        end = datetime.fromtimestamp(start + WEEK_S, UTC)
-        rows = con.execute(_sql("week_buckets"), {"start": datetime.fromtimestamp(start - history_weeks * WEEK_S, UTC),
-                                                  "end": end}).fetchdf()
-        tenants = con.execute(_sql("week_tenants"), {"start": datetime.fromtimestamp(start, UTC), "end": end}).fetchdf()
+        rows = store.frame("capacity.review:week_buckets",
+                           {**lists, "since": datetime.fromtimestamp(start - history_weeks * WEEK_S, UTC),
+                            "until": until})
+        tenants = store.frame("capacity.review:week_tenants", {"since": since, "until": until})
         rel_objs = load_releases(releases) if releases is not None else []
-        regs = find_regressions(con, rel_objs, since=datetime.fromtimestamp(start, UTC),
-                                until=datetime.fromtimestamp(start + WEEK_S, UTC))
+        regs = find_regressions(store, rel_objs, since=since, until=until)
     finally:
-        con.close()
+        store.close()
     if len(rows):
         rows["bucket"] = pd.to_datetime(rows["bucket"], utc=True)
     raw = _raw(rows, tenants, slo, start) if len(rows) else {k: [] for k in _raw_keys()}
     review = summarize(raw, week, start, the_plan, [], redundancy)
-    review["source"] = f"DuckDB {db}"
+    review["source"] = f"{'ClickHouse' if store.dialect == 'clickhouse' else 'DuckDB'} {db}"
     review["page_source"] = "none (a trace store has no alerts; review Prometheus for pages)"
     review["releases"] = releases_in_week(releases, start)
     for r in regs:
@@ -123,10 +124,6 @@ def db_review(db: Path, week: str, *, plan: Path | None = None, releases: Path |
             e.setdefault("regressions", []).append(r.record())
     review["recommendations"] = recommend(review)
     return review
-
-
-def _sql(name: str) -> str:
-    return resources.files("capacity.review").joinpath("sql", f"{name}.sql").read_text()
 
 
 def _raw_keys() -> tuple[str, ...]:

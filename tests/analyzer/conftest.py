@@ -1,15 +1,10 @@
 import pytest
 
-from analyzer.backend import ClickHouseBackend
 from analyzer.ingest import ingest
 from analyzer.store import connect
-from exporters.otel_traces import TableSpec, create_table, insert_spans
-from exporters.otlp import decode_json
-from goodput.foundation.clickhouse import connect as connect_clickhouse
-from goodput.foundation.clickhouse import parse_target
 from simulator.config import load_fleet, parse_fleet
 from simulator.run import simulate, write_outputs
-from tests.conftest import REPO, fleet_data, stress_pool
+from tests.conftest import REPO, clickhouse_of, fleet_data, stress_pool
 
 
 @pytest.fixture(scope="session")
@@ -37,16 +32,6 @@ def healthy_run(tmp_path_factory):
     ingest(con, [out / "requests.parquet"])
     con.close()
     return out
-
-
-def clickhouse_of(chdb, run, database: str) -> ClickHouseBackend:
-    """The run's OTLP spans (the same requests its DuckDB store holds) in an otel_traces table made by the Collector's
-    DDL, as its clickhouseexporter writes them: the analyzer reads them there in place."""
-    spec = TableSpec(database=database)
-    create_table(chdb, spec)
-    with open(run / "spans.otlp.jsonl") as f:
-        insert_spans(chdb, (span for line in f for span in decode_json(line)), spec)
-    return ClickHouseBackend(connect_clickhouse(parse_target(f"chdb:{chdb.target.path}?database={database}")))
 
 
 @pytest.fixture(scope="session")

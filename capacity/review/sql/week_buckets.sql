@@ -1,5 +1,10 @@
 -- The review's weeks from the trace store: per 5-minute bucket, deployment, tier and route, the requests,
--- tokens, outcomes and how many met their tier/route's TTFT and TPOT thresholds (table slo).
+-- tokens, outcomes and how many met their tier/route's TTFT and TPOT thresholds ($slo_tier, $slo_route, $slo_ttft,
+-- $slo_tpot: parallel lists from rules/slos.yaml).
+WITH slo AS (
+    SELECT unnest($slo_tier) AS tier, unnest($slo_route) AS route, unnest($slo_ttft) AS ttft_seconds,
+           unnest($slo_tpot) AS tpot_seconds
+)
 SELECT
     time_bucket(INTERVAL 5 MINUTE, r.ts) AS bucket,
     r.deployment, r.tier, r.route,
@@ -16,5 +21,5 @@ SELECT
     count(*) FILTER (WHERE r.tpot_s <= s.tpot_seconds) AS tpot_good
 FROM requests r
 LEFT JOIN slo s ON s.tier = r.tier AND s.route = r.route
-WHERE r.ts >= $start AND r.ts < $end
+WHERE r.ts >= $since AND r.ts < $until
 GROUP BY ALL

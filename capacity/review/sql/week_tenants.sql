@@ -3,5 +3,5 @@ SELECT deployment, tier, coalesce(tenant, 'unknown') AS tenant, count(*) AS requ
        sum(coalesce(input_tokens, 0)) FILTER (WHERE outcome <> 'rejected')
        + coalesce(sum(output_tokens) FILTER (WHERE outcome = 'ok'), 0) AS tokens
 FROM requests
-WHERE ts >= $start AND ts < $end
+WHERE ts >= $since AND ts < $until
 GROUP BY ALL
