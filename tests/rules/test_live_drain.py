@@ -168,9 +168,11 @@ def test_the_page_fires_during_the_incident_and_nothing_pages_while_the_backlog_
         queue = fired.get("LLMQueueWaitRisingReplicasShort", [])
         assert queue and min(queue) < FIX_V, f"the queue page did not fire during the incident: {fired}"
         assert hook.alerts("pager", "LLMQueueWaitRisingReplicasShort"), "the queue page never reached the pager"
-        # once the replicas serve, the queue page resolves within a few evaluations; the burn-rate page within its
-        # 5m reset window (10 s here); neither fires again while the backlog drains
-        settle = {"LLMQueueWaitRisingReplicasShort": 2 * SPEED, "LLMSLOBurnRateFast": 11 * SPEED}
+        # once the replicas serve, the queue page resolves within a few evaluations (a scrape of the replicas, the
+        # recording rules, then the alert: 1 s each, and a loaded machine lags a second more; it was seen firing at
+        # 2.1 s); the burn-rate page within its 5m reset window (10 s here); neither fires again while the backlog
+        # drains
+        settle = {"LLMQueueWaitRisingReplicasShort": 4 * SPEED, "LLMSLOBurnRateFast": 11 * SPEED}
         late = {a: [round(v) for v in vs if v > FIX_V + settle.get(a, 0)] for a, vs in fired.items()}
         assert not any(late.values()), f"paging after the fix while the backlog drained (virtual s): {late}"
         started = [a["labels"]["alertname"] for a in hook.alerts("pager") if _started(a) > t0 + FIX_V / SPEED + 2]
