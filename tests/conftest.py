@@ -95,6 +95,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require(*mark.args)
 
 
+def wait_answering(url: str, timeout: float = 30.0) -> None:
+    """Until ``url`` answers at all (any status): a server process that is still coming up refuses connections."""
+    import httpx  # noqa: PLC0415 (only for the tests that start a server)
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def free_port_block(n: int, below_ephemeral: bool = False) -> int:
     """A base port such that base .. base+n-1 are all free on 127.0.0.1 right now. ``below_ephemeral``: below the
     kernel's ephemeral range, for ports bound long after (there any outgoing connection may take one meanwhile)."""

@@ -15,6 +15,7 @@ import httpx
 
 from exporters.exposition import escape
 from goodput.foundation.promendpoint import Endpoint, Secret
+from goodput.stack import Process
 from tests.conftest import free_port_block
 
 __all__ = ["BINARY", "VictoriaMetrics", "copy_from", "remote_write_config", "start"]
@@ -28,8 +29,7 @@ PASSWORD = "s3cret-not-on-any-command-line"
 class VictoriaMetrics:
     url: str  # the base URL, no prefix
     password_file: Path
-    proc: subprocess.Popen
-    log: Path
+    server: Process  # started, waited for and stopped as the demo's stack does its servers
 
     @property
     def endpoint(self) -> Endpoint:
@@ -54,13 +54,7 @@ class VictoriaMetrics:
         assert self.get("/internal/resetRollupResultCache").status_code == 200
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.server.stop()
 
 
 def start(workdir: Path, timeout: float = 30.0) -> VictoriaMetrics:
@@ -77,19 +71,13 @@ def start(workdir: Path, timeout: float = 30.0) -> VictoriaMetrics:
                              f"-storageDataPath={workdir / 'data'}", "-retentionPeriod=100y", "-loggerLevel=WARN",
                              "-search.latencyOffset=1s", f"-httpAuth.username={USER}", f"-httpAuth.password={PASSWORD}"],
                             stdout=subprocess.DEVNULL, stderr=log.open("w"))
-    vm = VictoriaMetrics(url, secret, proc, log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"victoria-metrics exited with {proc.returncode}: {log.read_text()[-1500:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return vm
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    vm.stop()
-    raise RuntimeError(f"victoria-metrics did not become ready at {url}")
+    vm = VictoriaMetrics(url, secret, Process(BINARY, url, proc, log))
+    try:
+        vm.server.ready("/health", timeout=timeout)
+    except RuntimeError:
+        vm.stop()
+        raise
+    return vm
 
 
 def copy_from(vm: VictoriaMetrics, prometheus: str, until: float, span_s: float) -> int:

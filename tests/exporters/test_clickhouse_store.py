@@ -24,7 +24,7 @@ from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.foundation.clickhouse import parse_target
 from goodput.foundation.http import Server
-from tests.conftest import REPO, free_port_block
+from tests.conftest import REPO, free_port_block, wait_answering
 
 _DB = itertools.count()
 
@@ -337,13 +337,7 @@ def test_sigterm_under_load_stores_every_acknowledged_span_once(tmp_path, ch):
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     acked: list[Span] = []
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{otlp}/healthz")
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{otlp}/healthz", 30)
         stop = threading.Event()
 
         def load():

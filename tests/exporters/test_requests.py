@@ -33,7 +33,7 @@ from goodput.foundation.http import Server
 from simulator.records import RequestTable
 from simulator.run import simulate
 from simulator.spans import span_documents
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet, wait_answering
 
 
 class Exporter:
@@ -334,13 +334,7 @@ def test_cli_flushes_on_sigterm(tmp_path, sim):
                           "--port", str(port), "--otlp-port", str(otlp), "--flush-interval", "3600"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{otlp}/healthz")
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{otlp}/healthz", 20)
         doc = _docs(sim)[0]
         assert httpx.post(f"http://127.0.0.1:{otlp}/v1/traces", content=doc,
                           headers={"Content-Type": "application/json"}).status_code == 200
