@@ -59,6 +59,9 @@ def run_goodput(candidate: str, run_dir: str, summary: dict) -> RunGoodput:
     knee = summary.get("knee") or {}
     step = next((s for s in summary["steps"] if s.get("index") == knee.get("step")), None)
     if step is None:
+        if not (summary.get("slo") or {}).get("terms"):
+            raise ConfigError(run_dir, "slo", "the run has no SLO, so no SLO goodput to plan with (run it again "
+                                              "with --slo, e.g. --slo ttft_p95=0.8s,tpot_p95=50ms)")
         raise ConfigError(run_dir, "knee", "the run has no step that met its SLO, so no SLO goodput to plan with")
     rate = step.get("achieved_rate") or 0.0
     good = step.get("goodput_requests_per_s") or 0.0

@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from capacity.loadtest.results import new_summary, write_run
 from capacity.plan.demand import Candidate, Headroom, Stream, TierSlo, load_demand
 from capacity.plan.fleetspec import deployment_config
 from capacity.plan.replicas import headroom_terms
@@ -151,3 +152,17 @@ def test_the_example_demand_file_parses():
     from tests.conftest import REPO
     d = load_demand(REPO / "examples" / "demand.yaml")
     assert [c.name for c in d.deployments[0].candidates]
+
+
+@pytest.mark.parametrize("terms, says", [
+    ([], "the run has no SLO"),
+    ([{"metric": "ttft", "percentile": 95, "threshold_s": 0.5}], "no step that met its SLO"),
+])
+def test_a_run_without_a_knee_says_whether_it_had_an_slo(tmp_path, capsys, terms, says):
+    s = new_summary()
+    s["slo"]["terms"], s["knee"] = terms, None
+    run = str(write_run(tmp_path / "run", None, s))
+    rc = main(["plan", "replicas", "--demand", _write(tmp_path, "demand.yaml", CHAT), "--runs", f"h100={run}",
+               "--out", str(tmp_path / "plan.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and err.count("\n") == 1
