@@ -26,6 +26,7 @@ from analyzer.decompose import decompose
 from analyzer.regressions import COST_CHANGE, LENGTH_SHIFT, find_regressions
 from analyzer.releases import Release
 from goodput.foundation.errors import ConfigError
+from simulator.admission import GATEWAY_REJECT_REASONS, QUOTA_REASONS
 from simulator.config import SCALE_KIND
 
 __all__ = ["REGRESSION", "Triage", "triage"]
@@ -139,6 +140,9 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
         causes.append((3, f"routing imbalance: one replica's p95 queue wait is {imbalance:.1f}x another's"))
     if hit is not None and hit <= -0.3:
         causes.append((3, f"prefix-cache hit ratio fell {_pct(hit)}"))
+    gateway, cause = _gateway(con, deployment, split, until, t.facts)
+    t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {gateway}")
+    causes += [(3, cause)] if cause else []
     # 5. releases: each release's own evidence, then the change points of the window
     moved = _release_evidence(con, deployment, releases or [], since, until, span)
     t.facts["releases"] = [{"release": r.label(), "time": r.time.isoformat(), "moved": m} for r, m in moved]
@@ -215,3 +219,27 @@ def _release_evidence(con, deployment: str, releases: list[Release], since, unti
                 moved[name] = ch
         out.append((r, moved))
     return out
+
+
+GATEWAY_SHARE = 0.5  # the gateway's share of a deployment's rejections from which it is named a cause
+
+
+def _gateway(con, deployment: str, split, until, facts: dict) -> tuple[str, str]:
+    """Step 4's gateway: whom it refused in the recent period and why, and the cause to name (empty: none) when its
+    refusals are most of the deployment's rejections — a tenant held at its quota, or a tier queue full or timing out
+    (the requests were not slow: they were never served)."""
+    res = backend(con).rows("gateway_refusals", {"deployment": deployment, "split": split, "until": until,
+                                                 "reasons": list(GATEWAY_REJECT_REASONS)})
+    rows = [dict(zip(res.columns, r, strict=True)) for r in res.rows]
+    facts["gateway_refusals"] = rows
+    if not rows:
+        return "the gateway refused none", ""
+    refused, rejected, top = sum(r["refused"] for r in rows), rows[0]["rejected"], rows[0]
+    who = (f"tenant {top['tenant']} held at its quota ({top['reason']})" if top["reason"] in QUOTA_REASONS
+           else f"the {top['tier']} queue {'timing out' if top['reason'] == 'queue_timeout' else 'full'} "
+                f"({top['reason']}, most for tenant {top['tenant']})")
+    finding = (f"the gateway refused {refused} of {top['requests']} requests ({refused / max(rejected, 1):.0%} of the "
+               f"rejections), {top['refused'] / refused:.0%} of them {who}")
+    share = refused / max(rejected, 1)
+    return finding, (f"{who}: the gateway made {share:.0%} of the rejections ({refused} of {top['requests']} requests)"
+                     if share >= GATEWAY_SHARE else "")

@@ -73,6 +73,7 @@ COLUMNS: dict[str, Col] = {
     "rejected": Col("rejected", COUNT), "replica": Col("replica"), "replicas": Col("replicas", COUNT),
     "queue_p95_s": Col("p95 queue wait (s)", S), "cache_hit_ratio": Col("prefix-cache hits", SHARE),
     "retried": Col("retried", COUNT), "failed": Col("failed", COUNT),
+    "decision": Col("decision"), "share": Col("share of the tenant's requests in its tier", SHARE),
     "requests max/min": Col("requests max/min", RATIO), "p95 queue wait max/min": Col("p95 queue wait max/min", RATIO),
     "retried share": Col("retried", SHARE),
     # Releases

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from console.filters import Filters, label_matchers
 from exporters.catalog import by_name
+from simulator.admission import GATEWAY_REJECT_REASONS
 
-__all__ = ["RECORDED", "kv", "overview", "routing"]
+__all__ = ["RECORDED", "gateway", "kv", "overview", "routing"]
 
 RECORDED = (
     "deployment_tier_route:llm_slo_ttft:attainment_5m", "deployment_tier_route:llm_slo_tpot:attainment_5m",
@@ -73,4 +74,18 @@ def routing(f: Filters) -> dict[str, str]:
             f"sum by (deployment, replica) (rate({hit}{d}[5m])) / "
             f"sum by (deployment, replica) (rate({asked}{d}[5m]))",
         "rejections by reason (share of requests)": f"deployment_tier_reason:llm_gateway_rejections:ratio_rate5m{dt}",
+    }
+
+
+def gateway(f: Filters, range_s: int) -> dict[str, str]:
+    """Instant queries for the Routing page's gateway: per tenant and tier over the last ``range_s`` seconds, its
+    admission decisions and its rejections by the gateway's reasons (an engine's queue_full or queue_timeout
+    counts there too: the exporter reads the reason, not who gave it)."""
+    m = label_matchers(f, ("deployment", "tier", "tenant"))
+    reasons = f'reason=~"{"|".join(GATEWAY_REJECT_REASONS)}"'
+    return {
+        "decisions": f"sum by (tenant, tier, decision) (increase({_m('llm_gateway_admissions_total')}"
+                     f"{{{m}}}[{range_s}s]))",
+        "rejections": f"sum by (tenant, tier, reason) (increase({_m('llm_gateway_rejections_total')}"
+                      f"{{{','.join(x for x in (m, reasons) if x)}}}[{range_s}s]))",
     }

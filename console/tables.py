@@ -11,14 +11,34 @@ from analyzer.regressions import LENGTH_SHIFT, RATE_SHIFT
 from console.prom import Sample
 from console.runbooks import for_alert
 
-__all__ = ["alert_rows", "live_table", "shift_table", "silence_rows", "skew", "status", "trace_table",
-           "verdict_table"]
+__all__ = ["alert_rows", "gateway_tables", "live_table", "samples_frame", "shift_table", "silence_rows", "skew", "status",
+           "trace_table", "verdict_table"]
 
 # how each live query folds onto a (deployment, tier) row: min attainment and max burn over the routes
 FOLD = {"ttft_attainment": "min", "tpot_attainment": "min", "ttft_burn_1h": "max", "tpot_burn_1h": "max"}
 VERDICT_COLUMNS = ["deployment", "tier", "metric", "time", "change", "before_p95_s", "after_p95_s", "segment", "cause",
                    "release", "blamed", "direction"]
 BUDGET = 1.0  # a burn rate above this spends the error budget faster than the objective earns it
+
+
+def gateway_tables(decisions: pd.DataFrame, rejections: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The gateway's decisions (tenant, tier, decision, requests) and its rejections (tenant, tier, reason,
+    requests), each row with its ``share`` of its tenant and tier's requests (every request gets one decision)."""
+    keys = ["tenant", "tier"]
+    total = decisions.groupby(keys, as_index=False)["requests"].sum().rename(columns={"requests": "_all"})
+    out = []
+    for df in (decisions, rejections):
+        df = df[df["requests"] > 0].merge(total, on=keys, how="left")
+        df["share"] = df["requests"] / df["_all"]
+        out.append(df.drop(columns="_all").sort_values([*keys, "requests"], ascending=[True, True, False],
+                                                       ignore_index=True))
+    return out[0], out[1]
+
+
+def samples_frame(samples: list[Sample], labels: tuple[str, ...], value: str) -> pd.DataFrame:
+    """Instant samples as a frame: one column per label (missing: empty) and ``value``."""
+    return pd.DataFrame([{**{k: s.labels.get(k, "") for k in labels}, value: s.value} for s in samples],
+                        columns=[*labels, value])
 
 
 def live_table(results: dict[str, list[Sample]]) -> pd.DataFrame:

@@ -1,5 +1,7 @@
 """Routing: does the router spread load — requests and p95 queue wait per replica, their skew, prefix-cache hits,
-retries and fallbacks (traces); live load and cache hits per replica, rejections (Prometheus)."""
+retries and fallbacks (traces); live load and cache hits per replica, rejections (Prometheus); and what the gateway
+decided per tenant and tier over the range — from Prometheus when it answers with gateway series, else from the
+traces' reject reasons."""
 
 from __future__ import annotations
 
@@ -10,12 +12,13 @@ from console import data, promql
 from console.columns import show
 from console.pages.charts import prom_charts
 from console.palette import plain
-from console.tables import skew
-from console.ui import Context
+from console.prom import Unreachable
+from console.tables import gateway_tables, samples_frame, skew
+from console.ui import Context, esc
+from exporters.catalog import by_name
+from simulator.admission import GATEWAY_REJECT_REASONS
 
 __all__ = ["render"]
-
-
 
 def render(ctx: Context) -> None:
     st.title("Routing")
@@ -38,3 +41,41 @@ def render(ctx: Context) -> None:
             show(df, "routing_table", ("deployment", "replica", "requests", "queue_p95_s"))
     st.subheader("Live (Prometheus)")
     prom_charts(ctx, promql.routing(ctx.filters), "routing")
+    _gateway(ctx)
+
+
+def _gateway(ctx: Context) -> None:
+    st.subheader("Gateway: admission per tenant and tier")
+    start, end = ctx.prom_window()
+    try:
+        got = {k: data.prom_instant(ctx.settings.prometheus, q)
+               for k, q in promql.gateway(ctx.filters, int((end - start).total_seconds())).items()}
+    except Unreachable as e:
+        got, why = {}, f"Prometheus is unreachable ({esc(e)})"
+    else:
+        why = "Prometheus has no gateway series for these filters"
+    if got.get("decisions"):
+        names = ", ".join(by_name(m).name for m in ("llm_gateway_admissions_total", "llm_gateway_rejections_total"))
+        st.caption(esc(f"From Prometheus ({names}), {start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC; an engine's queue_full or "
+                       "queue_timeout counts among the rejections too."))
+        tables = gateway_tables(samples_frame(got["decisions"], ("tenant", "tier", "decision"), "requests"),
+                                samples_frame(got.get("rejections", []), ("tenant", "tier", "reason"), "requests"))
+    elif ctx.store_ready():
+        df = data.store_query(ctx.db, ctx.db_version, "gateway",
+                              {**ctx.sql_params(), "reasons": list(GATEWAY_REJECT_REASONS)})
+        st.caption(f"{why}: from the traces instead, the requests of the range the gateway refused (its "
+                   "reject reason, never sent to a replica) and those it admitted.")
+        keys = ["tenant", "tier"]
+        tables = gateway_tables(df.groupby([*keys, "decision"], as_index=False)["requests"].sum(),
+                                df[df["decision"] == "rejected"][[*keys, "reason", "requests"]])
+    else:
+        return
+    decisions, rejections = tables
+    if decisions.empty:
+        st.info("No requests reached the gateway for these filters.")
+        return
+    show(decisions, "gateway_decisions", ("tenant", "tier", "decision", "requests", "share"))
+    if rejections.empty:
+        st.info("The gateway rejected none of these requests.")
+    else:
+        show(rejections, "gateway_rejections", ("tenant", "tier", "reason", "requests", "share"))
