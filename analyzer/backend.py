@@ -4,7 +4,8 @@ Collector's ``otel_traces`` table in place (a server through clickhouse-connect,
 An analysis asks for a statement by name with its parameters (``rows`` / ``frame``); DuckDB runs
 ``analyzer/sql/<name>.sql`` on its ``requests`` table, ClickHouse ``analyzer/sql/clickhouse/<name>.sql``, whose head
 is the request model derived from the spans (``clickhouse/requests.sql``) — filters and aggregation run in the
-engine, only results come back. Another package's statement is named ``package:name``
+engine, only results come back; the model is derived once per window and backend, into the session's temporary
+tables, which the statements then read. Another package's statement is named ``package:name``
 (``capacity.review:week_buckets``: ``capacity/review/sql/[clickhouse/]week_buckets.sql``). ``fill`` replaces
 allow-listed SQL fragments (column names), never values: values are parameters,
 ``$name`` in DuckDB, ``{name:Type}`` in ClickHouse.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -39,6 +41,8 @@ SPAN_MARGIN = timedelta(hours=1)
 # standard SQL's semantics, which the statements are written for: an unmatched outer join gives NULLs, and a name in
 # an expression is the column even where the same SELECT has an alias of that name
 _SETTINGS = "\nSETTINGS join_use_nulls = 1, prefer_column_name_to_alias = 1, enable_materialized_cte = 1"
+# the CTEs of clickhouse/requests.sql that statements read: each becomes a temporary table when first read
+_MODEL = ("requests", "early_only", "admission_spans")
 
 
 @dataclass
@@ -129,26 +133,52 @@ def _py(v: Any) -> Any:
 
 
 class ClickHouseBackend:
-    """The Collector's ``otel_traces`` read in place: every statement derives the requests it needs from the spans
-    of its window (``SPAN_MARGIN`` around ``since`` / ``until``)."""
+    """The Collector's ``otel_traces`` read in place. The request model of a window (the spans ``SPAN_MARGIN``
+    around ``since`` / ``until``) is derived once, on its first use, into a temporary table of the connection's
+    session (kept in the engine, on its disk: nothing is copied out); every later statement of that window reads
+    it, so one command scans and joins the spans once, and its statements see one snapshot of them. ``close``
+    drops the tables (chDB's session outlives the backend)."""
 
     dialect = "clickhouse"
 
     def __init__(self, con: Connection) -> None:
         self.con = con
+        self._tables: dict[tuple[str, Any, Any], str] = {}  # (model CTE, span_from, span_to) -> its table
+
+    def _refused(self, name: str, e: Exception) -> ConfigError:  # the server's answer (a version, a permission)
+        return ConfigError("--db", str(self.con.target),
+                           f"ClickHouse refused {name}.sql: {str(e).strip().splitlines()[0][:300]}")
+
+    def _model(self, text: str, window: dict[str, Any]) -> str:
+        """The head that replaces ``__requests__`` in ``text``: each model CTE it reads, from its table."""
+        head, code = [], re.sub(r"--[^\n]*", "", text)
+        for cte in _MODEL:
+            if not re.search(rf"\b{cte}\b", code):
+                continue
+            key = (cte, window["span_from"], window["span_to"])
+            if key not in self._tables:
+                table = f"goodput_{cte}_{uuid.uuid4().hex[:16]}"
+                try:
+                    self.con.command(f"CREATE TEMPORARY TABLE {table} ENGINE = MergeTree ORDER BY tuple() AS "
+                                     f"WITH {clickhouse_sql('requests').strip()} SELECT * FROM {cte}{_SETTINGS}",
+                                     window)
+                except Exception as e:
+                    raise self._refused("requests", e) from None
+                self._tables[key] = table
+            head.append(f"{cte} AS (SELECT * FROM {self._tables[key]})")
+        return ", ".join(head)
 
     def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame:
-        text = _fill(statement(name, self.dialect), {**(fill or {}), "__requests__": clickhouse_sql("requests").strip()})
+        text = _fill(statement(name, self.dialect), fill)
         since, until = params.get("since"), params.get("until")
-        bound = {k: _ch_value(v) for k, v in params.items()}
-        bound.update(database=self.con.target.database, table=self.con.target.table,
-                     span_from=_ch_value(since - SPAN_MARGIN) if since is not None else None,
-                     span_to=_ch_value(until + SPAN_MARGIN) if until is not None else None)
+        window = dict(database=self.con.target.database, table=self.con.target.table,
+                      span_from=_ch_value(since - SPAN_MARGIN) if since is not None else None,
+                      span_to=_ch_value(until + SPAN_MARGIN) if until is not None else None)
+        text = text.replace("__requests__", self._model(text, window))
         try:
-            df = self.con.query_df(text + _SETTINGS, bound)
-        except Exception as e:  # the server's answer (a version without a feature, a permission): one line
-            raise ConfigError("--db", str(self.con.target), f"ClickHouse refused {name}.sql: "
-                                                            f"{str(e).strip().splitlines()[0][:300]}") from None
+            df = self.con.query_df(text + _SETTINGS, {k: _ch_value(v) for k, v in params.items()})
+        except Exception as e:
+            raise self._refused(name, e) from None
         for col in df.columns:  # times come back in UTC
             if pd.api.types.is_datetime64_any_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
                 df[col] = df[col].dt.tz_localize(UTC)
@@ -159,7 +189,14 @@ class ClickHouseBackend:
         return Result(list(df.columns), [tuple(_py(v) for v in row) for row in df.itertuples(index=False, name=None)])
 
     def close(self) -> None:
-        self.con.close()
+        try:
+            for table in self._tables.values():
+                self.con.command(f"DROP TEMPORARY TABLE IF EXISTS {table}")
+        except Exception:  # noqa: BLE001 - a server gone mid-command: its session's end drops them (chDB's, the process's)
+            pass
+        finally:
+            self._tables.clear()
+            self.con.close()
 
 
 def interval_us(text: str) -> int:

@@ -205,9 +205,11 @@ def _mib(n: int) -> int:
     return round(n / 2**20)
 
 
-def run_queries(con, releases_path: str, engine_bytes=None, progress: str | None = None) -> dict:
-    """Time decompose, regressions and triage on ``con``; seconds, peak RSS and the answers to compare (each
-    step's figures also appended to ``progress`` as it ends, for a run cut short)."""
+def run_queries(open_con, releases_path: str, engine_bytes=None, progress: str | None = None) -> dict:
+    """Time decompose, regressions and triage, each on its own ``open_con()`` (closed after it, as one command
+    opens and closes its own: what a backend derives once per command is derived again each step); seconds, peak
+    RSS and the answers to compare (each step's figures also appended to ``progress`` as it ends, for a run cut
+    short)."""
     from analyzer.decompose import decompose
     from analyzer.regressions import scan_regressions
     from analyzer.releases import load_releases
@@ -215,19 +217,22 @@ def run_queries(con, releases_path: str, engine_bytes=None, progress: str | None
 
     releases = load_releases(releases_path)
     steps = {
-        "decompose": lambda: decompose(con, ["deployment", "tenant"]).records(),
-        "regressions": lambda: [r.record() for r in scan_regressions(con, releases).found],
-        "triage": lambda: triage(con, TRIAGED, releases=releases).record(),
+        "decompose": lambda con: decompose(con, ["deployment", "tenant"]).records(),
+        "regressions": lambda con: [r.record() for r in scan_regressions(con, releases).found],
+        "triage": lambda con: triage(con, TRIAGED, releases=releases).record(),
     }
     out, answers = {}, {}
     for name, step in steps.items():
         with Sampler(engine_bytes) as s:
             t, cpu = time.perf_counter(), _cpu()
+            con = open_con()
             try:
-                answers[name] = step()
+                answers[name] = step(con)
             except Exception as e:  # noqa: BLE001 - a step this engine cannot run yet is reported, not fatal
                 out[name] = {"not_run": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
                 continue
+            finally:
+                con.close()
             seconds, cpu = time.perf_counter() - t, _cpu() - cpu
         out[name] = {"seconds": round(seconds, 2), "cpu_s": round(cpu, 2), "peak_rss_mib": _mib(s.rss)}
         if engine_bytes is not None:
@@ -251,7 +256,7 @@ def _child(role: str, kw: dict) -> None:
     elif role == "query-duckdb":
         con = connect(kw["db"], read_only=True, threads=2, memory_limit=kw["memory_limit"])
         cur = con.cursor()
-        res = run_queries(con, kw["releases"], lambda: cur.execute(
+        res = run_queries(con.cursor, kw["releases"], lambda: cur.execute(
             "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0], kw["progress"])
         res["rows"] = con.execute("SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM segments)").fetchall()[0]
     elif role == "query-clickhouse":
@@ -260,7 +265,7 @@ def _child(role: str, kw: dict) -> None:
         con = clickhouse(kw["path"], kw["memory_limit"])
         where = {"database": con.target.database, "table": con.target.table}
         con.command("SYSTEM STOP MERGES {database:Identifier}.{table:Identifier}", where)  # parts as built, while timed
-        res = run_queries(ClickHouseBackend(con), kw["releases"], progress=kw["progress"])
+        res = run_queries(lambda: ClickHouseBackend(con), kw["releases"], progress=kw["progress"])
         res["rows"] = int(con.query_df("SELECT count() AS n FROM {database:Identifier}.{table:Identifier}",
                                        where)["n"].iloc[0])
     else:

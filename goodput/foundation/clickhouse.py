@@ -12,6 +12,7 @@ chDB runs one embedded server per process, with one directory: a second director
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -129,7 +130,8 @@ class _Server:
         try:
             self._client = clickhouse_connect.get_client(
                 host=target.host, port=target.port, username=target.user, password=target.password,
-                database=target.database, secure=target.secure, connect_timeout=5, send_receive_timeout=300)
+                database=target.database, secure=target.secure, connect_timeout=5, send_receive_timeout=300,
+                session_id=f"goodput-{uuid.uuid4().hex}")  # its own session: the analyzer's temporary tables
         except (ClickHouseError, OSError) as e:
             raise ConfigError(flag, str(target), f"cannot connect: {_first_line(e)}") from None
         finally:

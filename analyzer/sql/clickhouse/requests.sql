@@ -1,6 +1,8 @@
 -- The analyzer's request model derived from the Collector's otel_traces table in place: the CTEs that end in
--- `requests` (the columns of analyzer/sql/schema.sql's requests table) and `early_only` (requests in flight), placed at the head of every
--- ClickHouse statement of this directory (analyzer/backend.py). The same rules as analyzer/sql/normalize_spans.sql:
+-- `requests` (the columns of analyzer/sql/schema.sql's requests table), `early_only` (requests in flight) and
+-- `admission_spans`: analyzer/backend.py derives each, once per command and window, into a temporary table, which
+-- the statements of this directory read (`__requests__` at their head becomes `requests AS (SELECT * FROM <table>)`
+-- and the like). The same rules as analyzer/sql/normalize_spans.sql:
 -- every engine span (`llm.request`, goodput's; `llm_request`, vLLM's) at any depth is one request; what it inherits
 -- comes from the call, then its ancestors nearest first, then any span of the trace (tenant, tier, route, scene);
 -- its gateway and send time from the nearest enclosing SERVER span, shared out among several calls under it.

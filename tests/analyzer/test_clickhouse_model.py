@@ -1,0 +1,38 @@
+"""ClickHouse derives a command's request model once per window, into temporary tables of its session that every
+later statement of the window reads (analyzer/backend.py), and drops them when the command closes its backend."""
+
+from datetime import UTC, datetime
+
+from analyzer.backend import ClickHouseBackend
+from analyzer.decompose import decompose
+from goodput.foundation.clickhouse import connect, parse_target
+from tests.conftest import clickhouse_of
+
+# a second copy of every span, its trace ids re-prefixed: the fleet's traffic twice over
+_COPY = """INSERT INTO {db:Identifier}.otel_traces
+SELECT * REPLACE (concat('ff', substring(TraceId, 3)) AS TraceId) FROM {db:Identifier}.otel_traces"""
+
+
+def _temporary(chdb) -> int:
+    return int(chdb.query_df("SELECT count() AS n FROM system.tables WHERE is_temporary")["n"].iloc[0])
+
+
+def _requests(store, **window) -> int:
+    return sum(r["requests"] for r in decompose(store, ["deployment"], **window).records())
+
+
+def test_a_backend_derives_each_window_once_and_drops_it_on_close(healthy_run, chdb):
+    store = clickhouse_of(chdb, healthy_run, "model_once")
+    before = _temporary(chdb)
+    whole = _requests(store)
+    assert whole > 0 and _temporary(chdb) == before + 1  # the requests of the open window, derived
+    since, until = datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
+    assert _requests(store, since=since, until=until) == whole and _temporary(chdb) == before + 2  # another window
+
+    chdb.command(_COPY, {"db": "model_once"})
+    assert _requests(store) == whole  # read from the window's table, not derived again from the spans
+    fresh = ClickHouseBackend(connect(parse_target(f"chdb:{chdb.target.path}?database=model_once")))
+    assert _requests(fresh) == 2 * whole  # a new command derives the model anew
+    fresh.close()
+    store.close()
+    assert _temporary(chdb) == before
