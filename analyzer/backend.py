@@ -13,6 +13,7 @@ allow-listed SQL fragments (column names), never values: values are parameters,
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import uuid
@@ -31,6 +32,8 @@ from analyzer.store import connect, sql
 from goodput.foundation.clickhouse import Connection, is_clickhouse, parse_target
 from goodput.foundation.clickhouse import connect as connect_clickhouse
 from goodput.foundation.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result", "backend", "clickhouse_sql",
            "interval_us", "open_backend", "statement"]
@@ -144,13 +147,17 @@ class ClickHouseBackend:
     def __init__(self, con: Connection) -> None:
         self.con = con
         self._tables: dict[tuple[str, Any, Any], str] = {}  # (model CTE, span_from, span_to) -> its table
+        self._inline = False  # the server refused a temporary table: each statement derives the model itself
 
     def _refused(self, name: str, e: Exception) -> ConfigError:  # the server's answer (a version, a permission)
         return ConfigError("--db", str(self.con.target),
                            f"ClickHouse refused {name}.sql: {str(e).strip().splitlines()[0][:300]}")
 
     def _model(self, text: str, window: dict[str, Any]) -> str:
-        """The head that replaces ``__requests__`` in ``text``: each model CTE it reads, from its table."""
+        """The head that replaces ``__requests__`` in ``text``: each model CTE it reads, from its table; or, where
+        the server refuses temporary tables (a user without CREATE TEMPORARY TABLE), the model's CTEs themselves."""
+        if self._inline:
+            return clickhouse_sql("requests").strip()
         head, code = [], re.sub(r"--[^\n]*", "", text)
         for cte in _MODEL:
             if not re.search(rf"\b{cte}\b", code):
@@ -162,8 +169,11 @@ class ClickHouseBackend:
                     self.con.command(f"CREATE TEMPORARY TABLE {table} ENGINE = MergeTree ORDER BY tuple() AS "
                                      f"WITH {clickhouse_sql('requests').strip()} SELECT * FROM {cte}{_SETTINGS}",
                                      window)
-                except Exception as e:
-                    raise self._refused("requests", e) from None
+                except Exception as e:  # noqa: BLE001 - the statement itself will say what the server refuses
+                    log.warning("%s: no temporary table (%s); each statement derives the request model itself, "
+                                "slower (docs/clickhouse.md)", self.con.target, str(e).strip().splitlines()[0][:200])
+                    self._inline = True
+                    return self._model(text, window)
                 self._tables[key] = table
             head.append(f"{cte} AS (SELECT * FROM {self._tables[key]})")
         return ", ".join(head)
@@ -175,8 +185,11 @@ class ClickHouseBackend:
                       span_from=_ch_value(since - SPAN_MARGIN) if since is not None else None,
                       span_to=_ch_value(until + SPAN_MARGIN) if until is not None else None)
         text = text.replace("__requests__", self._model(text, window))
+        bound = {k: _ch_value(v) for k, v in params.items()}
+        if self._inline:  # the model's own parameters
+            bound = {**window, **bound}
         try:
-            df = self.con.query_df(text + _SETTINGS, {k: _ch_value(v) for k, v in params.items()})
+            df = self.con.query_df(text + _SETTINGS, bound)
         except Exception as e:
             raise self._refused(name, e) from None
         for col in df.columns:  # times come back in UTC

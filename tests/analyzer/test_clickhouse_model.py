@@ -36,3 +36,33 @@ def test_a_backend_derives_each_window_once_and_drops_it_on_close(healthy_run, c
     fresh.close()
     store.close()
     assert _temporary(chdb) == before
+
+
+class _NoTemporaryTables:
+    """A real chDB connection whose user may not create temporary tables, as a ClickHouse server answers one
+    (chDB has no users or grants to refuse with)."""
+
+    def __init__(self, con) -> None:
+        self.con, self.target = con, con.target
+
+    def command(self, sql, params=None):
+        if sql.startswith("CREATE TEMPORARY TABLE"):
+            raise RuntimeError("Code: 497. DB::Exception: default: Not enough privileges. To execute this query, it's "
+                               "necessary to have the grant CREATE TEMPORARY TABLE ON *.*. (ACCESS_DENIED)")
+        return self.con.command(sql, params)
+
+    def query_df(self, sql, params=None):
+        return self.con.query_df(sql, params)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def test_a_user_without_temporary_tables_gets_the_same_answers(healthy_run, chdb):
+    store = clickhouse_of(chdb, healthy_run, "model_inline")
+    whole = _requests(store)
+    store.close()
+    before = _temporary(chdb)
+    refused = ClickHouseBackend(_NoTemporaryTables(connect(parse_target(f"chdb:{chdb.target.path}?database=model_inline"))))
+    assert _requests(refused) == whole and _temporary(chdb) == before  # each statement derives the model itself
+    refused.close()
