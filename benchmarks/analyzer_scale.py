@@ -56,7 +56,18 @@ SELECT s.* REPLACE (printf('%08x', k) || substr(trace_id, 9) AS trace_id,
                   start_ns + k * $shift AS start_ns)
 FROM seed.segments s, range($first, $last) t(k)
 """,
+    "in_flight": """
+INSERT INTO in_flight
+SELECT s.* REPLACE (printf('%08x', k) || substr(trace_id, 9) AS trace_id,
+                  printf('%08x', k) || substr(request_id, 9) AS request_id,
+                  gateway_start + k * $shift AS gateway_start, gateway_end + k * $shift AS gateway_end,
+                  queue_start + k * $shift AS queue_start, queue_end + k * $shift AS queue_end)
+FROM seed.in_flight s, range($first, $last) t(k)
+""",
 }
+# the deployments whose gateway spans name them: without these a store has no early spans, and its completeness
+# falls back to the conservative bound (analyzer/completeness.py) where the spans in ClickHouse say what is in flight
+DUCKDB_ADMISSION = "INSERT INTO admission_spans SELECT * FROM seed.admission_spans"
 
 CLICKHOUSE_REPLICATE = """
 INSERT INTO {database:Identifier}.{table:Identifier}
@@ -97,6 +108,7 @@ def build_duckdb(seed: dict, copies: int, db: Path, memory_limit: str) -> None:
     for first in range(0, copies, BATCH_COPIES):
         for text in DUCKDB_REPLICATE.values():
             con.execute(text, {"shift": SHIFT_NS, "first": first, "last": min(first + BATCH_COPIES, copies)})
+    con.execute(DUCKDB_ADMISSION)
     con.execute("DETACH seed")
     con.execute("CHECKPOINT")
     con.close()
