@@ -5,13 +5,14 @@ The spans are a simulated fleet (tests/fixtures/regression_fleet.yaml: three hou
 release, a traffic burst and a framework release that slows decode), replicated in each engine by SQL
 until there are N: copy k has its trace and request ids' first 8 hex digits set to k and its times shifted by
 k ms, so every copy is the same fleet's traffic again (the fleet k times busier; the same change points).
-The DuckDB store is the real ingest of the simulated run's OTLP spans, its ``requests`` and ``segments`` rows
-replicated the same way (what ingesting the replicated spans writes); the rate of that real ingest is reported
-(``duckdb_ingest_spans_per_s``: the copy DuckDB needs and ClickHouse does not). Each engine is capped
-(``--memory-limit``) and queried in a child process of its own, so each peak RSS is that engine's; beside it
-DuckDB's own accounting (``duckdb_memory()``, sampled). chDB keeps no ``system.query_log`` and answers nothing
-while a query runs, so ClickHouse's own figure is its cap, which its memory tracker enforces (a query over it
-fails, and is reported as not run). Wall and CPU seconds both: on a shared box CPU seconds are the steadier.
+The DuckDB store is the real ingest of the simulated run's OTLP spans, its ``requests``, ``segments`` and
+``in_flight`` rows replicated the same way, its ``admission_spans`` kept (what ingesting the replicated spans
+writes); the rate of that real ingest is reported (``duckdb_ingest_spans_per_s``: the copy DuckDB needs and
+ClickHouse does not). Each engine is capped (``--memory-limit``) and queried in a child process of its own, so
+each peak RSS is that engine's; beside it DuckDB's own accounting (``duckdb_memory()``, sampled). chDB keeps no
+``system.query_log`` and answers nothing while a query runs, so ClickHouse's own figure is its cap, which its
+memory tracker enforces (a query over it fails, and is reported as not run). Wall and CPU seconds both: on a
+shared box CPU seconds are the steadier.
 """
 
 from __future__ import annotations
@@ -56,7 +57,18 @@ SELECT s.* REPLACE (printf('%08x', k) || substr(trace_id, 9) AS trace_id,
                   start_ns + k * $shift AS start_ns)
 FROM seed.segments s, range($first, $last) t(k)
 """,
+    "in_flight": """
+INSERT INTO in_flight
+SELECT s.* REPLACE (printf('%08x', k) || substr(trace_id, 9) AS trace_id,
+                  printf('%08x', k) || substr(request_id, 9) AS request_id,
+                  gateway_start + k * $shift AS gateway_start, gateway_end + k * $shift AS gateway_end,
+                  queue_start + k * $shift AS queue_start, queue_end + k * $shift AS queue_end)
+FROM seed.in_flight s, range($first, $last) t(k)
+""",
 }
+# the deployments whose gateway spans name them: without these a store has no early spans, and its completeness
+# falls back to the conservative bound (analyzer/completeness.py) where the spans in ClickHouse say what is in flight
+DUCKDB_ADMISSION = "INSERT INTO admission_spans SELECT * FROM seed.admission_spans"
 
 CLICKHOUSE_REPLICATE = """
 INSERT INTO {database:Identifier}.{table:Identifier}
@@ -97,6 +109,7 @@ def build_duckdb(seed: dict, copies: int, db: Path, memory_limit: str) -> None:
     for first in range(0, copies, BATCH_COPIES):
         for text in DUCKDB_REPLICATE.values():
             con.execute(text, {"shift": SHIFT_NS, "first": first, "last": min(first + BATCH_COPIES, copies)})
+    con.execute(DUCKDB_ADMISSION)
     con.execute("DETACH seed")
     con.execute("CHECKPOINT")
     con.close()

@@ -1,12 +1,18 @@
 """The scale benchmark's stores at a small N: the replicated spans in ClickHouse (the Collector's otel_traces, real
 chDB) and the replicated DuckDB store hold the same requests and give the same decomposition, equal to the
-simulated run's own (every copy is the same traffic again)."""
+simulated run's own (every copy is the same traffic again); cut as a live store holds it during a queue build-up,
+both see the same requests in flight and leave the same buckets out of their verdicts."""
 
 from analyzer.backend import ClickHouseBackend
+from analyzer.completeness import completeness
 from analyzer.decompose import decompose
+from analyzer.ingest import ingest
+from analyzer.regressions import scan_regressions
 from analyzer.store import connect
+from analyzer.triage import triage
 from benchmarks.analyzer_scale import build_clickhouse, build_duckdb, disagreements, seed_run, summarize
 from goodput.foundation.clickhouse import connect as ch_connect
+from tests.analyzer.test_survivorship import CUT_S, cut_documents, incident
 
 COPIES = 3
 
@@ -31,6 +37,33 @@ def test_both_engines_hold_the_same_replicated_requests(tmp_path, chdb):
     assert len(a["decompose"]) == 4
     assert disagreements(a, b) == []
     assert disagreements(a, summarize({"decompose": on_seed})) == []
+
+
+def test_both_engines_leave_out_the_same_requests_in_flight(tmp_path, chdb):
+    """The seed cut at 20 minutes of a queue build-up (tests/analyzer/test_survivorship.py): of the requests in
+    flight only their early spans. The replicated DuckDB store carries what is in flight as ClickHouse's spans say
+    it, so triage leaves out the same requests and the scan finds the same change points in the same buckets."""
+    cfg, done = incident()
+    spans = tmp_path / "cut.otlp.jsonl"
+    spans.write_text("".join(doc + "\n" for doc in cut_documents(cfg, done, CUT_S)))
+    with connect(tmp_path / "seed.duckdb") as con:
+        seed = {"spans": str(spans), "duckdb": str(tmp_path / "seed.duckdb"), "span_count": ingest(con, [spans]).spans}
+    build_duckdb(seed, COPIES, tmp_path / "scale.duckdb", "1GB")
+    ch = ch_connect(f"chdb:{chdb.target.path}?database=cut")
+    build_clickhouse(ch, seed, COPIES)
+    duck, click = connect(tmp_path / "scale.duckdb", read_only=True), ClickHouseBackend(ch)
+
+    held = sum(1 for r in done if r.completed > CUT_S and r.queue_start <= CUT_S)
+    on_duckdb, on_clickhouse = completeness(duck, "rag")["rag"], completeness(click, "rag")["rag"]
+    assert on_duckdb.record() == on_clickhouse.record()
+    assert (on_duckdb.basis, on_duckdb.in_flight) == ("store", COPIES * held) and held > 100
+    left_out = triage(duck, "rag").left_out
+    assert left_out.startswith("left out: the ") and "still in flight" in left_out
+    assert triage(click, "rag").left_out == left_out
+    a, b = scan_regressions(duck, [], deployment="rag"), scan_regressions(click, [], deployment="rag")
+    assert a.left_out == b.left_out and a.left_out["rag"] >= 2
+    assert summarize({"regressions": [r.record() for r in a.found]}) == summarize(
+        {"regressions": [r.record() for r in b.found]})
 
 
 def test_disagreements_name_what_differs():

@@ -53,9 +53,9 @@ def incident():
     return cfg, fleet.done
 
 
-def cut_store(cfg, done, cut_s: float, root: Path, span_format: str = "goodput") -> Path:
-    """The trace store a live exporter holds at ``cut_s``: finished requests whole, and (goodput's shape) the
-    gateway and queue spans of the admitted ones still in flight."""
+def cut_documents(cfg, done, cut_s: float, span_format: str = "goodput"):
+    """The OTLP documents a live fleet had exported at ``cut_s``: finished requests whole, and (goodput's shape)
+    the gateway and queue spans of the admitted ones still in flight."""
     early = span_format != "vllm"
     parts, kept = {}, []
     for r in done:
@@ -66,9 +66,13 @@ def cut_store(cfg, done, cut_s: float, root: Path, span_format: str = "goodput")
         else:
             continue
         kept.append(r)
-    table = RequestTable(cfg, kept, SEED)
+    return span_documents(RequestTable(cfg, kept, SEED), service="goodput-fleet", parts=parts, span_format=span_format)
+
+
+def cut_store(cfg, done, cut_s: float, root: Path, span_format: str = "goodput") -> Path:
+    """The trace store a live exporter holds at ``cut_s`` (``cut_documents``), as the demo's ingest loop reads it."""
     store = TraceStore(root)
-    for doc in span_documents(table, service="goodput-fleet", parts=parts, span_format=span_format):
+    for doc in cut_documents(cfg, done, cut_s, span_format):
         store.accept(decode_json(doc), doc.encode(), "J")
     store.flush()
     store.close()
