@@ -12,7 +12,8 @@ spans are cut into the same inserts with the same tokens: when an insert succeed
 (connection reset, timeout), ClickHouse recognises the retry and stores nothing twice. ClickHouse honours the token
 on a Replicated*MergeTree table (what a cluster runs) and on a MergeTree table with
 ``non_replicated_deduplication_window`` set; on any other table a lost reply can store a span twice (docs/collector.md).
-chDB needs no token: an in-process insert has no reply to lose.
+The token is in the statement (its SETTINGS clause, a bound parameter), over HTTP and on chDB alike: on chDB a batch
+replayed after a hard kill is recognised the same way, in the table the sink creates with a window.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from urllib.parse import urlencode
 from exporters.otel_traces import TableSpec, create_table, insert_spans, span_row
 from exporters.otlp import Span
 from exporters.store_sink import SinkFailed
-from goodput.foundation.clickhouse import Target, _chdb_params, connect, is_clickhouse, parse_target
+from goodput.foundation.clickhouse import Target, connect, is_clickhouse, param_text, parse_target
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["INSERT_ROWS", "TIMEOUT_S", "ClickHouseRefused", "ClickHouseSink", "insert_token", "parse_store"]
@@ -63,19 +64,18 @@ def insert_token(spans: list[Span]) -> str:
 class _HttpInserter:
     """An insert-only ``Connection`` over ClickHouse's HTTP interface: one POST per statement, a fresh connection
     each time (a reset one is simply gone), the statement and its bound parameters as a multipart form (the rows are
-    far over a URL's limit) and the settings in the URL, as clickhouse-connect sends large parameters."""
+    far over a URL's limit), as clickhouse-connect sends large parameters."""
 
     def __init__(self, target: Target, timeout_s: float) -> None:
         self.target, self.timeout_s = target, timeout_s
-        self.settings: dict[str, str] = {}
 
     def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
         t = self.target
         boundary = uuid.uuid4().hex
-        fields = {"query": sql} | {f"param_{k}": v for k, v in _chdb_params(params).items()}
+        fields = {"query": sql} | {f"param_{k}": v for k, v in param_text(params).items()}
         body = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
                         + value.encode() + b"\r\n" for name, value in fields.items()) + f"--{boundary}--\r\n".encode()
-        query = urlencode({"database": t.database, "wait_end_of_query": "1"} | self.settings)
+        query = urlencode({"database": t.database, "wait_end_of_query": "1"})
         headers = {"Content-Type": f"multipart/form-data; boundary={boundary}", "X-ClickHouse-User": t.user,
                    "X-ClickHouse-Key": t.password}
         cls = http.client.HTTPSConnection if t.secure else http.client.HTTPConnection
@@ -124,18 +124,15 @@ class ClickHouseSink:
     def _insert(self, chunk: list[Span]) -> list[tuple[Span, Exception]]:
         """Insert one chunk under its token; a span that cannot become a row is left out and returned."""
         token = insert_token(chunk)
-        if self._http is not None:  # over HTTP the token goes with the request's settings, chDB's in the statement
-            self._http.settings["insert_deduplication_token"] = token
-        in_sql = None if self._http is not None else token
         try:
-            insert_spans(self._con, chunk, self.table, batch=len(chunk), token=in_sql)
+            insert_spans(self._con, chunk, self.table, batch=len(chunk), token=token)
             return []
         except _LOCAL_ERRORS:
             bad = [(s, e) for s, e in ((s, _row_problem(s)) for s in chunk) if e is not None]
             if not bad:
                 raise
         bad_ids = {id(s) for s, _ in bad}
-        insert_spans(self._con, [s for s in chunk if id(s) not in bad_ids], self.table, batch=len(chunk), token=in_sql)
+        insert_spans(self._con, [s for s in chunk if id(s) not in bad_ids], self.table, batch=len(chunk), token=token)
         return bad
 
     def close(self) -> None:

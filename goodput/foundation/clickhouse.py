@@ -22,7 +22,8 @@ import pandas as pd
 
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["DEFAULT_DATABASE", "DEFAULT_TABLE", "Connection", "Target", "connect", "ident", "is_clickhouse", "parse_target"]
+__all__ = ["DEFAULT_DATABASE", "DEFAULT_TABLE", "Connection", "Target", "connect", "ident", "is_clickhouse", "param_text",
+           "parse_target"]
 
 DEFAULT_TABLE = "otel_traces"  # the OpenTelemetry Collector clickhouseexporter's traces_table_name default
 DEFAULT_DATABASE = "otel"  # ... and its database default
@@ -169,16 +170,16 @@ class _Embedded:
         self._session = _CHDB_SESSION[0][1]
 
     def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
-        self._session.query(sql, params=_chdb_params(params))
+        self._session.query(sql, params=param_text(params))
 
     def query_df(self, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        return self._session.query(sql, "DataFrame", params=_chdb_params(params))
+        return self._session.query(sql, "DataFrame", params=param_text(params))
 
     def close(self) -> None:  # the session lives as long as the process: another connection may share it
         pass
 
 
-def _chdb_params(params: dict[str, Any] | None) -> dict[str, str]:
+def param_text(params: dict[str, Any] | None) -> dict[str, str]:
     """chDB takes parameters as ClickHouse text: escaped strings, booleans as 0/1, lists as [..] of literals."""
     out = {}
     for k, v in (params or {}).items():

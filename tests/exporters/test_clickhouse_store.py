@@ -57,7 +57,7 @@ def _unescape(text: str) -> str:
 
 
 class FakeClickHouse:
-    """ClickHouse's HTTP interface for inserts (statement and ``param_*`` as a multipart form, settings in the URL),
+    """ClickHouse's HTTP interface for inserts (statement and ``param_*`` as a multipart form, the database in the URL),
     run on the real engine (the test session's chDB, a database of its own with the Collector's table, made
     deduplicating as a user makes a plain MergeTree one). ``script`` says how each insert goes: ``ok``, ``500``
     (refused), ``reset`` (connection dropped, nothing stored), ``lost`` (stored, then the connection dropped before
@@ -85,7 +85,7 @@ class FakeClickHouse:
                     f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + body)
                 fields = {part.get_param("name", header="content-disposition"): part.get_payload(decode=True).decode()
                           for part in form.iter_parts()}
-                token = settings.get("insert_deduplication_token", "")
+                token = _unescape(fields.get("param_token", ""))
                 with fake.lock:
                     what = fake.script.pop(0) if fake.script else "ok"
                     fake.seen.append((what, token))
@@ -104,12 +104,8 @@ class FakeClickHouse:
                     return
                 assert settings["database"] == fake.database and fields["param_database"] == fake.database
                 params = {k.removeprefix("param_"): _unescape(v) for k, v in fields.items() if k.startswith("param_")}
-                with fake.lock:  # the token applies to this one statement
-                    fake.con.command(f"SET insert_deduplication_token = '{token}'")
-                    try:
-                        fake.con.command(fields["query"], params)
-                    finally:
-                        fake.con.command("SET insert_deduplication_token = ''")
+                with fake.lock:  # the statement carries its own token (its SETTINGS clause)
+                    fake.con.command(fields["query"], params)
                 if what == "late":
                     fake.release.wait(stall_s)
                 if what in ("lost", "late"):
