@@ -31,6 +31,7 @@ __all__ = [
     "ModelSpec",
     "gpus",
     "kv_bytes_per_token",
+    "model_key",
     "load_model_config",
     "lookup_gpu",
     "lookup_model",
@@ -181,8 +182,8 @@ class Match:
 TUNE_PARTS = ("instruct", "hf", "it", "chat")
 
 
-def _model_key(name: str) -> str:
-    """``Qwen/Qwen2.5-7B-Instruct`` -> ``qwen2.5-7b``: no organisation, no tune parts, any case."""
+def model_key(name: str) -> str:
+    """``Qwen/Qwen2.5-7B-Instruct`` -> ``qwen2.5-7b``: no organisation, no tune parts, any case (one architecture)."""
     n = name.strip().rsplit("/", 1)[-1].casefold()
     n = n.removeprefix("meta-")  # meta-llama/Meta-Llama-3-8B
     return "-".join(p for p in n.split("-") if p not in TUNE_PARTS)
@@ -192,7 +193,7 @@ def _model_key(name: str) -> str:
 def _model_keys() -> dict[str, str]:
     out: dict[str, str] = {}
     for name in models():  # names and aliases
-        out.setdefault(_model_key(name), models()[name].name)
+        out.setdefault(model_key(name), models()[name].name)
     return out
 
 
@@ -201,7 +202,7 @@ def resolve_model(name: str, source: str, key: str) -> Match:
     if name in models():
         spec = models()[name]
         return Match(spec.name, None if spec.name == name else f"{name} is {spec.name} (same architecture)")
-    found = _model_keys().get(_model_key(name))
+    found = _model_keys().get(model_key(name))
     if found is None:
         raise ConfigError(source, key, f"unknown model {name!r}; known: {', '.join(sorted(models()))} (any other "
                                        "model: its Hugging Face config.json, --model-config or model_config)")

@@ -309,6 +309,8 @@ def _run(args: argparse.Namespace) -> int:
     model, entry = None, {}
     for target in args.target:
         model, entry = preflight(target, args.model or model)
+    if args.model and model != args.model:
+        print(f"goodput: --model {args.model} is served as {model}", file=sys.stderr)
     opts = ClientOptions(model=model, chat=workload.chat, timeout_s=args.timeout, ignore_eos=args.ignore_eos,
                          abort_rate=abort_rate, api_key=args.api_key, seed=args.seed)
     if not args.out_chosen:

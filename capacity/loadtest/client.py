@@ -24,6 +24,7 @@ import httpx
 from capacity.loadtest.records import RequestRecord
 from capacity.loadtest.workload import RequestSpec, prompt_text
 from goodput.foundation.errors import ConfigError
+from simulator.catalog import model_key
 
 __all__ = ["Client", "ClientOptions", "base_url", "content_pieces", "error_class", "preflight"]
 
@@ -277,7 +278,21 @@ def preflight(target: str, model: str | None) -> tuple[str, dict]:
         snippet = " ".join(resp.text[:80].split())
         raise ConfigError(target, "/v1/models", f"not OpenAI-compatible: answered HTTP {resp.status_code} {kind}"
                                                 f"{': ' + repr(snippet) if snippet else ''}")
-    chosen = model or ids[0]
-    if chosen not in ids:
-        raise ConfigError(target, "--model", f"{chosen!r} is not served here; it serves {', '.join(map(str, ids))}")
+    chosen = served_model(target, model or ids[0], ids)
     return chosen, data[ids.index(chosen)]
+
+
+def served_model(target: str, asked: str, ids: list) -> str:
+    """The id the target serves for ``asked``: itself, or the one served id of the same architecture as the catalog
+    spells it (``meta-llama/Llama-3.1-8B-Instruct`` asked, ``Llama-3.1-8B`` served); several of them, or none, is a
+    one-line error naming what is served."""
+    if asked in ids:
+        return asked
+    same = [i for i in ids if isinstance(i, str) and model_key(i) == model_key(asked)]
+    served = ", ".join(map(str, ids))
+    if len(same) > 1:
+        raise ConfigError(target, "--model", f"{asked!r} matches several served models ({', '.join(same)}); "
+                                             "give one of them exactly")
+    if not same:
+        raise ConfigError(target, "--model", f"{asked!r} is not served here; it serves {served}")
+    return same[0]

@@ -152,6 +152,17 @@ def test_preflight(fleet, stub):
         preflight(stub.url + "/html", MODEL)
     with pytest.raises(ConfigError, match=f"'gpt-4o' is not served here; it serves {MODEL}"):
         preflight(url, "gpt-4o")
+    # as a user or Hugging Face spells it: organisation, case and tune suffix aside, the one served id
+    assert preflight(url, "meta-llama/llama-3.1-8B-Instruct")[0] == MODEL
+
+
+def test_a_model_name_that_fits_several_served_ids_is_refused():
+    from capacity.loadtest.client import served_model
+    ids = ["Qwen/Qwen2.5-7B-Instruct", "Qwen2.5-7B", "Llama-3.1-8B"]
+    assert served_model("t", "Qwen2.5-7B", ids) == "Qwen2.5-7B"  # an exact id is never second-guessed
+    with pytest.raises(ConfigError, match=r"matches several served models \(Qwen/Qwen2.5-7B-Instruct, Qwen2.5-7B\)"):
+        served_model("t", "qwen2.5-7b-chat", ids)
+    assert served_model("t", "llama-3.1-8b", ids) == "Llama-3.1-8B"
 
 
 # ---------------------------------------------------------------------------------------------- what is sent

@@ -10,7 +10,7 @@ import pytest
 
 from goodput.foundation.errors import ConfigError
 from simulator.catalog import (
-    _model_key,
+    model_key,
     load_model_config,
     model_from_config,
     models,
@@ -42,7 +42,7 @@ def test_hugging_face_ids_and_tune_suffixes_resolve_with_a_note(typed, name):
 
 def test_the_catalogs_own_spelling_needs_no_note_and_names_stay_distinct():
     assert resolve_model("Qwen2.5-7B", "f", "k").note is None
-    keys = [_model_key(n) for n, spec in models().items() if spec.name == n]
+    keys = [model_key(n) for n, spec in models().items() if spec.name == n]
     assert len(keys) == len(set(keys))  # no two catalog models read as the same typed name
 
 
