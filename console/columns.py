@@ -43,8 +43,8 @@ S, S3, SHARE, COUNT, TOKENS, RATIO = "%.2f", "%.3f", "percent", "%d", "%.0f", "%
 COLUMNS: dict[str, Col] = {
     # Overview, live
     "status": Col("status"), "short": Col("replicas short"),
-    "ttft_attainment": Col("TTFT met (5m)", SHARE), "tpot_attainment": Col("TPOT met (5m)", SHARE),
-    "ttft_burn_1h": Col("TTFT burn (1h, x budget)", RATIO), "tpot_burn_1h": Col("TPOT burn (1h, x budget)", RATIO),
+    "ttft_attainment": Col("TTFT met 5m", SHARE), "tpot_attainment": Col("TPOT met 5m", SHARE),
+    "ttft_burn_1h": Col("TTFT burn 1h", RATIO), "tpot_burn_1h": Col("TPOT burn 1h", RATIO),
     "replicas_available": Col("replicas up", COUNT), "replicas_required": Col("replicas needed", COUNT),
     "queue_wait_p95_s": Col("p95 queue wait (s)", _gateway_queue_p95), "kv_usage": Col("KV cache used", SHARE),
     "demand_tokens_per_s": Col("demand (tok/s)", TOKENS), "capacity_tokens_per_s": Col("capacity (tok/s)", TOKENS),

@@ -17,8 +17,11 @@ from console.ui import Context, esc, prom_down, step_for
 
 __all__ = ["render"]
 
-LIVE_FIRST = ("deployment", "tier", "status", "queue_wait_p95_s", "kv_usage", "demand_tokens_per_s",
-              "capacity_tokens_per_s", "replicas_available", "replicas_required", "short")
+# what on call reads first, within 1,400 px: is the SLO met and how fast is it burning, then why (replicas short,
+# queue, KV, demand against capacity); the rest (replicas up and needed, TPOT) after a sideways scroll
+LIVE_FIRST = ("deployment", "tier", "status", "ttft_attainment", "ttft_burn_1h", "short", "queue_wait_p95_s",
+              "kv_usage", "demand_tokens_per_s", "capacity_tokens_per_s", "tpot_attainment", "tpot_burn_1h",
+              "replicas_available", "replicas_required")
 ALERT_FIRST = ("alert", "severity", "deployment", "tier", "since", "runbook", "summary")
 TRACE_FIRST = ("deployment", "tier", "p95 queue wait s", "p95 TTFT s", "demand tok/s", "goodput tok/s",
                "TTFT attainment", "TPOT attainment")
@@ -47,6 +50,8 @@ def _live(ctx: Context, alerts: pd.DataFrame | None) -> None:
     short = (table["replicas_required"] - table["replicas_available"]).clip(lower=0)
     table["short"] = [f"{n:.0f} short" if n > 0 else "" for n in short.fillna(0)]
     show(table, "live", LIVE_FIRST)
+    st.caption("met: the share of requests within the SLO over 5 minutes; burn: the error budget's rate over the last "
+               "hour (1 spends it in exactly the SLO's window, 14.4 pages)")
 
 
 def _runbook(alerts: pd.DataFrame | None) -> None:

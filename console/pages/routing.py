@@ -33,7 +33,9 @@ def render(ctx: Context) -> None:
             fig = go.Figure([go.Bar(x=label, y=df["requests"], name="requests"),
                              go.Scatter(x=label, y=df["queue_p95_s"], name="p95 queue wait (s)", yaxis="y2",
                                         mode="markers", marker={"size": 10})])
-            fig.update_layout(title="requests and p95 queue wait per replica", height=320, margin={"t": 40, "b": 20},
+            # the legend above the plot: at its default place, right of it, it hides the right axis' top ticks
+            fig.update_layout(title="requests and p95 queue wait per replica", height=320, margin={"t": 60, "b": 20},
+                              legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
                               yaxis={"title": "requests", "rangemode": "tozero"},
                               yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ".2f",
                                       "title": "p95 queue wait (s)"})
