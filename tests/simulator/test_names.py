@@ -10,9 +10,9 @@ import pytest
 
 from goodput.foundation.errors import ConfigError
 from simulator.catalog import (
-    model_key,
     load_model_config,
     model_from_config,
+    model_key,
     models,
     resolve_gpu,
     resolve_model,
