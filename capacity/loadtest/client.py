@@ -289,10 +289,9 @@ def served_model(target: str, asked: str, ids: list) -> str:
     if asked in ids:
         return asked
     same = [i for i in ids if isinstance(i, str) and model_key(i) == model_key(asked)]
-    served = ", ".join(map(str, ids))
     if len(same) > 1:
         raise ConfigError(target, "--model", f"{asked!r} matches several served models ({', '.join(same)}); "
                                              "give one of them exactly")
     if not same:
-        raise ConfigError(target, "--model", f"{asked!r} is not served here; it serves {served}")
+        raise ConfigError(target, "--model", f"{asked!r} is not served here; it serves {', '.join(map(str, ids))}")
     return same[0]

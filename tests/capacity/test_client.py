@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from capacity.loadtest.client import Client, ClientOptions, error_class, preflight
+from capacity.loadtest.client import Client, ClientOptions, error_class, preflight, served_model
 from capacity.loadtest.workload import RequestSpec
 from goodput.foundation.errors import ConfigError
 from simulator.live import LiveFleet
@@ -157,7 +157,6 @@ def test_preflight(fleet, stub):
 
 
 def test_a_model_name_that_fits_several_served_ids_is_refused():
-    from capacity.loadtest.client import served_model
     ids = ["Qwen/Qwen2.5-7B-Instruct", "Qwen2.5-7B", "Llama-3.1-8B"]
     assert served_model("t", "Qwen2.5-7B", ids) == "Qwen2.5-7B"  # an exact id is never second-guessed
     with pytest.raises(ConfigError, match=r"matches several served models \(Qwen/Qwen2.5-7B-Instruct, Qwen2.5-7B\)"):
