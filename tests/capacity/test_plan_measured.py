@@ -31,6 +31,7 @@ from exporters.trace_store import TraceStore
 from goodput.cli import main
 from goodput.foundation.http import Server, metrics_routes
 from goodput.foundation.promendpoint import Endpoint
+from goodput.stack import Process
 from simulator.run import simulate, write_outputs
 from tests.capacity.conftest import FLEET
 from tests.capacity.plan_fixtures import knee_run
@@ -188,9 +189,12 @@ def scraped(tmp_path_factory, request):
                                         f"  - {{job_name: requests, static_configs: [{{targets: [{targets}]}}]}}\n"
                                         + (yaml.safe_dump({"remote_write": [victoria.remote_write_config(vm)]})
                                            if vm else ""))
-    prom = subprocess.Popen(["prometheus", f"--config.file={out / 'prometheus.yml'}", f"--storage.tsdb.path={out / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
+    log = out / "prometheus.log"
+    # ready before the first query: until its TSDB is open, Prometheus answers 503 "Service Unavailable" in plain text
+    prom = Process("prometheus", url, subprocess.Popen(
+        ["prometheus", f"--config.file={out / 'prometheus.yml'}", f"--storage.tsdb.path={out / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=log.open("w")), log)
 
     def post(batch: list[tuple[tuple[str, str, str], int, int]], first_id: int) -> None:
         for recv_old in (True, False):
@@ -205,6 +209,7 @@ def scraped(tmp_path_factory, request):
                     assert r.status_code == 200, r.text
 
     try:
+        prom.ready("/-/ready")
         post([(k, 1, 1) for k in FED], 1)  # warm-up: 1 token each, in the first bucket of every series
         _until(url, f"sum({hist[0]}_count)", 2.0)
         _until(url, f'sum({by_name("llm_gateway_requests_total").name}{{deployment="{OLDER}"}})', 1.0)
@@ -214,8 +219,7 @@ def scraped(tmp_path_factory, request):
         assert _prom_value(url, f'count({hist[0]}_count{{deployment="{OLDER}"}})') is None  # really without them
         yield url, fed, vm
     finally:
-        prom.terminate()
-        prom.wait(timeout=30)
+        prom.stop()
         for srv in servers:
             srv.stop()
         store.close()
