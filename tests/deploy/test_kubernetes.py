@@ -22,6 +22,7 @@ from capacity.plan.autoscale import DeploymentPolicy, keda_manifest
 from capacity.plan.policyfile import load_policy_file
 from goodput.cli import build_parser, main
 from goodput.kubernetes import DEPLOYMENT_LABEL, ENGINE_LABEL, ENGINES, JOB_LABEL, MAX_CONFIG_MAP_BYTES, POD_RESOURCES_DIR
+from goodput.stack import Process
 from tests.conftest import REPO, free_port_block, needs
 
 SCHEMAS = REPO / "tests" / "fixtures" / "schemas"
@@ -413,6 +414,8 @@ def test_a_real_prometheus_gives_engine_targets_the_contract_labels(out, tmp_pat
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=log)
     try:
+        # ready first: its query API answers 503 in plain text until the TSDB is open
+        Process("prometheus", f"http://127.0.0.1:{port}", proc, tmp_path / "prometheus.log").ready("/-/ready")
         labels = None
         deadline = time.monotonic() + 45
         while labels is None and time.monotonic() < deadline and proc.poll() is None:

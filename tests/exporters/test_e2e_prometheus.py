@@ -18,6 +18,7 @@ from exporters.engine import EngineExporter
 from exporters.requests import RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
 from goodput.foundation.http import Server, metrics_routes
+from goodput.stack import Process
 from simulator.live import LiveFleet
 from simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet, needs
@@ -135,9 +136,11 @@ scrape_configs:
 """)
     prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))
     base = f"http://127.0.0.1:{prom_port}"
     try:
+        # ready first: its query API answers 503 in plain text until the TSDB is open
+        Process("prometheus", base, prom, tmp_path / "prometheus.log").ready("/-/ready")
         up = _wait(base, "sum by (deployment) (llm_engine_up)", lambda r: len(r) == 2 and all(x["value"][1] != "0" for x in r))
         assert {x["metric"]["deployment"]: float(x["value"][1]) for x in up} == {"chat": 2.0, "rag": 1.0}
         avail = _wait(base, 'llm_deployment_replicas{state="available"}', lambda r: len(r) == 2)

@@ -25,6 +25,7 @@ from goodput import dashboard_ids as ids
 from goodput.dcgmrules import FILE, build
 from goodput.foundation.http import Server, metrics_routes
 from goodput.rulegen import load_spec
+from goodput.stack import Process
 from tests.conftest import REPO, free_port_block, needs
 from tests.exporters.test_gpu_pods import Kubelet
 from tests.rules.test_rules import _metric_names
@@ -105,8 +106,10 @@ def _prometheus(tmp_path, routes: dict[str, dict]):
                                              f"scrape_configs:\n{jobs}")
     prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))
     try:
+        # ready first: its query API answers 503 in plain text until the TSDB is open
+        Process("prometheus", f"http://127.0.0.1:{port}", prom, tmp_path / "prometheus.log").ready("/-/ready")
         yield f"http://127.0.0.1:{port}"
     finally:
         prom.terminate()

@@ -23,6 +23,7 @@ from exporters.exposition import labels
 from exporters.normalize import normalize
 from goodput import normrules
 from goodput.foundation.http import Server, metrics_routes
+from goodput.stack import Process
 from simulator.live import LiveFleet
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet, needs
 
@@ -168,10 +169,12 @@ scrape_configs:
 """)
     prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "prometheus.log").open("w"))
     base = f"http://127.0.0.1:{prom_port}"
     names = list(dict.fromkeys(r["record"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]))
     try:
+        # ready first: its query API answers 503 in plain text until the TSDB is open
+        Process("prometheus", base, prom, tmp_path / "prometheus.log").ready("/-/ready")
         deadline = time.monotonic() + 40
         rec = exp = {}
         while time.monotonic() < deadline:  # traffic under way: requests finished on both replicas
