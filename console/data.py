@@ -88,8 +88,10 @@ def regressions(db: str, version: tuple, releases: str | None, releases_version:
 
 
 @st.cache_data(ttl=PROM_TTL_S, show_spinner=False, max_entries=256)
-def prom_instant(server: Endpoint, expr: str) -> list[Sample]:
-    return Prometheus(server).query(expr)
+def prom_instant(server: Endpoint, expr: str, at: datetime | None = None) -> list[Sample]:
+    """``expr`` at ``at`` (default: now); the queries a table combines pass one ``at``, so a share of one over
+    another is taken at one instant, not at the moments each happened to run."""
+    return Prometheus(server).query(expr, at)
 
 
 @st.cache_data(ttl=PROM_TTL_S, show_spinner=False, max_entries=256)

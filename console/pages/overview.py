@@ -38,7 +38,8 @@ def _alerts(ctx: Context) -> pd.DataFrame | None:
 def _live(ctx: Context, alerts: pd.DataFrame | None) -> None:
     s = ctx.settings
     try:
-        results = {k: data.prom_instant(s.prometheus, q) for k, q in promql.overview(ctx.filters).items()}
+        at = ctx.prom_window()[1]
+        results = {k: data.prom_instant(s.prometheus, q, at) for k, q in promql.overview(ctx.filters).items()}
     except Unreachable as e:
         prom_down("Prometheus", e)
         return

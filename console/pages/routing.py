@@ -50,7 +50,7 @@ def _gateway(ctx: Context) -> None:
     st.subheader("Gateway: admission per tenant and tier")
     start, end = ctx.prom_window()
     try:
-        got = {k: data.prom_instant(ctx.settings.prometheus, q)
+        got = {k: data.prom_instant(ctx.settings.prometheus, q, end)
                for k, q in promql.gateway(ctx.filters, int((end - start).total_seconds())).items()}
     except Unreachable as e:
         got, why = {}, f"Prometheus is unreachable ({esc(e)})"
