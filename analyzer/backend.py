@@ -46,6 +46,10 @@ SPAN_MARGIN = timedelta(hours=1)
 _SETTINGS = "\nSETTINGS join_use_nulls = 1, prefer_column_name_to_alias = 1, enable_materialized_cte = 1"
 # the CTEs of clickhouse/requests.sql that statements read: each becomes a temporary table when first read
 _MODEL = ("requests", "early_only", "admission_spans")
+# spans one statement derives the model from: the model is per trace and its joins and materialized CTEs are held in
+# memory, so a window with more spans is derived in passes over disjoint sets of its traces (by a hash of the trace
+# id), each within a query's memory (~0.3 GiB per million spans on the regression fleet: docs/analyzer.md)
+SPANS_PER_PASS = 10_000_000
 
 
 @dataclass
@@ -147,6 +151,7 @@ class ClickHouseBackend:
     def __init__(self, con: Connection) -> None:
         self.con = con
         self._tables: dict[tuple[str, Any, Any], str] = {}  # (model CTE, span_from, span_to) -> its table
+        self._passes: dict[tuple[Any, Any], int] = {}  # (span_from, span_to) -> passes its model is derived in
         self._inline = False  # the server refused a temporary table: each statement derives the model itself
 
     def _refused(self, name: str, e: Exception) -> ConfigError:  # the server's answer (a version, a permission)
@@ -165,18 +170,36 @@ class ClickHouseBackend:
             key = (cte, window["span_from"], window["span_to"])
             if key not in self._tables:
                 table = f"goodput_{cte}_{uuid.uuid4().hex[:16]}"
+                derive = f"WITH {clickhouse_sql('requests').strip()} SELECT * FROM {cte}{_SETTINGS}"
+                passes = self._window_passes(window)
                 try:
-                    self.con.command(f"CREATE TEMPORARY TABLE {table} ENGINE = MergeTree ORDER BY tuple() AS "
-                                     f"WITH {clickhouse_sql('requests').strip()} SELECT * FROM {cte}{_SETTINGS}",
-                                     window)
+                    self.con.command(f"CREATE TEMPORARY TABLE {table} ENGINE = MergeTree ORDER BY tuple() AS {derive}",
+                                     {**window, "passes": passes, "pass": 0})
                 except Exception as e:  # noqa: BLE001 - the statement itself will say what the server refuses
                     log.warning("%s: no temporary table (%s); each statement derives the request model itself, "
                                 "slower (docs/clickhouse.md)", self.con.target, str(e).strip().splitlines()[0][:200])
                     self._inline = True
                     return self._model(text, window)
                 self._tables[key] = table
-            head.append(f"{cte} AS (SELECT * FROM {self._tables[key]})")
+                for n in range(1, passes):
+                    try:
+                        self.con.command(f"INSERT INTO {table} {derive}", {**window, "passes": passes, "pass": n})
+                    except Exception as e:
+                        raise self._refused("requests", e) from None
+            # a deployment's admission spans may be in several passes' traces
+            head.append(f"{cte} AS (SELECT {'DISTINCT ' if cte == 'admission_spans' else ''}* FROM {self._tables[key]})")
         return ", ".join(head)
+
+    def _window_passes(self, window: dict[str, Any]) -> int:
+        """How many passes the window's model is derived in: one per ``SPANS_PER_PASS`` spans it reads."""
+        key = (window["span_from"], window["span_to"])
+        if key not in self._passes:
+            try:
+                spans = int(self.con.query_df(clickhouse_sql("window_spans"), window)["spans"].iloc[0])
+            except Exception as e:
+                raise self._refused("window_spans", e) from None
+            self._passes[key] = max(1, math.ceil(spans / SPANS_PER_PASS))
+        return self._passes[key]
 
     def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame:
         text = _fill(statement(name, self.dialect), fill)
@@ -186,8 +209,8 @@ class ClickHouseBackend:
                       span_to=_ch_value(until + SPAN_MARGIN) if until is not None else None)
         text = text.replace("__requests__", self._model(text, window))
         bound = {k: _ch_value(v) for k, v in params.items()}
-        if self._inline:  # the model's own parameters
-            bound = {**window, **bound}
+        if self._inline:  # the model's own parameters, in one pass
+            bound = {**window, "passes": 1, "pass": 0, **bound}
         try:
             df = self.con.query_df(text + _SETTINGS, bound)
         except Exception as e:

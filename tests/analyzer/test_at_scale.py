@@ -1,8 +1,10 @@
 """The scale benchmark's stores at a small N: the replicated spans in ClickHouse (the Collector's otel_traces, real
 chDB) and the replicated DuckDB store hold the same requests and give the same decomposition, equal to the
 simulated run's own (every copy is the same traffic again); cut as a live store holds it during a queue build-up,
-both see the same requests in flight and leave the same buckets out of their verdicts."""
+both see the same requests in flight and leave the same buckets out of their verdicts; a window too large for one
+statement's memory is derived in passes over its traces, to the same answers."""
 
+from analyzer import backend
 from analyzer.backend import ClickHouseBackend
 from analyzer.completeness import completeness
 from analyzer.decompose import decompose
@@ -64,6 +66,34 @@ def test_both_engines_leave_out_the_same_requests_in_flight(tmp_path, chdb):
     assert a.left_out == b.left_out and a.left_out["rag"] >= 2
     assert summarize({"regressions": [r.record() for r in a.found]}) == summarize(
         {"regressions": [r.record() for r in b.found]})
+
+
+def test_a_window_derived_in_passes_over_its_traces_gives_the_same_answers(tmp_path, chdb, monkeypatch):
+    """The request model of a window with more than ``SPANS_PER_PASS`` spans is derived in passes over disjoint sets
+    of its traces: with requests in flight (the cut seed), the same in-flight count, decomposition and change points
+    (and the same buckets left out) as the model derived in one statement."""
+    cfg, done = incident()
+    spans = tmp_path / "cut.otlp.jsonl"
+    spans.write_text("".join(doc + "\n" for doc in cut_documents(cfg, done, CUT_S)))
+    with connect(tmp_path / "seed.duckdb") as con:
+        seed = {"spans": str(spans), "duckdb": str(tmp_path / "seed.duckdb"), "span_count": ingest(con, [spans]).spans}
+    ch = ch_connect(f"chdb:{chdb.target.path}?database=passes")
+    build_clickhouse(ch, seed, 1)
+
+    def answers(store: ClickHouseBackend) -> tuple[dict, dict, dict]:
+        found = scan_regressions(store, [], deployment="rag")
+        return completeness(store, "rag")["rag"].record(), found.left_out, summarize({
+            "regressions": [r.record() for r in found.found],
+            "decompose": decompose(store, ["deployment", "tenant"]).records()})
+
+    whole = ClickHouseBackend(ch)
+    one = answers(whole)
+    monkeypatch.setattr(backend, "SPANS_PER_PASS", seed["span_count"] // 4)
+    passes = ClickHouseBackend(ch)
+    split = answers(passes)
+    assert set(whole._passes.values()) == {1} and min(passes._passes.values()) >= 4
+    assert split[:2] == one[:2] and one[0]["in_flight"] > 100 and one[1]["rag"] >= 2
+    assert disagreements(one[2], split[2]) == [] and len(one[2]["decompose"]) > 1 and one[2]["regressions"]
 
 
 def test_disagreements_name_what_differs():

@@ -8,7 +8,8 @@
 -- its gateway and send time from the nearest enclosing SERVER span, shared out among several calls under it.
 -- A map lookup of a missing key is '' in ClickHouse: an empty attribute counts as absent.
 -- {database}, {table}: where the spans are; {span_from}, {span_to} (NULL: open): the span start times read, the
--- window widened by the longest request the model follows (analyzer/backend.py), pruned by the table's partitions.
+-- window widened by the longest request the model follows (analyzer/backend.py), pruned by the table's partitions;
+-- {passes}, {pass}: the traces of this pass (analyzer/backend.py derives a large window in several).
 spans AS (
     SELECT TraceId AS trace_id, SpanId AS span_id, ParentSpanId AS parent_span_id, SpanName AS name,
         SpanKind IN ('Server', 'SPAN_KIND_SERVER') AS server,
@@ -27,6 +28,7 @@ spans AS (
     FROM {database:Identifier}.{table:Identifier}
     WHERE ({span_from:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp >= {span_from:Nullable(DateTime64(9, 'UTC'))})
       AND ({span_to:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp < {span_to:Nullable(DateTime64(9, 'UTC'))})
+      AND ({passes:UInt64} = 1 OR cityHash64(TraceId) % {passes:UInt64} = {pass:UInt64})
 ), engine AS (   -- engine calls, one row per (trace, span) however often the span was exported (not
     -- materialized: chDB 4.4 answered the in-flight requests wrong when it was)
     SELECT trace_id, span_id, parent_span_id, name, server, start_ns, end_ns, error,
