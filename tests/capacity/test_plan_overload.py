@@ -1,0 +1,205 @@
+"""goodput plan overload: the tenant flood that quotas and fair queueing contain and nothing else does, as the report
+computes it; a burst's minutes below the objective and the recovery after; a primary lost and what it costs; the
+three variants on the same arrivals; the ladder's steps, degradations and fallbacks read from the requests; the JSON
+and HTML reports; bad input in one line."""
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from capacity.plan.demand import DEFAULT_SLOS, TierSlo
+from capacity.plan.overload import Outcomes, figures
+from capacity.plan.overload_scenarios import BURST_FACTOR, primary_deployment, scenario, variants, window
+from goodput.cli import main
+from simulator.config import parse_fleet
+from simulator.request import Request
+from simulator.workload import generate
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data
+
+FLOOD = REPO / "examples" / "tenant_flood.yaml"
+SLOS = {t: TierSlo(*v) for t, v in DEFAULT_SLOS.items()}
+
+
+def _overload(capsys, *argv: str) -> dict:
+    capsys.readouterr()
+    assert main(["plan", "overload", *argv, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _write(tmp_path, data: dict, name: str = "fleet.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_a_tenant_flood_misses_every_other_tenants_p0_ttft_objective_without_quotas_and_wfq_and_meets_it_with_them(
+        capsys):
+    out = _overload(capsys, "--fleet", str(FLOOD), "--scenario", "tenant_flood", "--seconds", "120")
+    objective = out["slos"]["P0"]["objective"]
+    v = out["variants"]
+    assert set(v["none"]["tenants"]) == {"a", "b", "c", "flood"}
+    for tenant in "abc":
+        assert v["none"]["tenants"][tenant]["P0"]["ttft_attainment"] < objective, tenant
+        for protected in ("quotas", "ladder"):
+            g = v[protected]["tenants"][tenant]["P0"]
+            assert g["ttft_attainment"] >= objective and g["meets_objective"], (protected, tenant)
+            assert g["rejected"] == 0
+    assert set(v["quotas"]["tenants"]["flood"]["P0"]["rejects"]) == {"tpm_limit"}  # the flood pays for itself
+    assert not v["quotas"]["tenants"]["flood"]["P0"]["meets_objective"]
+    # one set of arrivals for all three
+    assert v["none"]["requests"] == v["quotas"]["requests"] == v["ladder"]["requests"] > 0
+
+
+def test_the_report_says_what_it_replayed_in_json_and_in_text(capsys):
+    out = _overload(capsys, "--fleet", str(FLOOD), "--scenario", "burst", "--seconds", "90", "--seed", "5")
+    assert out["scenario"] == "burst" and out["seconds"] == 90.0 and out["seed"] == 5
+    assert out["window_s"] == [30.0, 60.0]
+    assert out["ladder_configured"] is False and out["fallbacks_configured"] is False
+    assert set(out["slos"]["P0"]) == {"ttft_s", "tpot_s", "objective"}
+    assert list(out["variants"]) == ["none", "quotas", "ladder"]
+    for label, r in out["variants"].items():
+        assert r["gateway"] == (label != "none")
+        assert set(r) >= {"protection", "gpu_hours", "usd", "requests", "served_by_deployment", "tiers", "tenants",
+                          "timeline"}
+        g = r["tiers"]["P0"]
+        assert set(g) == {"requests", "slo_attainment", "ttft_attainment", "meets_objective", "goodput_rps",
+                          "rejected", "rejects", "degraded_share", "fallback_share", "usd"}
+        assert g["rejected"] == sum(g["rejects"].values())
+        assert sum(t["P0"]["requests"] for t in r["tenants"].values()) == g["requests"] == r["requests"]
+        assert sum(t["P0"]["usd"] for t in r["tenants"].values()) == pytest.approx(r["usd"], abs=1e-3)
+        assert len(r["timeline"]["slo_attainment"]["P0"]) == 2  # 90 s: two minutes
+    capsys.readouterr()
+    assert main(["plan", "overload", "--fleet", str(FLOOD), "--scenario", "burst", "--seconds", "90"]) == 0
+    text = capsys.readouterr().out
+    assert "no overload ladder" in text and "per tier:" in text and "per tenant:" in text
+    assert "tpm_limit" in text
+
+
+def test_a_burst_pushes_the_unprotected_fleet_below_its_objective_for_the_window_and_it_recovers_after(tmp_path,
+                                                                                                         capsys):
+    dep = dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=1)
+    wl = copy.deepcopy(BASE_WORKLOAD)
+    wl["arrival"]["rate"] = 8.0  # one replica serves this within the P0 objective, not three times it
+    fleet = _write(tmp_path, fleet_data(deployments=[dep], workloads=[wl]))
+    out = _overload(capsys, "--fleet", str(fleet), "--scenario", "burst", "--seconds", "540")
+    objective = out["slos"]["P0"]["objective"]
+    series = out["variants"]["none"]["timeline"]["slo_attainment"]["P0"]  # minutes 0-2 calm, 3-5 burst, 6-8 after
+    assert min(series[:3]) >= objective, series
+    assert max(series[3:6]) < objective, series
+    assert series[-1] >= objective, series
+
+
+def test_the_burst_triples_arrivals_in_its_window_and_nowhere_else():
+    data = fleet_data()
+    cfg = parse_fleet(scenario("burst", data, 600.0, "t.yaml"), "t.yaml")
+    t = generate(cfg, 600.0, 3).arrival
+    start, end = window(600.0)
+    inside = ((t >= start) & (t < end)).sum()
+    before = (t < start).sum()
+    assert inside / before == pytest.approx(BURST_FACTOR, rel=0.15)
+    assert data["workloads"][0]["arrival"] == BASE_WORKLOAD["arrival"]  # the input is left as it was
+
+
+def test_a_flood_raises_one_tenant_to_five_times_its_share_and_leaves_the_others_rates():
+    data = fleet_data()  # acme 0.7, globex 0.3 at 5 req/s; globex's share becomes 5 x acme's
+    out = scenario("tenant_flood", data, 60.0, "t.yaml", tenant="globex")
+    wl = out["workloads"][0]
+    assert wl["tenants"] == {"acme": 0.7, "globex": pytest.approx(3.5)}
+    assert wl["arrival"]["rate"] * 0.7 / (0.7 + 3.5) == pytest.approx(5.0 * 0.7)  # acme keeps 3.5 req/s
+    flood = parse_fleet(yaml.safe_load(FLOOD.read_text()), str(FLOOD))
+    again = parse_fleet(scenario("tenant_flood", yaml.safe_load(FLOOD.read_text()), 60.0, str(FLOOD)), str(FLOOD))
+    assert again.workloads == flood.workloads  # the example is already a flood: flood at 5 x a, b and c
+
+
+def test_a_lost_primary_rejects_only_in_its_window_and_costs_only_the_hours_it_ran(tmp_path, capsys):
+    fleet = _write(tmp_path, fleet_data())  # two replicas of chat on H100s
+    out = _overload(capsys, "--fleet", str(fleet), "--scenario", "primary_down", "--seconds", "360")
+    none = out["variants"]["none"]
+    assert set(none["tiers"]["P0"]["rejects"]) == {"overloaded"}  # no replica to route to
+    series = none["timeline"]["slo_attainment"]["P0"]
+    assert series[2] == 0.0 and series[3] == 0.0 and min(series[:2]) > 0.9 and series[5] > 0.9, series
+    hours = 2 * (360.0 - 120.0) / 3600.0  # two GPUs, down for the middle third
+    assert none["gpu_hours"] == pytest.approx(hours, abs=2 / 3600.0)
+    assert none["usd"] == pytest.approx(none["gpu_hours"] * out["prices"]["H100-80GB-SXM"], rel=1e-3)
+
+
+def test_the_variants_drop_the_gateway_then_only_its_ladder():
+    data = fleet_data(gateway={"default_tenant": {"tpm": 1000}, "overload": [{"step": "x"}], "fallbacks": {"b": ["a"]}})
+    v = variants(data)
+    assert "gateway" not in v["none"]
+    assert v["quotas"]["gateway"] == {"default_tenant": {"tpm": 1000}, "fallbacks": {"b": ["a"]}}
+    assert v["ladder"] == data and "overload" in data["gateway"]  # as written, and not changed
+    assert primary_deployment(data, "t.yaml") == "b"  # the first primary with a fallback route
+    assert primary_deployment(fleet_data(), "t.yaml") == "chat"
+
+
+def _req(rid: int, arrival: float, meta: dict, *, ttft: float = 0.1, reject: str = "") -> Request:
+    r = Request(rid, 0, 0, "P0", arrival, arrival, 100, 10, True, 0)
+    r.meta = {"tenant": "acme", **meta}
+    if reject:
+        r.finish_reason, r.reject_reason = "rejected", reject
+    else:
+        r.finish_reason, r.scheduled, r.first_token, r.generated = "stop", arrival, arrival + ttft, 10
+        r.last_token = r.first_token + 9 * 0.02
+    return r
+
+
+def test_the_ladders_steps_degradations_and_fallbacks_are_read_from_the_requests_per_minute():
+    cfg = parse_fleet(fleet_data(), "t.yaml")
+    sink = Outcomes(cfg)
+    reqs = [_req(1, 10.0, {}), _req(2, 70.0, {"overload_step": "defer_p2"}),
+            _req(3, 80.0, {"overload_step": "output_cap", "degraded": "output_cap"}),
+            _req(4, 90.0, {"overload_step": "output_cap", "fallback_from": "big", "fallback_reason": "capacity"},
+                 ttft=2.0),
+            _req(5, 100.0, {"overload_step": "fail_fast"}, reject="busy"), _req(6, 130.0, {})]
+    for r in reqs:
+        sink.add(r)
+    f = figures(sink.columns(), SLOS, 180.0, 1.0)
+    tl = f["timeline"]
+    assert tl["overload_step"] == {"defer_p2": [0.0, 0.25, 0.0], "output_cap": [0.0, 0.5, 0.0],
+                                   "fail_fast": [0.0, 0.25, 0.0]}  # in the order they came on
+    assert tl["degraded_share"] == [0.0, 0.25, 0.0] and tl["fallback_share"] == [0.0, 0.25, 0.0]
+    assert tl["slo_attainment"]["P0"] == [1.0, 0.5, 1.0]  # the fallback came too late, the busy one never
+    g = f["tiers"]["P0"]
+    assert g["rejects"] == {"busy": 1} and g["degraded_share"] == pytest.approx(1 / 6)
+    assert g["goodput_rps"] == pytest.approx(4 / 180.0, abs=1e-4)
+    assert g["usd"] == pytest.approx(1.0)  # the one deployment's whole cost
+
+
+def test_the_html_report_is_one_file_with_every_name_escaped(tmp_path, capsys):
+    wl = dict(copy.deepcopy(BASE_WORKLOAD), tenants={"<i>evil</i>": 1.0, "ok": 1.0})
+    fleet = _write(tmp_path, fleet_data(workloads=[wl], gateway={"default_tenant": {"tpm": 200000}}))
+    page = tmp_path / "overload.html"
+    _overload(capsys, "--fleet", str(fleet), "--scenario", "tenant_flood", "--seconds", "60", "--html", str(page))
+    text = page.read_text()
+    assert "&lt;i&gt;evil&lt;/i&gt;" in text and "<i>evil</i>" not in text
+    assert "SLO attainment per minute" in text and "stepping in and out" in text
+    assert 'src="http' not in text  # plotly.js inlined, nothing fetched
+
+
+@pytest.mark.parametrize(("argv", "fragments"), [
+    (["--scenario", "nope"], ["--scenario", "invalid choice"]),
+    (["--scenario", "tenant_flood", "--tenant", "nobody"], ["--tenant: nobody", "have a, b, c, flood"]),
+    (["--scenario", "burst", "--seconds", "0"], ["--seconds"]),
+])
+def test_bad_flags_are_one_line_and_exit_2(argv, fragments):
+    r = subprocess.run([sys.executable, "-m", "goodput", "plan", "overload", "--fleet", str(FLOOD), *argv],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert all(f in err for f in fragments), err
+    assert not r.stdout
+
+
+def test_a_bad_fleet_file_is_one_line_naming_its_key(tmp_path, capsys):
+    wl = copy.deepcopy(BASE_WORKLOAD)
+    wl["arrival"]["rate"] = "lots"
+    fleet = _write(tmp_path, fleet_data(workloads=[wl]))
+    capsys.readouterr()
+    assert main(["plan", "overload", "--fleet", str(fleet), "--scenario", "burst"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{fleet}: workloads[0].arrival.rate" in err[0], err
