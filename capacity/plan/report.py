@@ -21,6 +21,8 @@ __all__ = ["write_evaluation_report", "write_overload_report", "write_plan_repor
 CSS = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;margin:.5em 0}"
        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:right}th{background:#f4f4f4}")
 TERMS = ("base", "growth", "failure_domains", "release_surge", "cold_start_buffer")
+# each overload variant in one colour on every chart; the ladder dashed, so the quotas line shows beneath it
+VARIANT_LINES = {"none": ("#d62728", "solid"), "quotas": ("#1f77b4", "solid"), "ladder": ("#2ca02c", "dash")}
 
 
 def _e(v: Any) -> str:
@@ -120,8 +122,10 @@ def write_overload_report(path: Path, result: Mapping[str, Any]) -> Path:
                         subplot_titles=[f"{t} SLO attainment per minute" for t in tiers])
     for label, v in variants.items():
         for row, t in enumerate(tiers, 1):
-            att.add_trace(go.Scatter(x=minutes, y=v["timeline"]["slo_attainment"][t], name=html.escape(label, quote=False),
-                                     legendgroup=label, showlegend=row == 1, mode="lines+markers"), row=row, col=1)
+            color, dash = VARIANT_LINES[label]
+            att.add_trace(go.Scatter(x=minutes, y=v["timeline"]["slo_attainment"][t], name=label, legendgroup=label,
+                                     showlegend=row == 1, mode="lines+markers", line={"color": color, "dash": dash}),
+                          row=row, col=1)
     for row, t in enumerate(tiers, 1):
         att.add_hline(y=result["slos"][t]["objective"], line_dash="dot", row=row, col=1)
         att.add_vrect(x0=start, x1=end, fillcolor="grey", opacity=0.12, line_width=0, row=row, col=1)
@@ -139,6 +143,8 @@ def write_overload_report(path: Path, result: Mapping[str, Any]) -> Path:
                                     colorscale="Reds", showscale=False), row=1, col=1)
     for key in ("degraded_share", "fallback_share"):
         ladder.add_trace(go.Scatter(x=minutes, y=tl[key], name=key.replace("_", " "), mode="lines"), row=2, col=1)
+    for row in (1, 2):
+        ladder.add_vrect(x0=start, x1=end, fillcolor="grey", opacity=0.12, line_width=0, row=row, col=1)
     ladder.update_xaxes(title_text="minute of the scenario", row=2, col=1)
     ladder.update_layout(height=550, title="the configured ladder stepping in and out"
                          + ("" if steps else ": no step was on in any minute"))
