@@ -235,7 +235,7 @@ def _overload(args: argparse.Namespace) -> int:
 
     fleet = load_mapping(args.fleet, "a mapping with deployments and workloads")
     slos = parse_slos(load_mapping(args.slos, "a mapping with slos").get("slos") if args.slos else None,
-                      str(args.slos))
+                      str(args.slos or ""))
     prices = load_prices(args.prices)
     with progress_bar(f"overload {args.scenario}", 3 * args.seconds, unit="virtual s") as update:
         result = plan_overload(fleet, str(args.fleet), args.scenario, args.seconds, slos, prices, seed=args.seed,

@@ -112,15 +112,16 @@ def figures(cols: Mapping[str, np.ndarray], slos: Mapping[str, TierSlo], seconds
             usd: float | None) -> dict[str, Any]:
     """Per tier and per tenant x tier: attainment, goodput, rejects, degraded and fallback shares, attributed cost;
     and the minute-by-minute attainment and ladder steps."""
-    keep = cols["arrival"].astype(float) < seconds
-    cols = {k: v[keep] for k, v in cols.items()}
     met, in_ttft = _met(cols, slos)
     tiers = [t for t in TIERS if (cols["tier"] == t).any()]
     by_tier = {t: _group(cols["tier"] == t, cols, met, in_ttft, seconds, usd, slos[t].objective) for t in tiers}
-    by_tenant = {str(name): {t: _group((cols["tenant"] == name) & (cols["tier"] == t), cols, met, in_ttft, seconds, usd,
-                                       slos[t].objective) for t in tiers if ((cols["tenant"] == name)
-                                                                              & (cols["tier"] == t)).any()}
-                 for name in sorted(set(cols["tenant"].tolist()))}
+    by_tenant: dict[str, dict[str, Any]] = {}
+    for name in sorted(set(cols["tenant"].tolist())):
+        for t in tiers:
+            mask = (cols["tenant"] == name) & (cols["tier"] == t)
+            if mask.any():
+                by_tenant.setdefault(str(name), {})[t] = _group(mask, cols, met, in_ttft, seconds, usd,
+                                                                slos[t].objective)
     everyone = np.ones(len(met), dtype=bool)
     steps = [s for s in dict.fromkeys(cols["overload_step"].tolist()) if s]  # in the order they first came on
     timeline = {"minute_s": MINUTE_S,

@@ -77,7 +77,7 @@ def scenario(name: str, fleet: dict[str, Any], seconds: float, source: str, *, t
                                   "and an arrival process to scale")
             base = sum(others) / len(others)
             scale = (sum(others) + FLOOD_FACTOR * base) / sum(shares.values())  # the others keep their rates
-            w["tenants"] = {**w["tenants"], who: FLOOD_FACTOR * base}
+            w["tenants"] = {k: FLOOD_FACTOR * base if str(k) == who else v for k, v in w["tenants"].items()}
             a = w["arrival"]
             a["rate"] = a.get("rate", 0.0) * scale
             a["steps"] = [{**st, "rate": st["rate"] * scale} for st in a.get("steps", [])]

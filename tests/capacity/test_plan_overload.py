@@ -203,3 +203,19 @@ def test_a_bad_fleet_file_is_one_line_naming_its_key(tmp_path, capsys):
     assert main(["plan", "overload", "--fleet", str(fleet), "--scenario", "burst"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{fleet}: workloads[0].arrival.rate" in err[0], err
+
+
+def test_a_bad_slo_file_is_one_line_naming_its_key(tmp_path, capsys):
+    slos = _write(tmp_path, {"slos": {"P0": {"ttft_s": -1}}}, "slos.yaml")
+    capsys.readouterr()
+    assert main(["plan", "overload", "--fleet", str(FLOOD), "--scenario", "burst", "--slos", str(slos)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{slos}: slos.P0.ttft_s" in err[0], err
+
+
+def test_the_slos_of_a_demand_file_judge_the_replay(tmp_path, capsys):
+    slos = _write(tmp_path, {"slos": {"P0": {"ttft_s": 0.05}}}, "slos.yaml")  # a long prompt's prefill takes longer
+    out = _overload(capsys, "--fleet", str(FLOOD), "--scenario", "tenant_flood", "--seconds", "60", "--slos", str(slos))
+    assert out["slos"]["P0"] == {"ttft_s": 0.05, "tpot_s": 0.05, "objective": 0.95}
+    a = out["variants"]["quotas"]["tenants"]["a"]["P0"]  # at the default 0.5 s: 1.0 (the flood test)
+    assert a["ttft_attainment"] < 0.95 and not a["meets_objective"]
