@@ -123,7 +123,11 @@ def figures(cols: Mapping[str, np.ndarray], slos: Mapping[str, TierSlo], seconds
                 by_tenant.setdefault(str(name), {})[t] = _group(mask, cols, met, in_ttft, seconds, usd,
                                                                 slos[t].objective)
     everyone = np.ones(len(met), dtype=bool)
-    steps = [s for s in dict.fromkeys(cols["overload_step"].tolist()) if s]  # in the order they first came on
+    on = cols["overload_step"] != ""
+    first = {}  # each step's first request, by arrival: the order the ladder engaged them
+    for step, t in zip(cols["overload_step"][on].tolist(), cols["arrival"][on].tolist(), strict=True):
+        first[step] = min(t, first.get(step, t))
+    steps = sorted(first, key=first.__getitem__)
     timeline = {"minute_s": MINUTE_S,
                 "slo_attainment": {t: minute_series(cols, met, cols["tier"] == t, seconds) for t in tiers},
                 "overload_step": {s: minute_series(cols, cols["overload_step"] == s, everyone, seconds) for s in steps},

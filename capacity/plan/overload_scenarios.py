@@ -5,7 +5,8 @@ They rewrite the mapping a user wrote rather than the parsed ``FleetConfig``, so
 variant that keeps it and ``simulator.config.parse_fleet`` judges every result as ``goodput simulate`` would.
 
 Each scenario's disturbance fills the middle third of the run (``window``), so the minutes before show the fleet
-settled and the minutes after show it recover:
+settled and the minutes after show it recover; it takes the place of the file's own (its bursts, its primary's
+replicas lost and added), which would blur what the variants are compared on:
 
 - ``burst``: every workload's arrivals at ``BURST_FACTOR`` x for the window;
 - ``tenant_flood``: one tenant at ``FLOOD_FACTOR`` x its share for the whole run (its share: the mean of the other
@@ -63,8 +64,7 @@ def scenario(name: str, fleet: dict[str, Any], seconds: float, source: str, *, t
             if "trace" in w:
                 raise ConfigError(source, f"workloads[{i}].trace", "a burst scales arrival rates; a replayed trace "
                                   "has none (use a workload with an arrival process)")
-            w["arrival"]["bursts"] = [*w["arrival"].get("bursts", []),
-                                      {"at": start, "factor": BURST_FACTOR, "duration": end - start}]
+            w["arrival"]["bursts"] = [{"at": start, "factor": BURST_FACTOR, "duration": end - start}]
     elif name == "tenant_flood":
         who = flooding_tenant(out, source, tenant)
         for i, w in enumerate(out["workloads"]):
@@ -85,7 +85,9 @@ def scenario(name: str, fleet: dict[str, Any], seconds: float, source: str, *, t
         start, end = window(seconds)
         primary = primary_deployment(out, source, deployment)
         n = next(d for d in out["deployments"] if d["name"] == primary).get("replicas", 1)
-        out["events"] = [*out.get("events", []),
+        own = [e for e in out.get("events", []) if not (e["kind"] in ("replica_lost", "replica_added")
+                                                         and e["deployment"] == primary)]
+        out["events"] = [*own,
                          *({"at": start, "kind": "replica_lost", "deployment": primary, "replica": i} for i in range(n)),
                          *({"at": end, "kind": "replica_added", "deployment": primary} for _ in range(n))]
     else:

@@ -93,15 +93,32 @@ def test_a_burst_pushes_the_unprotected_fleet_below_its_objective_for_the_window
     assert series[-1] >= objective, series
 
 
-def test_the_burst_triples_arrivals_in_its_window_and_nowhere_else():
-    data = fleet_data()
+def test_the_burst_triples_arrivals_in_its_window_in_place_of_the_files_own_bursts():
+    wl = copy.deepcopy(BASE_WORKLOAD)
+    wl["arrival"] = {"process": "burst", "rate": 5.0, "bursts": [{"at": 20, "factor": 10, "duration": 60}]}
+    data = fleet_data(workloads=[wl])
     cfg = parse_fleet(scenario("burst", data, 600.0, "t.yaml"), "t.yaml")
     t = generate(cfg, 600.0, 3).arrival
     start, end = window(600.0)
-    inside = ((t >= start) & (t < end)).sum()
-    before = (t < start).sum()
+    inside, before, after = ((t >= start) & (t < end)).sum(), (t < start).sum(), (t >= end).sum()
     assert inside / before == pytest.approx(BURST_FACTOR, rel=0.15)
-    assert data["workloads"][0]["arrival"] == BASE_WORKLOAD["arrival"]  # the input is left as it was
+    assert after / before == pytest.approx(1.0, rel=0.15)  # the file's own 10x at 20 s is gone
+    assert data["workloads"][0]["arrival"]["bursts"] == [{"at": 20, "factor": 10, "duration": 60}]  # input untouched
+
+
+def test_the_primary_is_lost_for_the_window_in_place_of_the_files_own_losses():
+    small = dict(copy.deepcopy(BASE_DEPLOYMENT), name="small", replicas=1)
+    data = fleet_data(deployments=[copy.deepcopy(BASE_DEPLOYMENT), small],
+                      events=[{"at": 5, "kind": "replica_lost", "deployment": "chat", "replica": 0},
+                              {"at": 7, "kind": "replica_lost", "deployment": "small", "replica": 0},
+                              {"at": 9, "kind": "release", "deployment": "chat", "from": "a", "to": "b"}])
+    events = sorted((e["at"], e["kind"], e["deployment"], e.get("replica"))
+                    for e in scenario("primary_down", data, 300.0, "t.yaml")["events"])
+    assert events == [(7, "replica_lost", "small", 0), (9, "release", "chat", None),
+                      (100.0, "replica_lost", "chat", 0), (100.0, "replica_lost", "chat", 1),
+                      (200.0, "replica_added", "chat", None), (200.0, "replica_added", "chat", None)]
+    down = scenario("primary_down", data, 300.0, "t.yaml", deployment="small")["events"]
+    assert [e["at"] for e in down if e["deployment"] == "small"] == [100.0, 200.0]
 
 
 def test_a_flood_raises_one_tenant_to_five_times_its_share_and_leaves_the_others_rates():
@@ -156,12 +173,13 @@ def test_the_ladders_steps_degradations_and_fallbacks_are_read_from_the_requests
             _req(4, 90.0, {"overload_step": "output_cap", "fallback_from": "big", "fallback_reason": "capacity"},
                  ttft=2.0),
             _req(5, 100.0, {"overload_step": "fail_fast"}, reject="busy"), _req(6, 130.0, {})]
-    for r in reqs:
+    for r in [reqs[2], reqs[0], reqs[1], *reqs[3:]]:  # finished out of arrival order
         sink.add(r)
     f = figures(sink.columns(), SLOS, 180.0, 1.0)
     tl = f["timeline"]
     assert tl["overload_step"] == {"defer_p2": [0.0, 0.25, 0.0], "output_cap": [0.0, 0.5, 0.0],
-                                   "fail_fast": [0.0, 0.25, 0.0]}  # in the order they came on
+                                   "fail_fast": [0.0, 0.25, 0.0]}
+    assert list(tl["overload_step"]) == ["defer_p2", "output_cap", "fail_fast"]  # in the order they came on
     assert tl["degraded_share"] == [0.0, 0.25, 0.0] and tl["fallback_share"] == [0.0, 0.25, 0.0]
     assert tl["slo_attainment"]["P0"] == [1.0, 0.5, 1.0]  # the fallback came too late, the busy one never
     g = f["tiers"]["P0"]
