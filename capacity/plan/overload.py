@@ -3,10 +3,14 @@ ladder, on the same arrivals, and what each variant gave every tier and tenant.
 
 A request counts where it arrived (the scenario's ``seconds``; the engines then drain): it meets its tier's SLO when
 it finished (stop or length) within the TTFT and mean TPOT, and its TTFT when its first token came within the TTFT
-whatever followed; a rejected, timed-out, failed or aborted request misses both. Goodput is the requests that met the
-SLO per second of the scenario. The gateway's decisions come from ``Request.meta`` (``overload_step``, ``degraded``,
-``fallback_from``; absent: none). Cost is each deployment's GPU-hours (its live replicas x TP, integrated each
-``TICK_S``) at its GPU's price; a tier's or tenant's share of it is its share of the tokens the engines processed.
+whatever followed; a rejected, timed-out, failed or aborted request misses both. Attainment and goodput (the
+requests that met the SLO per second of the scenario) count the clients' requests, the same arrivals in every
+variant: a simulated client's retry of a failed one (``meta["attempt"]`` > 1, the fallback routes'
+``gateway.retry``) is counted apart, and the request it retries stays a miss (its first token, a backoff after it
+failed, is late for any interactive tier anyway); rejects, degraded and fallback shares and cost count every
+attempt. The gateway's decisions come from ``Request.meta`` (``overload_step``, ``degraded``, ``fallback_from``;
+absent: none). Cost is each deployment's GPU-hours (its live replicas x TP, integrated each ``TICK_S``) at its GPU's
+price; a tier's or tenant's share of it is its share of the tokens the engines processed.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class Outcomes:
     tpot: list[float] = field(default_factory=list)
     reject_reason: list[str] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    attempt: list[int] = field(default_factory=list)  # a simulated client's retry of a failed request: 2, 3, ...
     meta: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in META_KEYS})
 
     def add(self, req) -> None:
@@ -63,12 +68,13 @@ class Outcomes:
         self.tpot.append((req.last_token - req.first_token) / (n - 1) if n > 1 else 0.0)
         self.reject_reason.append(req.reject_reason or "")
         self.tokens.append(n + (req.prompt_tokens if req.scheduled == req.scheduled else 0))  # scheduled: not NaN
+        self.attempt.append(int(m.get("attempt", 1)))
         for k in META_KEYS:
             self.meta[k].append(str(m.get(k) or ""))
 
     def columns(self) -> dict[str, np.ndarray]:
         cols = {k: np.asarray(getattr(self, k)) for k in ("arrival", "tier", "tenant", "deployment", "ok", "ttft",
-                                                             "tpot", "reject_reason", "tokens")}
+                                                             "tpot", "reject_reason", "tokens", "attempt")}
         cols.update({k: np.asarray(v, dtype=str) for k, v in self.meta.items()})
         return cols
 
@@ -84,18 +90,22 @@ def _met(cols: Mapping[str, np.ndarray], slos: Mapping[str, TierSlo]) -> tuple[n
 
 def _group(mask: np.ndarray, cols: Mapping[str, np.ndarray], met: np.ndarray, in_ttft: np.ndarray, seconds: float,
            usd: float | None, objective: float) -> dict[str, Any]:
-    n = int(mask.sum())
+    """The figures of the attempts ``mask`` selects: attainment and goodput over the client requests among them
+    (first attempts), rejects, shares and cost over every attempt."""
+    asked = mask & (cols["attempt"] == 1)
+    n = int(asked.sum())
     reasons = cols["reject_reason"][mask]
     rejects = dict(sorted((str(r), int(c)) for r, c in zip(*np.unique(reasons[reasons != ""], return_counts=True),
                                                            strict=True)))
     tokens = float(cols["tokens"].sum())
-    slo = float(met[mask].mean()) if n else None
-    return {"requests": n, "slo_attainment": slo, "ttft_attainment": float(in_ttft[mask].mean()) if n else None,
+    slo = float(met[asked].mean()) if n else None
+    return {"requests": n, "retries": int(mask.sum()) - n, "slo_attainment": slo,
+            "ttft_attainment": float(in_ttft[asked].mean()) if n else None,
             "meets_objective": None if slo is None else slo >= objective,
-            "goodput_rps": round(float(met[mask].sum()) / seconds, 4), "rejected": sum(rejects.values()),
+            "goodput_rps": round(float(met[asked].sum()) / seconds, 4), "rejected": sum(rejects.values()),
             "rejects": rejects,
-            "degraded_share": float((cols["degraded"][mask] != "").mean()) if n else 0.0,
-            "fallback_share": float((cols["fallback_from"][mask] != "").mean()) if n else 0.0,
+            "degraded_share": float((cols["degraded"][mask] != "").mean()) if mask.any() else 0.0,
+            "fallback_share": float((cols["fallback_from"][mask] != "").mean()) if mask.any() else 0.0,
             "usd": None if usd is None or not tokens else round(usd * float(cols["tokens"][mask].sum()) / tokens, 4)}
 
 
@@ -122,21 +132,22 @@ def figures(cols: Mapping[str, np.ndarray], slos: Mapping[str, TierSlo], seconds
             if mask.any():
                 by_tenant.setdefault(str(name), {})[t] = _group(mask, cols, met, in_ttft, seconds, usd,
                                                                 slos[t].objective)
-    everyone = np.ones(len(met), dtype=bool)
+    everyone = cols["arrival"].astype(float) < seconds  # every attempt of the scenario, retries included
+    asked = cols["attempt"] == 1
     on = cols["overload_step"] != ""
     first = {}  # each step's first request, by arrival: the order the ladder engaged them
     for step, t in zip(cols["overload_step"][on].tolist(), cols["arrival"][on].tolist(), strict=True):
         first[step] = min(t, first.get(step, t))
     steps = sorted(first, key=first.__getitem__)
     timeline = {"minute_s": MINUTE_S,
-                "slo_attainment": {t: minute_series(cols, met, cols["tier"] == t, seconds) for t in tiers},
+                "slo_attainment": {t: minute_series(cols, met, asked & (cols["tier"] == t), seconds) for t in tiers},
                 "overload_step": {s: minute_series(cols, cols["overload_step"] == s, everyone, seconds) for s in steps},
                 "degraded_share": minute_series(cols, cols["degraded"] != "", everyone, seconds),
                 "fallback_share": minute_series(cols, cols["fallback_from"] != "", everyone, seconds)}
     served = {str(d): int(c) for d, c in zip(*np.unique(cols["deployment"][cols["ok"].astype(bool)],
                                                         return_counts=True), strict=True)}
-    return {"requests": int(len(met)), "served_by_deployment": served, "tiers": by_tier, "tenants": by_tenant,
-            "timeline": timeline}
+    return {"requests": int(asked.sum()), "retries": int((~asked).sum()), "served_by_deployment": served,
+            "tiers": by_tier, "tenants": by_tenant, "timeline": timeline}
 
 
 def replay(cfg: FleetConfig, arrivals, seconds: float, progress: Callable[[float], None] | None = None

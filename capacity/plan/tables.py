@@ -79,12 +79,12 @@ def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
     return "\n".join(out) + "\n"
 
 
-OVERLOAD_COLUMNS = ("variant", "tenant", "tier", "requests", "SLO att", "TTFT att", "met", "goodput/s", "rejects",
-                    "degraded", "fallback", "$")
+OVERLOAD_COLUMNS = ("variant", "tenant", "tier", "requests", "retries", "SLO att", "TTFT att", "met", "goodput/s",
+                    "rejects", "degraded", "fallback", "$")
 
 
 def _overload_row(variant: str, tier: str, g: Mapping[str, Any], tenant: str = "") -> dict[str, Any]:
-    return {"variant": variant, "tenant": tenant, "tier": tier, "requests": g["requests"],
+    return {"variant": variant, "tenant": tenant, "tier": tier, "requests": g["requests"], "retries": g["retries"],
             "SLO att": g["slo_attainment"], "TTFT att": g["ttft_attainment"],
             "met": {True: "yes", False: "NO", None: "-"}[g["meets_objective"]], "goodput/s": g["goodput_rps"],
             "rejects": ", ".join(f"{r} {n}" for r, n in g["rejects"].items()) or "-",
@@ -94,7 +94,8 @@ def _overload_row(variant: str, tier: str, g: Mapping[str, Any], tenant: str = "
 def overload_rows(result: Mapping[str, Any]) -> tuple[list[dict], list[dict], list[dict]]:
     """(one row per variant, per variant x tier, per variant x tenant x tier) of a ``plan overload`` result."""
     v = result["variants"]
-    variants = [{"variant": k, "protection": r["protection"], "requests": r["requests"], "gpu_hours": r["gpu_hours"],
+    variants = [{"variant": k, "protection": r["protection"], "requests": r["requests"], "retries": r["retries"],
+                 "gpu_hours": r["gpu_hours"],
                  "$": r["usd"], "served by": ", ".join(f"{d} {n}" for d, n in r["served_by_deployment"].items()) or "-"}
                 for k, r in v.items()]
     tiers = [_overload_row(k, t, g) for k, r in v.items() for t, g in r["tiers"].items()]
@@ -120,5 +121,5 @@ def render_overload(result: Mapping[str, Any]) -> str:
     variants, tiers, tenants = overload_rows(result)
     cols = [c for c in OVERLOAD_COLUMNS if c != "tenant"]
     return "\n".join([*overload_heading(result), "",
-                      table(variants, ["variant", "protection", "requests", "gpu_hours", "$", "served by"]), "",
+                      table(variants, list(variants[0])), "",
                       "per tier:", table(tiers, cols), "", "per tenant:", table(tenants, OVERLOAD_COLUMNS)]) + "\n"

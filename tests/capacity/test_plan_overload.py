@@ -66,7 +66,7 @@ def test_the_report_says_what_it_replayed_in_json_and_in_text(capsys):
         assert set(r) >= {"protection", "gpu_hours", "usd", "requests", "served_by_deployment", "tiers", "tenants",
                           "timeline"}
         g = r["tiers"]["P0"]
-        assert set(g) == {"requests", "slo_attainment", "ttft_attainment", "meets_objective", "goodput_rps",
+        assert set(g) == {"requests", "retries", "slo_attainment", "ttft_attainment", "meets_objective", "goodput_rps",
                           "rejected", "rejects", "degraded_share", "fallback_share", "usd"}
         assert g["rejected"] == sum(g["rejects"].values())
         assert sum(t["P0"]["requests"] for t in r["tenants"].values()) == g["requests"] == r["requests"]
@@ -172,7 +172,8 @@ def test_the_ladders_steps_degradations_and_fallbacks_are_read_from_the_requests
             _req(3, 80.0, {"overload_step": "output_cap", "degraded": "output_cap"}),
             _req(4, 90.0, {"overload_step": "output_cap", "fallback_from": "big", "fallback_reason": "capacity"},
                  ttft=2.0),
-            _req(5, 100.0, {"overload_step": "fail_fast"}, reject="busy"), _req(6, 130.0, {})]
+            _req(5, 100.0, {"overload_step": "fail_fast"}, reject="busy"), _req(6, 130.0, {}),
+            _req(7, 140.0, {"attempt": 2, "fallback_from": "big", "fallback_reason": "unavailable"})]  # a retry
     for r in [reqs[2], reqs[0], reqs[1], *reqs[3:]]:  # finished out of arrival order
         sink.add(r)
     f = figures(sink.columns(), SLOS, 180.0, 1.0)
@@ -180,11 +181,13 @@ def test_the_ladders_steps_degradations_and_fallbacks_are_read_from_the_requests
     assert tl["overload_step"] == {"defer_p2": [0.0, 0.25, 0.0], "output_cap": [0.0, 0.5, 0.0],
                                    "fail_fast": [0.0, 0.25, 0.0]}
     assert list(tl["overload_step"]) == ["defer_p2", "output_cap", "fail_fast"]  # in the order they came on
-    assert tl["degraded_share"] == [0.0, 0.25, 0.0] and tl["fallback_share"] == [0.0, 0.25, 0.0]
+    assert tl["degraded_share"] == [0.0, 0.25, 0.0] and tl["fallback_share"] == [0.0, 0.25, 0.5]
     assert tl["slo_attainment"]["P0"] == [1.0, 0.5, 1.0]  # the fallback came too late, the busy one never
     g = f["tiers"]["P0"]
-    assert g["rejects"] == {"busy": 1} and g["degraded_share"] == pytest.approx(1 / 6)
-    assert g["goodput_rps"] == pytest.approx(4 / 180.0, abs=1e-4)
+    assert g["requests"] == 6 and g["retries"] == 1 == f["retries"]  # the retry is no request of a client's
+    assert g["rejects"] == {"busy": 1} and g["degraded_share"] == pytest.approx(1 / 7)
+    assert g["fallback_share"] == pytest.approx(2 / 7)
+    assert g["goodput_rps"] == pytest.approx(4 / 180.0, abs=1e-4)  # the retry met its SLO, the client did not
     assert g["usd"] == pytest.approx(1.0)  # the one deployment's whole cost
 
 
