@@ -13,7 +13,8 @@ import yaml
 
 from capacity.plan.demand import DEFAULT_SLOS, TierSlo
 from capacity.plan.overload import Outcomes, figures
-from capacity.plan.overload_scenarios import BURST_FACTOR, primary_deployment, scenario, variants, window
+from capacity.plan.overload_scenarios import BURST_FACTOR, VARIANTS, primary_deployment, scenario, variants, window
+from capacity.plan.report import write_overload_report
 from goodput.cli import main
 from simulator.config import parse_fleet
 from simulator.request import Request
@@ -189,6 +190,22 @@ def test_the_ladders_steps_degradations_and_fallbacks_are_read_from_the_requests
     assert g["fallback_share"] == pytest.approx(2 / 7)
     assert g["goodput_rps"] == pytest.approx(4 / 180.0, abs=1e-4)  # the retry met its SLO, the client did not
     assert g["usd"] == pytest.approx(1.0)  # the one deployment's whole cost
+
+
+def test_the_html_report_draws_the_ladders_steps_with_their_names_escaped(tmp_path):
+    cfg = parse_fleet(fleet_data(), "t.yaml")
+    sink = Outcomes(cfg)
+    for i, t in enumerate((10.0, 70.0, 80.0, 130.0)):
+        sink.add(_req(i + 1, t, {"overload_step": "<b>defer</b>"} if 60 <= t < 120 else {}))
+    f = figures(sink.columns(), SLOS, 180.0, None)
+    result = {"scenario": "burst", "fleet": "t.yaml", "seconds": 180.0, "window_s": [60.0, 120.0], "seed": 0,
+              "ladder_configured": True, "fallbacks_configured": False,
+              "slos": {t: {"ttft_s": s.ttft_s, "tpot_s": s.tpot_s, "objective": s.objective} for t, s in SLOS.items()},
+              "variants": {k: {"protection": p, "gateway": k != "none", "gpu_hours": 0.1, "usd": None, **f}
+                           for k, p in VARIANTS.items()}}
+    text = write_overload_report(tmp_path / "r.html", result).read_text()
+    assert "&lt;b&gt;defer&lt;" in text and "<b>defer" not in text  # (plotly's JSON writes / as \\u002f)
+    assert '"type":"heatmap"' in text and "no step was on" not in text
 
 
 def test_the_html_report_is_one_file_with_every_name_escaped(tmp_path, capsys):
