@@ -20,7 +20,7 @@ LIMITS = {
                      config.MAX_ENGINE_INT, config.MAX_RATE, config.MAX_BURST_FACTOR, config.MAX_BATCH,
                      config.MIN_DIURNAL_PERIOD_S, MAX_DURATION_S, config.MAX_REQUESTS],
     "capacity.md": [demand.MAX_PEAK_RPS, demand.MAX_GROWTH, demand.MAX_SECONDS, demand.MAX_TP, plan_cli.MAX_JOBS,
-                    plan_cli.MAX_SIM_DURATION_S],
+                    plan_cli.MAX_SIM_DURATION_S, plan_cli.MAX_OVERLOAD_S],
     "loadtest.md": [loadtest_cli.MAX_IN_FLIGHT, loadtest_cli.MAX_DURATION_S, MAX_IMPORT_BYTES, jsonfile.MAX_JSON_BYTES,
                     jsonfile.MAX_DEPTH],
     "kubernetes.md": [deploy_cli.MAX_LABEL, deploy_cli.MAX_IMAGE, kubernetes.MAX_CONFIG_MAP_BYTES],

@@ -1,6 +1,7 @@
 """``goodput plan``: ``replicas`` (a capacity plan), ``autoscale`` (a policy and its KEDA / HPA manifests) and
-``evaluate`` (the policy replayed in the simulator against static and utilisation policies); ``memory`` (the
-memory budget) adds its own parser from ``capacity.plan.memory_cli``.
+``evaluate`` (the policy replayed in the simulator against static and utilisation policies), ``overload`` (a scenario
+without protection, with quotas, with the ladder); ``memory`` (the memory budget) adds its own parser from
+``capacity.plan.memory_cli``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from capacity.plan import memory_cli
 from capacity.plan.demand import MAX_GROWTH
+from capacity.plan.overload_scenarios import OVERLOAD_SCENARIOS
 from capacity.plan.scenarios import SCENARIOS
 from goodput.foundation import promendpoint
 from goodput.foundation.args import (
@@ -31,6 +33,7 @@ __all__ = ["register"]
 
 MAX_JOBS = 256
 MAX_SIM_DURATION_S = 3600.0  # per knee probe: each probe simulates this long at one rate
+MAX_OVERLOAD_S = 21600.0  # per variant of `plan overload`: three replays of up to six hours
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,6 +114,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--jobs", type=non_negative_int, default=0,
                    help="processes: the four policies replay in parallel (default 0: up to the cores; 1: in turn)")
     e.set_defaults(func=_evaluate)
+
+    o = psub.add_parser(
+        "overload", help="replay burst, tenant_flood or primary_down without protection, with quotas, with the ladder",
+        description="Replay a scenario in virtual time, on the same arrivals, under no protection (the fleet file's "
+                    "gateway section removed), quotas only (the gateway without its overload ladder) and the fleet "
+                    "file as written, and report per tier and tenant: SLO and TTFT attainment, goodput, rejects by "
+                    "reason, degraded and fallback shares, and cost. The disturbance fills the run's middle third "
+                    "(tenant_flood: the whole run).")
+    o.add_argument("--fleet", type=Path, required=True, metavar="FLEET.yaml", help="fleet file (docs/simulator.md)")
+    o.add_argument("--scenario", required=True, choices=OVERLOAD_SCENARIOS,
+                   help="burst (3x arrivals), tenant_flood (one tenant at 5x its share), primary_down (the primary "
+                        "deployment's replicas lost, then back)")
+    o.add_argument("--seconds", type=positive_number_at_most(MAX_OVERLOAD_S), default=900.0, metavar="N",
+                   help=f"virtual seconds replayed per variant (default 900, at most {MAX_OVERLOAD_S:g})")
+    o.add_argument("--slos", type=Path, default=None, metavar="DEMAND.yaml",
+                   help="the SLOs per tier from this file's slos: section (a demand file's; default: the plan's, "
+                        "rules/slos.yaml's chat objectives)")
+    o.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
+    o.add_argument("--tenant", default=None, help="tenant_flood: the tenant that floods (default: the largest share "
+                                                  "of the first workload)")
+    o.add_argument("--deployment", default=None, help="primary_down: the deployment lost (default: the first "
+                                                      "gateway.fallbacks primary, else the first deployment)")
+    o.add_argument("--seed", type=seed, default=None, help="random seed (default: the fleet file's)")
+    o.add_argument("--format", choices=("text", "json"), default="text", help="what to print (default text)")
+    o.add_argument("--html", type=output_file, default=None, metavar="FILE.html", help="also write the HTML report")
+    o.set_defaults(func=_overload)
 
 
 def _replicas(args: argparse.Namespace) -> int:
@@ -193,4 +222,26 @@ def _evaluate(args: argparse.Namespace) -> int:
     out = dict(result)
     out.pop("timelines", None)
     print(json.dumps(out, indent=2) if args.format == "json" else render_evaluation(result), file=sys.stdout)
+    return 0
+
+
+def _overload(args: argparse.Namespace) -> int:
+    from capacity.plan.demand import parse_slos
+    from capacity.plan.overload import plan_overload
+    from capacity.plan.prices import load_prices
+    from capacity.plan.tables import render_overload
+    from goodput.foundation.progress import progress_bar
+    from goodput.foundation.yamlfile import load_mapping
+
+    fleet = load_mapping(args.fleet, "a mapping with deployments and workloads")
+    slos = parse_slos(load_mapping(args.slos, "a mapping with slos").get("slos") if args.slos else None,
+                      str(args.slos or ""))
+    prices = load_prices(args.prices)
+    with progress_bar(f"overload {args.scenario}", 3 * args.seconds, unit="virtual s") as update:
+        result = plan_overload(fleet, str(args.fleet), args.scenario, args.seconds, slos, prices, seed=args.seed,
+                               tenant=args.tenant, deployment=args.deployment, progress=update)
+    if args.html:
+        from capacity.plan.report import write_overload_report
+        write_overload_report(args.html, result)
+    print(json.dumps(result, indent=2) if args.format == "json" else render_overload(result))
     return 0

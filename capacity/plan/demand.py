@@ -21,7 +21,7 @@ from simulator.catalog import load_model_config, resolve_gpu, resolve_model
 from simulator.config import MAX_BURST_FACTOR, MAX_ENGINE_INT, MAX_REPLICAS
 
 __all__ = ["Candidate", "Demand", "DeploymentDemand", "Headroom", "Stream", "TierSlo", "load_demand", "parse_demand",
-           "token_mix"]
+           "parse_slos", "token_mix"]
 
 TIERS = ("P0", "P1", "P2")
 SCENES = ("chat", "rag", "code", "batch", "agent")
@@ -226,11 +226,11 @@ def _deployment(src: str, name: str, v: Any) -> DeploymentDemand:
     return DeploymentDemand(str(name), streams, _headroom(src, f"{key}.headroom", d.get("headroom")), candidates)
 
 
-def parse_demand(data: Any, source: str) -> Demand:
-    root = _map(source, "", data, {"growth", "slos", "deployments"})
-    growth = _num(source, "growth", root.get("growth", 1.0), minimum=1e-9, strict=True, maximum=MAX_GROWTH)
+def parse_slos(data: Any, source: str) -> dict[str, TierSlo]:
+    """A demand file's ``slos:`` section (tier -> ttft_s, tpot_s, objective), each tier or key it leaves out at
+    ``DEFAULT_SLOS``."""
     slos = {t: TierSlo(*v) for t, v in DEFAULT_SLOS.items()}
-    for tier, v in _map(source, "slos", root.get("slos") or {}, set(TIERS)).items():
+    for tier, v in _map(source, "slos", data or {}, set(TIERS)).items():
         key = f"slos.{tier}"
         s = _map(source, key, v, {"ttft_s", "tpot_s", "objective"})
         base = slos[tier]
@@ -238,6 +238,13 @@ def parse_demand(data: Any, source: str) -> Demand:
             _num(source, f"{key}.ttft_s", s.get("ttft_s", base.ttft_s), strict=True, maximum=MAX_SECONDS),
             _num(source, f"{key}.tpot_s", s.get("tpot_s", base.tpot_s), strict=True, maximum=MAX_SECONDS),
             _num(source, f"{key}.objective", s.get("objective", base.objective), strict=True, maximum=1.0))
+    return slos
+
+
+def parse_demand(data: Any, source: str) -> Demand:
+    root = _map(source, "", data, {"growth", "slos", "deployments"})
+    growth = _num(source, "growth", root.get("growth", 1.0), minimum=1e-9, strict=True, maximum=MAX_GROWTH)
+    slos = parse_slos(root.get("slos"), source)
     deps = _map(source, "deployments", root.get("deployments"))
     if not deps:
         _fail(source, "deployments", "at least one deployment is required")

@@ -2,7 +2,8 @@
 
 The plan report draws each candidate's replicas stacked by headroom term; the evaluation report draws, per
 policy, the replicas (ready and provisioned), the demand the autoscaler saw and the strictest tier's SLO
-attainment per minute, with the side-by-side table.
+attainment per minute, with the side-by-side table; the overload report draws each tier's SLO attainment per minute
+under the three protections and the ladder's steps coming on and going off, with the per tier and tenant tables.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from capacity.plan.pareto import describe, verdict
+from capacity.plan.tables import OVERLOAD_COLUMNS, overload_heading, overload_rows
 
-__all__ = ["write_evaluation_report", "write_plan_report"]
+__all__ = ["write_evaluation_report", "write_overload_report", "write_plan_report"]
 
 CSS = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;margin:.5em 0}"
        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:right}th{background:#f4f4f4}")
 TERMS = ("base", "growth", "failure_domains", "release_surge", "cold_start_buffer")
+# each overload variant in one colour on every chart; the ladder dashed, so the quotas line shows beneath it
+VARIANT_LINES = {"none": ("#d62728", "solid"), "quotas": ("#1f77b4", "solid"), "ladder": ("#2ca02c", "dash")}
 
 
 def _e(v: Any) -> str:
@@ -103,3 +107,50 @@ def write_evaluation_report(path: Path, result: Mapping[str, Any]) -> Path:
     verdicts = "".join(f"<li>{_e(verdict(b, st))}</li>" for b, st in result.get("standing", {}).items())
     return _write(path, _page(f"goodput policy evaluation: {result['deployment']}", [fig, head],
                               [_table(rows), f"<ul>{verdicts}</ul>" if verdicts else ""]))
+
+
+def write_overload_report(path: Path, result: Mapping[str, Any]) -> Path:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    variants = result["variants"]
+    tiers = list(next(iter(variants.values()))["tiers"])
+    minutes = [(i + 0.5) for i in range(max((len(s) for v in variants.values()
+                                             for s in v["timeline"]["slo_attainment"].values()), default=0))]
+    start, end = (t / 60.0 for t in result["window_s"])
+    att = make_subplots(rows=max(1, len(tiers)), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[f"{t} SLO attainment per minute" for t in tiers])
+    for label, v in variants.items():
+        for row, t in enumerate(tiers, 1):
+            color, dash = VARIANT_LINES[label]
+            att.add_trace(go.Scatter(x=minutes, y=v["timeline"]["slo_attainment"][t], name=label, legendgroup=label,
+                                     showlegend=row == 1, mode="lines+markers", line={"color": color, "dash": dash}),
+                          row=row, col=1)
+    for row, t in enumerate(tiers, 1):
+        att.add_hline(y=result["slos"][t]["objective"], line_dash="dot", row=row, col=1)
+        att.add_vrect(x0=start, x1=end, fillcolor="grey", opacity=0.12, line_width=0, row=row, col=1)
+    att.update_xaxes(title_text="minute of the scenario", row=max(1, len(tiers)), col=1)
+    att.update_layout(height=300 * max(1, len(tiers)),
+                      title=f"scenario {html.escape(result['scenario'], quote=False)}: the three protections")
+    tl = variants["ladder"]["timeline"]
+    steps = list(tl["overload_step"])
+    ladder = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                           subplot_titles=["share of each minute's requests admitted under each ladder step "
+                                           "(the highest step on)", "degraded and fallback shares per minute"])
+    if steps:
+        ladder.add_trace(go.Heatmap(x=minutes, y=[html.escape(s, quote=False) for s in steps], zmin=0, zmax=1,
+                                    z=[[0 if x is None else x for x in tl["overload_step"][s]] for s in steps],
+                                    colorscale="Reds", showscale=False), row=1, col=1)
+    for key in ("degraded_share", "fallback_share"):
+        ladder.add_trace(go.Scatter(x=minutes, y=tl[key], name=key.replace("_", " "), mode="lines"), row=2, col=1)
+    for row in (1, 2):
+        ladder.add_vrect(x0=start, x1=end, fillcolor="grey", opacity=0.12, line_width=0, row=row, col=1)
+    ladder.update_xaxes(title_text="minute of the scenario", row=2, col=1)
+    ladder.update_layout(height=550, title="the configured ladder stepping in and out"
+                         + ("" if steps else ": no step was on in any minute"))
+    rows_v, rows_t, rows_n = overload_rows(result)
+    cols = [c for c in OVERLOAD_COLUMNS if c != "tenant"]
+    tables = ["".join(f"<p>{_e(line)}</p>" for line in overload_heading(result)), _table(rows_v),
+              "<h2>per tier</h2>", _table([{c: r[c] for c in cols} for r in rows_t]),
+              "<h2>per tenant</h2>", _table([{c: r[c] for c in OVERLOAD_COLUMNS} for r in rows_n])]
+    return _write(path, _page(f"goodput overload plan: {result['scenario']}", [att, ladder], tables))

@@ -7,7 +7,8 @@ from typing import Any
 
 from capacity.plan.pareto import describe, verdict
 
-__all__ = ["render_evaluation", "render_plan", "table"]
+__all__ = ["OVERLOAD_COLUMNS", "overload_heading", "overload_rows", "render_evaluation", "render_overload",
+           "render_plan", "table"]
 
 
 def _cell(v: Any) -> str:
@@ -76,3 +77,49 @@ def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
                 out.append(f"  {name} {t}: " + "; ".join(_dip(x) for x in runs[:max_dips]) + more)
     out += [verdict(b, st) for b, st in result.get("standing", {}).items()]
     return "\n".join(out) + "\n"
+
+
+OVERLOAD_COLUMNS = ("variant", "tenant", "tier", "requests", "retries", "SLO att", "TTFT att", "met", "goodput/s",
+                    "rejects", "degraded", "fallback", "$")
+
+
+def _overload_row(variant: str, tier: str, g: Mapping[str, Any], tenant: str = "") -> dict[str, Any]:
+    return {"variant": variant, "tenant": tenant, "tier": tier, "requests": g["requests"], "retries": g["retries"],
+            "SLO att": g["slo_attainment"], "TTFT att": g["ttft_attainment"],
+            "met": {True: "yes", False: "NO", None: "-"}[g["meets_objective"]], "goodput/s": g["goodput_rps"],
+            "rejects": ", ".join(f"{r} {n}" for r, n in g["rejects"].items()) or "-",
+            "degraded": g["degraded_share"], "fallback": g["fallback_share"], "$": g["usd"]}
+
+
+def overload_rows(result: Mapping[str, Any]) -> tuple[list[dict], list[dict], list[dict]]:
+    """(one row per variant, per variant x tier, per variant x tenant x tier) of a ``plan overload`` result."""
+    v = result["variants"]
+    variants = [{"variant": k, "protection": r["protection"], "requests": r["requests"], "retries": r["retries"],
+                 "gpu_hours": r["gpu_hours"],
+                 "$": r["usd"], "served by": ", ".join(f"{d} {n}" for d, n in r["served_by_deployment"].items()) or "-"}
+                for k, r in v.items()]
+    tiers = [_overload_row(k, t, g) for k, r in v.items() for t, g in r["tiers"].items()]
+    tenants = [_overload_row(k, t, g, name) for k, r in v.items() for name, ts in r["tenants"].items()
+               for t, g in ts.items()]
+    return variants, tiers, tenants
+
+
+def overload_heading(result: Mapping[str, Any]) -> list[str]:
+    """What was replayed, and against which SLOs."""
+    start, end = result["window_s"]
+    gw = [w for w, on in (("an overload ladder", result["ladder_configured"]),
+                          ("fallbacks", result["fallbacks_configured"])) if on]
+    return [f"scenario {result['scenario']} on {result['fleet']}: {result['seconds']:g} s, disturbance "
+            f"{start:g}-{end:g} s, seed {result['seed']}; the fleet file configures "
+            + (" and ".join(gw) if gw else "no overload ladder (the ladder variant is the quotas one)"),
+            "SLOs: " + "; ".join(f"{t} TTFT {s['ttft_s']:g} s, TPOT {s['tpot_s']:g} s for {s['objective']:g}"
+                                 for t, s in result["slos"].items())]
+
+
+def render_overload(result: Mapping[str, Any]) -> str:
+    """Each variant's GPU-hours and cost, then per tier and per tenant x tier the figures side by side."""
+    variants, tiers, tenants = overload_rows(result)
+    cols = [c for c in OVERLOAD_COLUMNS if c != "tenant"]
+    return "\n".join([*overload_heading(result), "",
+                      table(variants, list(variants[0])), "",
+                      "per tier:", table(tiers, cols), "", "per tenant:", table(tenants, OVERLOAD_COLUMNS)]) + "\n"
