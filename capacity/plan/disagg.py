@@ -420,6 +420,10 @@ def _round(v: float | None, digits: int) -> float | None:
     return None if v is None else round(v, digits)
 
 
+def _binds(binding: str) -> str:
+    return "one replica suffices" if binding == "one replica" else f"{binding} binds one replica fewer"
+
+
 def _reason(load: Load, a: AggregatedPlan, pf: PrefillPlan, d: DecodePlan, transfer_s: float, transfer_in: str,
             agg_gpus: int, dis_gpus: int) -> tuple[str, str]:
     """The verdict and why, in the figures that decide it: how much a prefill chunk slows the aggregated
@@ -427,24 +431,25 @@ def _reason(load: Load, a: AggregatedPlan, pf: PrefillPlan, d: DecodePlan, trans
     at = a.at
     slow = at.prefill_step_s / at.decode_step_s - 1.0
     q = f"p{load.objective * 100:g}"
+    prompts = f"{load.input_mean:,.0f} tokens mean against {load.output_mean:,.0f} out"
     interference = (f"on the aggregated replica a step with a {at.chunk:,}-token prefill chunk takes "
                     f"{at.prefill_step_s * 1000:.1f} ms against {at.decode_step_s * 1000:.1f} ms decode-only "
                     f"(+{slow:.0%}), prefill in flight {at.prefill_busy:.0%} of the time")
     apart = (f"apart, a decode replica holds {d.batch} sequences ({d.limit} binds) and the prefill pool is "
-             f"{pf.at.prefill_busy:.0%} busy ({pf.binding} binds)")
+             f"{pf.at.prefill_busy:.0%} busy ({_binds(pf.binding)})")
     if dis_gpus < agg_gpus:
         return "disaggregated", (
-            f"disaggregated saves {agg_gpus - dis_gpus} GPUs ({dis_gpus} vs {agg_gpus}): the long prompts' prefill "
-            f"({load.input_mean:,.0f} tokens mean) interferes with decode: {interference}, so a replica holds "
-            f"{at.batch:.1f} sequences at {q} TPOT {at.tpot_s * 1000:.1f} ms and {q} TTFT "
-            f"{at.ttft_s * 1000:.0f} ms ({a.binding} binds one replica fewer); {apart}")
+            f"disaggregated saves {agg_gpus - dis_gpus} GPUs ({dis_gpus} vs {agg_gpus}): the prompts' prefill "
+            f"({prompts}) interferes with decode: {interference}, so a replica holds {at.batch:.1f} sequences at "
+            f"{q} TPOT {at.tpot_s * 1000:.1f} ms and {q} TTFT {at.ttft_s * 1000:.0f} ms ({_binds(a.binding)}); "
+            f"{apart}")
     lead = (f"aggregated wins by {dis_gpus - agg_gpus} GPUs ({agg_gpus} vs {dis_gpus})" if agg_gpus < dis_gpus
             else f"a tie at {agg_gpus} GPUs goes to the simpler aggregated deployment")
     return "aggregated", (
-        f"{lead}: the prompts are short ({load.input_mean:,.0f} tokens mean) and their prefill costs decode "
-        f"little: {interference} ({a.binding} binds one replica fewer); the disaggregated plan pays two pools' "
-        f"rounding (prefill {pf.replicas} replica(s) {pf.at.prefill_busy:.0%} busy, decode {d.replicas} for "
-        f"{d.work:.2f} replicas of work) and the KV transfer ({transfer_s * 1000:.2f} ms a request, in the "
+        f"{lead}: the prompts' prefill ({prompts}) fits beside decode: {interference}, within the {q} TPOT "
+        f"({at.tpot_s * 1000:.1f} ms; {_binds(a.binding)}); the disaggregated plan pays two pools' rounding "
+        f"(prefill {pf.replicas} replica(s) {pf.at.prefill_busy:.0%} busy, decode {d.replicas} for {d.work:.2f} "
+        f"replicas of work) and the KV transfer ({transfer_s * 1000:.2f} ms a request, in the "
         f"{transfer_in.upper()}); {apart}")
 
 
