@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
 
+from simulator.config import MAX_REPLICAS  # per pool, as the simulator's deployments
 from simulator.roofline import Roofline
 
 __all__ = [
@@ -52,7 +53,6 @@ __all__ = [
     "step_s",
 ]
 
-MAX_REPLICAS = 1024  # per pool, as the simulator's deployments (simulator/config.py MAX_REPLICAS)
 CHUNK_OPTIONS = (256, 512, 1024, 2048, 4096, 8192, 16384)  # prefill_chunk_tokens the aggregated plan tries
 FIXED_POINT_STEPS = 200
 # the order in which a failing replica count names what binds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -109,5 +110,5 @@ def render_disagg(doc: Mapping[str, Any]) -> str:
         out += [table(rows, columns),
                 f"KV transfer: {link['transfer_ms']:g} ms a request ({link['gbps']:g} GB/s, {link['latency_ms']:g} ms "
                 f"latency), counted in the {link['counted_in'].upper()}",
-                f"verdict: {p['verdict']}: {p['reason']}", ""]
+                textwrap.fill(f"verdict: {p['verdict']}: {p['reason']}", width=118, subsequent_indent="  "), ""]
     return "\n".join(out).rstrip()
