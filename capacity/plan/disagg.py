@@ -133,10 +133,6 @@ def _kv_need(load: Load, pool: Pool) -> float:
     return math.ceil(load.context / pool.block_size) * pool.block_size
 
 
-def _z(p: float) -> float:
-    return NormalDist().inv_cdf(p)
-
-
 @dataclass(frozen=True)
 class ReplicaState:
     """One replica's steady state at ``rate`` req/s: its decode batch, step times, TTFT and TPOT, and what fails."""
@@ -158,8 +154,8 @@ class ReplicaState:
 
 def _prefill_chain(load: Load, pool: Pool, rate: float, batch: float, chunk: int
                    ) -> tuple[list[float], list[float], float, float] | None:
-    """(P(k) for k = 0..K, step time at each k, mean prompts in prefill, share of steps' rate) of the birth-death
-    chain of prompts in prefill; K is where the step budget fills, beyond which the chain is geometric. None when
+    """(P(k) for k = 0..K, the step time at each k, the mean prompts in prefill, steps per second) of the
+    birth-death chain of prompts in prefill; K is where the step budget fills, beyond which the chain is geometric. None when
     the prefill cannot keep up with ``rate``."""
     room = pool.max_num_batched_tokens - math.ceil(batch)
     if room < 1:
@@ -222,7 +218,7 @@ def replica_state(load: Load, pool: Pool, rate: float, *, chunk: int | None = No
     # the prefill a request's decode sees: the prompts arriving within it and the backlog at its start, each
     # about Poisson in the arrivals' number, so twice their variance
     arrivals = rate * load.output_mean * tpot_mean
-    spread = 1.0 + _z(load.objective) * math.sqrt(2.0 / arrivals) if arrivals > 0 else 1.0
+    spread = 1.0 + NormalDist().inv_cdf(load.objective) * math.sqrt(2.0 / arrivals) if arrivals > 0 else 1.0
     tpot = times[0] + (tpot_mean - times[0]) * max(1.0, spread)
     kv = batch * _kv_need(load, pool) + (mean_k + rate * kv_held_s) * load.input_mean
     failed = tuple(name for name, bad in (("kv", kv > pool.kv_tokens), ("tpot", decodes and tpot > load.tpot_s),

@@ -95,11 +95,11 @@ def _pool_candidate(r: _Reader, cand: Candidate) -> Candidate:
 def load_disagg(path: str | Path, prices: Prices, deployment: str | None = None) -> list[DisaggCase]:
     """Every candidate of every deployment (or of ``deployment``) of the file at ``path``."""
     src = str(path)
-    data: Any = load_mapping(path, "a demand mapping with 'deployments'")
-    raw = copy.deepcopy(data)
+    raw: Any = copy.deepcopy(load_mapping(path, "a demand mapping with 'deployments'"))
+    deployments = raw.get("deployments")
     blocks: dict[str, _Reader] = {}
-    for name, d in (raw.get("deployments") or {}).items() if isinstance(raw.get("deployments"), dict) else ():
-        if isinstance(d, dict):
+    for name, d in deployments.items() if isinstance(deployments, dict) else ():
+        if isinstance(d, dict):  # anything else parse_demand refuses with its path
             key = f"deployments.{name}.disaggregation"
             if d.get("disaggregation") is None:
                 raise ConfigError(src, key, "is required: the prefill_pool, decode_pool and kv_link_gbps to plan")
