@@ -182,3 +182,45 @@ def test_bad_input_is_one_line_naming_the_key(tmp_path, capsys, edit, key):
 def test_an_unknown_deployment_is_refused(capsys):
     rc, _, err = plan(capsys, "--demand", str(LONG), "--deployment", "nope")
     assert rc == 2 and "--deployment: nope: no such deployment" in err and "rag-70b" in err
+
+
+def _edited(tmp_path, edit):
+    import yaml
+
+    data = yaml.safe_load(LONG.read_text())
+    edit(data["deployments"]["rag-70b"]["disaggregation"])
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_each_pool_takes_its_own_tp(tmp_path, capsys):
+    p = _json(capsys, _edited(tmp_path, lambda d: d["decode_pool"].update(tp=8)))
+    dc = p["disaggregated"]["decode"]
+    assert dc["tp"] == 8 and p["disaggregated"]["prefill"]["tp"] == 4
+    assert p["disaggregated"]["gpus"] == p["disaggregated"]["prefill"]["replicas"] * 4 + dc["replicas"] * 8
+    base = _json(capsys, LONG)["disaggregated"]["decode"]
+    assert dc["kv_tokens"] > 2 * base["kv_tokens"]  # eight GPUs' memory less one copy of the weights' share
+
+
+def test_where_the_transfer_counts_moves_its_time(capsys):
+    rc, out, _ = plan(capsys, "--demand", str(LONG), "--format", "json", "--transfer-in", "ttft")
+    assert rc == 0
+    in_ttft = json.loads(out)["plans"][0]
+    in_tpot = _json(capsys, LONG)
+    transfer = in_tpot["kv_link"]["transfer_ms"]
+    assert in_ttft["kv_link"]["counted_in"] == "ttft" and transfer > 10  # 8k tokens x 320 KiB at 50 GB/s
+    pf_ttft, pf_tpot = in_ttft["disaggregated"]["prefill"], in_tpot["disaggregated"]["prefill"]
+    # before the first token it costs the prefill pool TTFT (more replicas, or the same ones slower) ...
+    assert pf_ttft["replicas"] >= pf_tpot["replicas"]
+    if pf_ttft["replicas"] == pf_tpot["replicas"]:
+        assert pf_ttft["replica"]["ttft_ms"] == pytest.approx(pf_tpot["replica"]["ttft_ms"] + transfer, abs=0.2)
+    # ... and leaves the decode step the whole TPOT: a batch at least as large
+    assert in_ttft["disaggregated"]["decode"]["batch"] >= in_tpot["disaggregated"]["decode"]["batch"]
+    assert in_ttft["disaggregated"]["decode"]["tpot_ms"] == in_ttft["disaggregated"]["decode"]["step_ms"]
+
+
+def test_a_slow_kv_link_breaks_the_decode_tpot_and_says_so(tmp_path, capsys):
+    rc, out, err = plan(capsys, "--demand", str(_edited(tmp_path, lambda d: d.update(kv_link_gbps=0.2))))
+    assert rc == 2 and out == ""
+    assert "decode pool: tpot:" in err and "ms of KV transfer" in err, err
