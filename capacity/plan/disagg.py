@@ -5,21 +5,23 @@ TTFT target, decode replicas from concurrent sequences under the TPOT target), w
 of the simulator's own scheduler (``simulator/replica.py``, vLLM V1's):
 
 * Every step gives every decoding sequence one token and each prompt in prefill its next chunk (at most
-  ``prefill_chunk_tokens``) while the step's token budget (``max_num_batched_tokens``) lasts; step costs are
-  ``Roofline.step_time`` with the attention pairs and KV reads the simulator charges.
+  ``prefill_chunk_tokens``) while the step's token budget (``max_num_batched_tokens``) lasts; a step costs the
+  work the simulator charges at the roofline's rates, per kernel (``step_s``).
 * One replica's prefill is a processor-sharing queue whose speed depends on how many prompts share it: with ``k``
   prompts in prefill a step carries ``min(k x chunk, budget - B)`` prefill tokens beside the ``B`` decoding
-  sequences. Its birth-death chain (Poisson arrivals, M/M/1-PS with state-dependent rates) gives the share of
-  time at each ``k``, the mean prompts in prefill and so the mean TTFT (Little); the TTFT quantile is a lone
-  prompt's own chunks plus an exponential tail of the rest.
+  sequences. Its birth-death chain (Poisson arrivals, state-dependent rates) gives the share of time at each ``k``.
+* TTFT: the gateway routes least-outstanding. In a prefill pool every outstanding request is a prompt in prefill,
+  so new prompts go to idle lanes first and the pool is one M/G/c queue (Erlang C, Allen-Cunneen's (1 + cs^2) / 2,
+  an exponential tail: exact for M/M/c). In an aggregated pool most outstanding requests are decoding, so a
+  replica's prompts queue at its share of the rate: the chain's mean (Little) beyond a lone prompt's own chunks,
+  with an exponential tail.
 * TPOT: a request's TPOT is its mean step, so TPOT = 1 / (sum over k of P(k) / t_k), and the decode batch
   follows from Little's law (B = rate x output tokens x TPOT), solved as a fixed point. Its quantile scales the
   prefill's extra time by the Poisson quantile of the prompts arriving within one request's decode. That is where
   long prompts hurt: their chunks make the step compute-bound and slow every decoding sequence beside them.
 * Disaggregated: the prefill pool is the same queue without decodes; the decode pool's batch is the largest
   whose decode-only step meets the TPOT, bounded by ``max_num_seqs`` and the KV cache (blocks for prompt + half
-  the output), and which of the three binds is reported. Both pools and the aggregated one are routed
-  least-outstanding; each replica is planned at its share of the rate (a conservative split).
+  the output), and which of the three binds is reported.
 * KV transfer: prompt tokens x KV bytes per token over the link, plus its latency. vLLM's P/D connectors return
   the first token from the prefill replica and move the KV before the second, so by default it counts in the
   TPOT (spread over the output's gaps); ``transfer_in="ttft"`` counts it before the first token instead.
@@ -45,6 +47,7 @@ __all__ = [
     "PrefillPlan",
     "ReplicaState",
     "compare",
+    "erlang_c",
     "kv_transfer_s",
     "plan_aggregated",
     "plan_decode_pool",
@@ -67,6 +70,7 @@ class Load:
     input_mean: float
     input_p: float  # the objective's quantile of the prompt length
     input_max: float
+    input_cv2: float  # the prompt length's squared coefficient of variation
     output_mean: float
     ttft_s: float
     tpot_s: float
@@ -153,10 +157,11 @@ class ReplicaState:
 
 
 def _prefill_chain(load: Load, pool: Pool, rate: float, batch: float, chunk: int
-                   ) -> tuple[list[float], list[float], float, float] | None:
-    """(P(k) for k = 0..K, the step time at each k, the mean prompts in prefill, steps per second) of the
-    birth-death chain of prompts in prefill; K is where the step budget fills, beyond which the chain is geometric. None when
-    the prefill cannot keep up with ``rate``."""
+                   ) -> tuple[list[float], list[float], float, float, int] | None:
+    """(P(k) for k = 0..K, the step time at each k, the mean prompts in prefill, steps per second, prefill lanes)
+    of the birth-death chain of one replica's prompts in prefill; K is where the step budget fills, beyond which the
+    chain is geometric; the lanes are the prompts a full budget prefills in the time one prompt alone takes. None
+    when the prefill cannot keep up with ``rate``."""
     room = pool.max_num_batched_tokens - math.ceil(batch)
     if room < 1:
         return None
@@ -179,7 +184,9 @@ def _prefill_chain(load: Load, pool: Pool, rate: float, batch: float, chunk: int
     mean_k = (sum(k * w for k, w in enumerate(weights))
               + weights[-1] * (top * rho / (1.0 - rho) + rho / (1.0 - rho) ** 2)) / total
     steps_per_s = sum(p / t for p, t in zip(probs, times, strict=True))
-    return probs, times, mean_k, steps_per_s
+    full_rate = min(top * per, room) / (times[-1] * load.input_mean)  # prompts a second at a full budget
+    lanes = max(1, int(full_rate * _alone_s(load, pool, batch, chunk, load.input_mean) + 1e-9))
+    return probs, times, mean_k, steps_per_s, lanes
 
 
 def _alone_s(load: Load, pool: Pool, batch: float, chunk: int, prompt: float) -> float:
@@ -190,12 +197,23 @@ def _alone_s(load: Load, pool: Pool, batch: float, chunk: int, prompt: float) ->
     return t + (step_s(pool, batch, load.context, 1, rest, prompt) if rest >= 1 else 0.0)
 
 
-def replica_state(load: Load, pool: Pool, rate: float, *, chunk: int | None = None, decodes: bool = True,
+def erlang_c(servers: int, offered: float) -> float:
+    """The probability an arrival waits in M/M/c with ``offered`` = rate x mean service (1 when unstable)."""
+    if offered >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):  # Erlang B by its recurrence, then C from B
+        b = offered * b / (k + offered * b)
+    return b / (1.0 - offered / servers * (1.0 - b))
+
+
+def replica_state(load: Load, pool: Pool, replicas: int, *, chunk: int | None = None, decodes: bool = True,
                   ttft_extra_s: float = 0.0, kv_held_s: float = 0.0) -> ReplicaState:
-    """One replica of ``pool`` at ``rate`` req/s, prefilling in ``chunk``-token chunks (default the pool's), with
-    its decodes (``decodes=False``: a prefill replica). ``ttft_extra_s`` is added to the TTFT (a KV transfer there);
-    ``kv_held_s`` is how long a finished prompt keeps its KV before it leaves (a prefill replica's transfer)."""
+    """One of ``replicas`` replicas of ``pool`` sharing the load, prefilling in ``chunk``-token chunks (default the
+    pool's), with its decodes (``decodes=False``: a prefill replica). ``ttft_extra_s`` is added to the TTFT (a KV
+    transfer there); ``kv_held_s`` is how long a finished prompt keeps its KV (a prefill replica's transfer)."""
     chunk = chunk or pool.prefill_chunk_tokens
+    rate = load.rps / replicas
     batch = 0.0
     chain = None
     for _ in range(FIXED_POINT_STEPS if decodes else 1):
@@ -209,16 +227,31 @@ def replica_state(load: Load, pool: Pool, rate: float, *, chunk: int | None = No
         batch = new
         if done:
             break
-    probs, times, mean_k, steps_per_s = chain
+    probs, times, mean_k, steps_per_s, lanes = chain
     alone = _alone_s(load, pool, batch, chunk, load.input_mean)
     alone_p = _alone_s(load, pool, batch, chunk, load.input_p)
-    ttft_mean = mean_k / rate + ttft_extra_s
-    ttft = alone_p + max(0.0, mean_k / rate - alone) * math.log(1.0 / (1.0 - load.objective)) + ttft_extra_s
+    p = load.objective
+    if decodes:
+        # least-outstanding routing balances requests, most of them decoding: a replica's prompts queue at its
+        # share of the rate, and the chain's mean (Little) beyond a lone prompt's time has an exponential tail
+        excess = max(0.0, mean_k / rate - alone)
+        ttft_mean, ttft = alone + excess, alone_p + excess * math.log(1.0 / (1.0 - p))
+    else:
+        # a prefill pool's outstanding requests are its prompts: the routing fills idle lanes first, so the pool is
+        # one M/G/c queue (Erlang C's chance of waiting, Allen-Cunneen's mean wait, an exponential tail)
+        servers, offered = replicas * lanes, load.rps * alone
+        waits = erlang_c(servers, offered)
+        if waits >= 1.0:
+            return ReplicaState(rate, chunk, batch, times[0], times[1], failed=("prefill_throughput",))
+        given = alone / (servers - offered) * (1.0 + load.input_cv2) / 2.0
+        ttft_mean = alone + waits * given
+        ttft = alone_p + (given * math.log(waits / (1.0 - p)) if waits > 1.0 - p else 0.0)
+    ttft_mean += ttft_extra_s
+    ttft += ttft_extra_s
     tpot_mean = 1.0 / steps_per_s
-    # the prefill a request's decode sees: the prompts arriving within it and the backlog at its start, each
-    # about Poisson in the arrivals' number, so twice their variance
+    # the prefill a request's decode sees: the prompts arriving within it, Poisson in number
     arrivals = rate * load.output_mean * tpot_mean
-    spread = 1.0 + NormalDist().inv_cdf(load.objective) * math.sqrt(2.0 / arrivals) if arrivals > 0 else 1.0
+    spread = 1.0 + NormalDist().inv_cdf(p) / math.sqrt(arrivals) if arrivals > 0 else 1.0
     tpot = times[0] + (tpot_mean - times[0]) * max(1.0, spread)
     kv = batch * _kv_need(load, pool) + (mean_k + rate * kv_held_s) * load.input_mean
     failed = tuple(name for name, bad in (("kv", kv > pool.kv_tokens), ("tpot", decodes and tpot > load.tpot_s),
@@ -258,10 +291,9 @@ class PrefillPlan:
 def plan_prefill_pool(load: Load, pool: Pool, transfer_s: float, transfer_in: str) -> PrefillPlan | str:
     """The fewest prefill replicas whose TTFT quantile meets the SLO; a reason string when none does."""
     extra = transfer_s if transfer_in == "ttft" else 0.0
-    found = _fewest(lambda r: replica_state(load, pool, load.rps / r, decodes=False, ttft_extra_s=extra,
-                                            kv_held_s=transfer_s))
+    found = _fewest(lambda r: replica_state(load, pool, r, decodes=False, ttft_extra_s=extra, kv_held_s=transfer_s))
     if found is None:
-        last = replica_state(load, pool, load.rps / MAX_REPLICAS, decodes=False, ttft_extra_s=extra)
+        last = replica_state(load, pool, MAX_REPLICAS, decodes=False, ttft_extra_s=extra)
         return f"{', '.join(last.failed)}: no prefill pool of up to {MAX_REPLICAS} replicas meets the SLO"
     return PrefillPlan(*found)
 
@@ -323,11 +355,11 @@ def plan_aggregated(load: Load, pool: Pool) -> AggregatedPlan | str:
     options = sorted({own, *(c for c in CHUNK_OPTIONS if c <= pool.max_num_batched_tokens)})
     ok = {}
     for c in options:
-        found = _fewest(lambda r, c=c: replica_state(load, pool, load.rps / r, chunk=c))
+        found = _fewest(lambda r, c=c: replica_state(load, pool, r, chunk=c))
         if found is not None:
             ok[c] = found
     if not ok:
-        last = replica_state(load, pool, load.rps / MAX_REPLICAS)
+        last = replica_state(load, pool, MAX_REPLICAS)
         return f"{', '.join(last.failed)}: no aggregated pool of up to {MAX_REPLICAS} replicas meets the SLO"
     chunk = min(ok, key=lambda c: (ok[c][0], c != own, -c))
     return AggregatedPlan(*ok[chunk], own, ok[own][0] if own in ok else None)

@@ -62,13 +62,15 @@ def _load(dep: DeploymentDemand, slos: dict, growth: float) -> Load:
         weights.append(np.full(len(GRID), s.peak_rps))
     x, w = np.concatenate(inputs), np.concatenate(weights)
     w = w / w.sum()
+    mean = float(np.sum(w * x))
     order = np.argsort(x)
     tiers = [slos[s.tier] for s in dep.streams]
     objective = max(t.objective for t in tiers)
     rps = sum(s.peak_rps for s in dep.streams)
     quantile = float(np.interp(objective, np.cumsum(w[order]), x[order]))
-    return Load(rps=rps * growth, input_mean=float(np.sum(w * x)), input_p=quantile,
+    return Load(rps=rps * growth, input_mean=mean, input_p=quantile,
                 input_max=max(max(s.input_tokens.values()) for s in dep.streams),
+                input_cv2=float(np.sum(w * (x - mean) ** 2)) / mean**2,
                 output_mean=sum(s.peak_rps * s.output_mean for s in dep.streams) / rps,
                 ttft_s=min(t.ttft_s for t in tiers), tpot_s=min(t.tpot_s for t in tiers), objective=objective)
 

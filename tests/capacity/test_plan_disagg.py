@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from capacity.plan.demand import Candidate, Stream, token_mix
-from capacity.plan.disagg import plan_decode_pool, replica_state, step_s
+from capacity.plan.disagg import erlang_c, plan_decode_pool, replica_state, step_s
 from capacity.plan.disaggfile import load_disagg
 from capacity.plan.fleetspec import fleet_config, stream_workload, ttft_tpot
 from capacity.plan.prices import load_prices
@@ -98,16 +98,23 @@ def test_steps_cost_what_the_simulator_charges_unless_prefill_and_decode_share_t
     assert mixed > 1.3 * rf.step_time(64 + c, 64 * ctx + pairs, 64 * ctx + kv)
 
 
+def test_erlang_c_is_the_textbook_figure():
+    assert erlang_c(1, 0.6) == pytest.approx(0.6)  # M/M/1: an arrival waits with the server's utilisation
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+    assert erlang_c(10, 8.0) == pytest.approx(0.4092, abs=1e-4)
+    assert erlang_c(4, 4.0) == 1.0
+
+
 def test_more_load_means_a_slower_replica_and_littles_law_holds():
     case = _cases()["rag-70b"]
-    states = [replica_state(case.load, case.aggregated, rate, chunk=512) for rate in (0.05, 0.2, 0.35)]
+    states = [replica_state(replace(case.load, rps=rate), case.aggregated, 1, chunk=512) for rate in (0.05, 0.2, 0.35)]
     for lo, hi in zip(states, states[1:], strict=False):
         assert hi.ttft_s > lo.ttft_s and hi.tpot_mean_s > lo.tpot_mean_s and hi.batch > lo.batch
     for s in states:
         assert s.batch == pytest.approx(s.rate * case.load.output_mean * s.tpot_mean_s, rel=1e-4)
         assert s.tpot_s >= s.tpot_mean_s
     # far too much load for one replica: the prefill cannot keep up, and the state says so
-    assert replica_state(case.load, case.aggregated, 50.0).failed == ("prefill_throughput",)
+    assert replica_state(replace(case.load, rps=50.0), case.aggregated, 1).failed == ("prefill_throughput",)
 
 
 def test_the_decode_pool_names_the_kv_cache_when_it_binds():
@@ -137,9 +144,9 @@ def test_the_prefill_queue_matches_the_simulator_under_load(tmp_path, chunk):
     path = tmp_path / "p.yaml"
     path.write_text(PREFILL_ONLY.replace("CHUNK", str(chunk)))
     (case,) = load_disagg(path, load_prices())
-    alone = replica_state(case.load, case.prefill, 1e-6, decodes=False).ttft_mean_s
+    alone = replica_state(replace(case.load, rps=1e-6), case.prefill, 1, decodes=False).ttft_mean_s
     rate = 0.6 / alone
-    planned = replica_state(case.load, case.prefill, rate, decodes=False)
+    planned = replica_state(replace(case.load, rps=rate), case.prefill, 1, decodes=False)
     iq, imean = token_mix("t", "i", {"min": 3000, "p50": 4096, "max": 6000})
     stream = Stream("rag", "P0", rate, iq, {"p50": 1, "max": 1}, imean, 1.0)
     cand = Candidate("p", "Llama-3.1-8B", "H100-80GB-SXM", 1,
