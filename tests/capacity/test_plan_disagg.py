@@ -9,10 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from capacity.plan.demand import Candidate, Stream, token_mix
-from capacity.plan.disagg import erlang_c, plan_decode_pool, replica_state, step_s
+from capacity.plan.demand import Candidate, Stream, TierSlo, token_mix
+from capacity.plan.disagg import erlang_c, plan_aggregated, plan_decode_pool, plan_prefill_pool, replica_state, step_s
 from capacity.plan.disaggfile import load_disagg
-from capacity.plan.fleetspec import fleet_config, stream_workload, ttft_tpot
+from capacity.plan.fleetspec import fleet_config, meets_slo, stream_workload, ttft_tpot
 from capacity.plan.prices import load_prices
 from goodput.cli import main
 from simulator.fleet import Fleet
@@ -231,3 +231,41 @@ def test_a_slow_kv_link_breaks_the_decode_tpot_and_says_so(tmp_path, capsys):
     rc, out, err = plan(capsys, "--demand", str(_edited(tmp_path, lambda d: d.update(kv_link_gbps=0.2))))
     assert rc == 2 and out == ""
     assert "decode pool: tpot:" in err and "ms of KV transfer" in err, err
+
+
+def _attainment(cand: Candidate, stream: Stream, replicas: int, slo: TierSlo, duration: float = 600.0) -> float:
+    cfg = fleet_config("test", "p", cand, replicas,
+                       [stream_workload("p", stream, {"process": "poisson", "rate": stream.peak_rps})], seed=1)
+    fleet = Fleet(cfg, generate(cfg, duration, 1))
+    fleet.run(duration)
+    fleet.drain(duration + 120.0)
+    judged = [r for r in fleet.done if 60.0 < r.arrival < duration]
+    return sum(meets_slo(r, slo) for r in judged) / len(judged)
+
+
+def test_the_planned_prefill_pool_is_the_fewest_the_simulator_accepts():
+    """The long example's prefill pool, simulated as replicas that only prefill (one output token): the planned
+    count meets the TTFT objective and one replica fewer does not (the gateway pools the prompts over replicas)."""
+    case = _cases()["rag-70b"]
+    planned = plan_prefill_pool(case.load, case.prefill, 0.0, "tpot")
+    iq, imean = token_mix("t", "i", {"min": 6000, "p50": 8192, "p95": 9500, "max": 10240})
+    stream = Stream("rag", "P0", case.load.rps, iq, {"p50": 1, "max": 1}, imean, 1.0)
+    cand = Candidate("p", "Llama-3.1-70B", "H100-80GB-SXM", 4,
+                     {"max_num_seqs": 256, "max_model_len": 16384, "prefill_chunk_tokens": 8192})
+    slo = TierSlo(case.load.ttft_s, 1.0, case.load.objective)
+    assert _attainment(cand, stream, planned.replicas, slo) >= slo.objective
+    assert _attainment(cand, stream, planned.replicas - 1, slo) < slo.objective
+
+
+def test_the_simulator_accepts_the_planned_aggregated_pool_and_not_a_quarter_less():
+    """The long example's aggregated pool at its planned chunk, simulated: the plan meets the SLO there; the
+    planner is conservative (docs/capacity.md: 16 simulated replicas suffice), but not by a quarter."""
+    case = _cases()["rag-70b"]
+    planned = plan_aggregated(case.load, case.aggregated)
+    iq, imean = token_mix("t", "i", {"min": 6000, "p50": 8192, "p95": 9500, "max": 10240})
+    stream = Stream("rag", "P0", case.load.rps, iq, {"p50": 256, "max": 256}, imean, 256.0)
+    cand = Candidate("a", "Llama-3.1-70B", "H100-80GB-SXM", 4,
+                     {"max_num_seqs": 256, "max_model_len": 16384, "prefill_chunk_tokens": planned.at.chunk})
+    slo = TierSlo(case.load.ttft_s, case.load.tpot_s, case.load.objective)
+    assert _attainment(cand, stream, planned.replicas, slo) >= slo.objective
+    assert _attainment(cand, stream, planned.replicas * 3 // 4, slo) < slo.objective
