@@ -8,7 +8,7 @@ import pytest
 from capacity.loadtest import cli as loadtest_cli
 from capacity.loadtest.imports import MAX_IMPORT_BYTES
 from capacity.plan import cli as plan_cli
-from capacity.plan import demand
+from capacity.plan import demand, disaggfile
 from goodput import deploy_cli, kubernetes
 from goodput.foundation import jsonfile, promapi, promendpoint, yamlfile
 from simulator import config, week
@@ -20,7 +20,8 @@ LIMITS = {
                      config.MAX_ENGINE_INT, config.MAX_RATE, config.MAX_BURST_FACTOR, config.MAX_BATCH,
                      config.MIN_DIURNAL_PERIOD_S, MAX_DURATION_S, config.MAX_REQUESTS],
     "capacity.md": [demand.MAX_PEAK_RPS, demand.MAX_GROWTH, demand.MAX_SECONDS, demand.MAX_TP, plan_cli.MAX_JOBS,
-                    plan_cli.MAX_SIM_DURATION_S, plan_cli.MAX_OVERLOAD_S],
+                    plan_cli.MAX_SIM_DURATION_S, plan_cli.MAX_OVERLOAD_S, disaggfile.MAX_LINK_GBPS,
+                    disaggfile.MAX_LINK_LATENCY_MS],
     "loadtest.md": [loadtest_cli.MAX_IN_FLIGHT, loadtest_cli.MAX_DURATION_S, MAX_IMPORT_BYTES, jsonfile.MAX_JSON_BYTES,
                     jsonfile.MAX_DEPTH],
     "kubernetes.md": [deploy_cli.MAX_LABEL, deploy_cli.MAX_IMAGE, kubernetes.MAX_CONFIG_MAP_BYTES],

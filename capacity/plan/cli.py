@@ -1,6 +1,7 @@
 """``goodput plan``: ``replicas`` (a capacity plan), ``autoscale`` (a policy and its KEDA / HPA manifests) and
 ``evaluate`` (the policy replayed in the simulator against static and utilisation policies), ``overload`` (a scenario
-without protection, with quotas, with the ladder); ``memory`` (the memory budget) adds its own parser from
+without protection, with quotas, with the ladder), ``disagg`` (prefill/decode disaggregation against an aggregated
+pool); ``memory`` (the memory budget) adds its own parser from
 ``capacity.plan.memory_cli``.
 """
 
@@ -140,6 +141,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--format", choices=("text", "json"), default="text", help="what to print (default text)")
     o.add_argument("--html", type=output_file, default=None, metavar="FILE.html", help="also write the HTML report")
     o.set_defaults(func=_overload)
+    g = psub.add_parser(
+        "disagg", help="prefill/decode disaggregation against one aggregated pool: P:D replicas, GPUs, $ and why",
+        description="For each candidate of each deployment in DISAGG.yaml (a demand file whose deployments add "
+                    "`disaggregation`: the prefill and decode pools and the KV link), the fewest aggregated replicas "
+                    "and the fewest prefill and decode replicas that meet the strictest tier's TTFT and TPOT at the "
+                    "objective's quantile, from the roofline, the KV cache and the queueing of prompts in prefill; "
+                    "GPUs, $/hour and $/M tokens side by side, and a verdict naming what binds.")
+    g.add_argument("--demand", type=Path, required=True, metavar="DISAGG.yaml",
+                   help="demand file with a `disaggregation` block per deployment (docs/capacity.md, "
+                        "examples/disagg_long.yaml)")
+    g.add_argument("--deployment", default=None, help="plan only this deployment (default: every one)")
+    g.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
+    g.add_argument("--transfer-in", choices=("tpot", "ttft"), default="tpot",
+                   help="where the KV transfer's time counts: tpot (default; vLLM's P/D connectors send the first "
+                        "token from the prefill replica and move the KV before the second) or ttft")
+    g.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default table)")
+    g.set_defaults(func=_disagg)
 
 
 def _replicas(args: argparse.Namespace) -> int:
@@ -244,4 +262,21 @@ def _overload(args: argparse.Namespace) -> int:
         from capacity.plan.report import write_overload_report
         write_overload_report(args.html, result)
     print(json.dumps(result, indent=2) if args.format == "json" else render_overload(result))
+def _disagg(args: argparse.Namespace) -> int:
+    from capacity.plan.disagg import compare
+    from capacity.plan.disaggfile import load_disagg
+    from capacity.plan.prices import load_prices
+    from capacity.plan.tables import render_disagg
+    from goodput.foundation.errors import ConfigError
+
+    plans = []
+    for case in load_disagg(args.demand, load_prices(args.prices), args.deployment):
+        result = compare(case.load, case.aggregated, case.prefill, case.decode, case.link, args.transfer_in)
+        if isinstance(result, str):
+            raise ConfigError(str(args.demand), f"deployments.{case.deployment}",
+                              f"candidate {case.candidate}: {result}")
+        plans.append({"deployment": case.deployment, "candidate": case.candidate, "model": case.model,
+                      **result.as_dict()})
+    doc = {"generated_by": "goodput plan disagg", "demand": str(args.demand), "plans": plans}
+    print(json.dumps(doc, indent=2) if args.format == "json" else render_disagg(doc))
     return 0

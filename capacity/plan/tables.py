@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from capacity.plan.pareto import describe, verdict
 
-__all__ = ["OVERLOAD_COLUMNS", "overload_heading", "overload_rows", "render_evaluation", "render_overload",
-           "render_plan", "table"]
+__all__ = ["OVERLOAD_COLUMNS", "overload_heading", "overload_rows", "render_disagg", "render_evaluation",
+           "render_overload", "render_plan", "table"]
 
 
 def _cell(v: Any) -> str:
@@ -123,3 +124,36 @@ def render_overload(result: Mapping[str, Any]) -> str:
     return "\n".join([*overload_heading(result), "",
                       table(variants, list(variants[0])), "",
                       "per tier:", table(tiers, cols), "", "per tenant:", table(tenants, OVERLOAD_COLUMNS)]) + "\n"
+def render_disagg(doc: Mapping[str, Any]) -> str:
+    """``goodput plan disagg``: per candidate, the demand and SLO, the aggregated and disaggregated layouts side
+    by side, the KV transfer, and the verdict with its reason."""
+    out = []
+    for p in doc["plans"]:
+        dm, a, d = p["demand"], p["aggregated"], p["disaggregated"]
+        q = f"p{dm['objective'] * 100:g}"
+        out.append(f"deployment {p['deployment']}, candidate {p['candidate']} ({p['model']}): {dm['rps']:g} req/s, "
+                   f"prompts {dm['input_mean']:,.0f} tokens mean ({q} {dm['input_p']:,.0f}), output "
+                   f"{dm['output_mean']:,.0f}; SLO {q} TTFT {dm['ttft_s'] * 1000:,.0f} ms, TPOT "
+                   f"{dm['tpot_s'] * 1000:,.0f} ms")
+        pf, dc = d["prefill"], d["decode"]
+        rows = [
+            {"layout": "aggregated", "replicas": a["replicas"], "tp": a["tp"], "gpus": a["gpus"],
+             "$/hour": a["usd_per_hour"], "$/M tokens": a["usd_per_million_tokens"], "binds": a["binding"],
+             "chunk": a["planned_prefill_chunk_tokens"], "batch": a["replica"]["batch"],
+             f"TTFT {q} ms": a["replica"]["ttft_ms"], f"TPOT {q} ms": a["replica"]["tpot_ms"]},
+            {"layout": "disaggregated", "replicas": d["ratio"], "gpus": d["gpus"], "$/hour": d["usd_per_hour"],
+             "$/M tokens": d["usd_per_million_tokens"]},
+            {"layout": "  prefill pool", "replicas": pf["replicas"], "tp": pf["tp"], "gpus": pf["replicas"] * pf["tp"],
+             "binds": pf["binding"], "chunk": pf["replica"]["prefill_chunk_tokens"],
+             f"TTFT {q} ms": pf["replica"]["ttft_ms"]},
+            {"layout": "  decode pool", "replicas": dc["replicas"], "tp": dc["tp"], "gpus": dc["replicas"] * dc["tp"],
+             "binds": dc["binding"], "batch": dc["batch"], f"TPOT {q} ms": dc["tpot_ms"]},
+        ]
+        columns = ["layout", "replicas", "tp", "gpus", "$/hour", "$/M tokens", "binds", "chunk", "batch",
+                   f"TTFT {q} ms", f"TPOT {q} ms"]
+        link = p["kv_link"]
+        out += [table(rows, columns),
+                f"KV transfer: {link['transfer_ms']:g} ms a request ({link['gbps']:g} GB/s, {link['latency_ms']:g} ms "
+                f"latency), counted in the {link['counted_in'].upper()}",
+                textwrap.fill(f"verdict: {p['verdict']}: {p['reason']}", width=118, subsequent_indent="  "), ""]
+    return "\n".join(out).rstrip()
