@@ -5,20 +5,24 @@ import concurrent.futures
 import copy
 import dataclasses
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
 import openai
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from goodput.cli import main
 from goodput.foundation.errors import ConfigError
 from simulator.config import OverloadStep, load_fleet
 from simulator.live import LiveFleet
 from simulator.overload import Ladder
 from simulator.request import Request
 from simulator.run import simulate, write_outputs
-from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet
+from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, make_fleet
 
 BURST = REPO / "examples" / "overload_burst.yaml"
 BURST_AT, BURST_END = 60.0, 150.0  # the example's bursts: x3 from 60 s for 90 s
@@ -279,3 +283,25 @@ def test_the_live_fleets_gateway_applies_the_ladder_to_http_requests(tmp_path):
     finally:
         lf.close()
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def test_simulate_prints_the_ladder_and_reports_it_in_json(tmp_path, capsys):
+    assert main(["simulate", str(BURST), "--duration", "300", "--out", str(tmp_path), "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [c["step"] for c in summary["ladder"][:2]] == ["defer_p2", "degrade_p1"]
+    assert summary["ladder"][0]["on"] and summary["ladder"][0]["signal"] == "kv_usage"
+    assert set(summary["gateway"]["degraded"]) <= {"output_cap", "context_trim", "output_cap+context_trim"}
+    assert main(["simulate", str(BURST), "--duration", "300", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "chat defer_p2 on (kv_usage" in text and "chat defer_p2 off" in text
+
+
+def test_simulate_exits_2_in_one_line_on_a_bad_overload_step(tmp_path):
+    f = tmp_path / "fleet.yaml"
+    f.write_text(yaml.safe_dump(fleet_data(gateway={"overload": [{"step": "fail_fast", "signal": "p0_wait_s",
+                                                                  "above": 1, "tiers": ["P0"]}]})))
+    r = subprocess.run([sys.executable, "-m", "goodput", "simulate", str(f), "--duration", "10", "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (f"goodput: error: {f}: gateway.overload[0].tiers[0]: must be P1 or P2 (P0 is what "
+                                "the ladder protects); got 'P0'")
