@@ -126,6 +126,13 @@ def test_a_bad_overload_step_names_its_key(overload, where, problem):
     assert "\n" not in str(e.value)
 
 
+def test_the_docs_ladder_is_a_valid_gateway_section():
+    block = (REPO / "docs" / "simulator.md").read_text().split("### overload", 1)[1].split("```yaml", 1)[1]
+    steps = make_fleet(gateway=yaml.safe_load(block.split("```", 1)[0])["gateway"]).gateway.overload
+    assert [s.step for s in steps] == ["defer_p2", "degrade_p1", "tpm_limit", "fail_fast"]
+    assert (steps[2].below, steps[2].hold_s) == (0.25, 10.0)  # the defaults: above / 2, 10 s
+
+
 def test_the_examples_ladder_reads_as_written():
     steps = load_fleet(BURST).gateway.overload
     assert [s.step for s in steps] == ["defer_p2", "degrade_p1", "fail_fast"]
