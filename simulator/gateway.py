@@ -9,9 +9,9 @@ waits and is under its ``max_share`` of the slots, so P2 is deferred while P0 or
 admitted / queued / deferred / rejected; ``gateway_wait_s``), which the spans carry on ``llm.gateway``.
 
 With ``overload:`` steps, each deployment's ladder (``simulator/overload.py``) is observed at each arrival, each
-freed slot and every ``LADDER_TICK_S`` while a step is engaged (so it releases when traffic stops); its engaged
-steps defer P2, degrade P1 as it is sent, scale TPM quotas and refuse ``busy``, and each request's meta says the top
-step at its admission (``overload_step``) and what degraded it (``degraded``).
+freed slot (at most every ``LADDER_LOOK_S``) and every ``LADDER_TICK_S`` while a step is engaged (so it releases
+when traffic stops); its engaged steps defer P2, degrade P1 as it is sent, scale TPM quotas and refuse ``busy``, and
+each request's meta says the top step at its admission (``overload_step``) and what degraded it (``degraded``).
 
 The fleet calls ``arrive`` for each arrival (the live fleet for each HTTP request too, pinned to the replica
 whose port it came to), ``release`` for each finished request, and ``advance`` when
@@ -37,6 +37,7 @@ DONE = 4  # Request.state of a finished request
 NEW = 0  # not yet handed to a replica
 P2 = TIER_RANK["P2"]
 LADDER_TICK_S = 1.0  # while a ladder step is engaged the gateway looks at least this often
+LADDER_LOOK_S = 0.1  # and at most this often per deployment, however many arrivals and freed slots: a control loop
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Gateway:
         self.stale = False
         self.ladder = Ladder(cfg.overload, [d.cfg.name for d in fleet.deployments]) if cfg.overload else None
         self.ladder_due = inf  # when the ladder is next looked at if nothing else happens
+        self.looked = [-inf] * len(fleet.deployments)  # when each deployment's ladder was last looked at
 
     # ------------------------------------------------------------------ the fleet's calls
 
@@ -212,7 +214,16 @@ class Gateway:
         return req.max_tokens if req.meta.get("workload") == "http" else self.max_tokens[req.workload]
 
     def _observe(self, d: int, t: float) -> None:
-        """Step deployment ``d``'s ladder on its signals now (see simulator/overload.py)."""
+        """Step deployment ``d``'s ladder on its signals now (see simulator/overload.py); look again within a tick
+        while a step is engaged."""
+        if t - self.looked[d] >= LADDER_LOOK_S:
+            self.looked[d] = t
+            self.ladder.observe(d, t, self._signals(d, t))
+        if self.ladder.level[d]:
+            self.ladder_due = min(self.ladder_due, t + LADDER_TICK_S)
+
+    def _signals(self, d: int, t: float) -> dict[str, float]:
+        """Deployment ``d``'s overload signals its ladder's steps name, at ``t``."""
         signals = {}
         for name in self.ladder.signals:
             if name == "p0_wait_s":
@@ -225,9 +236,7 @@ class Gateway:
             else:
                 ready = [r.kv_usage for r in self.fleet.deployments[d].replicas if r.alive and r.available_from <= t]
                 signals[name] = sum(ready) / len(ready) if ready else 0.0
-        self.ladder.observe(d, t, signals)
-        if self.ladder.level[d]:
-            self.ladder_due = min(self.ladder_due, t + LADDER_TICK_S)
+        return signals
 
     def _ladder_quota(self, req: Request, quota: TenantQuota, t: float) -> TenantQuota:
         """Observe ``req``'s deployment's ladder at its arrival; note the top step; the quota it is checked against."""
