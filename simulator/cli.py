@@ -20,6 +20,7 @@ from goodput.foundation.args import (
 __all__ = ["MAX_DURATION_S", "register"]
 
 MAX_DURATION_S = 31 * 86400.0  # of one simulated run; its arrivals are bounded apart (config.MAX_REQUESTS)
+LADDER_LINES = 12  # ladder changes the text summary lists; --format json has them all
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,6 +101,11 @@ def _simulate(args: argparse.Namespace) -> int:
     }
     if cfg.gateway is not None:  # what the gateway decided, and why it refused
         summary["gateway"] = {"admission": _counts(t.admission), "reject_reasons": _counts(t.reject_reason)}
+    ladder = result.fleet.gateway.ladder if result.fleet.gateway is not None else None
+    if ladder is not None:  # the overload ladder's steps in and out, and what it did to requests
+        summary["gateway"].update(overload_steps=_counts(t.overload_step), degraded=_counts(t.degraded))
+        summary["ladder"] = [{"t": round(c.t, 3), "deployment": c.deployment, "step": c.step, "on": c.on,
+                              "signal": c.signal, "value": round(c.value, 4)} for c in ladder.log]
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:
@@ -108,6 +114,12 @@ def _simulate(args: argparse.Namespace) -> int:
         print("outcomes: " + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())))
         for k, v in summary.get("gateway", {}).items():
             print(f"gateway {k.replace('_', ' ')}: " + (", ".join(f"{x} {n:,}" for x, n in v.items()) or "none"))
+        changes = summary.get("ladder", [])
+        for c in changes[:LADDER_LINES]:
+            print(f"  ladder {c['t']:10,.1f} s  {c['deployment']} {c['step']} {'on' if c['on'] else 'off'}"
+                  f" ({c['signal']} {c['value']:g})")
+        if len(changes) > LADDER_LINES:
+            print(f"  ladder: {len(changes) - LADDER_LINES:,} more changes (--format json lists them all)")
         for k, v in paths.items():
             print(f"  {k:9s} {v}")
     return 0

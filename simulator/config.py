@@ -33,6 +33,9 @@ __all__ = [
     "MAX_REPLICAS",
     "MAX_REQUESTS",
     "MIN_DIURNAL_PERIOD_S",
+    "OVERLOAD_SIGNALS",
+    "OVERLOAD_STEPS",
+    "OverloadStep",
     "RELEASE_KINDS",
     "ROUTERS",
     "SCALE_KIND",
@@ -69,6 +72,11 @@ MAX_WAIT_S = 86_400.0
 MAX_QUEUED = 1_000_000  # requests one tier's gateway queue holds per deployment
 MAX_BURST_S = 3600.0
 TIER_MAX_WAIT_S = {"P0": 10.0, "P1": 30.0, "P2": 600.0}
+# the overload ladder (docs/simulator.md#overload): each step kind and the keys it takes besides its trigger; the
+# fallback helper's kind ``fallback`` joins here
+OVERLOAD_STEPS = {"defer_p2": (), "degrade_p1": ("max_tokens", "context_tokens"), "tpm_limit": ("limit",),
+                  "fail_fast": ("tiers",)}
+OVERLOAD_SIGNALS = ("p0_wait_s", "queue_per_slot", "kv_usage")
 EFFECTS = ("input_scale", "output_scale", "step_time_scale", "prefill_time_scale", "decode_time_scale")
 
 
@@ -178,6 +186,7 @@ class TenantQuota:
     """One tenant's limits at the gateway (None: unlimited) and its weight in fair queueing."""
 
     weight: float = 1.0
+    core: bool = False  # a core tenant keeps its full TPM quota through the overload ladder's tpm_limit step
     rpm: float | None = None  # requests per minute
     tpm: float | None = None  # tokens per minute, prompt + max output tokens, counted at admission
     concurrency: int | None = None  # admitted and not finished (waiting at the gateway or in an engine)
@@ -195,6 +204,22 @@ class TierQueue:
 
 
 @dataclass(frozen=True)
+class OverloadStep:
+    """One rung of the overload ladder: engaged when ``signal`` exceeds ``above``, released after it stayed under
+    ``below`` for ``hold_s`` (simulator/overload.py); what it does while engaged depends on ``step``."""
+
+    step: str  # a key of OVERLOAD_STEPS
+    signal: str  # one of OVERLOAD_SIGNALS, per deployment
+    above: float
+    below: float
+    hold_s: float
+    max_tokens: int | None = None  # degrade_p1: P1's output cap
+    context_tokens: int | None = None  # degrade_p1: P1's prompt trimmed to this many tokens
+    limit: float | None = None  # tpm_limit: non-core tenants' TPM x this
+    tiers: tuple[str, ...] = ()  # fail_fast: the tiers refused busy
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     """Admission in front of the engines: tenant quotas, then per-tier queues served by weighted fair queueing."""
 
@@ -202,6 +227,7 @@ class GatewayConfig:
     tiers: tuple[TierQueue, ...]  # in TIERS order
     default_tenant: TenantQuota
     tenants: tuple[tuple[str, TenantQuota], ...] = ()
+    overload: tuple[OverloadStep, ...] = ()  # the ladder, in the order it engages
 
     def quota(self, tenant: str) -> TenantQuota:
         return dict(self.tenants).get(tenant, self.default_tenant)
@@ -484,6 +510,7 @@ def _quota(r: _Reader, base: TenantQuota) -> TenantQuota:
     r.unknown(set(TenantQuota.__dataclass_fields__))
     return TenantQuota(
         weight=r.get("weight", float, base.weight, minimum=1e-6, maximum=MAX_WEIGHT),
+        core=r.get("core", bool, base.core),
         rpm=r.get("rpm", float, base.rpm, minimum=0.0, maximum=MAX_QUOTA),
         tpm=r.get("tpm", float, base.tpm, minimum=0.0, maximum=MAX_QUOTA),
         concurrency=r.get("concurrency", int, base.concurrency, minimum=0, maximum=MAX_ENGINE_INT),
@@ -492,8 +519,44 @@ def _quota(r: _Reader, base: TenantQuota) -> TenantQuota:
     )
 
 
+def _overload_step(r: _Reader) -> OverloadStep:
+    kind = r.get("step", str, choices=tuple(OVERLOAD_STEPS))
+    params = OVERLOAD_STEPS[kind]
+    r.unknown({"step", "signal", "above", "below", "hold_s", *params})
+    signal = r.get("signal", str, choices=OVERLOAD_SIGNALS)
+    top = 1.0 if signal == "kv_usage" else MAX_WAIT_S
+    above = r.get("above", float, minimum=0.0, maximum=top)
+    below = r.get("below", float, above / 2, minimum=0.0, maximum=above)
+    tiers = tuple(r.get("tiers", list, ["P1", "P2"])) if "tiers" in params else ()
+    if "tiers" in params and not tiers:
+        r.fail("tiers", f"{kind} needs at least one tier")
+    for i, tier in enumerate(tiers):
+        if tier not in ("P1", "P2"):
+            r.fail(f"tiers[{i}]", f"must be P1 or P2 (P0 is what the ladder protects); got {tier!r}")
+    step = OverloadStep(
+        kind, signal, above, below, r.get("hold_s", float, 10.0, minimum=0.0, maximum=MAX_WAIT_S),
+        max_tokens=r.get("max_tokens", int, None, minimum=1, maximum=MAX_ENGINE_INT),
+        context_tokens=r.get("context_tokens", int, None, minimum=1, maximum=MAX_ENGINE_INT),
+        limit=r.get("limit", float, None, minimum=0.0, maximum=1.0), tiers=tiers)
+    if kind == "degrade_p1" and step.max_tokens is None and step.context_tokens is None:
+        r.fail("", "degrade_p1 needs max_tokens, context_tokens or both")
+    if kind == "tpm_limit" and not step.limit:
+        r.fail("limit", "tpm_limit needs a limit in (0, 1]: the share of their TPM quota non-core tenants keep")
+    return step
+
+
+def _overload(r: _Reader) -> tuple[OverloadStep, ...]:
+    steps: list[OverloadStep] = []
+    for s in r.items("overload"):
+        step = _overload_step(s)
+        if any(x.step == step.step for x in steps):
+            s.fail("step", f"{step.step} is already a step of the ladder")
+        steps.append(step)
+    return tuple(steps)
+
+
 def _gateway(r: _Reader) -> GatewayConfig:
-    r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants"})
+    r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants", "overload"})
     tiers_r = r.child("tiers", None)
     if tiers_r is not None:
         tiers_r.unknown(set(TIERS))
@@ -518,7 +581,7 @@ def _gateway(r: _Reader) -> GatewayConfig:
             ten.fail("", f"{len(ten.data)} tenants, over the limit of {MAX_GATEWAY_TENANTS}")
         tenants = tuple((str(k), _quota(ten.child(k), default)) for k in ten.data)
     return GatewayConfig(r.get("max_in_flight_per_replica", int, None, minimum=1, maximum=MAX_ENGINE_INT),
-                         tuple(tiers), default, tenants)
+                         tuple(tiers), default, tenants, _overload(r))
 
 
 def parse_fleet(data: Any, source: str) -> FleetConfig:

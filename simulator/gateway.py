@@ -8,6 +8,11 @@ waits and is under its ``max_share`` of the slots, so P2 is deferred while P0 or
 ``max_wait_s`` times out (``queue_timeout``). Every decision is kept in ``Request.meta`` (``admission``:
 admitted / queued / deferred / rejected; ``gateway_wait_s``), which the spans carry on ``llm.gateway``.
 
+With ``overload:`` steps, each deployment's ladder (``simulator/overload.py``) is observed at each arrival, each
+freed slot (at most every ``LADDER_LOOK_S``) and every ``LADDER_TICK_S`` while a step is engaged (so it releases
+when traffic stops); its engaged steps defer P2, degrade P1 as it is sent, scale TPM quotas and refuse ``busy``, and
+each request's meta says the top step at its admission (``overload_step``) and what degraded it (``degraded``).
+
 The fleet calls ``arrive`` for each arrival (the live fleet for each HTTP request too, pinned to the replica
 whose port it came to), ``release`` for each finished request, and ``advance`` when
 ``next_time`` comes (a slot freed, a wait ran out); the gateway never calls into a replica from inside one's
@@ -18,17 +23,21 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import inf
 
 from simulator.admission import TenantUse, admission_cost, refusal, wfq_tag
 from simulator.config import GatewayConfig, TenantQuota, TierQueue
-from simulator.request import Request
+from simulator.overload import Ladder
+from simulator.request import TIER_RANK, Request
 
 __all__ = ["Gateway"]
 
 DONE = 4  # Request.state of a finished request
 NEW = 0  # not yet handed to a replica
+P2 = TIER_RANK["P2"]
+LADDER_TICK_S = 1.0  # while a ladder step is engaged the gateway looks at least this often
+LADDER_LOOK_S = 0.1  # and at most this often per deployment, however many arrivals and freed slots: a control loop
 
 
 @dataclass
@@ -79,6 +88,9 @@ class Gateway:
         self.seq = 0
         self.first_deadline = inf  # of the requests waiting, valid unless ``stale`` (a lane changed since)
         self.stale = False
+        self.ladder = Ladder(cfg.overload, [d.cfg.name for d in fleet.deployments]) if cfg.overload else None
+        self.ladder_due = inf  # when the ladder is next looked at if nothing else happens
+        self.looked = [-inf] * len(fleet.deployments)  # when each deployment's ladder was last looked at
 
     # ------------------------------------------------------------------ the fleet's calls
 
@@ -90,10 +102,12 @@ class Gateway:
         if ten is None:
             q = self.cfg.quota(name)
             ten = self.tenants[name] = _Tenant(q, TenantUse.full(q, t))
-        max_tokens = req.max_tokens if meta.get("workload") == "http" else self.max_tokens[req.workload]
-        cost = admission_cost(req.prompt_tokens, max_tokens)
+        cost = admission_cost(req.prompt_tokens, self._max_tokens(req))
         lane = self.lanes[req.deployment][req.tier_rank]
-        reason, requests, tokens = refusal(ten.quota, ten.use, cost, t)
+        quota = ten.quota if self.ladder is None else self._ladder_quota(req, ten.quota, t)
+        reason, requests, tokens = refusal(quota, ten.use, cost, t)
+        if reason is None and self.ladder is not None and self.ladder.refuses(req.deployment, req.tier):
+            reason = "busy"
         if reason is None and lane.waiting >= lane.cfg.max_queued:
             reason = "queue_full"
         if reason is not None:
@@ -116,7 +130,9 @@ class Gateway:
         self._dispatch(req.deployment, t)
         if req.state == NEW:
             above = self.lanes[req.deployment][:req.tier_rank]
-            meta["admission"] = "deferred" if any(x.waiting for x in above) else "queued"
+            deferred = any(x.waiting for x in above) or (self.ladder is not None and
+                                                         self.ladder.defers(req.deployment, req.tier_rank))
+            meta["admission"] = "deferred" if deferred else "queued"
 
     def release(self, req: Request) -> None:
         """``req`` finished (served, refused by an engine, timed out, failed): its slot and quota come back."""
@@ -137,7 +153,7 @@ class Gateway:
         if self.due:
             return self.fleet.now
         if not self.stale:  # most of the loop's events are engine steps, which leave the lanes as they were
-            return self.first_deadline
+            return min(self.first_deadline, self.ladder_due)
         first = inf
         for lanes in self.lanes:
             for lane in lanes:
@@ -147,7 +163,7 @@ class Gateway:
                 if order and order[0][0] < first:
                     first = order[0][0]
         self.first_deadline, self.stale = first, False
-        return first
+        return min(first, self.ladder_due)
 
     def advance(self, t: float) -> None:
         for lanes in self.lanes:
@@ -159,7 +175,12 @@ class Gateway:
                         lane.waiting -= 1
                         self._refuse(req, deadline, "queue_timeout", "timeout")
         due, self.due = self.due, set()
+        if t >= self.ladder_due:
+            self.ladder_due = inf
+            due.update(d for d, level in enumerate(self.ladder.level) if level)
         for d in sorted(due):
+            if self.ladder is not None:
+                self._observe(d, t)
             self._dispatch(d, t)
 
     def cancel(self, req: Request, t: float) -> bool:
@@ -188,6 +209,46 @@ class Gateway:
 
     # ------------------------------------------------------------------ inside
 
+    def _max_tokens(self, req: Request) -> int:
+        """The output limit ``req`` asked for: an HTTP request's own, else its workload's."""
+        return req.max_tokens if req.meta.get("workload") == "http" else self.max_tokens[req.workload]
+
+    def _observe(self, d: int, t: float) -> None:
+        """Step deployment ``d``'s ladder on its signals now (see simulator/overload.py); look again within a tick
+        while a step is engaged."""
+        if t - self.looked[d] >= LADDER_LOOK_S:
+            self.looked[d] = t
+            self.ladder.observe(d, t, self._signals(d, t))
+        if self.ladder.level[d]:
+            self.ladder_due = min(self.ladder_due, t + LADDER_TICK_S)
+
+    def _signals(self, d: int, t: float) -> dict[str, float]:
+        """Deployment ``d``'s overload signals its ladder's steps name, at ``t``."""
+        signals = {}
+        for name in self.ladder.signals:
+            if name == "p0_wait_s":
+                order = self.lanes[d][0].order
+                while order and order[0][1].state != NEW:
+                    order.popleft()
+                signals[name] = t - self.held[order[0][1].rid].entered if order else 0.0
+            elif name == "queue_per_slot":
+                signals[name] = sum(x.waiting for x in self.lanes[d]) / max(1, self._slots(d, t))
+            else:
+                ready = [r.kv_usage for r in self.fleet.deployments[d].replicas if r.alive and r.available_from <= t]
+                signals[name] = sum(ready) / len(ready) if ready else 0.0
+        return signals
+
+    def _ladder_quota(self, req: Request, quota: TenantQuota, t: float) -> TenantQuota:
+        """Observe ``req``'s deployment's ladder at its arrival; note the top step; the quota it is checked against."""
+        d = req.deployment
+        self._observe(d, t)
+        req.meta["overload_step"] = self.ladder.top(d)
+        req.meta["degraded"] = ""
+        scale = self.ladder.tpm_scale(d)
+        if scale is None or quota.core or quota.tpm is None:
+            return quota
+        return replace(quota, tpm=quota.tpm * scale)
+
     def _refuse(self, req: Request, t: float, reason: str, finish: str) -> None:
         held = self.held.get(req.rid)
         req.meta["admission"] = "rejected"
@@ -198,10 +259,15 @@ class Gateway:
         self.stale = True
         self.fleet._finished(req)
 
+    def _slots(self, d: int, t: float) -> int:
+        return self.per_replica[d] * sum(1 for r in self.fleet.deployments[d].replicas
+                                         if r.alive and r.available_from <= t)
+
     def _dispatch(self, d: int, t: float) -> None:
-        dep = self.fleet.deployments[d]
-        slots = self.per_replica[d] * sum(1 for r in dep.replicas if r.alive and r.available_from <= t)
+        slots = self._slots(d, t)
         lanes = self.lanes[d]
+        if self.ladder is not None and self.ladder.defers(d, P2):
+            lanes = lanes[:P2]  # defer_p2: P2 waits
         while self.sent[d] < slots:
             lane = None
             for x in lanes:  # the highest tier that waits and is under its share; lower tiers only after it
@@ -225,6 +291,8 @@ class Gateway:
         self.sent[d] += 1
         req.meta["gateway_wait_s"] = t - held.entered
         req.queue_start = t
+        if self.ladder is not None:
+            req.meta["degraded"] = self.ladder.degrade(d, req, self._max_tokens(req))
         rep = held.replica
         if rep is None:
             self.fleet.submit(req, t)

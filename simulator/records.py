@@ -86,6 +86,9 @@ class RequestTable:
         # the gateway's decision (simulator/gateway.py), None without a gateway section
         self.admission = [m.get("admission") if m is not None else None for m in meta]
         self.gateway_wait_s = [m.get("gateway_wait_s") if m is not None else None for m in meta]
+        # the overload ladder's (simulator/overload.py): its top step at admission, what degraded the request; None: none
+        self.overload_step = [m.get("overload_step") or None if m is not None else None for m in meta]
+        self.degraded = [m.get("degraded") or None if m is not None else None for m in meta]
         self.outcome = [OUTCOMES.get(f, "") for f in self.finish_reason]  # "": still in flight (early spans)
 
     def arrow(self) -> pa.Table:
@@ -112,6 +115,8 @@ class RequestTable:
             "preemptions": pa.array(self.preemptions),
             "finish_reason": pa.array(self.finish_reason, pa.string()),
             "reject_reason": pa.array(self.reject_reason, pa.string()),
+            "overload_step": pa.array(self.overload_step, pa.string()),
+            "degraded": pa.array(self.degraded, pa.string()),
             "outcome": pa.array(self.outcome, pa.string()),
         })
         return pa.table(cols)

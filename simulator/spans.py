@@ -103,6 +103,8 @@ def _gateway_attrs(table: RequestTable, i: int) -> str:
         _attr("llm.admission", admission),
         _attr("llm.gateway_wait_s", table.gateway_wait_s[i]),
         _attr("llm.reject_reason", table.reject_reason[i] if admission == "rejected" else None),
+        _attr("llm.overload_step", table.overload_step[i]),
+        _attr("llm.degraded", table.degraded[i]),
     ) if x)
 
 
@@ -146,6 +148,8 @@ def request_spans(table: RequestTable, i: int, sent: int = 0) -> list[str]:
         _attr("llm.outcome", table.outcome[i]),
         _attr("llm.finish_reason", finish),
         _attr("llm.reject_reason", table.reject_reason[i]),
+        _attr("llm.overload_step", table.overload_step[i]),
+        _attr("llm.degraded", table.degraded[i]),
         _attr("llm.cached_tokens", int(table.cached_tokens[i])),
         _attr("llm.preemptions", int(table.preemptions[i])),
         _attr("llm.request_id", table.request_id[i]),
