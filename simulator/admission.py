@@ -18,7 +18,7 @@ __all__ = ["GATEWAY_REJECT_REASONS", "QUOTA_REASONS", "TenantUse", "admission_co
 
 # what the gateway refuses with, in the order it checks
 GATEWAY_REJECT_REASONS = ("budget_exhausted", "concurrency_limit", "rate_limit", "tpm_limit", "queue_full",
-                          "queue_timeout")
+                          "queue_timeout", "circuit_open", "capability")
 QUOTA_REASONS = GATEWAY_REJECT_REASONS[:4]  # the tenant's own limits: an HTTP client is told 429, retry later
 
 

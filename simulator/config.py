@@ -21,6 +21,8 @@ from simulator.distributions import QuantileDistribution
 from simulator.memory import DEFAULT_ENGINE_VERSION, MemoryBudget, MemorySetup, memory_budget
 
 __all__ = [
+    "BreakerConfig",
+    "Capabilities",
     "DeploymentConfig",
     "EngineConfig",
     "EventConfig",
@@ -33,7 +35,9 @@ __all__ = [
     "MAX_REPLICAS",
     "MAX_REQUESTS",
     "MIN_DIURNAL_PERIOD_S",
+    "Needs",
     "RELEASE_KINDS",
+    "RetryConfig",
     "ROUTERS",
     "SCALE_KIND",
     "TIERS",
@@ -68,6 +72,7 @@ MAX_WEIGHT = 1000.0
 MAX_WAIT_S = 86_400.0
 MAX_QUEUED = 1_000_000  # requests one tier's gateway queue holds per deployment
 MAX_BURST_S = 3600.0
+MAX_RETRY_ATTEMPTS = 10  # a simulated client's tries of one request
 TIER_MAX_WAIT_S = {"P0": 10.0, "P1": 30.0, "P2": 600.0}
 EFFECTS = ("input_scale", "output_scale", "step_time_scale", "prefill_time_scale", "decode_time_scale")
 
@@ -111,6 +116,27 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What a deployment can serve: the columns of the fallback compatibility matrix (docs/simulator.md#fallback)."""
+
+    context: int  # most tokens of prompt + output one request may take
+    tools: bool = False
+    vision: bool = False
+    residency: str = ""  # where it runs ("eu"); "": not stated, so it serves no request that needs a residency
+    cost_per_mtok: float = 0.0
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a workload's requests need of the deployment that serves them (their context is each one's prompt +
+    max_tokens)."""
+
+    tools: bool = False
+    vision: bool = False
+    residency: str = ""  # "": anywhere
+
+
+@dataclass(frozen=True)
 class DeploymentConfig:
     name: str
     model: str
@@ -123,6 +149,7 @@ class DeploymentConfig:
     send_latency_ms: float = 1.0
     budget: MemoryBudget | None = None
     model_config: ModelSpec | None = None  # the fleet file's model_config (a Hugging Face config.json), if any
+    capabilities: Capabilities | None = None  # None: not declared (never checked, never a backup)
 
     @property
     def spec(self) -> ModelSpec:
@@ -153,6 +180,7 @@ class WorkloadConfig:
     trace: TraceSpec | None = None
     shared_prefix_tokens: int = 0
     operation: str = "chat"
+    needs: Needs = Needs()
 
 
 @dataclass(frozen=True)
@@ -195,6 +223,25 @@ class TierQueue:
 
 
 @dataclass(frozen=True)
+class BreakerConfig:
+    """A primary's circuit breaker (``simulator/circuit.py``): when it opens, and how long it stays open."""
+
+    failures: int = 5  # consecutive failures that open it
+    error_ratio: float = 0.5  # or this share of failures among the outcomes of the last window_s
+    window_s: float = 10.0
+    min_requests: int = 20  # outcomes the window needs before its ratio counts
+    open_s: float = 30.0  # open this long, then half-open: one probe request decides
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """How the simulated clients retry a failed request (errors, timeouts, overloaded): a new request each time."""
+
+    attempts: int = 3  # tries in all, the first included
+    backoff_s: float = 1.0  # before each retry, doubling
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     """Admission in front of the engines: tenant quotas, then per-tier queues served by weighted fair queueing."""
 
@@ -202,6 +249,9 @@ class GatewayConfig:
     tiers: tuple[TierQueue, ...]  # in TIERS order
     default_tenant: TenantQuota
     tenants: tuple[tuple[str, TenantQuota], ...] = ()
+    fallbacks: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (primary, its backups in order)
+    circuit_breaker: BreakerConfig | None = None  # None: no breakers (retries walk the fallback routes)
+    retry: RetryConfig | None = None  # None: clients do not retry
 
     def quota(self, tenant: str) -> TenantQuota:
         return dict(self.tenants).get(tenant, self.default_tenant)
@@ -317,7 +367,7 @@ def _engine(r: _Reader | None) -> EngineConfig:
 
 def _deployment(r: _Reader) -> DeploymentConfig:
     r.unknown({"name", "model", "model_config", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms",
-               "send_latency_ms"})
+               "send_latency_ms", "capabilities"})
     name = r.get("name", str)
     config_path = r.get("model_config", str, None)
     if config_path is None:
@@ -361,7 +411,24 @@ def _deployment(r: _Reader) -> DeploymentConfig:
         send_latency_ms=r.get("send_latency_ms", float, 1.0, minimum=0.0),
         budget=budget,
         model_config=model if config_path is not None else None,
+        capabilities=_capabilities(r.child("capabilities", None), engine.max_model_len),
     )
+
+
+def _capabilities(r: _Reader | None, max_model_len: int) -> Capabilities | None:
+    if r is None:
+        return None
+    r.unknown(set(Capabilities.__dataclass_fields__))
+    return Capabilities(r.get("context", int, max_model_len, minimum=1, maximum=max_model_len),
+                        r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""),
+                        r.get("cost_per_mtok", float, 0.0, minimum=0.0, maximum=MAX_QUOTA))
+
+
+def _needs(r: _Reader | None) -> Needs:
+    if r is None:
+        return Needs()
+    r.unknown(set(Needs.__dataclass_fields__))
+    return Needs(r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""))
 
 
 def _tokens(r: _Reader, k: str) -> QuantileDistribution | None:
@@ -414,7 +481,7 @@ def _arrival(r: _Reader) -> ArrivalSpec:
 
 def _workload(r: _Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadConfig:
     r.unknown({"name", "scene", "route", "tier", "deployment", "tenants", "input_tokens", "output_tokens",
-               "max_tokens", "arrival", "trace", "shared_prefix_tokens", "operation"})
+               "max_tokens", "arrival", "trace", "shared_prefix_tokens", "operation", "needs"})
     name = r.get("name", str)
     scene = r.get("scene", str, choices=SCENES)
     dep = r.get("deployment", str)
@@ -446,6 +513,7 @@ def _workload(r: _Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadC
         arrival=arrival, trace=trace,
         shared_prefix_tokens=r.get("shared_prefix_tokens", int, 0, minimum=0, maximum=MAX_ENGINE_INT),
         operation=r.get("operation", str, "chat", choices=("chat", "text_completion")),
+        needs=_needs(r.child("needs", None)),
     )
 
 
@@ -492,8 +560,51 @@ def _quota(r: _Reader, base: TenantQuota) -> TenantQuota:
     )
 
 
-def _gateway(r: _Reader) -> GatewayConfig:
-    r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants"})
+def _fallbacks(r: _Reader | None, deployments: dict[str, DeploymentConfig]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``{primary: [backup, ...]}``: each a deployment, a backup never its own primary and declaring capabilities (what
+    the gateway checks a request against before it may stand in)."""
+    if r is None:
+        return ()
+    out = []
+    for primary in r.data:
+        if primary not in deployments:
+            r.fail(str(primary), f"no deployment named {primary!r}; have {', '.join(deployments)}")
+        backups = r.get(primary, list)
+        for i, b in enumerate(backups):
+            where = f"{primary}[{i}]"
+            if b not in deployments:
+                r.fail(where, f"no deployment named {b!r}; have {', '.join(deployments)}")
+            if b == primary or backups.index(b) != i:
+                r.fail(where, f"{b!r} is the primary or listed twice")
+            if deployments[b].capabilities is None:
+                r.fail(where, f"backup {b!r} declares no capabilities (deployments[].capabilities), so no request "
+                              "could be checked against it")
+        out.append((str(primary), tuple(backups)))
+    return tuple(out)
+
+
+def _breaker(r: _Reader | None) -> BreakerConfig | None:
+    if r is None:
+        return None
+    r.unknown(set(BreakerConfig.__dataclass_fields__))
+    return BreakerConfig(r.get("failures", int, 5, minimum=1, maximum=MAX_ENGINE_INT),
+                         r.get("error_ratio", float, 0.5, minimum=0.01, maximum=1.0),
+                         r.get("window_s", float, 10.0, minimum=0.001, maximum=MAX_WAIT_S),
+                         r.get("min_requests", int, 20, minimum=1, maximum=MAX_ENGINE_INT),
+                         r.get("open_s", float, 30.0, minimum=0.001, maximum=MAX_WAIT_S))
+
+
+def _retry(r: _Reader | None) -> RetryConfig | None:
+    if r is None:
+        return None
+    r.unknown(set(RetryConfig.__dataclass_fields__))
+    return RetryConfig(r.get("attempts", int, 3, minimum=1, maximum=MAX_RETRY_ATTEMPTS),
+                       r.get("backoff_s", float, 1.0, minimum=0.0, maximum=MAX_WAIT_S))
+
+
+def _gateway(r: _Reader, deployments: dict[str, DeploymentConfig]) -> GatewayConfig:
+    r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants", "fallbacks", "circuit_breaker",
+               "retry"})
     tiers_r = r.child("tiers", None)
     if tiers_r is not None:
         tiers_r.unknown(set(TIERS))
@@ -518,7 +629,8 @@ def _gateway(r: _Reader) -> GatewayConfig:
             ten.fail("", f"{len(ten.data)} tenants, over the limit of {MAX_GATEWAY_TENANTS}")
         tenants = tuple((str(k), _quota(ten.child(k), default)) for k in ten.data)
     return GatewayConfig(r.get("max_in_flight_per_replica", int, None, minimum=1, maximum=MAX_ENGINE_INT),
-                         tuple(tiers), default, tenants)
+                         tuple(tiers), default, tenants, _fallbacks(r.child("fallbacks", None), deployments),
+                         _breaker(r.child("circuit_breaker", None)), _retry(r.child("retry", None)))
 
 
 def parse_fleet(data: Any, source: str) -> FleetConfig:
@@ -552,7 +664,7 @@ def parse_fleet(data: Any, source: str) -> FleetConfig:
     return FleetConfig(
         name=root.get("name", str, Path(source).stem), source=source, start_time=start,
         seed=root.get("seed", int, 0, minimum=0), deployments=tuple(deps.values()), workloads=tuple(wls.values()),
-        events=events, gateway=_gateway(gw) if gw is not None else None,
+        events=events, gateway=_gateway(gw, deps) if gw is not None else None,
     )
 
 

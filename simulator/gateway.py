@@ -23,6 +23,7 @@ from math import inf
 
 from simulator.admission import TenantUse, admission_cost, refusal, wfq_tag
 from simulator.config import GatewayConfig, TenantQuota, TierQueue
+from simulator.fallback import Fallbacks
 from simulator.request import Request
 
 __all__ = ["Gateway"]
@@ -79,6 +80,18 @@ class Gateway:
         self.seq = 0
         self.first_deadline = inf  # of the requests waiting, valid unless ``stale`` (a lane changed since)
         self.stale = False
+        # fallback routes, circuit breakers, client retries (simulator/fallback.py); None: the fleet file has none
+        self.fallback = (Fallbacks(fleet.cfg, self._new_rid) if cfg.fallbacks or cfg.retry is not None else None)
+
+    @property
+    def circuits(self) -> dict:
+        """Each primary's circuit breaker by deployment name (``.log``: its timeline)."""
+        fb = self.fallback
+        return {fb.names[d]: c for d, c in fb.circuits.items()} if fb is not None else {}
+
+    def _new_rid(self) -> int:
+        self.fleet.next_rid += 1
+        return self.fleet.next_rid
 
     # ------------------------------------------------------------------ the fleet's calls
 
@@ -92,8 +105,12 @@ class Gateway:
             ten = self.tenants[name] = _Tenant(q, TenantUse.full(q, t))
         max_tokens = req.max_tokens if meta.get("workload") == "http" else self.max_tokens[req.workload]
         cost = admission_cost(req.prompt_tokens, max_tokens)
-        lane = self.lanes[req.deployment][req.tier_rank]
         reason, requests, tokens = refusal(ten.quota, ten.use, cost, t)
+        if reason is None and self.fallback is not None:
+            primary = req.deployment
+            reason = self.fallback.route(req, cost, t, self._room)
+            replica = replica if req.deployment == primary else None
+        lane = self.lanes[req.deployment][req.tier_rank]
         if reason is None and lane.waiting >= lane.cfg.max_queued:
             reason = "queue_full"
         if reason is not None:
@@ -103,15 +120,8 @@ class Gateway:
         use.requests, use.tokens, use.at = requests - 1.0, tokens - cost, t
         use.in_flight += 1
         use.spent += cost
-        key = (req.deployment, req.tier_rank)
-        tag = wfq_tag(lane.virtual, ten.tags.get(key, 0.0), cost, ten.quota.weight)
-        ten.tags[key] = tag
-        self.seq += 1
-        heapq.heappush(lane.heap, (tag, self.seq, req))
-        lane.order.append((t + lane.cfg.max_wait_s, req))
-        lane.waiting += 1
-        self.stale = True
         self.held[req.rid] = _Held(ten, lane, req.deployment, cost, t, replica)
+        self._enqueue(req, ten, lane, cost, t + lane.cfg.max_wait_s)
         meta["admission"] = "admitted"
         self._dispatch(req.deployment, t)
         if req.state == NEW:
@@ -121,6 +131,8 @@ class Gateway:
     def release(self, req: Request) -> None:
         """``req`` finished (served, refused by an engine, timed out, failed): its slot and quota come back."""
         held = self.held.pop(req.rid, None)
+        if self.fallback is not None:
+            self.fallback.finished(req, req.deployment if held is None else held.deployment, held is not None)
         if held is None:
             return
         use = held.tenant.use
@@ -136,18 +148,19 @@ class Gateway:
         """When the gateway next has something to do: now if a slot freed, else the first wait to run out."""
         if self.due:
             return self.fleet.now
+        first = self.fallback.next_time(self.fleet.now) if self.fallback is not None else inf
         if not self.stale:  # most of the loop's events are engine steps, which leave the lanes as they were
-            return self.first_deadline
-        first = inf
+            return min(first, self.first_deadline)
+        deadline = inf
         for lanes in self.lanes:
             for lane in lanes:
                 order = lane.order
                 while order and order[0][1].state != NEW:
                     order.popleft()
-                if order and order[0][0] < first:
-                    first = order[0][0]
-        self.first_deadline, self.stale = first, False
-        return first
+                if order and order[0][0] < deadline:
+                    deadline = order[0][0]
+        self.first_deadline, self.stale = deadline, False
+        return min(first, deadline)
 
     def advance(self, t: float) -> None:
         for lanes in self.lanes:
@@ -158,6 +171,11 @@ class Gateway:
                     if req.state == NEW:
                         lane.waiting -= 1
                         self._refuse(req, deadline, "queue_timeout", "timeout")
+        if self.fallback is not None:
+            for d in self.fallback.take_opened():
+                self._reroute(d, t)
+            for retry in self.fallback.due(t):
+                self.arrive(retry, retry.arrival)
         due, self.due = self.due, set()
         for d in sorted(due):
             self._dispatch(d, t)
@@ -173,7 +191,9 @@ class Gateway:
         return True
 
     def waiting(self) -> int:
-        return sum(lane.waiting for lanes in self.lanes for lane in lanes)
+        """Requests waiting at the gateway, and client retries not yet sent."""
+        retries = len(self.fallback.retries) if self.fallback is not None else 0
+        return retries + sum(lane.waiting for lanes in self.lanes for lane in lanes)
 
     def abort_all(self, t: float) -> None:
         """The run ends at ``t``: what still waits at the gateway is aborted, as the engines abort what they hold."""
@@ -185,6 +205,8 @@ class Gateway:
                         self._refuse(req, t, "", "abort")
                 lane.order.clear()
                 lane.heap.clear()
+        if self.fallback is not None:
+            self.fallback.retries.clear()  # never sent: not requests yet
 
     # ------------------------------------------------------------------ inside
 
@@ -198,9 +220,47 @@ class Gateway:
         self.stale = True
         self.fleet._finished(req)
 
-    def _dispatch(self, d: int, t: float) -> None:
+    def _enqueue(self, req: Request, ten: _Tenant, lane: _Lane, cost: int, deadline: float) -> None:
+        key = (req.deployment, req.tier_rank)
+        tag = wfq_tag(lane.virtual, ten.tags.get(key, 0.0), cost, ten.quota.weight)
+        ten.tags[key] = tag
+        self.seq += 1
+        heapq.heappush(lane.heap, (tag, self.seq, req))
+        lane.order.append((deadline, req))
+        lane.waiting += 1
+        self.stale = True
+
+    def _slots(self, d: int, t: float) -> int:
         dep = self.fleet.deployments[d]
-        slots = self.per_replica[d] * sum(1 for r in dep.replicas if r.alive and r.available_from <= t)
+        return self.per_replica[d] * sum(1 for r in dep.replicas if r.alive and r.available_from <= t)
+
+    def _room(self, d: int) -> bool:
+        """A slot of deployment ``d`` is free and nothing waits for one: a fallback sent there would not queue."""
+        return self.sent[d] + sum(x.waiting for x in self.lanes[d]) < self._slots(d, self.fleet.now)
+
+    def _reroute(self, d: int, t: float) -> None:
+        """``d``'s circuit opened: what waits in its lanes goes where a new request would now (a backup with room, the
+        half-open probe's lane) or is refused there."""
+        for lane in self.lanes[d]:
+            waiting = [req for _, req in lane.order if req.state == NEW]
+            lane.heap.clear()
+            lane.order.clear()
+            lane.waiting = 0
+            self.stale = True
+            for req in waiting:
+                held = self.held[req.rid]
+                reason = self.fallback.route(req, held.cost, t, self._room)
+                if reason is not None:
+                    self._refuse(req, t, reason, "rejected")
+                    continue
+                if req.deployment != d:
+                    held.deployment, held.replica = req.deployment, None
+                held.lane = self.lanes[req.deployment][req.tier_rank]
+                self._enqueue(req, held.tenant, held.lane, held.cost, held.entered + held.lane.cfg.max_wait_s)
+                self._dispatch(req.deployment, t)
+
+    def _dispatch(self, d: int, t: float) -> None:
+        slots = self._slots(d, t)
         lanes = self.lanes[d]
         while self.sent[d] < slots:
             lane = None

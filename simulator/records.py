@@ -18,11 +18,13 @@ import pyarrow.parquet as pq
 from simulator.config import FleetConfig
 from simulator.request import Request
 
-__all__ = ["OUTCOMES", "TIMESTAMPS", "RequestTable", "to_ns"]
+__all__ = ["DECISIONS", "OUTCOMES", "TIMESTAMPS", "RequestTable", "to_ns"]
 
 TIMESTAMPS = ("arrival", "queue_start", "scheduled", "first_token", "last_token", "completed")
 OUTCOMES = {"stop": "ok", "length": "ok", "rejected": "rejected", "timeout": "timeout", "error": "error",
             "abort": "cancelled"}
+# the gateway's routing decisions in Request.meta (docs/simulator.md#fallback): columns of requests.parquet, "" none
+DECISIONS = ("fallback_from", "fallback_reason")
 
 
 def to_ns(base_ns: int, seconds: np.ndarray) -> np.ndarray:
@@ -86,6 +88,7 @@ class RequestTable:
         # the gateway's decision (simulator/gateway.py), None without a gateway section
         self.admission = [m.get("admission") if m is not None else None for m in meta]
         self.gateway_wait_s = [m.get("gateway_wait_s") if m is not None else None for m in meta]
+        self.decisions = {k: [m.get(k, "") if m is not None else "" for m in meta] for k in DECISIONS}
         self.outcome = [OUTCOMES.get(f, "") for f in self.finish_reason]  # "": still in flight (early spans)
 
     def arrow(self) -> pa.Table:
@@ -114,6 +117,7 @@ class RequestTable:
             "reject_reason": pa.array(self.reject_reason, pa.string()),
             "outcome": pa.array(self.outcome, pa.string()),
         })
+        cols.update({k: pa.array(v, pa.string()) for k, v in self.decisions.items()})
         return pa.table(cols)
 
     def write_parquet(self, path: Path) -> None:
