@@ -106,8 +106,8 @@ class Gateway:
         max_tokens = req.max_tokens if meta.get("workload") == "http" else self.max_tokens[req.workload]
         cost = admission_cost(req.prompt_tokens, max_tokens)
         reason, requests, tokens = refusal(ten.quota, ten.use, cost, t)
+        primary = req.deployment
         if reason is None and self.fallback is not None:
-            primary = req.deployment
             reason = self.fallback.route(req, cost, t, self._room)
             replica = replica if req.deployment == primary else None
         lane = self.lanes[req.deployment][req.tier_rank]
@@ -124,6 +124,8 @@ class Gateway:
         self._enqueue(req, ten, lane, cost, t + lane.cfg.max_wait_s)
         meta["admission"] = "admitted"
         self._dispatch(req.deployment, t)
+        if req.deployment != primary:  # a replica of the primary that came up since takes its half-open probe now
+            self._dispatch(primary, t)
         if req.state == NEW:
             above = self.lanes[req.deployment][:req.tier_rank]
             meta["admission"] = "deferred" if any(x.waiting for x in above) else "queued"

@@ -113,7 +113,7 @@ def test_the_circuit_probes_while_half_open_and_closes_once_the_primary_serves_a
     assert states[:3] == [CLOSED, OPEN, HALF_OPEN] and states[-1] == CLOSED
     assert all(why == "the probe failed" for t, s, why in log[3:-1] if s == OPEN)
     closed_at = log[-1][0]
-    assert BACK <= closed_at <= BACK + 20 + 10 + 1  # the next probe after the replicas serve: open_s, plus its wait
+    assert BACK <= closed_at <= BACK + 5  # the probe waiting then is sent as soon as a replica serves
     t = guarded.table
     after = [i for i in range(t.n) if (t.ts["queue_start"][i] - t.base_ns) / 1e9 > closed_at + 1
              and t.workload[i] != "own"]
@@ -231,6 +231,8 @@ def test_over_http_a_request_to_a_primary_whose_circuit_opened_is_served_by_the_
         chunks = list(stream)
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert len(text.split()) == 40 and chunks[-1].usage.completion_tokens == 40
+        # streamed as the backup's replica decodes, not in one burst
+        assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 10
     finally:
         lf.close()
     ours = []
