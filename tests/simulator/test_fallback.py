@@ -246,3 +246,15 @@ def test_over_http_a_request_to_a_primary_whose_circuit_opened_is_served_by_the_
     a = ours[0]
     assert (a["llm.deployment"], a["llm.fallback_from"], a["llm.fallback_reason"]) == ("small", "large", "circuit_open")
     assert a["llm.replica"] == "small-0" and a["llm.outcome"] == "ok" and a["gen_ai.usage.output_tokens"] == "40"
+
+
+@pytest.mark.parametrize("breaker", [True, False])
+def test_every_request_and_retry_ends_once_and_the_gateway_holds_nothing_after_a_primary_down_run(breaker):
+    cfg = load_fleet(EXAMPLE)
+    result = simulate(cfg if breaker else _without_breaker(cfg), DURATION, drain_s=60.0)
+    gw, done = result.fleet.gateway, result.fleet.done
+    retries = [r for r in done if r.meta.get("attempt", 1) > 1]
+    assert retries and len(done) == result.arrivals + len(retries) == len({r.rid for r in done})
+    assert gw.held == {} and gw.waiting() == 0 and gw.sent == [0, 0]
+    assert all(lane.waiting == 0 and lane.sent == 0 for lanes in gw.lanes for lane in lanes)
+    assert all(t.use.in_flight == 0 for t in gw.tenants.values())
