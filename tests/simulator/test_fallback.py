@@ -258,3 +258,25 @@ def test_every_request_and_retry_ends_once_and_the_gateway_holds_nothing_after_a
     assert gw.held == {} and gw.waiting() == 0 and gw.sent == [0, 0]
     assert all(lane.waiting == 0 and lane.sent == 0 for lanes in gw.lanes for lane in lanes)
     assert all(t.use.in_flight == 0 for t in gw.tenants.values())
+
+
+def test_what_waits_at_the_primary_when_its_circuit_opens_moves_then_instead_of_timing_out():
+    data = _data()
+    data["gateway"]["max_in_flight_per_replica"] = 16  # large's 32 slots: some of its traffic waits at the gateway
+    data["workloads"][2]["arrival"]["rate"] = 0.5  # small keeps room for what moves
+    data["deployments"][1]["replicas"] = 4
+    result = simulate(_cfg(data), 90.0, drain_s=30.0)
+    t, gw = result.table, result.fleet.gateway
+    assert gw.circuits["large"].log[1][0] == pytest.approx(LOST)
+    assert gw.waiting() == 0 and all(lane.waiting == 0 for lanes in gw.lanes for lane in lanes)
+    sent = (t.ts["queue_start"] - t.base_ns) / 1e9
+    entered = sent - np.array([w or 0.0 for w in t.gateway_wait_s])
+    waiting = [i for i in range(t.n) if t.workload[i] != "own" and entered[i] < LOST <= sent[i]]
+    assert len(waiting) > 20
+    for i in waiting:
+        assert sent[i] == pytest.approx(LOST), i  # sent on, or refused, the moment it opened
+        if t.decisions["fallback_from"][i]:
+            assert t.deployment[i] == "small" and t.outcome[i] == "ok"
+        else:
+            assert t.reject_reason[i] in ("capability", "circuit_open")
+    assert sum(bool(t.decisions["fallback_from"][i]) for i in waiting) > len(waiting) / 2
