@@ -628,9 +628,12 @@ def _gateway(r: _Reader, deployments: dict[str, DeploymentConfig]) -> GatewayCon
         if len(ten.data) > MAX_GATEWAY_TENANTS:
             ten.fail("", f"{len(ten.data)} tenants, over the limit of {MAX_GATEWAY_TENANTS}")
         tenants = tuple((str(k), _quota(ten.child(k), default)) for k in ten.data)
+    fallbacks = _fallbacks(r.child("fallbacks", None), deployments)
+    breaker = _breaker(r.child("circuit_breaker", None))
+    if breaker is not None and not fallbacks:
+        r.fail("circuit_breaker", "guards the primaries of gateway.fallbacks, and there are none")
     return GatewayConfig(r.get("max_in_flight_per_replica", int, None, minimum=1, maximum=MAX_ENGINE_INT),
-                         tuple(tiers), default, tenants, _fallbacks(r.child("fallbacks", None), deployments),
-                         _breaker(r.child("circuit_breaker", None)), _retry(r.child("retry", None)))
+                         tuple(tiers), default, tenants, fallbacks, breaker, _retry(r.child("retry", None)))
 
 
 def parse_fleet(data: Any, source: str) -> FleetConfig:

@@ -7,6 +7,9 @@ a slot is free the gateway sends the waiting request with the smallest fair-queu
 waits and is under its ``max_share`` of the slots, so P2 is deferred while P0 or P1 waits. A request that waited
 ``max_wait_s`` times out (``queue_timeout``). Every decision is kept in ``Request.meta`` (``admission``:
 admitted / queued / deferred / rejected; ``gateway_wait_s``), which the spans carry on ``llm.gateway``.
+With ``fallbacks`` (``simulator/fallback.py``) an admitted request is first routed: to its primary, or, while the
+primary's circuit is open, to a backup that can serve it and has a slot free (``fallback_from``, ``fallback_reason``);
+the simulated clients' retries come back through ``arrive`` as new requests.
 
 The fleet calls ``arrive`` for each arrival (the live fleet for each HTTP request too, pinned to the replica
 whose port it came to), ``release`` for each finished request, and ``advance`` when

@@ -5,6 +5,8 @@ requests.parquet."""
 import copy
 import dataclasses
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -196,6 +198,7 @@ def test_without_a_breaker_a_retry_is_a_new_request_that_walks_to_the_next_backu
     (lambda d: d["gateway"]["circuit_breaker"].update(half_open=1), "gateway.circuit_breaker.half_open",
      "unknown key"),
     (lambda d: d["gateway"]["retry"].update(attempts=50), "gateway.retry.attempts", "must be <= 10"),
+    (lambda d: d["gateway"].pop("fallbacks"), "gateway.circuit_breaker", "there are none"),
 ])
 def test_a_bad_fallback_section_names_its_key(patch, where, problem):
     data = copy.deepcopy(_data())
@@ -280,3 +283,15 @@ def test_what_waits_at_the_primary_when_its_circuit_opens_moves_then_instead_of_
         else:
             assert t.reject_reason[i] in ("capability", "circuit_open")
     assert sum(bool(t.decisions["fallback_from"][i]) for i in waiting) > len(waiting) / 2
+
+
+def test_simulate_exits_2_in_one_line_on_a_bad_fallback_route(tmp_path):
+    data = _data()
+    data["gateway"]["fallbacks"] = {"large": ["smol"]}
+    f = tmp_path / "fleet.yaml"
+    f.write_text(yaml.safe_dump(data))
+    r = subprocess.run([sys.executable, "-m", "goodput", "simulate", str(f), "--duration", "10", "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (f"goodput: error: {f}: gateway.fallbacks.large[0]: no deployment named 'smol'; "
+                                "have large, small")
