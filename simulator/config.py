@@ -252,6 +252,7 @@ class GatewayConfig:
     fallbacks: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (primary, its backups in order)
     circuit_breaker: BreakerConfig | None = None  # None: no breakers (retries walk the fallback routes)
     retry: RetryConfig | None = None  # None: clients do not retry
+    capacity_fallback: bool = False  # a request that waited its max_wait_s at its primary tries a backup with room
 
     def quota(self, tenant: str) -> TenantQuota:
         return dict(self.tenants).get(tenant, self.default_tenant)
@@ -604,7 +605,7 @@ def _retry(r: _Reader | None) -> RetryConfig | None:
 
 def _gateway(r: _Reader, deployments: dict[str, DeploymentConfig]) -> GatewayConfig:
     r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants", "fallbacks", "circuit_breaker",
-               "retry"})
+               "retry", "capacity_fallback"})
     tiers_r = r.child("tiers", None)
     if tiers_r is not None:
         tiers_r.unknown(set(TIERS))
@@ -633,7 +634,8 @@ def _gateway(r: _Reader, deployments: dict[str, DeploymentConfig]) -> GatewayCon
     if breaker is not None and not fallbacks:
         r.fail("circuit_breaker", "guards the primaries of gateway.fallbacks, and there are none")
     return GatewayConfig(r.get("max_in_flight_per_replica", int, None, minimum=1, maximum=MAX_ENGINE_INT),
-                         tuple(tiers), default, tenants, fallbacks, breaker, _retry(r.child("retry", None)))
+                         tuple(tiers), default, tenants, fallbacks, breaker, _retry(r.child("retry", None)),
+                         r.get("capacity_fallback", bool, False))
 
 
 def parse_fleet(data: Any, source: str) -> FleetConfig:

@@ -65,6 +65,7 @@ class Fallbacks:
         self.circuits: dict[int, Circuit] = ({index[p]: Circuit(gw.circuit_breaker) for p, _ in gw.fallbacks}
                                              if gw.circuit_breaker is not None else {})
         self.retry = gw.retry
+        self.capacity = gw.capacity_fallback
         self.new_rid = new_rid
         self.opened: list[int] = []  # primaries whose circuit opened since the gateway last took them
         self.retries: list[tuple[float, int, Request]] = []  # (when, rid, the retry): a heap
@@ -87,12 +88,35 @@ class Fallbacks:
             return None
         if not able:
             return "capability" if self.backups[d] else "circuit_open"
+        b = self._stand_in(able, t, room)
+        if b is None:
+            return "circuit_open"
+        self._move(req, b, "circuit_open")
+        return None
+
+    def overflow(self, req: Request, context: int, t: float, room: Callable[[int], bool]) -> bool:
+        """``req`` waited its tier's ``max_wait_s`` at its primary: with ``capacity_fallback`` a backup that covers it
+        and has a slot free takes it (``fallback_reason`` ``capacity``; a timeout for the primary's breaker)."""
+        d = req.deployment
+        if not self.capacity or "fallback_from" in req.meta:
+            return False
+        needs = self.needs[req.workload] if req.meta.get("workload") != "http" else _ANY
+        b = self._stand_in([b for b in self.backups[d] if covers(self.caps[b], needs, context)], t, room)
+        if b is None:
+            return False
+        circuit = self.circuits.get(d)
+        if circuit is not None and circuit.record(t, req.rid, True):
+            self.opened.append(d)
+        self._move(req, b, "capacity")
+        return True
+
+    def _stand_in(self, able: list[int], t: float, room: Callable[[int], bool]) -> int | None:
+        """The first of the covering backups ``able`` that is not itself open and has a slot free."""
         for b in able:
             c = self.circuits.get(b)
             if (c is None or c.state_at(t) == CLOSED) and room(b):
-                self._move(req, b, "circuit_open")
-                return None
-        return "circuit_open"
+                return b
+        return None
 
     def _move(self, req: Request, backup: int, reason: str) -> None:
         req.meta["fallback_from"] = self.names[req.deployment]

@@ -84,7 +84,7 @@ class Gateway:
         self.first_deadline = inf  # of the requests waiting, valid unless ``stale`` (a lane changed since)
         self.stale = False
         # fallback routes, circuit breakers, client retries (simulator/fallback.py); None: the fleet file has none
-        self.fallback = (Fallbacks(fleet.cfg, self._new_rid) if cfg.fallbacks or cfg.retry is not None else None)
+        self.fallback = Fallbacks(fleet.cfg, self._new_rid) if cfg.fallbacks or cfg.retry is not None else None
 
     @property
     def circuits(self) -> dict:
@@ -175,7 +175,8 @@ class Gateway:
                     deadline, req = order.popleft()
                     if req.state == NEW:
                         lane.waiting -= 1
-                        self._refuse(req, deadline, "queue_timeout", "timeout")
+                        if not self._overflow(req, deadline):
+                            self._refuse(req, deadline, "queue_timeout", "timeout")
         if self.fallback is not None:
             for d in self.fallback.take_opened():
                 self._reroute(d, t)
@@ -264,6 +265,19 @@ class Gateway:
                 self._enqueue(req, held.tenant, held.lane, held.cost, held.entered + held.lane.cfg.max_wait_s)
                 self._dispatch(req.deployment, t)
 
+    def _overflow(self, req: Request, t: float) -> bool:
+        """``req``'s wait at its primary ran out at ``t``: a backup with a free slot takes it, if the fleet file says so."""
+        if self.fallback is None:
+            return False
+        held = self.held[req.rid]
+        if not self.fallback.overflow(req, held.cost, t, self._room):
+            return False
+        held.deployment, held.replica = req.deployment, None
+        held.lane = self.lanes[req.deployment][req.tier_rank]
+        self._enqueue(req, held.tenant, held.lane, held.cost, t + held.lane.cfg.max_wait_s)
+        self._dispatch(req.deployment, t)
+        return True
+
     def _dispatch(self, d: int, t: float) -> None:
         slots = self._slots(d, t)
         lanes = self.lanes[d]
@@ -276,7 +290,7 @@ class Gateway:
             if lane is None:
                 return
             tag, _, req = heapq.heappop(lane.heap)
-            if req.state != NEW:  # timed out while queued
+            if req.state != NEW or self.held[req.rid].lane is not lane:  # timed out, or moved to a backup's lane
                 continue
             lane.virtual = tag
             self._send(req, lane, d, t)

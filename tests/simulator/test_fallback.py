@@ -295,3 +295,25 @@ def test_simulate_exits_2_in_one_line_on_a_bad_fallback_route(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == (f"goodput: error: {f}: gateway.fallbacks.large[0]: no deployment named 'smol'; "
                                 "have large, small")
+
+
+def test_with_capacity_fallback_a_request_that_waited_out_an_overloaded_primary_goes_to_a_backup_with_room():
+    data = _data()
+    data["events"] = []
+    data["gateway"].pop("circuit_breaker")
+    data["gateway"].pop("retry")
+    data["gateway"]["max_in_flight_per_replica"] = 4  # large's 8 slots: its queue runs past P0's 10 s
+    data["deployments"][1]["replicas"] = 4
+    data["workloads"][2]["arrival"]["rate"] = 1
+    bare = simulate(_cfg(data), 60.0).table
+    data["gateway"]["capacity_fallback"] = True
+    cfg = _cfg(data)
+    t = simulate(cfg, 60.0).table
+    timeouts = bare.reject_reason.count("queue_timeout")
+    moved = [i for i in range(t.n) if t.decisions["fallback_reason"][i] == "capacity"]
+    assert timeouts > 50 and len(moved) > timeouts / 2
+    for i in moved:
+        assert t.deployment[i] == "small" and t.gateway_wait_s[i] == pytest.approx(10.0)  # P0's max wait, then moved
+        assert _allowed(cfg, t.workload[i], int(t.input_tokens[i]))
+    assert t.reject_reason.count("queue_timeout") < timeouts - len(moved) / 2  # (small's room ran out at times)
+    assert not [i for i in range(bare.n) if bare.decisions["fallback_from"][i]]  # off by default
