@@ -16,9 +16,10 @@ from simulator.config import TenantQuota
 
 __all__ = ["GATEWAY_REJECT_REASONS", "QUOTA_REASONS", "TenantUse", "admission_cost", "bucket_level", "refusal", "wfq_tag"]
 
-# what the gateway refuses with, in the order it checks (``busy``: the overload ladder's fail_fast step)
+# what the gateway refuses with, in the order it checks (``busy``: the overload ladder's fail_fast step;
+# ``circuit_open``, ``capability``: fallback routing, simulator/fallback.py)
 GATEWAY_REJECT_REASONS = ("budget_exhausted", "concurrency_limit", "rate_limit", "tpm_limit", "busy", "queue_full",
-                          "queue_timeout")
+                          "queue_timeout", "circuit_open", "capability")
 QUOTA_REASONS = GATEWAY_REJECT_REASONS[:4]  # the tenant's own limits: an HTTP client is told 429, retry later
 
 

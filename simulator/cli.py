@@ -101,6 +101,13 @@ def _simulate(args: argparse.Namespace) -> int:
     }
     if cfg.gateway is not None:  # what the gateway decided, and why it refused
         summary["gateway"] = {"admission": _counts(t.admission), "reject_reasons": _counts(t.reject_reason)}
+        if cfg.gateway.fallbacks:  # who stood in for whom, and why
+            summary["gateway"]["fallbacks"] = _counts([f"{f} -> {d} ({r})" if f else None for f, d, r in zip(
+                t.decisions["fallback_from"], t.deployment, t.decisions["fallback_reason"], strict=True)])
+        circuits = result.fleet.gateway.circuits
+        if circuits and args.format == "json":  # each primary's breaker timeline: [virtual s, state, why]
+            summary["circuits"] = {name: [[round(at, 3), state, why] for at, state, why in c.log]
+                                   for name, c in circuits.items()}
     ladder = result.fleet.gateway.ladder if result.fleet.gateway is not None else None
     if ladder is not None:  # the overload ladder's steps in and out, and what it did to requests
         summary["gateway"].update(overload_steps=_counts(t.overload_step), degraded=_counts(t.degraded))

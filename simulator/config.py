@@ -21,6 +21,8 @@ from simulator.distributions import QuantileDistribution
 from simulator.memory import DEFAULT_ENGINE_VERSION, MemoryBudget, MemorySetup, memory_budget
 
 __all__ = [
+    "BreakerConfig",
+    "Capabilities",
     "DeploymentConfig",
     "EngineConfig",
     "EventConfig",
@@ -36,7 +38,9 @@ __all__ = [
     "OVERLOAD_SIGNALS",
     "OVERLOAD_STEPS",
     "OverloadStep",
+    "Needs",
     "RELEASE_KINDS",
+    "RetryConfig",
     "ROUTERS",
     "SCALE_KIND",
     "TIERS",
@@ -71,9 +75,9 @@ MAX_WEIGHT = 1000.0
 MAX_WAIT_S = 86_400.0
 MAX_QUEUED = 1_000_000  # requests one tier's gateway queue holds per deployment
 MAX_BURST_S = 3600.0
+MAX_RETRY_ATTEMPTS = 10  # a simulated client's tries of one request
 TIER_MAX_WAIT_S = {"P0": 10.0, "P1": 30.0, "P2": 600.0}
-# the overload ladder (docs/simulator.md#overload): each step kind and the keys it takes besides its trigger; the
-# fallback helper's kind ``fallback`` joins here
+# the overload ladder (docs/simulator.md#overload): each step kind and the keys it takes besides its trigger
 OVERLOAD_STEPS = {"defer_p2": (), "degrade_p1": ("max_tokens", "context_tokens"), "tpm_limit": ("limit",),
                   "fail_fast": ("tiers",)}
 OVERLOAD_SIGNALS = ("p0_wait_s", "queue_per_slot", "kv_usage")
@@ -119,6 +123,27 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What a deployment can serve: the columns of the fallback compatibility matrix (docs/simulator.md#fallback)."""
+
+    context: int  # most tokens of prompt + output one request may take
+    tools: bool = False
+    vision: bool = False
+    residency: str = ""  # where it runs ("eu"); "": not stated, so it serves no request that needs a residency
+    cost_per_mtok: float = 0.0
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a workload's requests need of the deployment that serves them (their context is each one's prompt +
+    max_tokens)."""
+
+    tools: bool = False
+    vision: bool = False
+    residency: str = ""  # "": anywhere
+
+
+@dataclass(frozen=True)
 class DeploymentConfig:
     name: str
     model: str
@@ -131,6 +156,7 @@ class DeploymentConfig:
     send_latency_ms: float = 1.0
     budget: MemoryBudget | None = None
     model_config: ModelSpec | None = None  # the fleet file's model_config (a Hugging Face config.json), if any
+    capabilities: Capabilities | None = None  # None: not declared (never checked, never a backup)
 
     @property
     def spec(self) -> ModelSpec:
@@ -161,6 +187,7 @@ class WorkloadConfig:
     trace: TraceSpec | None = None
     shared_prefix_tokens: int = 0
     operation: str = "chat"
+    needs: Needs = Needs()
 
 
 @dataclass(frozen=True)
@@ -220,6 +247,25 @@ class OverloadStep:
 
 
 @dataclass(frozen=True)
+class BreakerConfig:
+    """A primary's circuit breaker (``simulator/circuit.py``): when it opens, and how long it stays open."""
+
+    failures: int = 5  # consecutive failures that open it
+    error_ratio: float = 0.5  # or this share of failures among the outcomes of the last window_s
+    window_s: float = 10.0
+    min_requests: int = 20  # outcomes the window needs before its ratio counts
+    open_s: float = 30.0  # open this long, then half-open: one probe request decides
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """How the simulated clients retry a failed request (errors, timeouts, overloaded): a new request each time."""
+
+    attempts: int = 3  # tries in all, the first included
+    backoff_s: float = 1.0  # before each retry, doubling
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     """Admission in front of the engines: tenant quotas, then per-tier queues served by weighted fair queueing."""
 
@@ -228,6 +274,10 @@ class GatewayConfig:
     default_tenant: TenantQuota
     tenants: tuple[tuple[str, TenantQuota], ...] = ()
     overload: tuple[OverloadStep, ...] = ()  # the ladder, in the order it engages
+    fallbacks: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (primary, its backups in order)
+    circuit_breaker: BreakerConfig | None = None  # None: no breakers (retries walk the fallback routes)
+    retry: RetryConfig | None = None  # None: clients do not retry
+    capacity_fallback: bool = False  # a request that waited its max_wait_s at its primary tries a backup with room
 
     def quota(self, tenant: str) -> TenantQuota:
         return dict(self.tenants).get(tenant, self.default_tenant)
@@ -343,7 +393,7 @@ def _engine(r: _Reader | None) -> EngineConfig:
 
 def _deployment(r: _Reader) -> DeploymentConfig:
     r.unknown({"name", "model", "model_config", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms",
-               "send_latency_ms"})
+               "send_latency_ms", "capabilities"})
     name = r.get("name", str)
     config_path = r.get("model_config", str, None)
     if config_path is None:
@@ -387,7 +437,24 @@ def _deployment(r: _Reader) -> DeploymentConfig:
         send_latency_ms=r.get("send_latency_ms", float, 1.0, minimum=0.0),
         budget=budget,
         model_config=model if config_path is not None else None,
+        capabilities=_capabilities(r.child("capabilities", None), engine.max_model_len),
     )
+
+
+def _capabilities(r: _Reader | None, max_model_len: int) -> Capabilities | None:
+    if r is None:
+        return None
+    r.unknown(set(Capabilities.__dataclass_fields__))
+    return Capabilities(r.get("context", int, max_model_len, minimum=1, maximum=max_model_len),
+                        r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""),
+                        r.get("cost_per_mtok", float, 0.0, minimum=0.0, maximum=MAX_QUOTA))
+
+
+def _needs(r: _Reader | None) -> Needs:
+    if r is None:
+        return Needs()
+    r.unknown(set(Needs.__dataclass_fields__))
+    return Needs(r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""))
 
 
 def _tokens(r: _Reader, k: str) -> QuantileDistribution | None:
@@ -440,7 +507,7 @@ def _arrival(r: _Reader) -> ArrivalSpec:
 
 def _workload(r: _Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadConfig:
     r.unknown({"name", "scene", "route", "tier", "deployment", "tenants", "input_tokens", "output_tokens",
-               "max_tokens", "arrival", "trace", "shared_prefix_tokens", "operation"})
+               "max_tokens", "arrival", "trace", "shared_prefix_tokens", "operation", "needs"})
     name = r.get("name", str)
     scene = r.get("scene", str, choices=SCENES)
     dep = r.get("deployment", str)
@@ -472,6 +539,7 @@ def _workload(r: _Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadC
         arrival=arrival, trace=trace,
         shared_prefix_tokens=r.get("shared_prefix_tokens", int, 0, minimum=0, maximum=MAX_ENGINE_INT),
         operation=r.get("operation", str, "chat", choices=("chat", "text_completion")),
+        needs=_needs(r.child("needs", None)),
     )
 
 
@@ -557,6 +625,53 @@ def _overload(r: _Reader) -> tuple[OverloadStep, ...]:
 
 def _gateway(r: _Reader) -> GatewayConfig:
     r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants", "overload"})
+
+
+def _fallbacks(r: _Reader | None, deployments: dict[str, DeploymentConfig]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``{primary: [backup, ...]}``: each a deployment, a backup never its own primary and declaring capabilities (what
+    the gateway checks a request against before it may stand in)."""
+    if r is None:
+        return ()
+    out = []
+    for primary in r.data:
+        if primary not in deployments:
+            r.fail(str(primary), f"no deployment named {primary!r}; have {', '.join(deployments)}")
+        backups = r.get(primary, list)
+        for i, b in enumerate(backups):
+            where = f"{primary}[{i}]"
+            if b not in deployments:
+                r.fail(where, f"no deployment named {b!r}; have {', '.join(deployments)}")
+            if b == primary or backups.index(b) != i:
+                r.fail(where, f"{b!r} is the primary or listed twice")
+            if deployments[b].capabilities is None:
+                r.fail(where, f"backup {b!r} declares no capabilities (deployments[].capabilities), so no request "
+                              "could be checked against it")
+        out.append((str(primary), tuple(backups)))
+    return tuple(out)
+
+
+def _breaker(r: _Reader | None) -> BreakerConfig | None:
+    if r is None:
+        return None
+    r.unknown(set(BreakerConfig.__dataclass_fields__))
+    return BreakerConfig(r.get("failures", int, 5, minimum=1, maximum=MAX_ENGINE_INT),
+                         r.get("error_ratio", float, 0.5, minimum=0.01, maximum=1.0),
+                         r.get("window_s", float, 10.0, minimum=0.001, maximum=MAX_WAIT_S),
+                         r.get("min_requests", int, 20, minimum=1, maximum=MAX_ENGINE_INT),
+                         r.get("open_s", float, 30.0, minimum=0.001, maximum=MAX_WAIT_S))
+
+
+def _retry(r: _Reader | None) -> RetryConfig | None:
+    if r is None:
+        return None
+    r.unknown(set(RetryConfig.__dataclass_fields__))
+    return RetryConfig(r.get("attempts", int, 3, minimum=1, maximum=MAX_RETRY_ATTEMPTS),
+                       r.get("backoff_s", float, 1.0, minimum=0.0, maximum=MAX_WAIT_S))
+
+
+def _gateway(r: _Reader, deployments: dict[str, DeploymentConfig]) -> GatewayConfig:
+    r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants", "fallbacks", "circuit_breaker",
+               "retry", "capacity_fallback", "overload"})
     tiers_r = r.child("tiers", None)
     if tiers_r is not None:
         tiers_r.unknown(set(TIERS))
@@ -580,8 +695,14 @@ def _gateway(r: _Reader) -> GatewayConfig:
         if len(ten.data) > MAX_GATEWAY_TENANTS:
             ten.fail("", f"{len(ten.data)} tenants, over the limit of {MAX_GATEWAY_TENANTS}")
         tenants = tuple((str(k), _quota(ten.child(k), default)) for k in ten.data)
+    fallbacks = _fallbacks(r.child("fallbacks", None), deployments)
+    breaker = _breaker(r.child("circuit_breaker", None))
+    if breaker is not None and not fallbacks:
+        r.fail("circuit_breaker", "guards the primaries of gateway.fallbacks, and there are none")
     return GatewayConfig(r.get("max_in_flight_per_replica", int, None, minimum=1, maximum=MAX_ENGINE_INT),
-                         tuple(tiers), default, tenants, _overload(r))
+                         tuple(tiers), default, tenants, overload=_overload(r), fallbacks=fallbacks,
+                         circuit_breaker=breaker, retry=_retry(r.child("retry", None)),
+                         capacity_fallback=r.get("capacity_fallback", bool, False))
 
 
 def parse_fleet(data: Any, source: str) -> FleetConfig:
@@ -615,7 +736,7 @@ def parse_fleet(data: Any, source: str) -> FleetConfig:
     return FleetConfig(
         name=root.get("name", str, Path(source).stem), source=source, start_time=start,
         seed=root.get("seed", int, 0, minimum=0), deployments=tuple(deps.values()), workloads=tuple(wls.values()),
-        events=events, gateway=_gateway(gw) if gw is not None else None,
+        events=events, gateway=_gateway(gw, deps) if gw is not None else None,
     )
 
 

@@ -7,6 +7,9 @@ a slot is free the gateway sends the waiting request with the smallest fair-queu
 waits and is under its ``max_share`` of the slots, so P2 is deferred while P0 or P1 waits. A request that waited
 ``max_wait_s`` times out (``queue_timeout``). Every decision is kept in ``Request.meta`` (``admission``:
 admitted / queued / deferred / rejected; ``gateway_wait_s``), which the spans carry on ``llm.gateway``.
+With ``fallbacks`` (``simulator/fallback.py``) an admitted request is first routed: to its primary, or, while the
+primary's circuit is open, to a backup that can serve it and has a slot free (``fallback_from``, ``fallback_reason``);
+the simulated clients' retries come back through ``arrive`` as new requests.
 
 With ``overload:`` steps, each deployment's ladder (``simulator/overload.py``) is observed at each arrival, each
 freed slot (at most every ``LADDER_LOOK_S``) and every ``LADDER_TICK_S`` while a step is engaged (so it releases
@@ -28,6 +31,7 @@ from math import inf
 
 from simulator.admission import TenantUse, admission_cost, refusal, wfq_tag
 from simulator.config import GatewayConfig, TenantQuota, TierQueue
+from simulator.fallback import Fallbacks
 from simulator.overload import Ladder
 from simulator.request import TIER_RANK, Request
 
@@ -91,6 +95,18 @@ class Gateway:
         self.ladder = Ladder(cfg.overload, [d.cfg.name for d in fleet.deployments]) if cfg.overload else None
         self.ladder_due = inf  # when the ladder is next looked at if nothing else happens
         self.looked = [-inf] * len(fleet.deployments)  # when each deployment's ladder was last looked at
+        # fallback routes, circuit breakers, client retries (simulator/fallback.py); None: the fleet file has none
+        self.fallback = Fallbacks(fleet.cfg, self._new_rid) if cfg.fallbacks or cfg.retry is not None else None
+
+    @property
+    def circuits(self) -> dict:
+        """Each primary's circuit breaker by deployment name (``.log``: its timeline)."""
+        fb = self.fallback
+        return {fb.names[d]: c for d, c in fb.circuits.items()} if fb is not None else {}
+
+    def _new_rid(self) -> int:
+        self.fleet.next_rid += 1
+        return self.fleet.next_rid
 
     # ------------------------------------------------------------------ the fleet's calls
 
@@ -103,11 +119,15 @@ class Gateway:
             q = self.cfg.quota(name)
             ten = self.tenants[name] = _Tenant(q, TenantUse.full(q, t))
         cost = admission_cost(req.prompt_tokens, self._max_tokens(req))
-        lane = self.lanes[req.deployment][req.tier_rank]
         quota = ten.quota if self.ladder is None else self._ladder_quota(req, ten.quota, t)
         reason, requests, tokens = refusal(quota, ten.use, cost, t)
         if reason is None and self.ladder is not None and self.ladder.refuses(req.deployment, req.tier):
             reason = "busy"
+        primary = req.deployment
+        if reason is None and self.fallback is not None:
+            reason = self.fallback.route(req, cost, t, self._room)
+            replica = replica if req.deployment == primary else None
+        lane = self.lanes[req.deployment][req.tier_rank]
         if reason is None and lane.waiting >= lane.cfg.max_queued:
             reason = "queue_full"
         if reason is not None:
@@ -117,17 +137,12 @@ class Gateway:
         use.requests, use.tokens, use.at = requests - 1.0, tokens - cost, t
         use.in_flight += 1
         use.spent += cost
-        key = (req.deployment, req.tier_rank)
-        tag = wfq_tag(lane.virtual, ten.tags.get(key, 0.0), cost, ten.quota.weight)
-        ten.tags[key] = tag
-        self.seq += 1
-        heapq.heappush(lane.heap, (tag, self.seq, req))
-        lane.order.append((t + lane.cfg.max_wait_s, req))
-        lane.waiting += 1
-        self.stale = True
         self.held[req.rid] = _Held(ten, lane, req.deployment, cost, t, replica)
+        self._enqueue(req, ten, lane, cost, t + lane.cfg.max_wait_s)
         meta["admission"] = "admitted"
         self._dispatch(req.deployment, t)
+        if req.deployment != primary:  # a replica of the primary that came up since takes its half-open probe now
+            self._dispatch(primary, t)
         if req.state == NEW:
             above = self.lanes[req.deployment][:req.tier_rank]
             deferred = any(x.waiting for x in above) or (self.ladder is not None and
@@ -137,6 +152,8 @@ class Gateway:
     def release(self, req: Request) -> None:
         """``req`` finished (served, refused by an engine, timed out, failed): its slot and quota come back."""
         held = self.held.pop(req.rid, None)
+        if self.fallback is not None:
+            self.fallback.finished(req, req.deployment if held is None else held.deployment, held is not None)
         if held is None:
             return
         use = held.tenant.use
@@ -152,18 +169,19 @@ class Gateway:
         """When the gateway next has something to do: now if a slot freed, else the first wait to run out."""
         if self.due:
             return self.fleet.now
+        first = self.fallback.next_time(self.fleet.now) if self.fallback is not None else inf
         if not self.stale:  # most of the loop's events are engine steps, which leave the lanes as they were
-            return min(self.first_deadline, self.ladder_due)
-        first = inf
+            return min(first, self.first_deadline, self.ladder_due)
+        deadline = inf
         for lanes in self.lanes:
             for lane in lanes:
                 order = lane.order
                 while order and order[0][1].state != NEW:
                     order.popleft()
-                if order and order[0][0] < first:
-                    first = order[0][0]
-        self.first_deadline, self.stale = first, False
-        return min(first, self.ladder_due)
+                if order and order[0][0] < deadline:
+                    deadline = order[0][0]
+        self.first_deadline, self.stale = deadline, False
+        return min(first, deadline, self.ladder_due)
 
     def advance(self, t: float) -> None:
         for lanes in self.lanes:
@@ -173,7 +191,13 @@ class Gateway:
                     deadline, req = order.popleft()
                     if req.state == NEW:
                         lane.waiting -= 1
-                        self._refuse(req, deadline, "queue_timeout", "timeout")
+                        if not self._overflow(req, deadline):
+                            self._refuse(req, deadline, "queue_timeout", "timeout")
+        if self.fallback is not None:
+            for d in self.fallback.take_opened():
+                self._reroute(d, t)
+            for retry in self.fallback.due(t):
+                self.arrive(retry, retry.arrival)
         due, self.due = self.due, set()
         if t >= self.ladder_due:
             self.ladder_due = inf
@@ -194,7 +218,9 @@ class Gateway:
         return True
 
     def waiting(self) -> int:
-        return sum(lane.waiting for lanes in self.lanes for lane in lanes)
+        """Requests waiting at the gateway, and client retries not yet sent."""
+        retries = len(self.fallback.retries) if self.fallback is not None else 0
+        return retries + sum(lane.waiting for lanes in self.lanes for lane in lanes)
 
     def abort_all(self, t: float) -> None:
         """The run ends at ``t``: what still waits at the gateway is aborted, as the engines abort what they hold."""
@@ -206,6 +232,8 @@ class Gateway:
                         self._refuse(req, t, "", "abort")
                 lane.order.clear()
                 lane.heap.clear()
+        if self.fallback is not None:
+            self.fallback.retries.clear()  # never sent: not requests yet
 
     # ------------------------------------------------------------------ inside
 
@@ -259,9 +287,57 @@ class Gateway:
         self.stale = True
         self.fleet._finished(req)
 
+    def _enqueue(self, req: Request, ten: _Tenant, lane: _Lane, cost: int, deadline: float) -> None:
+        key = (req.deployment, req.tier_rank)
+        tag = wfq_tag(lane.virtual, ten.tags.get(key, 0.0), cost, ten.quota.weight)
+        ten.tags[key] = tag
+        self.seq += 1
+        heapq.heappush(lane.heap, (tag, self.seq, req))
+        lane.order.append((deadline, req))
+        lane.waiting += 1
+        self.stale = True
+
     def _slots(self, d: int, t: float) -> int:
-        return self.per_replica[d] * sum(1 for r in self.fleet.deployments[d].replicas
-                                         if r.alive and r.available_from <= t)
+        dep = self.fleet.deployments[d]
+        return self.per_replica[d] * sum(1 for r in dep.replicas if r.alive and r.available_from <= t)
+
+    def _room(self, d: int) -> bool:
+        """A slot of deployment ``d`` is free and nothing waits for one: a fallback sent there would not queue."""
+        return self.sent[d] + sum(x.waiting for x in self.lanes[d]) < self._slots(d, self.fleet.now)
+
+    def _reroute(self, d: int, t: float) -> None:
+        """``d``'s circuit opened: what waits in its lanes goes where a new request would now (a backup with room, the
+        half-open probe's lane) or is refused there."""
+        for lane in self.lanes[d]:
+            waiting = [req for _, req in lane.order if req.state == NEW]
+            lane.heap.clear()
+            lane.order.clear()
+            lane.waiting = 0
+            self.stale = True
+            for req in waiting:
+                held = self.held[req.rid]
+                reason = self.fallback.route(req, held.cost, t, self._room)
+                if reason is not None:
+                    self._refuse(req, t, reason, "rejected")
+                    continue
+                if req.deployment != d:
+                    held.deployment, held.replica = req.deployment, None
+                held.lane = self.lanes[req.deployment][req.tier_rank]
+                self._enqueue(req, held.tenant, held.lane, held.cost, held.entered + held.lane.cfg.max_wait_s)
+                self._dispatch(req.deployment, t)
+
+    def _overflow(self, req: Request, t: float) -> bool:
+        """``req``'s wait at its primary ran out at ``t``: a backup with a free slot takes it, if the fleet file says so."""
+        if self.fallback is None:
+            return False
+        held = self.held[req.rid]
+        if not self.fallback.overflow(req, held.cost, t, self._room):
+            return False
+        held.deployment, held.replica = req.deployment, None
+        held.lane = self.lanes[req.deployment][req.tier_rank]
+        self._enqueue(req, held.tenant, held.lane, held.cost, t + held.lane.cfg.max_wait_s)
+        self._dispatch(req.deployment, t)
+        return True
 
     def _dispatch(self, d: int, t: float) -> None:
         slots = self._slots(d, t)
@@ -277,7 +353,7 @@ class Gateway:
             if lane is None:
                 return
             tag, _, req = heapq.heappop(lane.heap)
-            if req.state != NEW:  # timed out while queued
+            if req.state != NEW or self.held[req.rid].lane is not lane:  # timed out, or moved to a backup's lane
                 continue
             lane.virtual = tag
             self._send(req, lane, d, t)

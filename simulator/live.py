@@ -382,8 +382,11 @@ class LiveFleet:
         """(ticket, tokens so far, finished) of every watched request that moved since the last tick."""
         updates = []
         finished = []
+        deps = self.fleet.deployments
         for rid, (ticket, rep) in self.watching.items():
             req = ticket.req
+            if req.replica >= 0:  # the replica serving it: a backup's, when it fell back
+                rep = deps[req.deployment].replicas[req.replica]
             done = req.state == DONE
             seen = (rep.decoded_at(req, now), done)
             if seen != ticket.seen:

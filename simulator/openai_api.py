@@ -166,7 +166,8 @@ class _Api:
             req = ticket.req
             if ticket.done and req.finish_reason in ("rejected", "timeout", "error") and ticket.produced == 0:
                 reason = req.reject_reason or req.finish_reason
-                status = 400 if reason in ("context_too_long", "kv_capacity") else 429 if reason in QUOTAS else 503
+                client = reason in ("context_too_long", "kv_capacity", "capability")  # no retry would change it
+                status = 400 if client else 429 if reason in QUOTAS else 503
                 return _error(status, f"request rejected: {reason}")
             if gen.stream:
                 return await self._stream(request, ticket, gen)

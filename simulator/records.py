@@ -18,11 +18,13 @@ import pyarrow.parquet as pq
 from simulator.config import FleetConfig
 from simulator.request import Request
 
-__all__ = ["OUTCOMES", "TIMESTAMPS", "RequestTable", "to_ns"]
+__all__ = ["DECISIONS", "OUTCOMES", "TIMESTAMPS", "RequestTable", "to_ns"]
 
 TIMESTAMPS = ("arrival", "queue_start", "scheduled", "first_token", "last_token", "completed")
 OUTCOMES = {"stop": "ok", "length": "ok", "rejected": "rejected", "timeout": "timeout", "error": "error",
             "abort": "cancelled"}
+# the gateway's routing decisions in Request.meta (docs/simulator.md#fallback): columns of requests.parquet, "" none
+DECISIONS = ("fallback_from", "fallback_reason")
 
 
 def to_ns(base_ns: int, seconds: np.ndarray) -> np.ndarray:
@@ -89,6 +91,7 @@ class RequestTable:
         # the overload ladder's (simulator/overload.py): its top step at admission, what degraded the request; None: none
         self.overload_step = [m.get("overload_step") or None if m is not None else None for m in meta]
         self.degraded = [m.get("degraded") or None if m is not None else None for m in meta]
+        self.decisions = {k: [m.get(k, "") if m is not None else "" for m in meta] for k in DECISIONS}
         self.outcome = [OUTCOMES.get(f, "") for f in self.finish_reason]  # "": still in flight (early spans)
 
     def arrow(self) -> pa.Table:
@@ -119,6 +122,7 @@ class RequestTable:
             "degraded": pa.array(self.degraded, pa.string()),
             "outcome": pa.array(self.outcome, pa.string()),
         })
+        cols.update({k: pa.array(v, pa.string()) for k, v in self.decisions.items()})
         return pa.table(cols)
 
     def write_parquet(self, path: Path) -> None:

@@ -12,7 +12,7 @@ TIER_RANK = {"P0": 0, "P1": 1, "P2": 2}
 FINISH_REASONS = ("stop", "length", "abort", "rejected", "timeout", "error")
 REJECT_REASONS = (
     "rate_limit", "tpm_limit", "concurrency_limit", "budget_exhausted", "queue_full", "queue_timeout", "kv_capacity",
-    "context_too_long", "overloaded", "busy",
+    "context_too_long", "overloaded", "busy", "circuit_open", "capability",
 )
 
 NAN = float("nan")

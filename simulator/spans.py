@@ -89,6 +89,11 @@ def _status(table: RequestTable, i: int) -> str:
     return f'{{"code":{STATUS_ERROR},"message":{_esc(table.reject_reason[i] or table.finish_reason[i])}}}'
 
 
+def _decisions(table: RequestTable, i: int) -> list[str]:
+    """``llm.fallback_from`` and the rest of the gateway's routing decisions, each only when it made one."""
+    return [_attr(f"llm.{k}", v[i] or None) for k, v in table.decisions.items()]
+
+
 def _gateway_attrs(table: RequestTable, i: int) -> str:
     """What the gateway knows at admission: enough to count the arrival and place a request in flight, and, behind
     a fleet file's gateway, its decision (``llm.admission``, the wait there, the reason it refused)."""
@@ -105,6 +110,7 @@ def _gateway_attrs(table: RequestTable, i: int) -> str:
         _attr("llm.reject_reason", table.reject_reason[i] if admission == "rejected" else None),
         _attr("llm.overload_step", table.overload_step[i]),
         _attr("llm.degraded", table.degraded[i]),
+        *_decisions(table, i),
     ) if x)
 
 
@@ -153,6 +159,7 @@ def request_spans(table: RequestTable, i: int, sent: int = 0) -> list[str]:
         _attr("llm.cached_tokens", int(table.cached_tokens[i])),
         _attr("llm.preemptions", int(table.preemptions[i])),
         _attr("llm.request_id", table.request_id[i]),
+        *_decisions(table, i),
     ) if x)
     spans = [
         f'{{"traceId":"{trace}","spanId":"{root_id}",{_parent(parent)}"name":"llm.request","kind":{SPAN_KIND_SERVER},'
