@@ -201,6 +201,7 @@ class Fleet:
         if rep is None:  # no decode replica to send it to
             self._transfer_failed(req, None, t)
             return
+        rep.incoming += 1
         heappush(self.transfers, (t + req.kv_link_s, req.rid, req, rep))
 
     def _transfer_failed(self, req: Request, rep: Replica | None, t: float) -> None:
@@ -212,6 +213,7 @@ class Fleet:
     def _arrive(self, t: float) -> None:
         """The KV cache at the head of the link reached its decode replica at ``t``."""
         _, _, req, rep = heappop(self.transfers)
+        rep.incoming -= 1
         if req.state == 4:  # the client went away while it was on the link
             return
         if not rep.alive:  # the decode replica died while it was on the link
@@ -358,7 +360,8 @@ class Fleet:
         if self.gateway is not None:
             self.gateway.abort_all(limit)
         while self.transfers:
-            req = heappop(self.transfers)[2]
+            _, _, req, rep = heappop(self.transfers)
+            rep.incoming -= 1
             if req.state != 4:
                 req.finish_reason, req.completed, req.state = "abort", limit, 4
                 self._finished(req)

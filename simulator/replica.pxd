@@ -13,6 +13,7 @@ cdef long IDLE, SINGLE, RUN
 cdef class Replica:
     cdef public long index, max_run_steps, bs, total_blocks, used_blocks, n_waiting, _seq, counter, n_dec, dec_base
     cdef public long _token, seg_kind, seg_n, seg_dec, preemptions_total, steps_total, deployment, queue_pos, queue_key
+    cdef public long incoming
     cdef public long max_model_len, max_waiting_requests, max_num_seqs, max_num_batched_tokens, prefill_chunk_tokens
     cdef public double max_queue_time_s
     cdef public object on_done, obs, fresh, cache, handoff

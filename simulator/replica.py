@@ -95,6 +95,7 @@ class Replica:
         # a prefill replica of a disaggregated deployment hands each request off after its first token (the fleet
         # moves its KV to a decode replica); None: the replica decodes what it prefilled
         self.handoff: Callable[[Request, float], None] | None = None
+        self.incoming = 0  # a decode replica: KV caches on the link to it, which its router counts as queued
 
     # ------------------------------------------------------------------ queries
 
