@@ -209,6 +209,11 @@ def test_decode_replicas_show_the_nixl_metrics_and_lost_transfers_fail():
     counts = sum(_sample(text[("decode", i)], "vllm:nixl_xfer_time_seconds_count") for i in (0, 1))
     assert counts == received
     assert _sample(text[("decode", 0)], "vllm:nixl_num_failed_transfers_total") == len(on_link)
+    # no prefill compute on the decode pool: one token's KV per request received (its first token), none preempted
+    assert all(rep.preemptions_total == 0 for rep in fleet.by_name["chat"].decode.replicas)
+    assert sum(_sample(text[("decode", i)], "vllm:prompt_tokens_total") for i in (0, 1)) == received
+    assert _sample(text[("prefill", 0)], "vllm:prompt_tokens_total") == sum(
+        r.prompt_tokens for r in fleet.done if r.scheduled == r.scheduled)
     assert _sample(text[("decode", 1)], "vllm:nixl_bytes_transferred_sum") == sum(
         r.kv_bytes for r in fleet.done if r.kv_ready == r.kv_ready and r.replica == 1)
     # the prefill replica counts each handed-off request as finished after one token, as vLLM's prefill leg does
