@@ -58,6 +58,10 @@ VLLM = (
     R("vllm:request_queue_time_seconds", "llm_queue_time_seconds", "histogram"),
     R("vllm:request_prefill_time_seconds", "llm_prefill_time_seconds", "histogram"),
     R("vllm:request_decode_time_seconds", "llm_decode_time_seconds", "histogram"),
+    # the NIXL KV connector of a P/D deployment (nixl_connector.py NixlPromMetrics), observed on the decode side
+    R("vllm:nixl_xfer_time_seconds", "llm_kv_transfer_seconds", "histogram"),
+    R("vllm:nixl_bytes_transferred", "llm_kv_transfer_bytes_total", "sum_as_counter"),
+    R("vllm:nixl_num_failed_transfers", "llm_kv_transfer_failures_total", "counter"),
 )
 
 SGLANG = (
@@ -113,6 +117,8 @@ TRITON = (
     R("trtllm_time_per_output_token_seconds", "llm_inter_token_latency_seconds", "histogram"),
     R("trtllm_e2e_request_latency_seconds", "llm_e2e_request_latency_seconds", "histogram"),
     R("trtllm_request_queue_time_seconds", "llm_queue_time_seconds", "histogram"),
+    # Dynamo's TRT-LLM worker, disaggregated: observed on the decode worker (ai-dynamo/dynamo#6668, #8483)
+    R("trtllm_kv_transfer_latency_seconds", "llm_kv_transfer_seconds", "histogram"),
 )
 
 # Dynamo's HTTP frontend (ai-dynamo/dynamo docs/observability/metrics.md, metrics_examples/fe.log): per model

@@ -15,6 +15,7 @@ from exporters.gpu import DeploymentMapping
 from simulator.catalog import gpus
 from simulator.gpu_readings import replica_reading
 from simulator.live import LiveFleet
+from simulator.records import replica_id
 
 __all__ = ["NVML_NAMES", "fleet_gpus"]
 
@@ -25,7 +26,7 @@ NVML_NAMES = {"H100-80GB-SXM": "NVIDIA H100 80GB HBM3", "A100-80GB": "NVIDIA A10
 def fleet_gpus(live: LiveFleet) -> tuple[FakeNvml, DeploymentMapping]:
     slots = []  # (deployment, replica index, tp rank)
     spec_gpus = []
-    for dep in live.fleet.deployments:
+    for dep in live.fleet.pools():  # a disaggregated deployment's decode pool has GPUs too
         gpu = gpus()[dep.cfg.gpu]
         for r in range(dep.cfg.replicas):
             for rank in range(dep.cfg.tp):
@@ -47,6 +48,6 @@ def fleet_gpus(live: LiveFleet) -> tuple[FakeNvml, DeploymentMapping]:
                 "temperature_celsius": int(35 + 40 * util),
                 "processes": [{"pid": 20000 + i, "used_memory_bytes": int(used)}]}
 
-    static = {i: (dep.cfg.name, f"{dep.cfg.name}-{r}") for i, (dep, r, _) in enumerate(slots)}
+    static = {i: (dep.cfg.name, replica_id(dep.cfg.name, dep.role, r)) for i, (dep, r, _) in enumerate(slots)}
     spec = {"driver_version": "550.54.15", "hostname": "goodput-demo", "gpus": spec_gpus}
     return FakeNvml(spec, driver=lambda i: driver(i)), DeploymentMapping(static=static)

@@ -8,7 +8,7 @@ happen here too, so a bad fleet fails before any simulation starts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,15 @@ from typing import Any
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from simulator.arrivals import PROCESSES, ArrivalSpec, Batch, Burst, Diurnal, Step
-from simulator.catalog import DTYPE_BYTES, ModelSpec, load_model_config, lookup_gpu, lookup_model, models
+from simulator.catalog import (
+    DTYPE_BYTES,
+    ModelSpec,
+    kv_bytes_per_token,
+    load_model_config,
+    lookup_gpu,
+    lookup_model,
+    models,
+)
 from simulator.distributions import QuantileDistribution
 from simulator.memory import DEFAULT_ENGINE_VERSION, MemoryBudget, MemorySetup, memory_budget
 
@@ -24,6 +32,7 @@ __all__ = [
     "BreakerConfig",
     "Capabilities",
     "DeploymentConfig",
+    "DisaggConfig",
     "EngineConfig",
     "EventConfig",
     "FleetConfig",
@@ -157,11 +166,32 @@ class DeploymentConfig:
     budget: MemoryBudget | None = None
     model_config: ModelSpec | None = None  # the fleet file's model_config (a Hugging Face config.json), if any
     capabilities: Capabilities | None = None  # None: not declared (never checked, never a backup)
+    disaggregation: DisaggConfig | None = None  # None: each replica prefills and decodes (aggregated)
 
     @property
     def spec(self) -> ModelSpec:
         """The model's architecture: from its model_config, else the catalog's."""
         return self.model_config or models()[self.model]
+
+
+@dataclass(frozen=True)
+class DisaggConfig:
+    """Prefill/decode disaggregation (llm-d, NVIDIA Dynamo): the deployment's own replicas are its prefill pool,
+    ``decode`` its decode pool; a prompt's KV cache crosses a link from the one to the other (docs/simulator.md)."""
+
+    decode: DeploymentConfig
+    kv_link_gbps: float  # Gbit/s per GPU: each prefill TP rank sends its KV shard over its own NIC, as NIXL does
+    kv_link_latency_ms: float
+    kv_bytes_per_token: float  # on one prefill GPU (simulator/catalog.py kv_bytes_per_token)
+    kv_shards: int  # the prefill pool's TP: the shards moved in parallel
+
+    def transfer_s(self, tokens: int) -> float:
+        """Link time of a ``tokens``-token prompt's KV: latency + one GPU's shard / the link's bandwidth."""
+        return self.kv_link_latency_ms / 1e3 + tokens * self.kv_bytes_per_token * 8.0 / (self.kv_link_gbps * 1e9)
+
+    def transfer_bytes(self, tokens: int) -> int:
+        """Bytes a ``tokens``-token prompt's KV is, over all prefill shards."""
+        return int(round(tokens * self.kv_bytes_per_token * self.kv_shards))
 
 
 @dataclass(frozen=True)
@@ -391,9 +421,31 @@ def _engine(r: _Reader | None) -> EngineConfig:
     return e
 
 
+_POOL_KEYS = ("replicas", "gpu", "tp", "router", "engine")
+MAX_LINK_GBPS = 1e6
+
+
+def _disaggregation(r: _Reader, parent: dict, prefill: DeploymentConfig) -> DisaggConfig:
+    """The decode pool takes the deployment's model and, for what it does not say, the deployment's settings."""
+    r.unknown({"decode_pool", "kv_link_gbps", "kv_link_latency_ms"})
+    p = r.child("decode_pool")
+    p.unknown(set(_POOL_KEYS))
+    inherited = {k: v for k, v in parent.items() if k not in ("disaggregation", "replicas")}
+    decode = _deployment(_Reader(r.source, {**inherited, "replicas": 1, **p.data}, p.path))
+    p.get("replicas", int, 1, minimum=1, maximum=MAX_REPLICAS)  # a disaggregated deployment decodes somewhere
+    spec = prefill.spec
+    return DisaggConfig(
+        decode=decode,
+        kv_link_gbps=r.get("kv_link_gbps", float, 400.0, minimum=1e-3, maximum=MAX_LINK_GBPS),
+        kv_link_latency_ms=r.get("kv_link_latency_ms", float, 1.0, minimum=0.0, maximum=MAX_WAIT_S * 1e3),
+        kv_bytes_per_token=kv_bytes_per_token(spec, prefill.tp, prefill.engine.kv_dtype),
+        kv_shards=prefill.tp,
+    )
+
+
 def _deployment(r: _Reader) -> DeploymentConfig:
     r.unknown({"name", "model", "model_config", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms",
-               "send_latency_ms", "capabilities"})
+               "send_latency_ms", "capabilities", "disaggregation"})
     name = r.get("name", str)
     config_path = r.get("model_config", str, None)
     if config_path is None:
@@ -428,7 +480,7 @@ def _deployment(r: _Reader) -> DeploymentConfig:
                           f"{budget.describe()}")
     if problem is not None:
         raise ConfigError(r.source, ek("max_model_len"), f"{problem[1]} ({budget.describe()})")
-    return DeploymentConfig(
+    dep = DeploymentConfig(
         name=name, model=model.name, gpu=gpu.name, tp=tp,
         replicas=r.get("replicas", int, 1, minimum=0, maximum=MAX_REPLICAS),
         router=r.get("router", str, "least-outstanding", choices=ROUTERS),
@@ -439,6 +491,8 @@ def _deployment(r: _Reader) -> DeploymentConfig:
         model_config=model if config_path is not None else None,
         capabilities=_capabilities(r.child("capabilities", None), engine.max_model_len),
     )
+    dis = r.child("disaggregation", None)
+    return dep if dis is None else replace(dep, disaggregation=_disaggregation(dis, r.data, dep))
 
 
 def _capabilities(r: _Reader | None, max_model_len: int) -> Capabilities | None:

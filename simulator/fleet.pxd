@@ -16,6 +16,8 @@ cdef class Deployment:  # a dataclass: its __init__ takes the fields in the orde
     cdef public Router router
     cdef public list replicas
     cdef public double step_scale, prefill_scale, decode_scale
+    cdef public str role
+    cdef public object decode
 
 
 cdef class Fleet:
@@ -27,14 +29,17 @@ cdef class Fleet:
     cdef public double now
     cdef public tuple _cols
     cdef public bint keep_done
-    cdef public list sinks
+    cdef public list sinks, transfers
 
     cpdef _finished(self, Request req)
+    cpdef _hand_off(self, Request req, double t)
+    @cython.locals(req=Request, rep=Replica)
+    cpdef _arrive(self, double t)
     cpdef reschedule(self, Replica rep)
     @cython.locals(dep=Deployment, rep=Replica)
     cpdef submit(self, Request req, double t)
     cdef tuple _columns(self)
     cdef Request _arrival_request(self, long i)
     @cython.locals(rep=Replica, queue=ReplicaQueue, t_rep=double, t_arr=double, t_ev=double, i=long, n_arr=long,
-                   ticks=long, qs=list, events=list, t_gw=double)
+                   ticks=long, qs=list, events=list, t_gw=double, t_kv=double)
     cpdef run(self, double until, object progress=*)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 from math import inf
 
 from simulator.catalog import gpus
@@ -54,6 +55,8 @@ class Deployment:
     step_scale: float = 1.0
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
+    role: str = ""  # "": aggregated; a disaggregated deployment is its "prefill" pool, with its "decode" pool in decode
+    decode: Deployment | None = None
 
 
 class Fleet:
@@ -70,11 +73,17 @@ class Fleet:
         self.observer_factory = observer_factory
         self.deployments: list[Deployment] = []
         self.by_name: dict[str, Deployment] = {}
+        self.transfers: list = []  # KV caches on the link: heap of (arrival, rid, request, decode replica)
         for i, d in enumerate(cfg.deployments):
-            rf = Roofline.build(d.spec, gpus()[d.gpu], tp=d.tp, engine=d.engine)
-            dep = Deployment(i, d, rf, d.budget.num_blocks, Router(d.router))
+            dep = self._pool(i, d)
             self.deployments.append(dep)
             self.by_name[d.name] = dep
+            if d.disaggregation is not None:
+                dep.role = "prefill"
+                dep.decode = self._pool(i, d.disaggregation.decode)
+                dep.decode.role = "decode"
+                for _ in range(d.disaggregation.decode.replicas):
+                    self.add_replica(dep.decode, 0.0, note="")
             for _ in range(d.replicas):
                 self.add_replica(dep, 0.0, note="")
         self.queue = ReplicaQueue()
@@ -89,7 +98,22 @@ class Fleet:
         self.workload_tier = [w.tier for w in cfg.workloads]
         self.gateway = Gateway(cfg.gateway, self) if cfg.gateway is not None else None
 
+    @staticmethod
+    def _pool(index: int, d: DeploymentConfig) -> Deployment:
+        rf = Roofline.build(d.spec, gpus()[d.gpu], tp=d.tp, engine=d.engine)
+        return Deployment(index, d, rf, d.budget.num_blocks, Router(d.router))
+
     # ------------------------------------------------------------------ structure
+
+    def pools(self) -> list[Deployment]:
+        """Every pool of replicas: the deployments, and the decode pools of the disaggregated ones."""
+        return [p for d in self.deployments for p in ((d,) if d.decode is None else (d, d.decode))]
+
+    def replica_of(self, req: Request) -> Replica | None:
+        """The replica that holds ``req`` now (its decode replica once its KV arrived there), None if none."""
+        dep = self.deployments[req.deployment]
+        pool = dep.decode if dep.decode is not None and req.kv_ready == req.kv_ready else dep
+        return pool.replicas[req.replica] if 0 <= req.replica < len(pool.replicas) else None
 
     def serving(self, dep: Deployment) -> int:
         """Replicas of ``dep`` alive and not draining (starting ones included): the count a scale record gives."""
@@ -120,6 +144,8 @@ class Fleet:
         rep.available_from = available_from
         rep.step_scale, rep.prefill_scale, rep.decode_scale = dep.step_scale, dep.prefill_scale, dep.decode_scale
         rep.deployment = dep.index
+        if dep.role == "prefill":
+            rep.handoff = self._hand_off
         dep.replicas.append(rep)
         dep.router.invalidate()
         if note:
@@ -163,6 +189,52 @@ class Fleet:
             self.done.append(req)
         for sink in self.sinks:
             sink.add(req)
+
+    def _hand_off(self, req: Request, t: float) -> None:
+        """A prefill replica produced ``req``'s first token at ``t``: its KV leaves for a decode replica, picked now
+        by the decode pool's router, and arrives after the link's time (``DisaggConfig.transfer_s``)."""
+        dep = self.deployments[req.deployment]
+        dis = dep.cfg.disaggregation
+        req.kv_bytes = dis.transfer_bytes(req.prompt_tokens)
+        req.kv_link_s = dis.transfer_s(req.prompt_tokens)
+        rep = dep.decode.router.pick(dep.decode.replicas, req, t)
+        if rep is None:  # no decode replica to send it to
+            self._transfer_failed(req, None, t)
+            return
+        rep.incoming += 1
+        heappush(self.transfers, (t + req.kv_link_s, req.rid, req, rep))
+
+    def _transfer_failed(self, req: Request, rep: Replica | None, t: float) -> None:
+        if rep is not None and rep.obs is not None:
+            rep.obs.on_kv_transfer_failed(rep, req)
+        req.finish_reason, req.completed, req.state = "error", t, 4
+        self._finished(req)
+
+    def _arrive(self, t: float) -> None:
+        """The KV cache at the head of the link reached its decode replica at ``t``."""
+        _, _, req, rep = heappop(self.transfers)
+        rep.incoming -= 1
+        if req.state == 4:  # the client went away while it was on the link
+            return
+        if not rep.alive:  # the decode replica died while it was on the link
+            self._transfer_failed(req, rep, t)
+            return
+        if rep.obs is not None:
+            rep.obs.on_kv_transfer(rep, req, req.kv_link_s, req.kv_bytes)
+        if rep.receive(req, t):
+            self.queue.update(rep)
+
+    def abort(self, req: Request, t: float) -> None:
+        """The client went away at ``t``: drop ``req`` wherever it is (an engine, or the link to its decode replica)."""
+        if req.state == 4:
+            return
+        if req.prefill_replica >= 0 and req.kv_ready != req.kv_ready:  # on the link
+            req.finish_reason, req.completed, req.state = "abort", t, 4
+            self._finished(req)
+            return
+        rep = self.replica_of(req)
+        if rep is not None and rep.abort(req, t):
+            self.queue.update(rep)
 
     def reschedule(self, rep: Replica) -> None:
         """``rep``'s current segment changed (it was handed a request, aborted one, or sped up)."""
@@ -208,7 +280,7 @@ class Fleet:
         elif ev.kind == "replica_added":
             self.add_replica(deps[0], t + ev.cold_start_s, t)
         elif ev.kind == "release":
-            for dep in deps:
+            for dep in (p for d in deps for p in ((d,) if d.decode is None else (d, d.decode))):
                 dep.step_scale *= ev.effect("step_time_scale")
                 dep.prefill_scale *= ev.effect("prefill_time_scale")
                 dep.decode_scale *= ev.effect("decode_time_scale")
@@ -233,7 +305,13 @@ class Fleet:
             t_arr = qs[i] if i < n_arr else inf
             t_ev = events[self.next_event].at if self.next_event < len(events) else inf
             t_gw = gw.next_time() if gw is not None else inf
-            if t_gw < inf and t_gw <= t_rep and t_gw <= t_arr and t_gw <= t_ev:
+            t_kv = self.transfers[0][0] if self.transfers else inf
+            if t_kv < inf and t_kv <= t_rep and t_kv <= t_arr and t_kv <= t_ev and t_kv <= t_gw:
+                if t_kv > until:
+                    break
+                self.now = max(self.now, t_kv)
+                self._arrive(t_kv)
+            elif t_gw < inf and t_gw <= t_rep and t_gw <= t_arr and t_gw <= t_ev:
                 if t_gw > until:
                     break
                 self.now = max(self.now, t_gw)
@@ -268,7 +346,8 @@ class Fleet:
     def in_flight(self) -> int:
         """Requests in the engines, and those waiting at the gateway."""
         waiting = self.gateway.waiting() if self.gateway is not None else 0
-        return waiting + sum(r.outstanding for d in self.deployments for r in d.replicas if r.alive)
+        return (waiting + len(self.transfers)
+                + sum(r.outstanding for d in self.pools() for r in d.replicas if r.alive))
 
     def drain(self, limit: float, progress: Callable[[float], None] | None = None) -> None:
         """After the last arrival, run until every request has finished or ``limit`` is reached,
@@ -280,7 +359,13 @@ class Fleet:
             self.run(t, progress)
         if self.gateway is not None:
             self.gateway.abort_all(limit)
-        for dep in self.deployments:
+        while self.transfers:
+            _, _, req, rep = heappop(self.transfers)
+            rep.incoming -= 1
+            if req.state != 4:
+                req.finish_reason, req.completed, req.state = "abort", limit, 4
+                self._finished(req)
+        for dep in self.pools():
             for rep in dep.replicas:
                 if rep.alive:
                     rep.abort_all(limit)

@@ -31,6 +31,7 @@ from simulator.fleet import Deployment, Fleet
 from simulator.http_host import HttpHost, Site
 from simulator.openai_api import Ticket, deliver, make_app
 from simulator.openai_protocol import Generation
+from simulator.records import replica_id
 from simulator.releases import write_releases
 from simulator.replica import Replica
 from simulator.request import Request
@@ -128,7 +129,7 @@ class LiveFleet:
         self.stop_event = threading.Event()
         self.wake = threading.Event()
         self.inbox: deque[tuple] = deque()  # from the event loop to the engine thread
-        self.watching: dict[int, tuple[Ticket, Replica]] = {}  # rid -> the handler waiting on it
+        self.watching: dict[int, Ticket] = {}  # rid -> the handler waiting on it
         self.guard = LabelGuard.of(cfg)
         self.http = http or HttpHost()
         self.started = time.time()
@@ -151,9 +152,10 @@ class LiveFleet:
     # ------------------------------------------------------------------ wiring
 
     def _observer(self, dep: Deployment, idx: int) -> VllmMetrics:
-        m = _ObservedMetrics(dep.cfg.model, dep.cfg.engine, dep.num_blocks, dep.cfg.engine.max_model_len)
+        m = _ObservedMetrics(dep.cfg.model, dep.cfg.engine, dep.num_blocks, dep.cfg.engine.max_model_len,
+                             kv_connector=bool(dep.role))
         m.sink = self.sink
-        self._metrics[(dep.index, idx)] = m
+        self._metrics[(dep.index, dep.role, idx)] = m
         return m
 
     def virtual_now(self) -> float:
@@ -162,16 +164,17 @@ class LiveFleet:
     def _sync_servers(self) -> None:
         """Start a server for every new replica, stop the servers of lost ones, rewrite the targets file."""
         changed = False
-        known = {(s.deployment.index, s.replica.index) for s in self.servers}
+        known = {(s.deployment.index, s.deployment.role, s.replica.index) for s in self.servers}
         created = int(self.started)
-        for dep in self.fleet.deployments:
+        for dep in self.fleet.pools():
             for rep in dep.replicas:
-                if (dep.index, rep.index) in known:
+                if (dep.index, dep.role, rep.index) in known:
                     continue
-                m = self._metrics[(dep.index, rep.index)]
+                m = self._metrics[(dep.index, dep.role, rep.index)]
                 m.replica = rep
                 rs = ReplicaServer(self, dep, rep, m, self.base_port + len(self.servers), dep.cfg.model,
-                                   dep.cfg.engine.max_model_len, f"{dep.cfg.name}-{rep.index}", self.guard, created)
+                                   dep.cfg.engine.max_model_len, replica_id(dep.cfg.name, dep.role, rep.index),
+                                   self.guard, created)
                 rs.registry = m.registry()
                 self.servers.append(rs)
                 changed = True
@@ -348,9 +351,13 @@ class LiveFleet:
         req.meta = meta
         req.max_tokens = cap
         ticket.req = req
-        self.watching[req.rid] = (ticket, rs.replica)
+        self.watching[req.rid] = ticket
+        # a decode replica's own API takes a request to the deployment's prefill pool, as llm-d's sidecar does
+        to_prefill = rs.deployment.role == "decode"
         if self.fleet.gateway is not None:  # quotas and tier queues first; sent to this replica when admitted
-            self.fleet.gateway.arrive(req, now, rs.replica)
+            self.fleet.gateway.arrive(req, now, None if to_prefill else rs.replica)
+        elif to_prefill:
+            self.fleet.submit(req, now)
         elif rs.replica.alive:
             if rs.replica.submit(req, now):
                 self.fleet.reschedule(rs.replica)
@@ -361,12 +368,9 @@ class LiveFleet:
 
     def _abort(self, now: float, ticket: Ticket) -> None:
         req = ticket.req
-        dep = self.fleet.deployments[req.deployment]
         if self.fleet.gateway is not None and self.fleet.gateway.cancel(req, now):
             return
-        rep = dep.replicas[req.replica] if 0 <= req.replica < len(dep.replicas) else None
-        if rep is not None and rep.abort(req, now):
-            self.fleet.reschedule(rep)
+        self.fleet.abort(req, now)
 
     def _refuse(self, now: float, rs: ReplicaServer, reason: str, tier: str, meta: dict) -> None:
         """A request the HTTP face refused: it still becomes a (rejected) request span, counted with its reason."""
@@ -382,13 +386,12 @@ class LiveFleet:
         """(ticket, tokens so far, finished) of every watched request that moved since the last tick."""
         updates = []
         finished = []
-        deps = self.fleet.deployments
-        for rid, (ticket, rep) in self.watching.items():
+        for rid, ticket in self.watching.items():
             req = ticket.req
-            if req.replica >= 0:  # the replica serving it: a backup's, when it fell back
-                rep = deps[req.deployment].replicas[req.replica]
             done = req.state == DONE
-            seen = (rep.decoded_at(req, now), done)
+            # the replica serving it now: a backup's when it fell back, the decode replica once its KV arrived there
+            rep = self.fleet.replica_of(req)
+            seen = (rep.decoded_at(req, now) if rep is not None else req.generated, done)
             if seen != ticket.seen:
                 ticket.seen = seen
                 updates.append((ticket, seen[0], done))

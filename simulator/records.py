@@ -18,13 +18,18 @@ import pyarrow.parquet as pq
 from simulator.config import FleetConfig
 from simulator.request import Request
 
-__all__ = ["DECISIONS", "OUTCOMES", "TIMESTAMPS", "RequestTable", "to_ns"]
+__all__ = ["DECISIONS", "OUTCOMES", "TIMESTAMPS", "RequestTable", "replica_id", "to_ns"]
 
 TIMESTAMPS = ("arrival", "queue_start", "scheduled", "first_token", "last_token", "completed")
 OUTCOMES = {"stop": "ok", "length": "ok", "rejected": "rejected", "timeout": "timeout", "error": "error",
             "abort": "cancelled"}
 # the gateway's routing decisions in Request.meta (docs/simulator.md#fallback): columns of requests.parquet, "" none
 DECISIONS = ("fallback_from", "fallback_reason")
+
+
+def replica_id(deployment: str, role: str, index: int) -> str:
+    """A replica's id: ``chat-0``; in a disaggregated deployment ``chat-prefill-0`` / ``chat-decode-0`` (``role``)."""
+    return f"{deployment}-{role}-{index}" if role else f"{deployment}-{index}"
 
 
 def to_ns(base_ns: int, seconds: np.ndarray) -> np.ndarray:
@@ -76,7 +81,14 @@ class RequestTable:
         self.workload = pick("workload", [wls[w].name for w in w_idx])
         self.deployment = [deps[d].name for d in col["deployment_idx"].tolist()]
         self.model = [deps[d].model for d in col["deployment_idx"].tolist()]
-        self.replica = [f"{deps[r.deployment].name}-{r.replica}" if r.replica >= 0 else "" for r in reqs]
+        self.replica = [_replica(deps[r.deployment], r) for r in reqs]
+        # prefill/decode disaggregation (None when no deployment is disaggregated: the columns are left out)
+        self.disaggregated = any(d.disaggregation is not None for d in deps)
+        self.prefill_replica = [replica_id(deps[r.deployment].name, "prefill", r.prefill_replica)
+                                if r.prefill_replica >= 0 else "" for r in reqs]
+        self.kv_transfer_s = np.fromiter((r.kv_link_s for r in reqs), dtype=float, count=self.n)
+        self.kv_transfer_bytes = np.fromiter((r.kv_bytes for r in reqs), dtype=np.int64, count=self.n)
+        self.decode_start = to_ns(self.base_ns, np.fromiter((r.decode_start for r in reqs), dtype=float, count=self.n))
         self.ts = {k: to_ns(self.base_ns, np.fromiter((getattr(r, k) for r in reqs), dtype=float, count=self.n))
                    for k in TIMESTAMPS}
         self.input_tokens = np.fromiter((r.prompt_tokens for r in reqs), dtype=np.int64, count=self.n)
@@ -123,7 +135,23 @@ class RequestTable:
             "outcome": pa.array(self.outcome, pa.string()),
         })
         cols.update({k: pa.array(v, pa.string()) for k, v in self.decisions.items()})
+        if self.disaggregated:
+            handed = [bool(p) for p in self.prefill_replica]
+            cols.update({
+                "prefill_replica": pa.array([p or None for p in self.prefill_replica], pa.string()),
+                "kv_transfer_s": pa.array(self.kv_transfer_s, pa.float64(), mask=~np.array(handed, dtype=bool)),
+                "kv_transfer_bytes": pa.array(self.kv_transfer_bytes, pa.int64()),
+                "decode_start": pa.array(self.decode_start, pa.int64(), mask=self.decode_start < 0).cast(ts_type),
+            })
         return pa.table(cols)
 
     def write_parquet(self, path: Path) -> None:
         pq.write_table(self.arrow(), path, compression="zstd")
+
+
+def _replica(dep, r: Request) -> str:
+    if r.replica < 0:
+        return ""
+    if dep.disaggregation is None:
+        return replica_id(dep.name, "", r.replica)
+    return replica_id(dep.name, "decode" if r.kv_ready == r.kv_ready else "prefill", r.replica)

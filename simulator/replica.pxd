@@ -13,9 +13,10 @@ cdef long IDLE, SINGLE, RUN
 cdef class Replica:
     cdef public long index, max_run_steps, bs, total_blocks, used_blocks, n_waiting, _seq, counter, n_dec, dec_base
     cdef public long _token, seg_kind, seg_n, seg_dec, preemptions_total, steps_total, deployment, queue_pos, queue_key
+    cdef public long incoming
     cdef public long max_model_len, max_waiting_requests, max_num_seqs, max_num_batched_tokens, prefill_chunk_tokens
     cdef public double max_queue_time_s
-    cdef public object on_done, obs, fresh, cache
+    cdef public object on_done, obs, fresh, cache, handoff
     cdef public list waiting, prefilling, res, fin_heap, seg_chunks, aborts
     cdef public dict running
     cdef public Roofline rf
@@ -34,6 +35,8 @@ cdef class Replica:
     cdef long _blocks_needed(self, long c0, long n)
     cdef long _max_steps_for_blocks(self, long c0, long free)
     cdef _prefill_done(self, Request req, double t)
+    cdef _hand_off(self, Request req, double t)
+    cpdef bint receive(self, Request req, double t)
     cdef _leave_decode(self, Request req)
     cdef _finish(self, Request req, double t)
     cdef _unschedule(self, Request req)

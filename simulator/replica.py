@@ -92,6 +92,10 @@ class Replica:
         self.preemptions_total = 0
         self.steps_total = 0
         self.aborts: list[Request] = []
+        # a prefill replica of a disaggregated deployment hands each request off after its first token (the fleet
+        # moves its KV to a decode replica); None: the replica decodes what it prefilled
+        self.handoff: Callable[[Request, float], None] | None = None
+        self.incoming = 0  # a decode replica: KV caches on the link to it, which its router counts as queued
 
     # ------------------------------------------------------------------ queries
 
@@ -272,6 +276,16 @@ class Replica:
             req.generated = req.output_target
             self._finish(req, end)
 
+    def receive(self, req: Request, t: float) -> bool:
+        """A disaggregated request whose prompt KV (and first token) arrived at ``t`` from a prefill replica: queued
+        like a full prefix-cache hit, so admitting it allocates the prompt's blocks here and its first step computes
+        only the first token's KV. A preemption later recomputes it all here, as vLLM does. Returns ``submit``'s."""
+        req.kv_ready = t
+        req.prefill_target = req.prompt_tokens + req.generated
+        req.computed = req.prompt_tokens
+        req.cache_checked = True
+        return self.submit(req, t)
+
     def _blocks_needed(self, c0: int, n: int) -> int:
         if n <= 0 or not self.n_dec:
             return 0
@@ -310,6 +324,9 @@ class Replica:
             req.blocks = -(-req.kv_len // self.bs)
             self._finish(req, t)
             return
+        if self.handoff is not None:
+            self._hand_off(req, t)
+            return
         req.state = DECODING
         req.dec_start = c = self.counter
         self._token += 1
@@ -319,6 +336,19 @@ class Replica:
         self.n_dec += 1
         self.dec_base += req.kv_len - c
         heappush(self.fin_heap, (c + req.output_target - req.generated, self._token, req))
+
+    def _hand_off(self, req: Request, t: float) -> None:
+        """Prefill done on a prefill replica: its blocks are freed now (vLLM's NIXL connector keeps them until the
+        decode replica has read them; the prefill pool's KV is not what binds) and the fleet moves its KV."""
+        self.used_blocks -= req.blocks
+        req.blocks = 0
+        del self.running[req.rid]
+        req.prefill_replica = self.index
+        if self.cache is not None and req.prefix:
+            self._cache_insert(req)
+        if self.obs is not None:
+            self.obs.on_handoff(self, req, t)
+        self.handoff(req, t)
 
     def _leave_decode(self, req: Request) -> None:
         steps = self.counter - req.dec_start
@@ -477,6 +507,8 @@ class Replica:
                     req.scheduled = now
                     if self.obs is not None:
                         self.obs.on_scheduled(self, req, now)
+                elif req.decode_start != req.decode_start and req.kv_ready == req.kv_ready:
+                    req.decode_start = now  # a disaggregated request's first step on its decode replica
                 running[req.rid] = req
                 self.prefilling.append(req)
                 chunks.append((req, chunk))

@@ -27,6 +27,9 @@ class Request:
         # engine bookkeeping for the current attempt
         "prefill_target", "computed", "blocks", "kv_len", "dec_start", "dec_token", "res_idx", "state",
         "cache_checked", "send_s", "max_tokens", "meta",
+        # prefill/decode disaggregation: the prefill replica that handed the request off (-1: none), when its KV
+        # reached the decode replica and when that replica first scheduled it, the bytes moved and the link's time
+        "prefill_replica", "kv_ready", "decode_start", "kv_bytes", "kv_link_s",
     )
 
     def __init__(self, rid: int, workload: int, tenant: int, tier: str, arrival: float, queue_start: float,
@@ -67,6 +70,11 @@ class Request:
         self.send_s = send_s
         self.max_tokens = output_target
         self.meta: dict | None = None  # live requests: tenant / tier / route / scene given by the client
+        self.prefill_replica = -1
+        self.kv_ready = NAN
+        self.decode_start = NAN
+        self.kv_bytes = 0
+        self.kv_link_s = 0.0
 
     def __repr__(self) -> str:
         return f"Request(rid={self.rid}, tier={self.tier}, in={self.prompt_tokens}, out={self.output_target})"

@@ -52,7 +52,7 @@ class Router:
         if self.kind == LEAST_OUTSTANDING:
             for i in range(start, start + n):  # rotated so ties spread evenly
                 r = ready[i % n]
-                s = r.n_waiting + len(r.running)
+                s = r.n_waiting + len(r.running) + r.incoming
                 if s < best_score:
                     best, best_score = r, s
             return best
@@ -60,7 +60,7 @@ class Router:
         head = req.prefix[0] if req.prefix else None
         for i in range(start, start + n):
             r = ready[i % n]
-            s = r.used_blocks / r.total_blocks + r.n_waiting / 16.0
+            s = r.used_blocks / r.total_blocks + (r.n_waiting + r.incoming) / 16.0
             if head is not None and r.cache is not None and head in r.cache:
                 s -= 0.25
             if s < best_score:

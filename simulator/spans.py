@@ -4,7 +4,8 @@ Two span shapes (``span_format``):
 
 - ``goodput``: a SERVER ``llm.request`` from gateway receipt to the last byte sent, with back-to-back
   INTERNAL children ``llm.gateway`` -> ``llm.queue`` -> ``llm.prefill`` -> ``llm.decode`` -> ``llm.send``
-  whose boundaries are the request's own timestamps (docs/design.md);
+  whose boundaries are the request's own timestamps (docs/design.md); a disaggregated deployment's request has
+  ``llm.kv_transfer`` between ``llm.prefill`` and ``llm.decode`` (its KV moving to the decode replica);
 - ``vllm``: vLLM's own, one SERVER ``llm_request`` per request that reached the engine, from engine arrival
   to the last token, with ``gen_ai.latency.*`` seconds, old-style usage names and finish reasons as vLLM V1's
   ``output_processor.do_tracing`` writes them; its resource names the deployment (``service.name``) and the
@@ -28,13 +29,15 @@ from pathlib import Path
 
 from simulator.records import RequestTable
 
-__all__ = ["EARLY_SEGMENTS", "SEGMENTS", "SPAN_FORMATS", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "Part",
+__all__ = ["EARLY_SEGMENTS", "KV_TRANSFER", "SEGMENTS", "SPAN_FORMATS", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "Part",
            "early_spans", "request_spans", "span_documents", "vllm_span", "write_spans"]
 
 SPAN_KIND_INTERNAL = 1
 SPAN_KIND_SERVER = 2
 STATUS_ERROR = 2
 SEGMENTS = ("llm.gateway", "llm.queue", "llm.prefill", "llm.decode", "llm.send")
+KV_TRANSFER = "llm.kv_transfer"  # between llm.prefill and llm.decode, for a disaggregated deployment's requests
+KV_SPAN = 7  # its span id is the request's span id base | 7 (segments are | 1..5 by position, vLLM's | 6)
 EARLY_SEGMENTS = 2  # llm.gateway (ends at admission) and llm.queue (ends at scheduling) may go out early
 SPAN_FORMATS = ("goodput", "vllm", "both")
 REQUESTS_PER_DOCUMENT = 256
@@ -57,8 +60,10 @@ def _attr(key: str, value: str | int | float | None) -> str:
     return f'{{"key":"{key}","value":{{"stringValue":{_esc(value)}}}}}'
 
 
-def _segments(t: dict[str, int], finish: str) -> list[tuple[str, int, int]]:
-    """(name, start_ns, end_ns) of the children the request lived through; they tile [arrival, completed]."""
+def _segments(t: dict[str, int], finish: str, handed_off: bool = False, ds: int = -1) -> list[tuple[str, int, int]]:
+    """(name, start_ns, end_ns) of the children the request lived through; they tile [arrival, completed].
+    ``handed_off``: a prefill replica handed it to a decode replica after its first token; ``ds``: when that decode
+    replica first scheduled it (-1: never), so ``llm.kv_transfer`` is the link's time and any wait for decode blocks."""
     a, qs, sch, ft, lt, c = (t["arrival"], t["queue_start"], t["scheduled"], t["first_token"], t["last_token"],
                              t["completed"])
     out = [("llm.gateway", a, qs if 0 <= qs <= c else c)]
@@ -67,7 +72,11 @@ def _segments(t: dict[str, int], finish: str) -> list[tuple[str, int, int]]:
         out.append(("llm.queue", qs, sch if sch >= 0 else c))
     if sch >= 0:
         out.append(("llm.prefill", sch, ft if ft >= 0 else c))
-    if ft >= 0:
+    if ft >= 0 and handed_off:
+        out.append((KV_TRANSFER, ft, ds if ds >= 0 else c))
+        if ds >= 0:
+            out.append(("llm.decode", ds, lt if lt >= 0 else c))
+    elif ft >= 0:
         out.append(("llm.decode", ft, lt if lt >= 0 else c))
     if lt >= 0:
         out.append(("llm.send", lt, c))
@@ -114,9 +123,16 @@ def _gateway_attrs(table: RequestTable, i: int) -> str:
     ) if x)
 
 
+def _kv_attrs(table: RequestTable, i: int) -> str:
+    return ",".join((_attr("llm.kv_transfer.bytes", int(table.kv_transfer_bytes[i])),
+                     _attr("llm.kv_transfer.link_s", float(table.kv_transfer_s[i])),
+                     _attr("llm.prefill_replica", table.prefill_replica[i])))
+
+
 def _segment(table: RequestTable, i: int, trace: str, base: int, root_id: str, k: int, name: str, start: int,
              end: int) -> str:
-    attrs = f'"attributes":[{_gateway_attrs(table, i)}],' if name == "llm.gateway" else ""
+    attrs = (f'"attributes":[{_gateway_attrs(table, i)}],' if name == "llm.gateway" else
+             f'"attributes":[{_kv_attrs(table, i)}],' if name == KV_TRANSFER else "")
     return (f'{{"traceId":"{trace}","spanId":"{(base | k) & 0xFFFFFFFFFFFFFFFF:016x}","parentSpanId":"{root_id}",'
             f'"name":"{name}","kind":{SPAN_KIND_INTERNAL},"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
             f'{attrs}"status":{{"code":0}}}}')
@@ -151,6 +167,7 @@ def request_spans(table: RequestTable, i: int, sent: int = 0) -> list[str]:
         _attr("llm.scene", table.scene[i]),
         _attr("llm.deployment", table.deployment[i]),
         _attr("llm.replica", table.replica[i] or None),
+        _attr("llm.prefill_replica", table.prefill_replica[i] or None),
         _attr("llm.outcome", table.outcome[i]),
         _attr("llm.finish_reason", finish),
         _attr("llm.reject_reason", table.reject_reason[i]),
@@ -166,16 +183,24 @@ def request_spans(table: RequestTable, i: int, sent: int = 0) -> list[str]:
         f'"startTimeUnixNano":"{t["arrival"]}","endTimeUnixNano":"{t["completed"]}",'
         f'"attributes":[{attrs}],"status":{_status(table, i)}}}'
     ]
-    spans.extend(_segment(table, i, trace, base, root_id, k, name, start, end)
-                 for k, (name, start, end) in enumerate(_segments(t, finish), start=1) if k > sent)
+    k = 0
+    for pos, (name, start, end) in enumerate(_request_segments(table, i, t), start=1):
+        k += name != KV_TRANSFER
+        if pos > sent:
+            spans.append(_segment(table, i, trace, base, root_id, KV_SPAN if name == KV_TRANSFER else k, name, start,
+                                  end))
     return spans
+
+
+def _request_segments(table: RequestTable, i: int, t: dict[str, int]) -> list[tuple[str, int, int]]:
+    return _segments(t, table.finish_reason[i], bool(table.prefill_replica[i]), int(table.decode_start[i]))
 
 
 def vllm_span(table: RequestTable, i: int) -> str | None:
     """Request ``i`` as vLLM's ``llm_request`` span (JSON text), or None if it never reached the engine."""
     t = {k: int(v[i]) for k, v in table.ts.items()}
     finish = table.finish_reason[i]
-    seg = {name: (end - start) / 1e9 for name, start, end in _segments(t, finish)}
+    seg = {name: (end - start) / 1e9 for name, start, end in _request_segments(table, i, t)}
     if "llm.queue" not in seg:
         return None
     base, trace, parent = _ids(table, i)

@@ -27,6 +27,9 @@ REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 N_BUCKETS = (1, 2, 5, 10, 20)
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+# the NIXL KV connector's (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, NixlPromMetrics)
+NIXL_XFER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+NIXL_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))  # 2 KiB .. 8 GiB
 
 
 def _one_two_five(limit: int) -> tuple[float, ...]:
@@ -51,8 +54,12 @@ def _family(h: Histogram, name: str, help_text: str, labels: list[str], values: 
 class VllmMetrics:
     """Observer of one replica (see ``Replica.obs``) and the collector that renders its ``/metrics``."""
 
-    def __init__(self, model_name: str, engine_cfg, num_blocks: int, max_model_len: int, clock=time.time) -> None:
+    def __init__(self, model_name: str, engine_cfg, num_blocks: int, max_model_len: int, clock=time.time,
+                 kv_connector: bool = False) -> None:
+        """``kv_connector``: a replica of a disaggregated deployment, started with vLLM's NixlConnector: it shows
+        the connector's ``vllm:nixl_*`` families (observed where the KV is read, on the decode replica)."""
         now = clock()
+        self.kv_connector = kv_connector
         self.model_name = model_name
         self.cfg = engine_cfg
         self.num_blocks = num_blocks
@@ -74,7 +81,11 @@ class VllmMetrics:
             "max_tokens": Histogram(tok, now),
             "n": Histogram(N_BUCKETS, now),
         }
-        self.c = {"prompt": 0.0, "generation": 0.0, "preemptions": 0.0, "cache_queries": 0.0, "cache_hits": 0.0}
+        if kv_connector:
+            self.h["nixl_xfer"] = Histogram(NIXL_XFER_BUCKETS, now)
+            self.h["nixl_bytes"] = Histogram(NIXL_BYTES_BUCKETS, now)
+        self.c = {"prompt": 0.0, "generation": 0.0, "preemptions": 0.0, "cache_queries": 0.0, "cache_hits": 0.0,
+                  "nixl_failed": 0.0}
         self.finished = dict.fromkeys(FINISHED_REASONS, 0.0)
 
     # ------------------------------------------------------------------ observer hooks
@@ -106,16 +117,34 @@ class VllmMetrics:
     def on_preempt(self, rep, req) -> None:
         self.c["preemptions"] += 1
 
+    def on_handoff(self, rep, req, t: float) -> None:
+        """A prefill replica's request ends with its first token (the proxy's ``max_tokens=1`` leg of vLLM's P/D)."""
+        self._finished(req, t, "length")
+
+    def on_kv_transfer(self, rep, req, seconds: float, n_bytes: int) -> None:
+        self.h["nixl_xfer"].observe(seconds)
+        self.h["nixl_bytes"].observe(n_bytes)
+
+    def on_kv_transfer_failed(self, rep, req) -> None:
+        self.c["nixl_failed"] += 1
+
     def on_finish(self, rep, req, t: float) -> None:
-        self.finished["stop" if req.natural_stop else "length"] += 1
+        self._finished(req, t, "stop" if req.natural_stop else "length")
+
+    def _finished(self, req, t: float, reason: str) -> None:
+        self.finished[reason] += 1
+        if req.kv_ready == req.kv_ready:  # a decode replica's leg: the request arrived here with its KV
+            arrived, scheduled, first = req.kv_ready, req.decode_start, req.decode_start
+        else:
+            arrived, scheduled, first = req.queue_start, req.scheduled, req.first_token
         h = self.h
-        h["e2e"].observe(t - req.queue_start)
-        h["queue"].observe(req.scheduled - req.queue_start)
-        h["prefill"].observe(req.first_token - req.scheduled)
-        h["decode"].observe(t - req.first_token)
-        h["inference"].observe(t - req.scheduled)
+        h["e2e"].observe(t - arrived)
+        h["queue"].observe(scheduled - arrived)
+        h["prefill"].observe(first - scheduled)
+        h["decode"].observe(t - first)
+        h["inference"].observe(t - scheduled)
         if req.generated > 1:
-            h["tpot"].observe((t - req.first_token) / (req.generated - 1))
+            h["tpot"].observe((t - first) / (req.generated - 1))
         h["prompt_tokens"].observe(req.prompt_tokens)
         h["generation_tokens"].observe(req.generated)
         h["max_tokens"].observe(req.max_tokens)
@@ -182,6 +211,15 @@ class VllmMetrics:
         )
         for name, help_text, key in hists:
             yield _family(self.h[key], name, help_text, labels, values)
+        if self.kv_connector:
+            yield _family(self.h["nixl_xfer"], "vllm:nixl_xfer_time_seconds",
+                          "Histogram of transfer duration for NIXL KV Cache transfers.", labels, values)
+            yield _family(self.h["nixl_bytes"], "vllm:nixl_bytes_transferred",
+                          "Histogram of bytes transferred per NIXL KV Cache transfers.", labels, values)
+            c = CounterMetricFamily("vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers.",
+                                    labels=labels)
+            c.add_metric(values, self.c["nixl_failed"], created=self.created)
+            yield c
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry(auto_describe=False)

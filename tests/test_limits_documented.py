@@ -18,7 +18,7 @@ from tests.conftest import REPO
 LIMITS = {
     "simulator.md": [yamlfile.MAX_YAML_BYTES, yamlfile.MAX_DEPTH, yamlfile.MAX_ALIAS_NODES, config.MAX_REPLICAS,
                      config.MAX_ENGINE_INT, config.MAX_RATE, config.MAX_BURST_FACTOR, config.MAX_BATCH,
-                     config.MIN_DIURNAL_PERIOD_S, MAX_DURATION_S, config.MAX_REQUESTS],
+                     config.MIN_DIURNAL_PERIOD_S, MAX_DURATION_S, config.MAX_REQUESTS, config.MAX_LINK_GBPS],
     "capacity.md": [demand.MAX_PEAK_RPS, demand.MAX_GROWTH, demand.MAX_SECONDS, demand.MAX_TP, plan_cli.MAX_JOBS,
                     plan_cli.MAX_SIM_DURATION_S, plan_cli.MAX_OVERLOAD_S, disaggfile.MAX_LINK_GBPS,
                     disaggfile.MAX_LINK_LATENCY_MS],

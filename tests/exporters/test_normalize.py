@@ -201,6 +201,17 @@ def test_unknown_dialect_and_truncated_histograms():
     assert n.errors["truncated_histogram"] == 1
 
 
+def test_vllm_nixl_connector_sample_gives_the_kv_transfer_families():
+    """A P/D decode instance: NIXL's transfer time histogram, its bytes histogram's sum as a counter, its failures."""
+    v, n = values((SAMPLES / "vllm_nixl_pd_decode_synthetic.txt").read_text())
+    assert n.dialect == "vllm"
+    assert v[("llm_kv_transfer_seconds_count", "")] == 3
+    assert v[("llm_kv_transfer_seconds_sum", "")] == pytest.approx(0.061)
+    assert v[("llm_kv_transfer_seconds_bucket", 'le="0.025"')] == 2
+    assert v[("llm_kv_transfer_bytes_total", "")] == 1.5 * 2**20 + 12 * 2**20 + 24 * 2**20
+    assert v[("llm_kv_transfer_failures_total", "")] == 1
+
+
 def _golden(path):
     n = normalize(path.read_text())
     lines = n.lines(labels(("model", "deployment", "replica"), (n.model or "tgi-model", "d", "d-0")))
