@@ -1,7 +1,8 @@
 """``goodput analyze triage``: the seed's troubleshooting order, walked for one deployment, ending in a verdict.
 
 1. split E2E into gateway, queue, prefill, decode, send; 2. did request lengths or arrivals change;
-3. KV cache, preemptions, KV rejections; 4. routing balance and prefix-cache hits; 5. releases.
+3. KV cache, preemptions, KV rejections; 4. routing balance, prefix-cache hits, the gateway's refusals, and what its
+overload ladder degraded and its fallback routes moved, per tier; 5. releases.
 The recent period (the last quarter of the window) is compared with what came before it. A cause is
 named only when latency regressed — p95 E2E or TTFT of the recent period at least ``REGRESSION`` above
 what came before, or a step up in any p95 series of the window; otherwise the verdict says "no
@@ -141,8 +142,9 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
     if hit is not None and hit <= -0.3:
         causes.append((3, f"prefix-cache hit ratio fell {_pct(hit)}"))
     gateway, cause = _gateway(con, deployment, split, until, t.facts)
-    t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {gateway}")
-    causes += [(3, cause)] if cause else []
+    overload, moved_away = _overload(con, deployment, split, until, t.facts)
+    t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {gateway}; {overload}")
+    causes += [(3, c) for c in (cause, moved_away) if c]
     # 5. releases: each release's own evidence, then the change points of the window
     moved = _release_evidence(con, deployment, releases or [], since, until, span)
     t.facts["releases"] = [{"release": r.label(), "time": r.time.isoformat(), "moved": m} for r, m in moved]
@@ -243,3 +245,34 @@ def _gateway(con, deployment: str, split, until, facts: dict) -> tuple[str, str]
     share = refused / max(rejected, 1)
     return finding, (f"{who}: the gateway made {share:.0%} of the rejections ({refused} of {top['requests']} requests)"
                      if share >= GATEWAY_SHARE else "")
+
+
+FALLBACK_SHARE = 0.2  # the share of a tier's requests moved by a fallback route from which it is named a cause
+_ACTIONS = {"degraded": "degraded by the overload ladder", "fallback_in": "fell back to it from",
+            "fallback_out": "fell back away from it to"}
+
+
+def _overload(con, deployment: str, split, until, facts: dict) -> tuple[str, str]:
+    """Step 4's overload ladder and fallback routes: the share of each tier's recent requests degraded here, fallen
+    back to it from a primary, or fallen back away from it to a backup (the largest part each), and the cause to
+    name (empty: none) when a fallback moved ``FALLBACK_SHARE`` of a tier: requests served elsewhere, or load from
+    elsewhere, explain latency that degradation (which makes requests cheaper) does not."""
+    res = backend(con).rows("gateway_overload", {"deployment": deployment, "split": split, "until": until})
+    rows = [dict(zip(res.columns, r, strict=True)) for r in res.rows]
+    facts["gateway_overload"] = rows
+    if not rows:
+        return "nothing degraded or fallen back", ""
+    parts: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:  # largest first (the query's order)
+        parts.setdefault((r["tier"], r["action"]), []).append(r)
+    said, cause = [], ""
+    for (tier, action), rs in parts.items():
+        share = sum(r["n"] for r in rs) / max(rs[0]["requests"], 1)
+        top = rs[0]
+        what = top["detail"] + (f" ({top['reason']})" if top["reason"] else "")
+        said.append(f"{share:.0%} of {tier} {_ACTIONS[action]} ({what} most)" if action == "degraded"
+                    else f"{share:.0%} of {tier} {_ACTIONS[action]} {what}")
+        if action != "degraded" and share >= FALLBACK_SHARE and not cause:
+            cause = (f"{tier} requests moved by a fallback route: {share:.0%} {_ACTIONS[action]} {what}"
+                     + (" (the primary's circuit breaker is open)" if top["reason"] == "circuit_open" else ""))
+    return "; ".join(said), cause

@@ -7,7 +7,7 @@ from console.filters import Filters, label_matchers
 from exporters.catalog import by_name
 from simulator.admission import GATEWAY_REJECT_REASONS
 
-__all__ = ["RECORDED", "gateway", "kv", "overview", "routing"]
+__all__ = ["RECORDED", "gateway", "kv", "overload", "overview", "routing"]
 
 RECORDED = (
     "deployment_tier_route:llm_slo_ttft:attainment_5m", "deployment_tier_route:llm_slo_tpot:attainment_5m",
@@ -88,4 +88,23 @@ def gateway(f: Filters, range_s: int) -> dict[str, str]:
                      f"{{{m}}}[{range_s}s]))",
         "rejections": f"sum by (tenant, tier, reason) (increase({_m('llm_gateway_rejections_total')}"
                       f"{{{','.join(x for x in (m, reasons) if x)}}}[{range_s}s]))",
+    }
+
+
+def overload(f: Filters, range_s: int) -> dict[str, str]:
+    """Instant queries for the Routing page's overload ladder and fallback routes: each deployment's ladder step at
+    its newest admission (now), the fallback paths primary -> backup by reason as requests per second over the last
+    ``range_s`` seconds (a deployment filter keeps the paths from it and to it), and what the ladder degraded there
+    per tier and step."""
+    d = label_matchers(f, ("deployment",))
+    fallbacks, t = _m("llm_gateway_fallbacks_total"), label_matchers(f, ("tier", "tenant"))
+    paths = "sum by (fallback_from, deployment, reason) (rate({m}{{{sel}}}[{r}s]))"
+    to = paths.format(m=fallbacks, sel=",".join(x for x in (d, t) if x), r=range_s)
+    away = paths.format(m=fallbacks, sel=",".join(x for x in (d.replace("deployment=", "fallback_from=", 1), t) if x),
+                        r=range_s)
+    return {
+        "steps": f"max by (deployment, step) ({_m('llm_gateway_overload_step')}{_sel(f, ('deployment',))})",
+        "fallbacks": f"{to} or {away}" if d else to,
+        "degradations": f"sum by (deployment, tier, step) (increase({_m('llm_gateway_degradations_total')}"
+                        f"{_sel(f, ('deployment', 'tier', 'tenant'))}[{range_s}s]))",
     }

@@ -11,8 +11,8 @@ from analyzer.regressions import LENGTH_SHIFT, RATE_SHIFT
 from console.prom import Sample
 from console.runbooks import for_alert
 
-__all__ = ["alert_rows", "gateway_tables", "live_table", "samples_frame", "shift_table", "silence_rows", "skew", "status",
-           "trace_table", "verdict_table"]
+__all__ = ["alert_rows", "fallback_paths", "gateway_tables", "ladder_state", "live_table", "samples_frame", "shift_table",
+           "silence_rows", "skew", "status", "trace_table", "verdict_table"]
 
 # how each live query folds onto a (deployment, tier) row: min attainment and max burn over the routes
 FOLD = {"ttft_attainment": "min", "tpot_attainment": "min", "ttft_burn_1h": "max", "tpot_burn_1h": "max"}
@@ -33,6 +33,21 @@ def gateway_tables(decisions: pd.DataFrame, rejections: pd.DataFrame) -> tuple[p
         out.append(df.drop(columns="_all").sort_values([*keys, "requests"], ascending=[True, True, False],
                                                        ignore_index=True))
     return out[0], out[1]
+
+
+def ladder_state(samples: list[Sample]) -> pd.DataFrame:
+    """Each deployment's overload ladder step now (``llm_gateway_overload_step``: its name and its place in the
+    ladder, 0 none), the furthest stepped in first."""
+    df = samples_frame(samples, ("deployment", "step"), "step_index")
+    return df.sort_values(["step_index", "deployment"], ascending=[False, True], ignore_index=True)
+
+
+def fallback_paths(samples: list[Sample]) -> pd.DataFrame:
+    """The fallback paths that carried requests (primary -> backup, reason, requests per second), busiest first."""
+    df = samples_frame(samples, ("fallback_from", "deployment", "reason"), "requests_per_s")
+    df = df[df["requests_per_s"] > 0]
+    df.insert(0, "path", df["fallback_from"] + " -> " + df["deployment"])
+    return df.sort_values(["requests_per_s", "path"], ascending=[False, True], ignore_index=True)
 
 
 def samples_frame(samples: list[Sample], labels: tuple[str, ...], value: str) -> pd.DataFrame:

@@ -14,6 +14,7 @@ __all__ = [
     "GATEWAY",
     "GATEWAY_BUCKETS",
     "GPU",
+    "OVERLOAD_STEPS",
     "SELF",
     "TOKEN_BUCKETS",
     "MetricSpec",
@@ -35,6 +36,10 @@ GATEWAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0
 # stream; histogram_quantile interpolates linearly inside a bucket, so a quantile is known to within its bucket (a
 # factor 2). 128k is the longest context window of the models planned (Llama 3.1, Qwen2.5); more lands in +Inf.
 TOKEN_BUCKETS = tuple(float(2 ** k) for k in range(4, 18))
+# The overload ladder's step kinds in the seed's section 8 order, mildest first: llm_gateway_overload_step is a step's
+# position here (1-based; 0 when no step is active, len + 1 for a step name the exporter does not know), so "> 2"
+# reads "past degrading P1" whatever a fleet file names its steps' triggers.
+OVERLOAD_STEPS = ("defer_p2", "degrade_p1", "fallback", "tpm_limit", "fail_fast")
 
 
 @dataclass(frozen=True)
@@ -87,11 +92,25 @@ GATEWAY = (
     _m("llm_gateway_requests_total", "counter", "", "Requests by outcome.", C + ("outcome",)),
     _m("llm_gateway_rejections_total", "counter", "",
        "Rejected requests by reason: the engine's (queue_full, queue_timeout, kv_capacity, context_too_long, ...) and "
-       "the gateway's, as its llm.reject_reason says (rate_limit, tpm_limit, concurrency_limit, budget_exhausted).",
-       C + ("reason",)),
+       "the gateway's, as its llm.reject_reason says (rate_limit, tpm_limit, concurrency_limit, budget_exhausted; "
+       "busy: the overload ladder's fail-fast answer; circuit_open: no route left; capability: no deployment can "
+       "serve the request's needs).", C + ("reason",)),
     _m("llm_gateway_admissions_total", "counter", "",
        "The gateway's admission decisions (llm.admission of the llm.gateway span: admitted, queued, deferred, "
        "rejected), counted once per request when its llm.gateway span arrives.", C + ("decision",)),
+    _m("llm_gateway_degradations_total", "counter", "",
+       "Requests the overload ladder degraded, by the step that did (llm.degraded of the llm.gateway span: "
+       "output_cap, context_trim, ...), counted once per request at admission.", C + ("step",)),
+    _m("llm_gateway_fallbacks_total", "counter", "",
+       "Requests served by a backup deployment (deployment) instead of their primary (fallback_from), by reason "
+       "(llm.fallback_reason: circuit_open, capacity, unavailable), counted once per request at admission.",
+       C + ("fallback_from", "reason")),
+    _m("llm_gateway_overload_step", "gauge", "",
+       "The overload ladder's highest active step at the newest admission per deployment (llm.overload_step of the "
+       "newest llm.gateway span), as its position in the section 8 order: 0 none, "
+       + ", ".join(f"{i} {step}" for i, step in enumerate(OVERLOAD_STEPS, start=1))
+       + f", {len(OVERLOAD_STEPS) + 1} a step the exporter does not know; step is its name.",
+       ("deployment", "step")),
     _m("llm_gateway_input_tokens_total", "counter", "", "Input tokens per tenant.", C),
     _m("llm_gateway_output_tokens_total", "counter", "", "Output tokens per tenant.", C),
     _m("llm_gateway_requests_arrived_total", "counter", "",

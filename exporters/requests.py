@@ -15,7 +15,10 @@ Arrival rate and queue wait thus lead the completions during an overload instead
 A gateway span that carries the gateway's decision (``llm.admission``: admitted, queued, deferred, rejected) counts
 it once per request in ``llm_gateway_admissions_total``, and its ``llm.gateway_wait_s`` (the time held in a tier
 queue) is observed into ``llm_gateway_admission_wait_seconds``; a refused request's reason, the gateway's or the
-engine's, is its root's ``llm.reject_reason`` as sent, in ``llm_gateway_rejections_total``.
+engine's, is its root's ``llm.reject_reason`` as sent, in ``llm_gateway_rejections_total``. The overload ladder's and
+the fallback routes' marks on the same span (``llm.degraded``, ``llm.fallback_from`` + ``llm.fallback_reason``) are
+counted once per request beside the decision, and ``llm.overload_step`` of the newest gateway span per deployment is
+the ladder's state now (``llm_gateway_overload_step``, the step's place in the catalog's ``OVERLOAD_STEPS``).
 
 Each admitted request's input tokens and each completed one's output tokens are also observed into per-request
 token histograms (the catalog's ``TOKEN_BUCKETS``), the token mix measured demand reads from Prometheus.
@@ -40,7 +43,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, TOKEN_BUCKETS, by_name
+from exporters.catalog import GATEWAY, GATEWAY_BUCKETS, OVERLOAD_STEPS, TOKEN_BUCKETS, by_name
 from exporters.exposition import fmt_float, labels, render
 from exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
 from exporters.trace_store import StoreClosed, StoreFull, TraceStore
@@ -58,7 +61,9 @@ DECODE_WAIT_S = 10.0  # a payload that finds no decode slot this long is answere
 ROOTS = ("llm.request", "llm_request")
 MAX_LABEL_CHARS = 128
 TIERS = frozenset({"P0", "P1", "P2"})
-LABEL_LIMITS = {"model": 256, "deployment": 1_000, "tenant": 10_000, "route": 256, "reason": 64, "decision": 16}
+LABEL_LIMITS = {"model": 256, "deployment": 1_000, "tenant": 10_000, "route": 256, "reason": 64, "decision": 16,
+                "step": 16}
+STEP_INDEX = {step: i for i, step in enumerate(OVERLOAD_STEPS, start=1)}
 HIST = {"admission": "llm_gateway_admission_wait_seconds", "queue": "llm_gateway_queue_wait_seconds",
         "ttft": "llm_gateway_time_to_first_token_seconds",
         "tpot": "llm_gateway_time_per_output_token_seconds", "e2e": "llm_gateway_e2e_latency_seconds"}
@@ -125,6 +130,9 @@ class RequestMetrics:
         self.requests: dict[tuple, float] = defaultdict(float)  # (model, dep, tenant, tier, route, outcome)
         self.rejections: dict[tuple, float] = defaultdict(float)  # (..., reason)
         self.admissions: dict[tuple, float] = defaultdict(float)  # (..., decision)
+        self.degradations: dict[tuple, float] = defaultdict(float)  # (..., step)
+        self.fallbacks: dict[tuple, float] = defaultdict(float)  # (..., fallback_from, reason)
+        self.overload: dict[str, tuple[int, str]] = {}  # deployment -> (end ns, step) of its newest gateway span
         self.tokens_in: dict[tuple, float] = defaultdict(float)
         self.tokens_out: dict[tuple, float] = defaultdict(float)
         self.traffic: dict[str, float] = defaultdict(float)
@@ -215,6 +223,20 @@ class RequestMetrics:
             return
         self.admissions[key + (self.bounded["decision"](str(decision)),)] += 1
         _observe(self._hists(key[1], key[3], key[4])["admission"], _num(a, "llm.gateway_wait_s"))
+        step = str(a.get("llm.overload_step") or "")
+        step = self.bounded["step"](step) if step else ""
+        newest = self.overload.get(key[1])
+        if newest is None or gateway.end_ns >= newest[0]:
+            self.overload[key[1]] = (gateway.end_ns, step)
+        self._degrade(a, key)
+
+    def _degrade(self, a: dict[str, Any], key: tuple[str, str, str, str, str]) -> None:
+        """The ladder's degradation and the fallback route of request ``key``, where its span ``a`` marks them."""
+        if a.get("llm.degraded"):
+            self.degradations[key + (self.bounded["step"](str(a["llm.degraded"])),)] += 1
+        if a.get("llm.fallback_from"):
+            self.fallbacks[key + (self.bounded["deployment"](str(a["llm.fallback_from"])),
+                                  self.bounded["reason"](str(a.get("llm.fallback_reason") or "unknown")))] += 1
 
     def _early(self, s: Span) -> None:
         """A segment span that arrived before its root: the gateway's admits the request (counted once, in flight,
@@ -278,8 +300,10 @@ class RequestMetrics:
         flight = self.flights.pop(root.trace_id, None)
         if flight is None:  # no early gateway span: it arrives now (the vLLM shape, or all spans at once)
             self._arrive(key)
-            if "llm.gateway" in kids:
+            if "llm.gateway" in kids and "llm.admission" in kids["llm.gateway"].attributes:
                 self._admit(kids["llm.gateway"], key)
+            else:  # no gateway decision (vLLM's one span): the root's marks, if any
+                self._degrade(a, key)
         else:
             self._land(root.trace_id, flight)
         outcome = str(a.get("llm.outcome") or ("error" if root.status_code == 2 else "ok"))
@@ -339,20 +363,22 @@ class RequestMetrics:
             fam: dict[str, list[str]] = defaultdict(list)
             names = ("model", "deployment", "tenant", "tier", "route")
 
-            def fold(series: dict[tuple, float], extra: str | None) -> dict[tuple, float]:
+            def fold(series: dict[tuple, float]) -> dict[tuple, float]:
                 out: dict[tuple, float] = defaultdict(float)
                 for k, v in series.items():
                     out[k[:2] + ((k[2] if k[2] in keep else "other"),) + k[3:]] += v
                 return out
 
-            for name, series, extra in (("llm_gateway_requests_total", self.requests, "outcome"),
-                                        ("llm_gateway_rejections_total", self.rejections, "reason"),
-                                        ("llm_gateway_admissions_total", self.admissions, "decision"),
-                                        ("llm_gateway_requests_arrived_total", self.arrived, None),
-                                        ("llm_gateway_input_tokens_total", self.tokens_in, None),
-                                        ("llm_gateway_output_tokens_total", self.tokens_out, None)):
-                cols = names + ((extra,) if extra else ())
-                for k, v in sorted(fold(series, extra).items()):
+            for name, series, extra in (("llm_gateway_requests_total", self.requests, ("outcome",)),
+                                        ("llm_gateway_rejections_total", self.rejections, ("reason",)),
+                                        ("llm_gateway_admissions_total", self.admissions, ("decision",)),
+                                        ("llm_gateway_degradations_total", self.degradations, ("step",)),
+                                        ("llm_gateway_fallbacks_total", self.fallbacks, ("fallback_from", "reason")),
+                                        ("llm_gateway_requests_arrived_total", self.arrived, ()),
+                                        ("llm_gateway_input_tokens_total", self.tokens_in, ()),
+                                        ("llm_gateway_output_tokens_total", self.tokens_out, ())):
+                cols = names + extra
+                for k, v in sorted(fold(series).items()):
                     fam[name].append(f"{name}{{{labels(cols, k)}}} {fmt_float(v)}")
             for (dep, tier, route), hs in sorted(self.hists.items()):
                 lab = labels(("deployment", "tier", "route"), (dep, tier, route))
@@ -368,6 +394,10 @@ class RequestMetrics:
                 fam["llm_gateway_ttft_missed_total"].extend(
                     f'llm_gateway_ttft_missed_total{{{lab},le="{le_label(b)}"}} {float(n)}'
                     for b, n in zip(self.buckets, missed, strict=True))
+            for dep, (_, step) in sorted(self.overload.items()):
+                index = STEP_INDEX.get(step, len(OVERLOAD_STEPS) + 1) if step else 0
+                fam["llm_gateway_overload_step"].append(
+                    f"llm_gateway_overload_step{{{labels(('deployment', 'step'), (dep, step or 'none'))}}} {float(index)}")
             ex = f'exporter="{EXPORTER}"'
             fam["llm_exporter_tenants_folded"].append(f"llm_exporter_tenants_folded{{{ex}}} {float(folded)}")
             fam["llm_exporter_spans_received_total"].append(f"llm_exporter_spans_received_total{{{ex}}} {float(self.received)}")

@@ -46,6 +46,8 @@ DEPLOYMENT_TTFT = 2
 DEPLOYMENT_KV_FAILURES = 7
 DEPLOYMENT_ENGINES_UP = 11
 TENANTS_QUOTA_REJECTIONS = 9
+TENANTS_OVERLOAD_ACTIONS = 10
+TENANTS_FALLBACK_PATHS = 11
 GPUS_LOST = 1
 GPUS_XID = 6
 
@@ -61,6 +63,9 @@ ALERT_PANELS: dict[str, tuple[Board, int, tuple[str, ...]]] = {
     "LLMGPULost": (GPUS, GPUS_LOST, ("deployment",)),
     "LLMGPUXidErrors": (GPUS, GPUS_XID, ("deployment",)),
     "LLMTenantAtQuota": (TENANTS, TENANTS_QUOTA_REJECTIONS, ("deployment", "tenant")),
+    "LLMOverloadProtectionNotHoldingP0": (TENANTS, TENANTS_OVERLOAD_ACTIONS, ("deployment",)),
+    "LLMOverloadProtectionEngaged": (TENANTS, TENANTS_OVERLOAD_ACTIONS, ("deployment",)),
+    "LLMCircuitOpen": (TENANTS, TENANTS_FALLBACK_PATHS, ()),
     "Watchdog": (FLEET, FLEET_FIRING_ALERTS, ()),
 }
 

@@ -29,7 +29,7 @@ from exporters.catalog import GATEWAY_BUCKETS, by_name, names
 from exporters.recorded import AUTOSCALE_DESIRED, AUTOSCALE_SIGNAL, KV_USAGE_AVG, QUEUE_WAIT_P95, TOKENS_RATE, tier_quantile
 from goodput import dashboard_ids as ids
 from goodput.placeholders import Knob, fill, mark, params
-from goodput.rulegen import BURN_WINDOWS, QUOTA_REJECTIONS, RULE_FILES, Spec, knobs
+from goodput.rulegen import BURN_WINDOWS, CIRCUIT_OPEN, OVERLOAD_ACTIONS, QUOTA_REJECTIONS, RULE_FILES, Spec, knobs
 from goodput.rulegen import build as build_rules
 
 __all__ = ["KNOBS", "PROMETHEUS_BUILTINS", "RELEASE_RULE", "Names", "Panel", "Query", "build", "release_rules", "templates",
@@ -241,6 +241,17 @@ def _tenants(n: Names) -> list[Panel]:
               "minutes; LLMTenantAtQuota opens a ticket when it stays over the least rejection share while P0 meets "
               "its SLO.", "percentunit",
               (Query(f"{n.r(QUOTA_REJECTIONS)}{_sel('deployment', 'tenant')}", "{{tenant}} {{deployment}}"),)),
+        Panel(ids.TENANTS_OVERLOAD_ACTIONS, "Degraded and fallen back", "Share of each deployment's requests the "
+              "overload ladder degraded (output cap, context trim) or that a fallback route moved to or away from it, "
+              "over 5 minutes; LLMOverloadProtectionNotHoldingP0 pages when it grows while P0 burns its TTFT budget, "
+              "LLMOverloadProtectionEngaged opens a ticket when it lasts while P0 holds.", "percentunit",
+              (Query(f"{n.r(OVERLOAD_ACTIONS)}{_sel('deployment')}", "{{action}} {{deployment}}"),)),
+        Panel(ids.TENANTS_FALLBACK_PATHS, "Fallback paths", "Requests per second a backup served instead of their "
+              "primary, per primary, backup and reason (circuit_open: the primary's breaker is open, LLMCircuitOpen "
+              "pages; capacity; unavailable).", "reqps",
+              (Query(rate("llm_gateway_fallbacks_total", "fallback_from, deployment, reason"),
+                     "{{fallback_from}} -> {{deployment}} {{reason}}"),
+               Query(f"{n.r(CIRCUIT_OPEN)}{_sel('deployment')}", "circuit open: {{deployment}} -> {{backup}}"))),
     ]
 
 

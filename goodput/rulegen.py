@@ -42,7 +42,8 @@ __all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "dump", "knobs", "load_spec"
 TIERS = ("P0", "P1", "P2")
 ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
           "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow", "LLMEngineDown", "LLMExporterDown", "LLMGPULost",
-          "LLMGPUXidErrors", "LLMTenantAtQuota", "Watchdog")
+          "LLMGPUXidErrors", "LLMTenantAtQuota", "LLMOverloadProtectionNotHoldingP0", "LLMOverloadProtectionEngaged",
+          "LLMCircuitOpen", "Watchdog")
 # alerts about a deployment's queue and latency, silenced while its engine or GPU is down
 SYMPTOMS = ("LLMQueueWaitRisingReplicasShort", "LLMTTFTSLOBreachWithRejects", "LLMKVCacheAllocationFailures",
             "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow")
@@ -62,6 +63,14 @@ SLIS = {"ttft": "llm_gateway_time_to_first_token_seconds", "tpot": "llm_gateway_
 QUOTA_REASONS = ("budget_exhausted", "concurrency_limit", "rate_limit", "tpm_limit")
 QUOTA_REJECTIONS = "deployment_tenant:llm_gateway_quota_rejections:ratio_rate5m"
 MISSED, ARRIVED = by_name("llm_gateway_ttft_missed_total").name, by_name("llm_gateway_requests_arrived_total").name
+# the share of a deployment's requests the overload ladder degraded (action="degraded") or that fell back to or away
+# from it (action="fallback"); and per primary (deployment) and backup, the requests its open circuit sends on
+OVERLOAD_ACTIONS = "deployment_action:llm_gateway_overload_actions:ratio_rate5m"
+CIRCUIT_OPEN = "deployment_backup:llm_gateway_circuit_open_fallbacks:rate5m"
+DEGRADATIONS, FALLBACKS = by_name("llm_gateway_degradations_total").name, by_name("llm_gateway_fallbacks_total").name
+# P0 burning its TTFT budget as fast as the second page window says (6x over 30 minutes), and still in the last 5:
+# the ladder and the fallbacks engaged and P0 still hurt is a page; engaged while P0 holds is their job done
+_, _, _, PROTECTION_WINDOW, PROTECTION_BURN, _ = BURN_WINDOWS[1]
 
 
 @dataclass(frozen=True)
@@ -288,6 +297,18 @@ def _llm_rules(b: _Builder) -> dict:
                  "sum by (deployment, tenant) (rate(llm_gateway_rejections_total"
                  f'{{reason=~"{"|".join(QUOTA_REASONS)}"}}[5m]))\n'
                  "/ on (deployment, tenant)\nsum by (deployment, tenant) (rate(llm_gateway_requests_total[5m]))"),
+        b.record(OVERLOAD_ACTIONS, f"sum by (deployment) (rate({DEGRADATIONS}[5m]))\n/ on (deployment)\n{ARRIVALS_RATE}",
+                 {"action": "degraded"}),
+        # fallbacks into the deployment (it is the backup) and away from it (the primary), over its arrivals and
+        # what went away: at most 1, and defined while a primary's whole traffic goes elsewhere
+        b.record(OVERLOAD_ACTIONS,
+                 f"sum by (deployment) (\n  sum by (deployment) (rate({FALLBACKS}[5m]))\n  or\n  {_fallbacks_out()}\n)\n"
+                 f"/ on (deployment)\nsum by (deployment) (\n  {ARRIVALS_RATE}\n  or\n  {_fallbacks_out()}\n)",
+                 {"action": "fallback"}),
+        b.record(CIRCUIT_OPEN,
+                 'sum without (fallback_from) (label_replace(label_replace(\n  sum by (fallback_from, deployment) '
+                 f'(rate({FALLBACKS}{{reason="circuit_open"}}[5m])),\n'
+                 '  "backup", "$1", "deployment", "(.*)"), "deployment", "$1", "fallback_from", "(.*)"))'),
         b.record("deployment_tier:llm_gateway_timeouts:ratio_rate5m",
                  'sum by (deployment, tier) (rate(llm_gateway_requests_total{outcome="timeout"}[5m]))\n'
                  "/ on (deployment, tier)\ndeployment_tier:llm_gateway_requests:rate5m"),
@@ -321,6 +342,18 @@ def _llm_rules(b: _Builder) -> dict:
         b.record(AUTOSCALE_DESIRED, f"clamp_min(max by (deployment) ({AUTOSCALE_SIGNAL}), 1)"),
     ]
     return {"groups": [{"name": "llm.recording", "rules": rec}]}
+
+
+def _fallbacks_out() -> str:
+    """Requests per second that fell back away from each primary, the primary as ``deployment``."""
+    return (f'label_replace(sum by (fallback_from) (rate({FALLBACKS}[5m])), "deployment", "$1", "fallback_from", '
+            '"(.+)")')
+
+
+def _p0_ttft_burn(window: str) -> str:
+    """P0's TTFT error ratio over ``window`` as a burn rate (1: spending the budget exactly as the objective allows)."""
+    return (f'deployment_tier_route:llm_slo_ttft_errors:ratio_rate{window}{{tier="P0"}}\n    / on (tier, route) '
+            "group_left ()\n  (1 - tier_route:llm_slo_objective:config)")
 
 
 def _slo_rules(b: _Builder) -> dict:
@@ -458,6 +491,42 @@ def _alert_rules(b: _Builder) -> dict:
             "Tenant {{ $labels.tenant }} on {{ $labels.deployment }}: {{ $value | humanizePercentage }} of its "
             "requests are refused by its own quota (rate, tokens per minute, concurrency or token budget) over 5 "
             "minutes, for 15 minutes, while P0 meets its SLO: review the tenant's quota or its traffic."),
+        b.alert(
+            "LLMOverloadProtectionNotHoldingP0",
+            f"(\n  {_p0_ttft_burn(PROTECTION_WINDOW)} > {PROTECTION_BURN:g}\n  and\n  {_p0_ttft_burn(PAGE_RESET)} > "
+            f"{PROTECTION_BURN:g}\n)\nand on (deployment)\n(\n  {OVERLOAD_ACTIONS} > {mark('rejectionRatioMin')}\n"
+            f"  and\n  deriv({OVERLOAD_ACTIONS}[10m]) > 0\n)",
+            "5m", "page", "The overload ladder degrades or falls back more and more, and P0 still burns its TTFT budget.",
+            "{{ $labels.deployment }} route {{ $labels.route }}: P0 burns its TTFT error budget {{ $value | humanize }}x "
+            f"too fast (over {_dur(PROTECTION_WINDOW, b.scale)} and the last {_dur(PAGE_RESET, b.scale)}) while a "
+            "growing share of the deployment's requests is degraded or sent to a backup: the protection is not "
+            "holding P0."),
+        b.alert(
+            "LLMOverloadProtectionEngaged",
+            # the ladder and the fallbacks doing their job, P0 meeting its objective: capacity is short, not an outage
+            f"{OVERLOAD_ACTIONS} > {mark('rejectionRatioMin')}\nunless on (deployment)\n(\n  "
+            f"{_p0_ttft_burn(PROTECTION_WINDOW)} > {PROTECTION_BURN:g}\n  and\n  {_p0_ttft_burn(PAGE_RESET)} > "
+            f"{PROTECTION_BURN:g}\n)",
+            "30m", "ticket", "The overload ladder or a fallback route has been engaged for 30 minutes while P0 holds.",
+            "{{ $labels.deployment }}: {{ $value | humanizePercentage }} of its requests are {{ if eq $labels.action "
+            '"fallback" }}served by a fallback route (to or from it){{ else }}degraded by the overload ladder{{ end }} '
+            "over 5 minutes, for 30 minutes, while P0 meets its TTFT objective: the fleet is short of capacity for "
+            "this traffic."),
+        b.alert(
+            "LLMCircuitOpen",
+            f"{CIRCUIT_OPEN} > 0\nor\n"
+            '(\n  sum by (deployment) (rate(llm_gateway_rejections_total{reason="circuit_open"}[5m])) > 0\n)\n'
+            f"unless on (deployment)\n{CIRCUIT_OPEN}",
+            "2m", "page", "A primary deployment's circuit breaker is open: its traffic goes to a backup or is refused.",
+            # the backup's headroom, read when the alert fires: its free KV cache and its replicas over what it needs
+            "Circuit open on {{ $labels.deployment }}: {{ $b := $labels.backup }}{{ if $b }}{{ $value | humanize }} "
+            "requests/s go to its backup {{ $b }}, which has "
+            '{{ with printf "1 - ' + KV_USAGE_AVG + '{deployment=%q}" $b | query }}'
+            "{{ . | first | value | humanizePercentage }}{{ else }}an unknown share{{ end }} of its KV cache free and "
+            '{{ with printf "deployment:llm_replicas_available:max{deployment=%q} - on (deployment) '
+            'deployment:llm_replicas_required:ceil{deployment=%q}" $b $b | query }}{{ . | first | value }}'
+            "{{ else }}unknown{{ end }} replicas over what its arrivals require{{ else }}no backup takes its traffic: "
+            "{{ $value | humanize }} requests/s are refused (circuit_open){{ end }}."),
         b.alert("LLMEngineDown", "llm_engine_up == 0", "2m", "page", "An inference engine does not answer its scrape.",
                 "Replica {{ $labels.replica }} of {{ $labels.deployment }} ({{ $labels.model }}) has not answered "
                 "the engine exporter for 2 minutes."),
@@ -481,6 +550,9 @@ def _alertmanager(spec: Spec) -> dict:
             "group_wait": am.get("group_wait", "30s"), "group_interval": am.get("group_interval", "5m"),
             "repeat_interval": am.get("repeat_interval", "4h"),
             "routes": [
+                # one notification per primary and backup: which backup carries the traffic is the page's question
+                {"matchers": ['alertname="LLMCircuitOpen"'], "receiver": "pager",
+                 "group_by": ["alertname", "deployment", "backup"]},
                 {"matchers": ['severity="page"', 'tier="P2"'], "receiver": "ticket"},  # offline work does not wake anyone
                 {"matchers": ['severity="page"'], "receiver": "pager"},
                 {"matchers": ['severity="ticket"'], "receiver": "ticket"},
@@ -525,7 +597,8 @@ def knobs(spec: Spec) -> tuple[Knob, ...]:
                f"LLMQueueWaitRisingReplicasShort: tier {t}'s queue wait threshold (s)", _number)
           for t, s in sorted(th["queue_wait_p95_seconds"].items())),
         number("rejectionRatioMin", "rejection_ratio_min",
-               "LLMTTFTSLOBreachWithRejects, LLMTenantAtQuota: the least rejection share"),
+               "LLMTTFTSLOBreachWithRejects, LLMTenantAtQuota: the least rejection share; LLMOverloadProtection*: "
+               "the least share degraded or fallen back"),
         number("preemptionsPerSecond", "preemptions_per_second", "LLMKVCacheAllocationFailures: preemptions/s over"),
         number("capacityRedundancy", "capacity_redundancy", "required replicas = ceil(demand / per-replica goodput x this)"),
         number("autoscaleKvTargetRatio", "autoscale_kv_target_ratio", "the autoscaling kv signal's mean KV usage target"),

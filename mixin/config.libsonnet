@@ -2,7 +2,7 @@
 // `_config` in your own file (docs/mixin.md, mixin/example.jsonnet).
 {
   _config+:: {
-    // LLMTTFTSLOBreachWithRejects, LLMTenantAtQuota: the least rejection share
+    // LLMTTFTSLOBreachWithRejects, LLMTenantAtQuota: the least rejection share; LLMOverloadProtection*: the least share degraded or fallen back
     rejectionRatioMin: 0.01,
     // LLMKVCacheAllocationFailures: preemptions/s over
     preemptionsPerSecond: 0.05,

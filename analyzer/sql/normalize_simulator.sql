@@ -1,5 +1,9 @@
 -- The simulator's requests.parquet (view `sim`) -> requests and segments. Its timestamps are the ground
 -- truth; segments follow the same rules as its OTLP spans (simulator/spans.py).
+-- a record from before the overload ladder and fallback routes has none of their columns
+ALTER TABLE sim ADD COLUMN IF NOT EXISTS degraded VARCHAR;
+ALTER TABLE sim ADD COLUMN IF NOT EXISTS fallback_from VARCHAR;
+ALTER TABLE sim ADD COLUMN IF NOT EXISTS fallback_reason VARCHAR;
 CREATE OR REPLACE TEMP TABLE simq AS
 SELECT *, epoch_ns(arrival) AS a, epoch_ns(queue_start) AS q, epoch_ns(scheduled) AS sc,
        epoch_ns(first_token) AS ft, epoch_ns(last_token) AS lt, epoch_ns(completed) AS c
@@ -38,7 +42,9 @@ SELECT trace_id, request_id, arrival AS ts, a AS start_ns, c AS end_ns, model, d
        tpot_seconds(e2e_s, ttft_s, output_tokens) AS tpot_s,
        source,
        -- requests of one trace (a caller's traceparent continued by the live fleet): the earlier ones were retried
-       (row_number() OVER (PARTITION BY trace_id ORDER BY a, request_id) - 1)::INTEGER AS retries
+       (row_number() OVER (PARTITION BY trace_id ORDER BY a, request_id) - 1)::INTEGER AS retries,
+       nullif(degraded, '') AS degraded, nullif(fallback_from, '') AS fallback_from,
+       nullif(fallback_reason, '') AS fallback_reason
 FROM seg ORDER BY a;
 
 INSERT INTO requests BY NAME SELECT * FROM sim_new ORDER BY start_ns;

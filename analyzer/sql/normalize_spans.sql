@@ -206,7 +206,7 @@ SELECT
     e2e_s, ttft_s,
     ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s) AS ttft_other_s,
     tpot_seconds(e2e_s, ttft_s, output_tokens) AS tpot_s,
-    source, retries::INTEGER AS retries,
+    source, retries::INTEGER AS retries, degraded, fallback_from, fallback_reason,
     -- segment start times, for the long-form table only
     w_start AS x_gateway, queue_start AS x_queue, prefill_start AS x_prefill, decode_start AS x_decode,
     CASE WHEN served THEN coalesce(send_start, end_time_unix_nano) ELSE send_start END AS x_send

@@ -17,9 +17,14 @@ CREATE TABLE IF NOT EXISTS requests (
     ttft_other_s DOUBLE,              -- TTFT minus gateway, queue and prefill
     tpot_s DOUBLE,                    -- (E2E - TTFT) / (output tokens - 1)
     source VARCHAR,
-    retries INTEGER                   -- engine calls of the same trace before this one (retries, fallbacks)
+    retries INTEGER,                  -- engine calls of the same trace before this one (retries, fallbacks)
+    -- the gateway's overload ladder and fallback routes (llm.degraded, llm.fallback_from, llm.fallback_reason)
+    degraded VARCHAR, fallback_from VARCHAR, fallback_reason VARCHAR
 );
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS retries INTEGER;   -- databases made before the column
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS degraded VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS fallback_from VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS fallback_reason VARCHAR;
 -- The decomposition's arithmetic, once for every input format.
 CREATE OR REPLACE MACRO other_seconds(e2e, gateway, queue, prefill, decode, send) AS
     e2e - (coalesce(gateway, 0) + coalesce(queue, 0) + coalesce(prefill, 0) + coalesce(decode, 0) + coalesce(send, 0));

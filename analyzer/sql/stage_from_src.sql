@@ -10,7 +10,8 @@ SELECT trace_id, span_id, coalesce(parent_span_id, ''), name, kind, start_time_u
     attributes['llm.cached_tokens'], attributes['llm.preemptions'], attributes['llm.outcome'],
     -- vLLM writes its finish reasons as a JSON list in one string: the first one
     coalesce(attributes['llm.finish_reason'], regexp_extract(attributes['gen_ai.response.finish_reasons'], '[A-Za-z_]+')),
-    attributes['llm.reject_reason'],
+    attributes['llm.reject_reason'], nullif(attributes['llm.degraded'], ''), nullif(attributes['llm.fallback_from'], ''),
+    nullif(attributes['llm.fallback_reason'], ''),
     attributes['gen_ai.latency.time_in_queue'], attributes['gen_ai.latency.time_in_model_prefill'],
     attributes['gen_ai.latency.time_in_model_decode'], attributes['gen_ai.latency.e2e'],
     attributes['gen_ai.latency.time_to_first_token']

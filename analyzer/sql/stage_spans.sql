@@ -7,7 +7,7 @@ CREATE OR REPLACE TEMP TABLE staged_engine (
     start_time_unix_nano BIGINT, end_time_unix_nano BIGINT, status_code TINYINT, source VARCHAR, deployment VARCHAR,
     request_id VARCHAR, model VARCHAR, replica VARCHAR, tenant VARCHAR, tier VARCHAR, route VARCHAR, scene VARCHAR,
     a_input VARCHAR, a_output VARCHAR, a_cached VARCHAR, a_preemptions VARCHAR, a_outcome VARCHAR,
-    finish_reason VARCHAR, reject_reason VARCHAR,
+    finish_reason VARCHAR, reject_reason VARCHAR, degraded VARCHAR, fallback_from VARCHAR, fallback_reason VARCHAR,
     l_queue VARCHAR, l_prefill VARCHAR, l_decode VARCHAR, l_e2e VARCHAR, l_ttft VARCHAR
 );
 CREATE OR REPLACE TEMP TABLE staged_kids AS FROM in_flight LIMIT 0;   -- segment spans, folded per (trace, parent)

@@ -1,7 +1,7 @@
 """Routing: does the router spread load — requests and p95 queue wait per replica, their skew, prefix-cache hits,
-retries and fallbacks (traces); live load and cache hits per replica, rejections (Prometheus); and what the gateway
+retries and fallbacks (traces); live load and cache hits per replica, rejections (Prometheus); what the gateway
 decided per tenant and tier over the range — from Prometheus when it answers with gateway series, else from the
-traces' reject reasons."""
+traces' reject reasons; and the overload ladder's step per deployment now and the fallback paths (Prometheus)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from console.columns import show
 from console.pages.charts import prom_charts
 from console.palette import plain
 from console.prom import Unreachable
-from console.tables import gateway_tables, samples_frame, skew
+from console.tables import fallback_paths, gateway_tables, ladder_state, samples_frame, skew
 from console.ui import Context, esc
-from exporters.catalog import by_name
+from exporters.catalog import OVERLOAD_STEPS, by_name
 from simulator.admission import GATEWAY_REJECT_REASONS
 
 __all__ = ["render"]
@@ -44,6 +44,7 @@ def render(ctx: Context) -> None:
     st.subheader("Live (Prometheus)")
     prom_charts(ctx, promql.routing(ctx.filters), "routing")
     _gateway(ctx)
+    _overload(ctx)
 
 
 def _gateway(ctx: Context) -> None:
@@ -81,3 +82,42 @@ def _gateway(ctx: Context) -> None:
         st.info("The gateway rejected none of these requests.")
     else:
         show(rejections, "gateway_rejections", ("tenant", "tier", "reason", "requests", "share"))
+
+
+def _overload(ctx: Context) -> None:
+    st.subheader("Gateway: overload ladder and fallback paths")
+    start, end = ctx.prom_window()
+    try:
+        got = {k: data.prom_instant(ctx.settings.prometheus, q)
+               for k, q in promql.overload(ctx.filters, int((end - start).total_seconds())).items()}
+    except Unreachable as e:
+        st.info(esc(f"Prometheus is unreachable ({e}): the ladder's state and the fallback paths are live only."))
+        return
+    steps = ladder_state(got["steps"])
+    if steps.empty:
+        st.info("Prometheus has no overload ladder series (llm_gateway_overload_step) for these filters.")
+    else:
+        ticks = ["none", *OVERLOAD_STEPS, "unknown"]
+        st.caption(esc(f"The ladder's highest step at each deployment's newest admission "
+                       f"({by_name('llm_gateway_overload_step').name}), in the order it steps in: "
+                       + " -> ".join(OVERLOAD_STEPS) + "; it lets go in the reverse order."))
+        fig = go.Figure(go.Bar(x=steps["step_index"], y=steps["deployment"].map(plain), orientation="h",
+                               text=steps["step"].map(plain), textposition="auto"))
+        fig.update_layout(title="ladder step now, per deployment", height=120 + 40 * len(steps),
+                          margin={"t": 40, "b": 20}, xaxis={"range": [0, len(ticks) - 0.5], "tickvals":
+                          list(range(len(ticks))), "ticktext": ticks}, yaxis={"autorange": "reversed"})
+        st.plotly_chart(fig, width="stretch", key="ladder")
+        show(steps, "ladder_state", ("deployment", "step", "step_index"))
+    paths = fallback_paths(got["fallbacks"])
+    if paths.empty:
+        st.info("No fallback route carried requests over the range (llm_gateway_fallbacks_total).")
+    else:
+        st.caption(esc(f"Requests a backup served instead of their primary, {start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC "
+                       "(circuit_open: the primary's circuit breaker is open; capacity; unavailable)."))
+        show(paths[["path", "reason", "requests_per_s"]], "fallback_paths", ("path", "reason", "requests_per_s"))
+    degraded = samples_frame(got["degradations"], ("deployment", "tier", "step"), "requests")
+    degraded = degraded[degraded["requests"] > 0].sort_values("requests", ascending=False, ignore_index=True)
+    if not degraded.empty:
+        st.caption("Requests the ladder degraded over the range, per deployment, tier and step (output cap, context "
+                   f"trim; {by_name('llm_gateway_degradations_total').name}).")
+        show(degraded, "ladder_degradations", ("deployment", "tier", "step", "requests"))

@@ -395,7 +395,7 @@ def test_labels_a_sender_invents_are_bounded_in_memory_not_only_at_render():
     assert sum(_tenant_totals(m).values()) == limit + 42  # every request still counted
     fams = {f.name: f for f in text_string_to_metric_families(m.render())}
     overflow = {s.labels["label"]: s.value for s in fams["llm_exporter_label_overflow"].samples}
-    assert overflow == {"model": 0, "deployment": 0, "tenant": 40, "route": 0, "reason": 0, "decision": 0}
+    assert overflow == {"model": 0, "deployment": 0, "tenant": 40, "route": 0, "reason": 0, "decision": 0, "step": 0}
     routes = {s.labels["route"] for s in fams["llm_gateway_requests"].samples}
     tiers = {s.labels["tier"] for s in fams["llm_gateway_requests"].samples}
     assert "r" * MAX_LABEL_CHARS in routes and not any(len(r) > MAX_LABEL_CHARS for r in routes)

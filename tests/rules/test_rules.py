@@ -159,6 +159,9 @@ def test_amtool_check_config():
     (["severity=ticket", "tier=P0", "alertname=LLMSLOBurnRateSlow"], "ticket"),
     (["severity=ticket", "tier=P2", "alertname=LLMSLOBurnRateSlow"], "ticket"),
     (["severity=ticket", "alertname=LLMTenantAtQuota", "deployment=chat", "tenant=flood"], "ticket"),
+    (["severity=page", "tier=P0", "alertname=LLMOverloadProtectionNotHoldingP0", "deployment=chat"], "pager"),
+    (["severity=ticket", "alertname=LLMOverloadProtectionEngaged", "deployment=chat", "action=degraded"], "ticket"),
+    (["severity=page", "alertname=LLMCircuitOpen", "deployment=chat", "backup=chat-small"], "pager"),
     (["severity=info", "alertname=Watchdog"], "log"),
     (["alertname=SomethingElse"], "log"),
 ])

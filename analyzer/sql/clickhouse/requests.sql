@@ -42,6 +42,8 @@ spans AS (
         coalesce(nullIf(a['llm.finish_reason'], ''),
                  nullIf(regexpExtract(a['gen_ai.response.finish_reasons'], '[A-Za-z_]+'), '')) AS finish_reason,
         nullIf(a['llm.reject_reason'], '') AS reject_reason,
+        nullIf(a['llm.degraded'], '') AS degraded, nullIf(a['llm.fallback_from'], '') AS fallback_from,
+        nullIf(a['llm.fallback_reason'], '') AS fallback_reason,
         nullIf(a['gen_ai.latency.time_in_queue'], '') AS l_queue,
         nullIf(a['gen_ai.latency.time_in_model_prefill'], '') AS l_prefill,
         nullIf(a['gen_ai.latency.time_in_model_decode'], '') AS l_decode,
@@ -183,6 +185,6 @@ spans AS (
         e2e_s, ttft_s,
         ttft_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0)) AS ttft_other_s,
         CASE WHEN output_tokens > 1 AND ttft_s IS NOT NULL THEN (e2e_s - ttft_s) / (output_tokens - 1) END AS tpot_s,
-        toInt32(retries) AS retries
+        toInt32(retries) AS retries, degraded, fallback_from, fallback_reason
     FROM seg
 )

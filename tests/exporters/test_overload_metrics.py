@@ -1,0 +1,214 @@
+"""The request exporter under an overload: the ladder's steps, its degradations and the fallback routes, read from
+the contracts' span attributes over real OTLP (the official SDK's protobuf, and JSON), on real sockets."""
+
+import json
+import time
+from collections import Counter
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanKind, set_span_in_context
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporters.catalog import OVERLOAD_STEPS
+from exporters.otlp import decode_json
+from exporters.requests import LABEL_LIMITS, RequestMetrics, TraceReceiver
+from exporters.trace_store import TraceStore
+from goodput.foundation.http import Server
+
+# (tier, tenant, deployment served, overload_step, degraded, fallback_from, fallback_reason, outcome, reject_reason):
+# a burst on "chat": the ladder defers P2, degrades P1 (output cap, then context trim), fails P2 fast with "busy";
+# the primary's circuit opens and its traffic moves to "chat-small" until the backup is full (circuit_open) or the
+# request needs what the backup lacks (capability); then the ladder lets go
+PHASES = [
+    ("", 6),
+    ("defer_p2", 6),
+    ("degrade_p1", 8),
+    ("fail_fast", 6),
+    ("", 4),
+]
+
+
+def _scenario() -> list[dict]:
+    out = []
+    tenants = ("acme", "globex", "initech")
+    for step, n in PHASES:
+        for i in range(n):
+            tier = ("P0", "P1", "P2")[i % 3]
+            r = {"tier": tier, "tenant": tenants[(len(out) + i) % 3], "deployment": "chat", "step": step,
+                 "degraded": "", "fallback_from": "", "fallback_reason": "", "outcome": "ok", "reject_reason": ""}
+            if step in ("degrade_p1", "fail_fast") and tier == "P1":
+                r["degraded"] = "output_cap" if i % 2 else "context_trim"
+            if step == "fail_fast" and tier == "P2":
+                r.update(outcome="rejected", reject_reason="busy")
+            if step == "degrade_p1" and tier == "P0":  # the primary's circuit is open: P0 goes to the backup
+                r.update(deployment="chat-small", fallback_from="chat", fallback_reason="circuit_open")
+            if step == "fail_fast" and tier == "P0":
+                r.update(outcome="rejected", reject_reason="circuit_open" if i % 2 else "capability")
+            out.append(r)
+    # a second primary whose backup took its traffic for capacity, not a broken circuit
+    out += [{"tier": "P1", "tenant": "acme", "deployment": "rag-large", "step": "", "degraded": "",
+             "fallback_from": "rag", "fallback_reason": "capacity", "outcome": "ok", "reject_reason": ""}] * 3
+    return out
+
+
+def _gateway_attrs(r: dict) -> dict:
+    """The ``llm.gateway`` span's attributes as contracts.md has them (absent when empty)."""
+    a = {"llm.deployment": r["deployment"], "llm.tenant": r["tenant"], "llm.tier": r["tier"], "llm.route": "chat",
+         "gen_ai.request.model": "m", "llm.admission": "rejected" if r["outcome"] == "rejected" else "admitted",
+         "llm.gateway_wait_s": 0.01, "llm.overload_step": r["step"], "llm.degraded": r["degraded"],
+         "llm.fallback_from": r["fallback_from"], "llm.fallback_reason": r["fallback_reason"],
+         "llm.reject_reason": r["reject_reason"]}
+    return {k: v for k, v in a.items() if v != ""}
+
+
+def _root_attrs(r: dict) -> dict:
+    a = _gateway_attrs(r)
+    a.pop("llm.admission")
+    a.pop("llm.gateway_wait_s")
+    a["llm.outcome"] = r["outcome"]
+    return a
+
+
+class _Exporter:
+    def __init__(self, root):
+        self.metrics = RequestMetrics()
+        self.store = TraceStore(root).start()
+        self.otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): TraceReceiver(self.metrics, self.store).route}).start()
+        self.url = f"{self.otlp.url}/v1/traces"
+
+    def families(self):
+        return {f.name: f for f in text_string_to_metric_families(self.metrics.render(self.store))}
+
+    def close(self):
+        self.otlp.stop()
+        self.store.close()
+
+
+@pytest.fixture
+def exporter(tmp_path):
+    ex = _Exporter(tmp_path / "store")
+    yield ex
+    ex.close()
+
+
+def _counts(fams, family: str, *keys: str) -> Counter:
+    out: Counter = Counter()
+    for s in fams[family].samples if family in fams else ():
+        out[tuple(s.labels[k] for k in keys)] += s.value
+    return out
+
+
+def _expected(rows: list[dict], *keys: str, where: str) -> Counter:
+    return Counter(tuple(r[k] for k in keys) for r in rows if r[where])
+
+
+def _steps(fams) -> dict[str, tuple[str, float]]:
+    return {s.labels["deployment"]: (s.labels["step"], s.value) for s in fams["llm_gateway_overload_step"].samples}
+
+
+def test_the_ladder_and_fallbacks_are_counted_while_the_requests_are_in_flight(exporter):
+    """The official SDK's protobuf, each span exported when it ends: the gateway spans of a phase arrive while their
+    requests are still in flight, and the ladder's state, its degradations and fallbacks are known then, not when
+    the requests finish; the roots that land later count nothing twice."""
+    rows = _scenario()
+    tp = TracerProvider(resource=Resource.create({"service.name": "gateway"}))
+    tp.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=exporter.url)))
+    tr = tp.get_tracer("test")
+    t0 = time.time_ns()
+    roots = []
+    for k, r in enumerate(rows):
+        start = t0 + k * 10_000_000
+        root = tr.start_span("llm.request", kind=SpanKind.SERVER, start_time=start, attributes=_root_attrs(r))
+        tr.start_span("llm.gateway", context=set_span_in_context(root), start_time=start,
+                      attributes=_gateway_attrs(r)).end(end_time=start + 1_000_000)
+        roots.append((root, start))
+        if k == sum(n for _, n in PHASES[:3]) - 1:  # the degrade_p1 phase admitted; no request has finished
+            fams = exporter.families()
+            assert _steps(fams) == {"chat": ("degrade_p1", 2.0), "chat-small": ("degrade_p1", 2.0)}
+            sent = rows[:k + 1]
+            degraded = _expected(sent, "tier", "degraded", where="degraded")
+            assert _counts(fams, "llm_gateway_degradations", "tier", "step") == degraded
+            assert set(degraded) == {("P1", "output_cap"), ("P1", "context_trim")}
+            assert _counts(fams, "llm_gateway_fallbacks", "deployment", "fallback_from", "reason") == _expected(
+                sent, "deployment", "fallback_from", "fallback_reason", where="fallback_from") != Counter()
+            assert sum(_counts(fams, "llm_gateway_requests", "outcome").values()) == 0
+    assert _steps(exporter.families())["chat"] == ("none", 0.0)  # the ladder let go: the newest admission says so
+    for root, start in roots:
+        root.end(end_time=start + 2_000_000_000)
+    tp.shutdown()
+    fams = exporter.families()
+    assert _counts(fams, "llm_gateway_degradations", "tenant", "tier", "step") == _expected(
+        rows, "tenant", "tier", "degraded", where="degraded")
+    assert _counts(fams, "llm_gateway_fallbacks", "deployment", "tenant", "fallback_from", "reason") == _expected(
+        rows, "deployment", "tenant", "fallback_from", "fallback_reason", where="fallback_from")
+    rejections = _expected(rows, "tier", "reject_reason", where="reject_reason")
+    assert _counts(fams, "llm_gateway_rejections", "tier", "reason") == rejections
+    assert {reason for _, reason in rejections} == {"busy", "circuit_open", "capability"}
+    # each deployment's newest admission: chat let go, the backup's last came under degrade_p1, rag-large none
+    assert _steps(fams) == {"chat": ("none", 0.0), "chat-small": ("degrade_p1", 2.0), "rag-large": ("none", 0.0)}
+    assert set(_counts(fams, "llm_gateway_degradations", "route")) == {("chat",)}
+
+
+def _doc(spans: list[dict]) -> bytes:
+    def value(v):
+        return {"doubleValue": v} if isinstance(v, float) else {"stringValue": v}
+
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "gw"}}]}, "scopeSpans": [{"spans": [
+            {**{k: v for k, v in s.items() if k != "attributes"},
+             "attributes": [{"key": k, "value": value(v)} for k, v in s["attributes"].items()]}
+            for s in spans]}]}]}).encode()
+
+
+def _json_spans(rows: list[dict], t0: int, ids: int = 0) -> list[dict]:
+    out = []
+    for k, r in enumerate(rows):
+        trace, root_id, start = f"{ids + k + 1:032x}", f"{2 * (ids + k) + 1:016x}", t0 + k * 10_000_000
+        out.append({"traceId": trace, "spanId": f"{2 * (ids + k) + 2:016x}", "parentSpanId": root_id,
+                    "name": "llm.gateway", "kind": 1, "startTimeUnixNano": str(start),
+                    "endTimeUnixNano": str(start + 1_000_000), "attributes": _gateway_attrs(r)})
+        out.append({"traceId": trace, "spanId": root_id, "name": "llm.request", "kind": 2,
+                    "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 2_000_000_000),
+                    "attributes": _root_attrs(r)})
+    return out
+
+
+def test_json_all_at_once_counts_the_same_and_a_late_old_span_does_not_move_the_ladder_back(exporter):
+    rows = _scenario()
+    t0 = 1795424400_000_000_000
+    spans = _json_spans(rows, t0)
+    newest_first = spans[::-1]  # every span at once, in the worst order: the newest admission first
+    r = httpx.post(exporter.url, content=_doc(newest_first), headers={"Content-Type": "application/json"})
+    assert r.status_code == 200
+    fams = exporter.families()
+    assert _counts(fams, "llm_gateway_degradations", "tenant", "tier", "step") == _expected(
+        rows, "tenant", "tier", "degraded", where="degraded")
+    assert _counts(fams, "llm_gateway_fallbacks", "deployment", "tenant", "fallback_from", "reason") == _expected(
+        rows, "deployment", "tenant", "fallback_from", "fallback_reason", where="fallback_from")
+    assert _steps(fams)["chat"] == ("none", 0.0)
+    # a retried old payload (new span ids, the fail_fast phase's times) is older than what the gauge holds
+    old = _json_spans([{**rows[0], "step": "fail_fast"}], t0 + 20 * 10_000_000, ids=10_000)
+    assert httpx.post(exporter.url, content=_doc(old), headers={"Content-Type": "application/json"}).status_code == 200
+    assert _steps(exporter.families())["chat"] == ("none", 0.0)
+    new = _json_spans([{**rows[0], "step": "tpm_limit"}], t0 + 10**12, ids=20_000)
+    assert httpx.post(exporter.url, content=_doc(new), headers={"Content-Type": "application/json"}).status_code == 200
+    assert _steps(exporter.families())["chat"] == ("tpm_limit", float(OVERLOAD_STEPS.index("tpm_limit") + 1))
+
+
+def test_steps_a_sender_invents_are_bounded_and_read_past_the_known_ladder():
+    m = RequestMetrics()
+    n = LABEL_LIMITS["step"] + 4
+    rows = [{**_scenario()[0], "step": f"s{i}", "degraded": f"d{i}"} for i in range(n)]
+    t0 = 1795424400_000_000_000
+    m.ingest(decode_json(_doc(_json_spans(rows, t0))))
+    fams = {f.name: f for f in text_string_to_metric_families(m.render())}
+    steps = _counts(fams, "llm_gateway_degradations", "step")
+    assert len(steps) <= LABEL_LIMITS["step"] + 1 and steps[("other",)] >= 4
+    assert _steps(fams)["chat"] == ("other", float(len(OVERLOAD_STEPS) + 1))
+    overflow = {s.labels["label"]: s.value for s in fams["llm_exporter_label_overflow"].samples}
+    assert overflow["step"] >= 4
