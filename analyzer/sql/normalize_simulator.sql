@@ -1,5 +1,6 @@
 -- The simulator's requests.parquet (view `sim`) -> requests and segments. Its timestamps are the ground
--- truth; segments follow the same rules as its OTLP spans (simulator/spans.py).
+-- truth; segments follow the same rules as its OTLP spans (simulator/spans.py). The record has no KV-transfer time:
+-- a disaggregated run's transfer is read from its spans (llm.kv_transfer).
 CREATE OR REPLACE TEMP TABLE simq AS
 SELECT *, epoch_ns(arrival) AS a, epoch_ns(queue_start) AS q, epoch_ns(scheduled) AS sc,
        epoch_ns(first_token) AS ft, epoch_ns(last_token) AS lt, epoch_ns(completed) AS c
@@ -32,9 +33,9 @@ WITH seg AS (
 SELECT trace_id, request_id, arrival AS ts, a AS start_ns, c AS end_ns, model, deployment, nullif(replica, '') AS replica,
        tenant, tier, route, scene, input_tokens, output_tokens, cached_tokens, preemptions, outcome, finish_reason,
        reject_reason, gateway_s, queue_s, prefill_s, decode_s, send_s,
-       other_seconds(e2e_s, gateway_s, queue_s, prefill_s, decode_s, send_s) AS other_s,
+       other_seconds(e2e_s, gateway_s, queue_s, prefill_s, NULL, decode_s, send_s) AS other_s,
        e2e_s, ttft_s,
-       ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s) AS ttft_other_s,
+       ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s, NULL) AS ttft_other_s,
        tpot_seconds(e2e_s, ttft_s, output_tokens) AS tpot_s,
        source,
        -- requests of one trace (a caller's traceparent continued by the live fleet): the earlier ones were retried
