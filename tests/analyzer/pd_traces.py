@@ -83,3 +83,11 @@ def write_traces(path: Path, *, seconds: float = 2400.0, rate: float = 1.2, degr
     path.write_text("".join(json.dumps(d, separators=(",", ":")) + "\n" for d in docs))
     return {"requests": counts, "kv_mean_before_s": float(np.mean(kv["before"])),
             "kv_mean_after_s": float(np.mean(kv["after"]))}
+
+
+if __name__ == "__main__":  # python -m tests.analyzer.pd_traces OUT.jsonl: the traces, to try the analyzer on them
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m tests.analyzer.pd_traces OUT.jsonl")
+    print(json.dumps(write_traces(Path(sys.argv[1]))))
