@@ -3,8 +3,9 @@
 Per request E2E = gateway + queue + prefill + kv_transfer + decode + send + other, where ``other`` is what the
 segment spans do not cover: gaps (> 0) and, from clock skew, overlaps (< 0) — reported, not hidden. ``kv_transfer``
 is the move of the KV cache from a prefill replica to a decode replica (P/D disaggregation, ``llm.kv_transfer``);
-0 for a request served without one. TTFT splits the same way into gateway + queue + prefill + kv_transfer + other. For each group the report names the segment that
-contributes most to its slow tail (requests at or above the group's p95 / p99).
+0 for a request served without one. TTFT splits the same way into gateway + queue + prefill + kv_transfer + other.
+For each group the report names the segment that contributes most to its slow tail (requests at or above the
+group's p95 / p99).
 """
 
 from __future__ import annotations
