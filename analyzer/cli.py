@@ -99,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=_ingest)
 
-    p = asub.add_parser("decompose", help="split E2E and TTFT into gateway, queue, prefill, decode, send",
+    p = asub.add_parser("decompose", help="split E2E and TTFT into gateway, queue, prefill, kv_transfer, decode, send",
                         description="Percentiles of E2E and TTFT per group, mean seconds per segment, clock-skew "
                                     "gaps and overlaps, and the segment that dominates each group's p95/p99 tail. The "
                                     "table shows the columns that matter; --format json|csv has them all.",
@@ -194,7 +194,8 @@ def _decompose(args: argparse.Namespace) -> int:
         e2e = [k for k in rows[0] if re.fullmatch(r"e2e_p[0-9_]+_s", k)]
         ttft = [k for k in rows[0] if re.fullmatch(r"ttft_p[0-9_]+_s", k)]
         pct = [*e2e, "ttft_p95_s" if "ttft_p95_s" in ttft else ttft[-1]]
-        columns = [*d.group_columns(), "requests", *pct, "gateway_s", "queue_s", "prefill_s", "decode_s", "send_s",
+        kv = ["kv_transfer_s"] if any(r.get("kv_transfer_s") for r in rows) else []  # P/D disaggregated groups only
+        columns = [*d.group_columns(), "requests", *pct, "gateway_s", "queue_s", "prefill_s", *kv, "decode_s", "send_s",
                    "other_s", "e2e_p95_top_segment"]
     print(render(rows, args.format, title="latency decomposition (seconds; segments are means)", columns=columns))
     return 0

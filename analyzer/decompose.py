@@ -1,9 +1,11 @@
 """``goodput analyze decompose``: where a group's latency went, segment by segment, with its percentiles.
 
-Per request E2E = gateway + queue + prefill + decode + send + other, where ``other`` is what the segment
-spans do not cover: gaps (> 0) and, from clock skew, overlaps (< 0) — reported, not hidden. TTFT splits
-the same way into gateway + queue + prefill + other. For each group the report names the segment that
-contributes most to its slow tail (requests at or above the group's p95 / p99).
+Per request E2E = gateway + queue + prefill + kv_transfer + decode + send + other, where ``other`` is what the
+segment spans do not cover: gaps (> 0) and, from clock skew, overlaps (< 0) — reported, not hidden. ``kv_transfer``
+is the move of the KV cache from a prefill replica to a decode replica (P/D disaggregation, ``llm.kv_transfer``);
+0 for a request served without one. TTFT splits the same way into gateway + queue + prefill + kv_transfer + other.
+For each group the report names the segment that contributes most to its slow tail (requests at or above the
+group's p95 / p99).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import duckdb
 from analyzer.backend import Backend, backend
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["DIMENSIONS", "Decomposition", "decompose"]
+__all__ = ["DIMENSIONS", "SEGMENTS", "Decomposition", "decompose"]
 
+# a request's path, in order (each a ``<segment>_s`` column of the requests table; ``other`` what none covers)
+SEGMENTS = ("gateway", "queue", "prefill", "kv_transfer", "decode", "send", "other")
 DIMENSIONS = ("deployment", "tenant", "tier", "route", "model", "replica", "scene", "outcome")
 BUCKETS = {"1m": "1 minute", "5m": "5 minutes", "15m": "15 minutes", "1h": "1 hour", "1d": "1 day"}
 
@@ -48,7 +52,7 @@ class Decomposition:
         return out
 
 
-_REST = ("gateway_s", "queue_s", "prefill_s", "decode_s", "send_s", "other_s", "e2e_p95_top_segment",
+_REST = (*(f"{s}_s" for s in SEGMENTS), "e2e_p95_top_segment",
          "e2e_p99_top_segment", "ttft_p95_top_segment", "ttft_p99_top_segment", "gaps", "overlaps", "requests",
          "all_requests")
 

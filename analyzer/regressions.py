@@ -35,9 +35,9 @@ from simulator.config import SCALE_KIND
 
 __all__ = ["METRICS", "Regression", "Scan", "bucket_label", "choose_bucket", "find_regressions", "scan_regressions"]
 
-METRICS = ("e2e_s", "ttft_s", "tpot_s", "gateway_s", "queue_s", "prefill_s", "decode_s", "send_s")
-SEGMENTS_OF = {"e2e_s": ("gateway", "queue", "prefill", "decode", "send"), "ttft_s": ("gateway", "queue", "prefill"),
-               "tpot_s": ("decode",)}
+METRICS = ("e2e_s", "ttft_s", "tpot_s", "gateway_s", "queue_s", "prefill_s", "kv_transfer_s", "decode_s", "send_s")
+SEGMENTS_OF = {"e2e_s": ("gateway", "queue", "prefill", "kv_transfer", "decode", "send"),
+               "ttft_s": ("gateway", "queue", "prefill", "kv_transfer"), "tpot_s": ("decode",)}
 LENGTH_KINDS = ("prompt_template", "routing", "config", "model")  # releases that can change what requests look like
 LENGTH_SHIFT, RATE_SHIFT, COST_CHANGE = 0.2, 0.5, 0.1
 MIN_REQUESTS = 5
@@ -244,7 +244,8 @@ def _evidence(reg: Regression, before: pd.DataFrame, after: pd.DataFrame, shifts
         ev["segment_delta_s"] = {k: round(v, 6) for k, v in deltas.items()}
     else:
         reg.segment = reg.metric.removesuffix("_s")
-    per_token = {"prefill": "prefill_s_per_token", "decode": "decode_s_per_token"}
+    per_token = {"prefill": "prefill_s_per_token", "decode": "decode_s_per_token",
+                 "kv_transfer": "kv_transfer_s_per_token"}  # per prompt token: the link's cost per byte moved
     rate = _ratio(_median(before, "arrivals"), _median(after, "arrivals"))
     inp = _ratio(_median(before, "input_tokens"), _median(after, "input_tokens"))
     outp = _ratio(_median(before, "output_tokens"), _median(after, "output_tokens"))
@@ -277,7 +278,9 @@ def _evidence(reg: Regression, before: pd.DataFrame, after: pd.DataFrame, shifts
         pick = latest  # any release or scale event can change what a token costs
         since = (" after a scale event (the batch per replica changed)" if pick and pick[1] == SCALE_KIND else
                  f" after a {pick[1]} release" if pick else "")
-        reg.cause = f"per-token {reg.segment} cost changed{since}"
+        what = ("KV-transfer time per prompt token (the prefill -> decode link)" if reg.segment == "kv_transfer"
+                else f"per-token {reg.segment} cost")
+        reg.cause = f"{what} changed{since}"
     elif reg.segment == "queue" and (pick := _pick((SCALE_KIND,), candidates)):
         reg.cause = "queue wait changed after a scale event (capacity changed)"
     else:

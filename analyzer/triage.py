@@ -1,8 +1,9 @@
 """``goodput analyze triage``: the seed's troubleshooting order, walked for one deployment, ending in a verdict.
 
-1. split E2E into gateway, queue, prefill, decode, send; 2. did request lengths or arrivals change;
-3. KV cache, preemptions, KV rejections; 4. routing balance, prefix-cache hits, the gateway's refusals, and what its
-overload ladder degraded and its fallback routes moved, per tier; 5. releases.
+1. split E2E into gateway, queue, prefill, kv_transfer, decode, send (and which segment grew); 2. did request lengths
+or arrivals change; 3. KV cache, preemptions, KV rejections, and for a P/D-disaggregated deployment the KV transfer
+from prefill to decode replicas; 4. routing balance, prefix-cache hits, the gateway's refusals, and what its overload
+ladder degraded and its fallback routes moved, per tier; 5. releases.
 The recent period (the last quarter of the window) is compared with what came before it. A cause is
 named only when latency regressed — p95 E2E or TTFT of the recent period at least ``REGRESSION`` above
 what came before, or a step up in any p95 series of the window; otherwise the verdict says "no
@@ -23,7 +24,7 @@ import duckdb
 
 from analyzer.backend import Backend, backend
 from analyzer.completeness import arrival_count, verdict_window
-from analyzer.decompose import decompose
+from analyzer.decompose import SEGMENTS, decompose
 from analyzer.regressions import COST_CHANGE, LENGTH_SHIFT, find_regressions
 from analyzer.releases import Release
 from goodput.foundation.errors import ConfigError
@@ -96,17 +97,25 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
         t.steps.append(("0. in flight", comp.describe()))
     causes: list[tuple[int, str]] = []  # (priority, cause); lower is more likely
 
-    # 1. where the time goes
+    # 1. where the time goes, and which segment grew (mean seconds, recent against before)
     d = decompose(con, ["deployment"], since=split, until=until, deployment=deployment).records()
+    grew = ""
     if d:
         rec = d[0]
-        means = {s: rec[f"{s}_s"] or 0.0 for s in ("gateway", "queue", "prefill", "decode", "send", "other")}
+        prior = decompose(con, ["deployment"], since=since or span[0], until=split, deployment=deployment).records()
+        # kv_transfer only where the deployment has one (P/D disaggregated)
+        segs = [s for s in SEGMENTS if s != "kv_transfer" or rec["kv_transfer_s"] or prior and prior[0]["kv_transfer_s"]]
+        means = {s: rec[f"{s}_s"] or 0.0 for s in segs}
         e2e, ttft = rec["e2e_p95_s"] or 0.0, rec["ttft_p95_s"] or 0.0
+        growth = {s: v - (prior[0][f"{s}_s"] or 0.0) for s, v in means.items() if s != "other"} if prior else {}
+        grew = max(growth, key=growth.get) if growth and max(growth.values()) > 0 else ""
         t.steps.append(("1. latency split", f"recent p95 E2E {e2e:.3f} s, TTFT {ttft:.3f} s; "
                         f"the p95 E2E tail is mostly {rec['e2e_p95_top_segment']}, the TTFT tail mostly "
                         f"{rec['ttft_p95_top_segment']}; mean s: " + ", ".join(f"{k} {round(v, 3) + 0.0:.3f}"
-                                                                   for k, v in means.items())))
+                                                                   for k, v in means.items())
+                        + (f"; grew most: {grew} ({growth[grew]:+.3f} s mean)" if grew else "")))
         t.facts["decomposition"] = rec
+        t.facts["segment_growth_s"] = growth
     # 2. workload
     end = min(until, span[1]) if until else span[1]  # arrivals (finished or in flight), never finished requests
     rate_b = arrival_count(con, deployment, span[0], split) / max((split - span[0]).total_seconds(), 1)
@@ -130,6 +139,10 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
     if pre >= 0.05 or (now.get("kv_rejections") or 0) > 0:
         causes.append((1, f"KV cache exhausted: {pre:.3f} preemptions per request, {now.get('kv_rejections') or 0} "
                           "KV-capacity rejections"))
+    if now.get("kv_transfer_p95") is not None:  # P/D disaggregated: the KV cache moves from prefill to decode replicas
+        finding, cause = _kv_transfer(before, now, grew)
+        t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {finding}")
+        causes += [(1, cause)] if cause else []
     # 4. routing and cache
     reps = backend(con).rows("replicas", {"deployment": deployment, "split": split, "until": until}).rows
     waits = [q for _, _, q in reps if q is not None]
@@ -199,6 +212,21 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
         t.verdict += "; requests wait in the queue: the pool is short of capacity for it"
     t.verdict += f"; {left_out}" if left_out else ""
     return t
+
+
+def _kv_transfer(before: dict, now: dict, grew: str) -> tuple[str, str]:
+    """Step 3's KV transfer: its recent p95 and cost per prompt token against before, and the cause to name (empty:
+    none) when it is the segment that grew and its cost per prompt token rose — the link between the pools slowed (a
+    degraded or shared interconnect), where longer prompts would have moved more bytes at the same cost."""
+    p95, per_token = _chg(before.get("kv_transfer_p95"), now["kv_transfer_p95"]), _chg(
+        before.get("kv_transfer_s_per_token"), now.get("kv_transfer_s_per_token"))
+    finding = (f"KV transfer prefill -> decode p95 {now['kv_transfer_p95']:.3f} s ({_pct(p95)}), "
+               f"{_pct(per_token)} per prompt token")
+    if grew != "kv_transfer" or per_token is None or per_token < COST_CHANGE:
+        return finding, ""
+    return finding, (f"the KV transfer from prefill to decode replicas slowed: p95 {before['kv_transfer_p95']:.3f} -> "
+                     f"{now['kv_transfer_p95']:.3f} s, {_pct(per_token)} per prompt token (the link between the pools, "
+                     "not the prompts)")
 
 
 def _release_evidence(con, deployment: str, releases: list[Release], since, until,

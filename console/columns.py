@@ -59,7 +59,8 @@ COLUMNS: dict[str, Col] = {
     "goodput tok/s": Col("goodput (tok/s)", TOKENS), "preemptions": Col("preemptions", COUNT),
     # Latency
     "all_requests": Col("all requests", COUNT), "gateway_s": Col("gateway (s)", S3), "queue_s": Col("queue (s)", S),
-    "prefill_s": Col("prefill (s)", S), "decode_s": Col("decode (s)", S), "send_s": Col("send (s)", S3),
+    "prefill_s": Col("prefill (s)", S), "kv_transfer_s": Col("KV transfer (s)", S3),
+    "prefill_replica": Col("prefill replica"), "decode_s": Col("decode (s)", S), "send_s": Col("send (s)", S3),
     "other_s": Col("other (s)", S3), "e2e_s": Col("E2E (s)", S), "ttft_s": Col("TTFT (s)", S),
     "e2e_p95_top_segment": Col("p95 E2E mostly"), "e2e_p99_top_segment": Col("p99 E2E mostly"),
     "ttft_p95_top_segment": Col("p95 TTFT mostly"), "ttft_p99_top_segment": Col("p99 TTFT mostly"),

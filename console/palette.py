@@ -1,17 +1,18 @@
 """The console's colours, one module so a segment, a status or a marker is drawn alike on every page.
 
-Segments are listed in the order a request passes them (gateway, queue, prefill, decode, send), which is the order
-every chart, legend and trace drill-down uses.
+Segments are listed in the order a request passes them (gateway, queue, prefill, kv_transfer, decode, send: the
+analyzer's ``SEGMENTS``), which is the order every chart, legend and trace drill-down uses.
 """
 
 from __future__ import annotations
 
+from analyzer.decompose import SEGMENTS
+
 __all__ = ["DIRECTION", "MARKER", "SEGMENTS", "SEGMENT_COLOURS", "STATUS", "plain", "segment_order"]
 
-SEGMENTS = ("gateway", "queue", "prefill", "decode", "send", "other")
 # colour-blind safe (Okabe-Ito), one per segment
-SEGMENT_COLOURS = {"gateway": "#999999", "queue": "#E69F00", "prefill": "#56B4E9", "decode": "#009E73",
-                   "send": "#CC79A7", "other": "#F0E442"}
+SEGMENT_COLOURS = {"gateway": "#999999", "queue": "#E69F00", "prefill": "#56B4E9", "kv_transfer": "#0072B2",
+                   "decode": "#009E73", "send": "#CC79A7", "other": "#F0E442"}
 # Overview status: the SLO met, the error budget burning faster than it is earned, a page firing
 STATUS = {"met": "#1e8449", "burning": "#d68910", "paging": "#c0392b", "no data": "#7f8c8d"}
 # a verdict's direction (analyzer rows' ``direction``; a ``scale`` cause is neither)

@@ -100,6 +100,12 @@ QUANTILE_NOTE = (f" A histogram quantile is known only to within its bucket: at 
                  f"{GATEWAY_BUCKETS[-1]:g} s it is a lower bound (the quantile fell past the last bucket).")
 
 
+# the same for an engine histogram, whose buckets are the engine's (the exporter passes them on)
+ENGINE_QUANTILE_NOTE = (" A histogram quantile is known only to within its bucket, here the engine's own: in the first "
+                        "bucket it is an upper bound, interpolated from 0, and past the last finite one it is that "
+                        "bound (a lower bound), not a measurement.")
+
+
 def _quantile(q: float, metric: str, by: str, sel: str) -> str:
     return f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{sel}[$__rate_interval])))"
 
@@ -201,10 +207,39 @@ def _deployment(n: Names) -> list[Panel]:
         Panel(10, "Rejections by reason", "Share of requests the gateway refused, by reason, per tier.",
               "percentunit", (Query(f"{n.r('deployment_tier_reason:llm_gateway_rejections:ratio_rate5m')}{dt}",
                                     "{{reason}} {{deployment}} {{tier}}"),)),
+        *_kv_transfer(n),
         Panel(ids.DEPLOYMENT_ENGINES_UP, "Engines up and replicas", "Per replica, 1 when the engine exporter's last "
               "scrape of it succeeded (LLMEngineDown); and the deployment's desired and available replicas.", "short",
               (Query(f"{n.m('llm_engine_up')}{d}", "{{replica}} up"),
                Query(f"max by (deployment, state) ({n.m('llm_deployment_replicas')}{d})", "{{state}} {{deployment}}"))),
+    ]
+
+
+def _kv_transfer(n: Names) -> list[Panel]:
+    """P/D disaggregation: the KV cache's move from a prefill replica to a decode replica (empty for a deployment
+    that prefills and decodes on the same replicas)."""
+    d = _sel("deployment")
+    rate = lambda metric, part="": f"sum by (deployment) (rate({n.m(metric)}{part}{d}[$__rate_interval]))"  # noqa: E731
+    seconds = "llm_kv_transfer_seconds"
+    return [
+        Panel(12, "KV transfer p50 / p95 (P/D disaggregation)", "Time to move a request's KV cache from its prefill "
+              "replica to its decode replica (histogram quantiles over the rate window), per deployment and p95 per "
+              "replica; it is part of TTFT. Empty for a deployment that is not disaggregated. A rise while the bytes "
+              "per second stay level is the link between the pools slowing (`goodput analyze triage` names it from "
+              "the traces)." + ENGINE_QUANTILE_NOTE, "s",
+              (*(Query(_quantile(q, n.m(seconds), "deployment", d), f"p{q * 100:g} {{{{deployment}}}}")
+                 for q in (0.5, 0.95)),
+               Query(_quantile(0.95, n.m(seconds), "deployment, replica", d), "p95 {{replica}}"))),
+        Panel(13, "KV transfer bytes per second", "KV-cache bytes moved from prefill to decode replicas per second, "
+              "and the rate a transfer achieves while it runs (bytes over seconds spent transferring): the link's "
+              "effective bandwidth, which falls when the interconnect degrades or is shared.", "Bps",
+              (Query(rate("llm_kv_transfer_bytes_total"), "moved {{deployment}}"),
+               Query(f"{rate('llm_kv_transfer_bytes_total')} / {rate(seconds, '_sum')}",
+                     "per transfer {{deployment}}"))),
+        Panel(14, "KV transfer failures", "KV-cache transfers from prefill to decode replicas that failed per "
+              "second, against the transfers that completed.", "reqps",
+              (Query(rate("llm_kv_transfer_failures_total"), "failed {{deployment}}"),
+               Query(rate(seconds, "_count"), "completed {{deployment}}"))),
     ]
 
 

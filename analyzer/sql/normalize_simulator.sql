@@ -1,5 +1,6 @@
 -- The simulator's requests.parquet (view `sim`) -> requests and segments. Its timestamps are the ground
--- truth; segments follow the same rules as its OTLP spans (simulator/spans.py).
+-- truth; segments follow the same rules as its OTLP spans (simulator/spans.py). The record has no KV-transfer time:
+-- a disaggregated run's transfer is read from its spans (llm.kv_transfer).
 -- a record from before the overload ladder and fallback routes has none of their columns
 ALTER TABLE sim ADD COLUMN IF NOT EXISTS degraded VARCHAR;
 ALTER TABLE sim ADD COLUMN IF NOT EXISTS fallback_from VARCHAR;
@@ -36,9 +37,9 @@ WITH seg AS (
 SELECT trace_id, request_id, arrival AS ts, a AS start_ns, c AS end_ns, model, deployment, nullif(replica, '') AS replica,
        tenant, tier, route, scene, input_tokens, output_tokens, cached_tokens, preemptions, outcome, finish_reason,
        reject_reason, gateway_s, queue_s, prefill_s, decode_s, send_s,
-       other_seconds(e2e_s, gateway_s, queue_s, prefill_s, decode_s, send_s) AS other_s,
+       other_seconds(e2e_s, gateway_s, queue_s, prefill_s, NULL, decode_s, send_s) AS other_s,
        e2e_s, ttft_s,
-       ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s) AS ttft_other_s,
+       ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s, NULL) AS ttft_other_s,
        tpot_seconds(e2e_s, ttft_s, output_tokens) AS tpot_s,
        source,
        -- requests of one trace (a caller's traceparent continued by the live fleet): the earlier ones were retried

@@ -18,7 +18,9 @@ SELECT trace_id, parent_span_id AS span_id, any_value(source) AS source, sum(spa
     min(decode_start) AS decode_start, max(decode_end) AS decode_end,
     min(send_start) AS send_start, max(send_end) AS send_end,
     any_value(deployment) AS deployment, any_value(model) AS model, any_value(tenant) AS tenant,
-    any_value(tier) AS tier, any_value(route) AS route, any_value(request_id) AS request_id
+    any_value(tier) AS tier, any_value(route) AS route, any_value(request_id) AS request_id,
+    min(kv_transfer_start) AS kv_transfer_start, max(kv_transfer_end) AS kv_transfer_end,
+    any_value(prefill_replica) AS prefill_replica
 FROM staged_kids
 GROUP BY trace_id, parent_span_id;
 
@@ -29,8 +31,8 @@ WHERE deployment IS NOT NULL AND deployment NOT IN (SELECT deployment FROM admis
 -- segment spans without their root: only early ones (gateway, queue) that name their deployment are a request
 -- in flight, kept until the root comes (unless that request is already known: the same spans ingested again)
 CREATE OR REPLACE TEMP TABLE rootless AS
-SELECT *, prefill_start IS NULL AND decode_start IS NULL AND send_start IS NULL AND gateway_start IS NOT NULL
-          AND deployment IS NOT NULL AS early
+SELECT *, prefill_start IS NULL AND kv_transfer_start IS NULL AND decode_start IS NULL AND send_start IS NULL
+          AND gateway_start IS NOT NULL AND deployment IS NOT NULL AS early
 FROM kids k
 WHERE NOT EXISTS (SELECT 1 FROM engine e WHERE e.trace_id = k.trace_id AND e.span_id = k.span_id AND e.name = 'llm.request');
 
@@ -181,13 +183,17 @@ WITH base AS (
              ELSE (gateway_end - gateway_start) / 1e9 END AS gateway_s,
         CASE WHEN vllm THEN TRY_CAST(l_queue AS DOUBLE) ELSE (queue_end - queue_start) / 1e9 END AS queue_s,
         CASE WHEN vllm THEN TRY_CAST(l_prefill AS DOUBLE) ELSE (prefill_end - prefill_start) / 1e9 END AS prefill_s,
+        (kv_transfer_end - kv_transfer_start) / 1e9 AS kv_transfer_s,
         CASE WHEN vllm THEN TRY_CAST(l_decode AS DOUBLE) ELSE (decode_end - decode_start) / 1e9 END AS decode_s,
         CASE WHEN served THEN after_s + coalesce((send_end - send_start) / 1e9, 0)
              ELSE (send_end - send_start) / 1e9 END AS send_s,
         CASE WHEN served THEN (w_end - w_start) / 1e9
              WHEN vllm THEN coalesce(TRY_CAST(l_e2e AS DOUBLE), span_s) ELSE span_s END AS e2e_s,
+        -- the first token: where decode starts (after the KV transfer, disaggregated), else where prefill ends
         before_s + CASE WHEN vllm THEN TRY_CAST(l_ttft AS DOUBLE)
-                        WHEN decode_start IS NOT NULL THEN (prefill_end - start_time_unix_nano) / 1e9 END AS ttft_s,
+                        WHEN decode_start IS NOT NULL THEN (CASE WHEN kv_transfer_end IS NOT NULL THEN decode_start
+                                                                 ELSE prefill_end END - start_time_unix_nano) / 1e9
+                        END AS ttft_s,
         TRY_CAST(w_output AS BIGINT) AS output_tokens
     FROM base
 )
@@ -202,26 +208,27 @@ SELECT
                              ELSE 'ok' END) AS outcome,
     finish_reason, reject_reason,
     gateway_s, queue_s, prefill_s, decode_s, send_s,
-    other_seconds(e2e_s, gateway_s, queue_s, prefill_s, decode_s, send_s) AS other_s,
+    other_seconds(e2e_s, gateway_s, queue_s, prefill_s, kv_transfer_s, decode_s, send_s) AS other_s,
     e2e_s, ttft_s,
-    ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s) AS ttft_other_s,
+    ttft_other_seconds(ttft_s, gateway_s, queue_s, prefill_s, kv_transfer_s) AS ttft_other_s,
     tpot_seconds(e2e_s, ttft_s, output_tokens) AS tpot_s,
-    source, retries::INTEGER AS retries, degraded, fallback_from, fallback_reason,
+    source, retries::INTEGER AS retries, degraded, fallback_from, fallback_reason, kv_transfer_s, prefill_replica,
     -- segment start times, for the long-form table only
-    w_start AS x_gateway, queue_start AS x_queue, prefill_start AS x_prefill, decode_start AS x_decode,
+    w_start AS x_gateway, queue_start AS x_queue, prefill_start AS x_prefill, kv_transfer_start AS x_kv_transfer,
+    decode_start AS x_decode,
     CASE WHEN served THEN coalesce(send_start, end_time_unix_nano) ELSE send_start END AS x_send
 FROM seg
 ORDER BY w_start;
 DROP TABLE fresh;
 
 INSERT INTO requests BY NAME
-SELECT * EXCLUDE (x_gateway, x_queue, x_prefill, x_decode, x_send) FROM new_requests ORDER BY start_ns;
+SELECT * EXCLUDE (x_gateway, x_queue, x_prefill, x_kv_transfer, x_decode, x_send) FROM new_requests ORDER BY start_ns;
 
 INSERT INTO segments BY NAME
 SELECT trace_id, request_id, segment, start_ns, duration_s FROM (
     SELECT trace_id, request_id,
-           unnest(['gateway', 'queue', 'prefill', 'decode', 'send', 'other']) AS segment,
-           unnest([x_gateway, x_queue, x_prefill, x_decode, x_send, NULL]) AS start_ns,
-           unnest([gateway_s, queue_s, prefill_s, decode_s, send_s, other_s]) AS duration_s
+           unnest(['gateway', 'queue', 'prefill', 'kv_transfer', 'decode', 'send', 'other']) AS segment,
+           unnest([x_gateway, x_queue, x_prefill, x_kv_transfer, x_decode, x_send, NULL]) AS start_ns,
+           unnest([gateway_s, queue_s, prefill_s, kv_transfer_s, decode_s, send_s, other_s]) AS duration_s
     FROM new_requests
 ) WHERE duration_s IS NOT NULL;

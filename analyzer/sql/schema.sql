@@ -14,28 +14,34 @@ CREATE TABLE IF NOT EXISTS requests (
     gateway_s DOUBLE, queue_s DOUBLE, prefill_s DOUBLE, decode_s DOUBLE, send_s DOUBLE,
     other_s DOUBLE,                   -- E2E minus the segments: gaps (> 0) or overlaps from clock skew (< 0)
     e2e_s DOUBLE, ttft_s DOUBLE,
-    ttft_other_s DOUBLE,              -- TTFT minus gateway, queue and prefill
+    ttft_other_s DOUBLE,              -- TTFT minus gateway, queue, prefill and KV transfer
     tpot_s DOUBLE,                    -- (E2E - TTFT) / (output tokens - 1)
     source VARCHAR,
     retries INTEGER,                  -- engine calls of the same trace before this one (retries, fallbacks)
     -- the gateway's overload ladder and fallback routes (llm.degraded, llm.fallback_from, llm.fallback_reason)
-    degraded VARCHAR, fallback_from VARCHAR, fallback_reason VARCHAR
+    degraded VARCHAR, fallback_from VARCHAR, fallback_reason VARCHAR,
+    kv_transfer_s DOUBLE,             -- prefill -> decode replica KV-cache move (P/D disaggregation; NULL: none)
+    prefill_replica VARCHAR           -- the replica that prefilled it, when that is not `replica` (the decode one)
 );
-ALTER TABLE requests ADD COLUMN IF NOT EXISTS retries INTEGER;   -- databases made before the column
+-- databases made before the columns
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS retries INTEGER;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS degraded VARCHAR;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS fallback_from VARCHAR;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS fallback_reason VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS kv_transfer_s DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS prefill_replica VARCHAR;
 -- The decomposition's arithmetic, once for every input format.
-CREATE OR REPLACE MACRO other_seconds(e2e, gateway, queue, prefill, decode, send) AS
-    e2e - (coalesce(gateway, 0) + coalesce(queue, 0) + coalesce(prefill, 0) + coalesce(decode, 0) + coalesce(send, 0));
-CREATE OR REPLACE MACRO ttft_other_seconds(ttft, gateway, queue, prefill) AS
-    ttft - (coalesce(gateway, 0) + coalesce(queue, 0) + coalesce(prefill, 0));
+CREATE OR REPLACE MACRO other_seconds(e2e, gateway, queue, prefill, kv_transfer, decode, send) AS
+    e2e - (coalesce(gateway, 0) + coalesce(queue, 0) + coalesce(prefill, 0) + coalesce(kv_transfer, 0)
+           + coalesce(decode, 0) + coalesce(send, 0));
+CREATE OR REPLACE MACRO ttft_other_seconds(ttft, gateway, queue, prefill, kv_transfer) AS
+    ttft - (coalesce(gateway, 0) + coalesce(queue, 0) + coalesce(prefill, 0) + coalesce(kv_transfer, 0));
 CREATE OR REPLACE MACRO tpot_seconds(e2e, ttft, output_tokens) AS   -- (E2E - TTFT) / (output tokens - 1)
     CASE WHEN output_tokens > 1 AND ttft IS NOT NULL THEN (e2e - ttft) / (output_tokens - 1) END;
 
 CREATE TABLE IF NOT EXISTS segments (
     trace_id VARCHAR NOT NULL,
-    segment VARCHAR NOT NULL,         -- gateway | queue | prefill | decode | send | other
+    segment VARCHAR NOT NULL,         -- gateway | queue | prefill | kv_transfer | decode | send | other
     start_ns BIGINT,
     duration_s DOUBLE,
     request_id VARCHAR                -- a trace can hold several requests (retries)

@@ -31,9 +31,12 @@ SELECT trace_id, coalesce(parent_span_id, ''), $source, count(DISTINCT span_id),
     any_value(tenant_attr(attributes)) FILTER (WHERE name = 'llm.gateway'),
     any_value(tier_attr(attributes)) FILTER (WHERE name = 'llm.gateway'),
     any_value(route_attr(attributes)) FILTER (WHERE name = 'llm.gateway'),
-    any_value(attributes['llm.request_id']) FILTER (WHERE name = 'llm.gateway')
+    any_value(attributes['llm.request_id']) FILTER (WHERE name = 'llm.gateway'),
+    -- P/D disaggregation: the KV cache's move from the prefill replica to the decode replica
+    min(start_time_unix_nano) FILTER (WHERE name = 'llm.kv_transfer'), max(end_time_unix_nano) FILTER (WHERE name = 'llm.kv_transfer'),
+    any_value(attributes['llm.prefill_replica']) FILTER (WHERE name = 'llm.kv_transfer')
 FROM src
-WHERE name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send')
+WHERE name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.kv_transfer', 'llm.decode', 'llm.send')
 GROUP BY trace_id, coalesce(parent_span_id, '');
 
 INSERT INTO staged_context
@@ -41,4 +44,5 @@ SELECT trace_id, span_id, coalesce(parent_span_id, ''), kind, start_time_unix_na
     tenant_attr(attributes), tier_attr(attributes), route_attr(attributes), scene_attr(attributes),
     model_attr(attributes), input_attr(attributes), output_attr(attributes)
 FROM src
-WHERE name NOT IN ('llm.request', 'llm_request', 'llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send');
+WHERE name NOT IN ('llm.request', 'llm_request', 'llm.gateway', 'llm.queue', 'llm.prefill', 'llm.kv_transfer', 'llm.decode',
+                   'llm.send');

@@ -9,6 +9,7 @@ WITH cp AS (
     SELECT c.id, c.cp_at, q.tenant, q.route, q.ts,
         CASE c.metric WHEN 'e2e_s' THEN q.e2e_s WHEN 'ttft_s' THEN q.ttft_s WHEN 'tpot_s' THEN q.tpot_s
              WHEN 'gateway_s' THEN q.gateway_s WHEN 'queue_s' THEN q.queue_s WHEN 'prefill_s' THEN q.prefill_s
+             WHEN 'kv_transfer_s' THEN q.kv_transfer_s
              WHEN 'decode_s' THEN q.decode_s WHEN 'send_s' THEN q.send_s END AS v
     FROM cp c JOIN requests q ON q.deployment = c.deployment AND q.tier = c.tier AND q.outcome = 'ok'
         AND q.ts >= c.start_ts AND q.ts < c.end_ts

@@ -20,6 +20,8 @@ SELECT period,
     quantile_cont(e2e_s, 0.95) FILTER (WHERE outcome = 'ok') AS e2e_p95,
     quantile_cont(ttft_s, 0.95) FILTER (WHERE outcome = 'ok') AS ttft_p95,
     quantile_cont(queue_s, 0.95) FILTER (WHERE outcome = 'ok') AS queue_p95,
+    quantile_cont(kv_transfer_s, 0.95) FILTER (WHERE outcome = 'ok') AS kv_transfer_p95,
+    avg(kv_transfer_s / greatest(input_tokens, 1)) FILTER (WHERE outcome = 'ok') AS kv_transfer_s_per_token,
     avg(prefill_s / greatest(input_tokens - coalesce(cached_tokens, 0), 1)) FILTER (WHERE outcome = 'ok') AS prefill_s_per_token,
     avg(decode_s / (output_tokens - 1)) FILTER (WHERE outcome = 'ok' AND output_tokens > 1) AS decode_s_per_token,
     max(per_minute) / greatest(avg(per_minute), 1e-9) AS burstiness

@@ -1,4 +1,5 @@
-"""Latency: where E2E went (gateway, queue, prefill, decode, send) per deployment, tenant or route, as the
+"""Latency: where E2E went (gateway, queue, prefill, decode, send; and kv_transfer where a P/D-disaggregated
+deployment moves the KV cache from its prefill to its decode replicas) per deployment, tenant or route, as the
 analyzer decomposes it; the slowest requests; one request's trace."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from console.columns import show
 from console.palette import SEGMENT_COLOURS, SEGMENTS, plain, segment_order
 from console.ui import Context
 
-__all__ = ["decomposition_rows", "render"]
+__all__ = ["decomposition_rows", "render", "shown_segments"]
 
 SLOWEST = 20
 MAX_GROUPS = 12
@@ -42,10 +43,15 @@ def _segment_bars(rows: list[tuple[str, str, float, float]], title: str) -> go.F
     return fig
 
 
-def _waterfall(rec: dict, name: str) -> go.Figure:
+def shown_segments(recs: list[dict]) -> list[str]:
+    """The segments to draw: every one, less kv_transfer where no group has one (no P/D disaggregation)."""
+    return [s for s in SEGMENTS if s != "kv_transfer" or any(r.get("kv_transfer_s") for r in recs)]
+
+
+def _waterfall(rec: dict, name: str, segments: list[str]) -> go.Figure:
     """The mean request of one group, its segments one after the other."""
     rows, t = [], 0.0
-    for seg in SEGMENTS:
+    for seg in segments:
         v = rec.get(f"{seg}_s") or 0.0
         rows.append((seg, seg, t, v))
         t += v
@@ -72,21 +78,26 @@ def render(ctx: Context) -> None:
     if not recs:
         st.info("No requests match these filters in this time range.")
         return
-    show(pd.DataFrame(recs), "decomposition", (by, "tier", "tenant", "requests", "e2e_p95_s", "e2e_p95_top_segment",
-                                               "ttft_p95_s", *(f"{s}_s" for s in SEGMENTS)))
+    segments = shown_segments(recs)
+    table = pd.DataFrame(recs).drop(columns=[f"{s}_s" for s in SEGMENTS if s not in segments])
+    show(table, "decomposition", (by, "tier", "tenant", "requests", "e2e_p95_s", "e2e_p95_top_segment", "ttft_p95_s",
+                                  *(f"{s}_s" for s in segments)))
     top = sorted(recs, key=lambda r: -(r["requests"] or 0))[:MAX_GROUPS]
     stacked = go.Figure([go.Bar(name=s, x=[plain(r[by]) for r in top], y=[r[f"{s}_s"] or 0.0 for r in top],
-                                marker_color=SEGMENT_COLOURS[s]) for s in SEGMENTS])
+                                marker_color=SEGMENT_COLOURS[s]) for s in segments])
     stacked.update_layout(barmode="relative", title=f"mean seconds per segment, by {by}", height=340,
                           margin={"t": 40, "b": 20})
     st.plotly_chart(stacked, width="stretch", key="stacked")
     names = [str(r[by]) for r in top]
     pick = st.selectbox(f"waterfall of one {by}", names, key="lat_group")
-    st.plotly_chart(_waterfall(top[names.index(pick)], pick), width="stretch", key="waterfall")
+    st.plotly_chart(_waterfall(top[names.index(pick)], pick, segments), width="stretch", key="waterfall")
 
     st.subheader("Slowest requests")
     slow = data.store_query(ctx.db, ctx.db_version, "slowest", {**ctx.sql_params(), "limit": SLOWEST})
-    show(slow, "slowest", ("e2e_s", "ttft_s", "queue_s", "prefill_s", "decode_s", "deployment", "tier", "tenant",
+    kv = ("kv_transfer_s", "prefill_replica")
+    if not slow.empty and slow["kv_transfer_s"].isna().all():  # no P/D disaggregation among them
+        slow, kv = slow.drop(columns=list(kv)), ()
+    show(slow, "slowest", ("e2e_s", "ttft_s", "queue_s", "prefill_s", *kv, "decode_s", "deployment", "tier", "tenant",
                            "replica", "outcome", "input_tokens", "output_tokens"))
     if slow.empty:
         return

@@ -63,7 +63,9 @@ def test_silences_read_as_matchers():
 
 
 def test_segments_keep_a_requests_order_and_labels_are_plain():
-    assert sorted(["send", "prefill", "queue", "decode", "gateway"], key=segment_order) == list(SEGMENTS[:5])
+    path = ["send", "kv_transfer", "prefill", "queue", "decode", "gateway"]
+    assert sorted(path, key=segment_order) == list(SEGMENTS[:6]) == ["gateway", "queue", "prefill", "kv_transfer",
+                                                                    "decode", "send"]
     assert label("queue_wait_p95_s") == "p95 queue wait (s)" and label("e2e_p99_s") == "p99 E2E (s)"
     assert plain("<a href='x'>y</a>") == "&lt;a href='x'&gt;y&lt;/a&gt;"
 

@@ -212,8 +212,9 @@ def test_the_generator_refuses_a_name_the_catalog_or_the_rules_do_not_define():
 
 def test_every_panel_of_histogram_quantiles_says_they_are_bounds_in_the_edge_buckets():
     """histogram_quantile interpolates inside the first bucket (a 1 ms wait reads ~4.8 ms) and answers the last
-    finite bound for +Inf: each panel drawing one, directly or through a recorded p-quantile, says so."""
-    from goodput.dashgen import QUANTILE_NOTE
+    finite bound for +Inf: each panel drawing one, directly or through a recorded p-quantile, says so (of the gateway's
+    buckets, or of an engine histogram's own)."""
+    from goodput.dashgen import ENGINE_QUANTILE_NOTE, QUANTILE_NOTE
 
     drawn = []
     for name, board in boards().items():
@@ -221,6 +222,23 @@ def test_every_panel_of_histogram_quantiles_says_they_are_bounds_in_the_edge_buc
             exprs = [t.get("expr", "") for t in panel.get("targets", [])]
             if any("histogram_quantile" in e or re.search(r"_seconds:p\d+_5m", e) for e in exprs):
                 drawn.append(f"{name} {panel['title']}")
-                assert QUANTILE_NOTE.strip() in panel.get("description", ""), f"{name} panel {panel['title']!r}"
+                note = ENGINE_QUANTILE_NOTE if any("llm_kv_transfer_seconds" in e for e in exprs) else QUANTILE_NOTE
+                assert note.strip() in panel.get("description", ""), f"{name} panel {panel['title']!r}"
     assert "5 ms" in QUANTILE_NOTE and "300 s" in QUANTILE_NOTE
     assert len(drawn) >= 8, drawn  # queue wait, TTFT, TPOT, E2E on deployment; three on tenants; capacity's queue
+
+
+def test_the_deployment_board_shows_the_kv_transfer_of_p_d_disaggregation():
+    """Latency (p50, p95, p95 per replica), bytes per second and failures of the KV transfer from prefill to decode
+    replicas, from the catalog's three metrics."""
+    panels = {p["title"]: p for p in boards()[ids.DEPLOYMENT.file]["panels"]}
+    kv = {t: [x["expr"] for x in p["targets"]] for t, p in panels.items() if t.startswith("KV transfer")}
+    assert set(kv) == {"KV transfer p50 / p95 (P/D disaggregation)", "KV transfer bytes per second", "KV transfer failures"}
+    used = {m for exprs in kv.values() for e in exprs for m in _metric_names(e)}
+    assert used == {"llm_kv_transfer_seconds_bucket", "llm_kv_transfer_seconds_sum", "llm_kv_transfer_seconds_count",
+                    "llm_kv_transfer_bytes_total", "llm_kv_transfer_failures_total"}
+    assert {"llm_kv_transfer_seconds", "llm_kv_transfer_bytes_total", "llm_kv_transfer_failures_total"} <= names()
+    latency = kv["KV transfer p50 / p95 (P/D disaggregation)"]
+    assert [e.split(",")[0] for e in latency] == [f"histogram_quantile({q}" for q in ("0.5", "0.95", "0.95")]
+    assert "by (le, deployment, replica)" in latency[2]
+    assert panels["KV transfer bytes per second"]["fieldConfig"]["defaults"]["unit"] == "Bps"

@@ -83,7 +83,9 @@ def _leaves(doc, path=()):
         yield path, doc
 
 
-ENGINE_SERIES = re.compile(r"(?<![\w:])(" + "|".join(m.name for m in ENGINE) + r")(?![\w:])")
+# an engine series, a histogram's by its parts too (llm_kv_transfer_seconds_bucket)
+ENGINE_SERIES = re.compile(r"(?<![\w:])(" + "|".join(m.name + ("(?:_bucket|_sum|_count)?" if m.type == "histogram" else "")
+                                                      for m in ENGINE) + r")(?![\w:])")
 
 
 def _undo(text: str) -> str:

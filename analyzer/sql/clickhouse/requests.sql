@@ -60,11 +60,15 @@ spans AS (
         minIfOrNull(start_ns, name = 'llm.prefill') AS prefill_start, maxIfOrNull(end_ns, name = 'llm.prefill') AS prefill_end,
         minIfOrNull(start_ns, name = 'llm.decode') AS decode_start, maxIfOrNull(end_ns, name = 'llm.decode') AS decode_end,
         minIfOrNull(start_ns, name = 'llm.send') AS send_start, maxIfOrNull(end_ns, name = 'llm.send') AS send_end,
+        -- P/D disaggregation: the KV cache's move from the prefill replica to the decode replica
+        minIfOrNull(start_ns, name = 'llm.kv_transfer') AS kv_transfer_start,
+        maxIfOrNull(end_ns, name = 'llm.kv_transfer') AS kv_transfer_end,
+        nullIf(anyIf(a['llm.prefill_replica'], name = 'llm.kv_transfer'), '') AS prefill_replica,
         anyIf(coalesce(nullIf(a['llm.deployment'], ''), nullIf(res['llm.deployment'], '')), name = 'llm.gateway')
             AS deployment,
         anyIf(tenant, name = 'llm.gateway') AS tenant, anyIf(tier, name = 'llm.gateway') AS tier
     FROM spans
-    WHERE name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send')
+    WHERE name IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.kv_transfer', 'llm.decode', 'llm.send')
     GROUP BY trace_id, parent_span_id
 ), roots AS (
     SELECT trace_id, span_id FROM engine WHERE name = 'llm.request'
@@ -72,7 +76,8 @@ spans AS (
     SELECT k.trace_id AS trace_id, k.span_id AS parent_span_id, k.deployment AS deployment, k.tenant AS tenant,
         k.tier AS tier, k.gateway_start AS gateway_start, k.gateway_end AS gateway_end, k.queue_end AS queue_end
     FROM kids k LEFT ANTI JOIN roots r ON r.trace_id = k.trace_id AND r.span_id = k.span_id
-    WHERE k.prefill_start IS NULL AND k.decode_start IS NULL AND k.send_start IS NULL AND k.gateway_start IS NOT NULL
+    WHERE k.prefill_start IS NULL AND k.kv_transfer_start IS NULL AND k.decode_start IS NULL AND k.send_start IS NULL
+      AND k.gateway_start IS NOT NULL
       AND k.deployment IS NOT NULL
 ), admission_spans AS (
     SELECT DISTINCT deployment FROM kids WHERE deployment IS NOT NULL
@@ -88,7 +93,7 @@ spans AS (
         any(model) AS model, any(a_input) AS a_input, any(a_output) AS a_output
     FROM spans
     WHERE trace_id IN (SELECT trace_id FROM nested)
-      AND name NOT IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.decode', 'llm.send')
+      AND name NOT IN ('llm.gateway', 'llm.queue', 'llm.prefill', 'llm.kv_transfer', 'llm.decode', 'llm.send')
     GROUP BY trace_id, span_id
 ), lineage AS (
     SELECT u.trace_id AS l_trace_id, u.call AS l_span_id,
@@ -147,7 +152,7 @@ spans AS (
     FROM ranked
 ), base AS (
     SELECT w.*, k.gateway_start, k.gateway_end, k.queue_start, k.queue_end, k.prefill_start, k.prefill_end,
-        k.decode_start, k.decode_end, k.send_start, k.send_end,
+        k.decode_start, k.decode_end, k.send_start, k.send_end, k.kv_transfer_start, k.kv_transfer_end, k.prefill_replica,
         w.name = 'llm_request' AS vllm, w.server_id IS NOT NULL AS served,
         (w.end_ns - w.start_ns) / 1e9 AS span_s,
         (w.start_ns - w.w_start) / 1e9 AS before_s,   -- gateway time outside the engine span
@@ -160,13 +165,16 @@ spans AS (
              ELSE (gateway_end - gateway_start) / 1e9 END AS gateway_s,
         CASE WHEN vllm THEN toFloat64OrNull(l_queue) ELSE (queue_end - queue_start) / 1e9 END AS queue_s,
         CASE WHEN vllm THEN toFloat64OrNull(l_prefill) ELSE (prefill_end - prefill_start) / 1e9 END AS prefill_s,
+        (kv_transfer_end - kv_transfer_start) / 1e9 AS kv_transfer_s,
         CASE WHEN vllm THEN toFloat64OrNull(l_decode) ELSE (decode_end - decode_start) / 1e9 END AS decode_s,
         CASE WHEN served THEN after_s + coalesce((send_end - send_start) / 1e9, 0)
              ELSE (send_end - send_start) / 1e9 END AS send_s,
         CASE WHEN served THEN (w_end - w_start) / 1e9
              WHEN vllm THEN coalesce(toFloat64OrNull(l_e2e), span_s) ELSE span_s END AS e2e_s,
+        -- the first token: where decode starts (after the KV transfer, disaggregated), else where prefill ends
         before_s + CASE WHEN vllm THEN toFloat64OrNull(l_ttft)
-                        WHEN decode_start IS NOT NULL THEN (prefill_end - start_ns) / 1e9 END AS ttft_s,
+                        WHEN decode_start IS NOT NULL THEN (if(kv_transfer_end IS NOT NULL, decode_start, prefill_end)
+                                                            - start_ns) / 1e9 END AS ttft_s,
         toInt64OrNull(w_output) AS output_tokens
     FROM base
 ), requests AS MATERIALIZED (
@@ -180,11 +188,12 @@ spans AS (
                                  ELSE 'ok' END) AS outcome,
         finish_reason, reject_reason,
         gateway_s, queue_s, prefill_s, decode_s, send_s,
-        e2e_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0) + coalesce(decode_s, 0)
-                 + coalesce(send_s, 0)) AS other_s,
+        e2e_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0) + coalesce(kv_transfer_s, 0)
+                 + coalesce(decode_s, 0) + coalesce(send_s, 0)) AS other_s,
         e2e_s, ttft_s,
-        ttft_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0)) AS ttft_other_s,
+        ttft_s - (coalesce(gateway_s, 0) + coalesce(queue_s, 0) + coalesce(prefill_s, 0) + coalesce(kv_transfer_s, 0))
+            AS ttft_other_s,
         CASE WHEN output_tokens > 1 AND ttft_s IS NOT NULL THEN (e2e_s - ttft_s) / (output_tokens - 1) END AS tpot_s,
-        toInt32(retries) AS retries, degraded, fallback_from, fallback_reason
+        toInt32(retries) AS retries, degraded, fallback_from, fallback_reason, kv_transfer_s, prefill_replica
     FROM seg
 )

@@ -10,6 +10,7 @@ cp AS (
     SELECT c.id AS id, c.cp_at AS cp_at, q.tenant AS tenant, q.route AS route, q.ts AS ts,
         multiIf(c.metric = 'e2e_s', q.e2e_s, c.metric = 'ttft_s', q.ttft_s, c.metric = 'tpot_s', q.tpot_s,
                 c.metric = 'gateway_s', q.gateway_s, c.metric = 'queue_s', q.queue_s, c.metric = 'prefill_s', q.prefill_s,
+                c.metric = 'kv_transfer_s', q.kv_transfer_s,
                 c.metric = 'decode_s', q.decode_s, c.metric = 'send_s', q.send_s, NULL) AS v
     FROM cp c JOIN requests q ON q.deployment = c.deployment AND q.tier = c.tier
     WHERE q.outcome = 'ok' AND q.ts >= c.start_ts AND q.ts < c.end_ts

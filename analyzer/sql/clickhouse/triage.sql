@@ -25,6 +25,8 @@ SELECT period,
     quantileExactInclusiveIf(0.95)(e2e_s, outcome = 'ok') AS e2e_p95,
     quantileExactInclusiveIf(0.95)(ttft_s, outcome = 'ok') AS ttft_p95,
     quantileExactInclusiveIf(0.95)(queue_s, outcome = 'ok') AS queue_p95,
+    quantileExactInclusiveIf(0.95)(kv_transfer_s, outcome = 'ok') AS kv_transfer_p95,
+    avgIfOrNull(kv_transfer_s / greatest(input_tokens, 1), outcome = 'ok') AS kv_transfer_s_per_token,
     avgIfOrNull(prefill_s / greatest(input_tokens - coalesce(cached_tokens, 0), 1), outcome = 'ok') AS prefill_s_per_token,
     avgIfOrNull(decode_s / (output_tokens - 1), outcome = 'ok' AND output_tokens > 1) AS decode_s_per_token,
     max(per_minute) / greatest(avg(per_minute), 1e-9) AS burstiness
