@@ -56,7 +56,9 @@ def run(tmp_path_factory):
         con.executemany("INSERT INTO marks VALUES (?, ?, ?, ?, ?)",
                         [(rid, m.get("deployment"), m.get("degraded"), m.get("fallback_from"), m.get("fallback_reason"))
                          for rid, m in marks.items()])
-        con.execute(f"COPY (SELECT p.* REPLACE (coalesce(m.deployment, p.deployment) AS deployment), "
+        # the simulator's own (empty) columns give way to the marks
+        con.execute(f"COPY (SELECT p.* EXCLUDE (degraded, fallback_from, fallback_reason) "
+                    f"REPLACE (coalesce(m.deployment, p.deployment) AS deployment), "
                     f"coalesce(m.degraded, '') AS degraded, m.fallback_from, m.fallback_reason "
                     f"FROM read_parquet('{out / 'plain.parquet'}') p LEFT JOIN marks m USING (request_id)) "
                     f"TO '{out / 'requests.parquet'}' (FORMAT parquet)")
