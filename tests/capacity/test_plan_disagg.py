@@ -275,22 +275,27 @@ def test_the_simulator_accepts_the_planned_aggregated_pool_and_not_a_quarter_les
     assert _attainment(cand, stream, planned.replicas * 3 // 4, slo) < slo.objective
 
 
-def _replayed(demand: Path, fleet_out: Path, duration: float = 1800.0, seed: int = 1) -> tuple[dict, dict]:
-    """The plan of ``demand`` (its one candidate), and per layout the requests its ``--fleet-out`` fleet finished in
-    the simulator (those after the first minute)."""
+def _simulate(fleet: dict, duration: float = 1800.0, seed: int = 1) -> dict[str, list]:
+    """Per layout (the deployment name's last word), the requests the fleet finished, those after the first minute."""
+    cfg = parse_fleet(fleet, "fleet-out")
+    sim = Fleet(cfg, generate(cfg, duration, seed))
+    sim.run(duration)
+    sim.drain(duration + 120.0)
+    done: dict[str, list] = {}
+    for r in sim.done:
+        if 60.0 < r.arrival < duration:
+            done.setdefault(cfg.deployments[r.deployment].name.rsplit("-", 1)[1], []).append(r)
+    return done
+
+
+def _replayed(demand: Path, fleet_out: Path) -> tuple[dict, dict, dict]:
+    """The plan of ``demand`` (its one candidate), its ``--fleet-out`` fleet, and that fleet's requests per layout."""
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         assert main(["plan", "disagg", "--demand", str(demand), "--format", "json", "--fleet-out", str(fleet_out)]) == 0
     (p,) = json.loads(stdout.getvalue())["plans"]
-    cfg = parse_fleet(yaml.safe_load(fleet_out.read_text()), str(fleet_out))
-    fleet = Fleet(cfg, generate(cfg, duration, seed))
-    fleet.run(duration)
-    fleet.drain(duration + 120.0)
-    done: dict[str, list] = {}
-    for r in fleet.done:
-        if 60.0 < r.arrival < duration:
-            done.setdefault(cfg.deployments[r.deployment].name.rsplit("-", 1)[1], []).append(r)
-    return p, done
+    fleet = yaml.safe_load(fleet_out.read_text())
+    return p, fleet, _simulate(fleet)
 
 
 def _simulated(p: dict, reqs: list) -> dict[str, float]:
@@ -306,7 +311,7 @@ def _simulated(p: dict, reqs: list) -> dict[str, float]:
 def test_both_planned_layouts_meet_their_slo_in_the_simulator(tmp_path, demand):
     """``--fleet-out`` writes both layouts as planned; replayed at the demand's rate each meets the SLO it was planned
     for, and a KV transfer takes in the simulator what the plan charged (one unit, Gbit/s per prefill GPU)."""
-    p, done = _replayed(demand, tmp_path / "fleet.yaml")
+    p, _, done = _replayed(demand, tmp_path / "fleet.yaml")
     dm = p["demand"]
     for layout in ("aggregated", "disaggregated"):
         sim = _simulated(p, done[layout])
@@ -322,6 +327,16 @@ def test_both_planned_layouts_meet_their_slo_in_the_simulator(tmp_path, demand):
     assert moved == pytest.approx(p["kv_link"]["transfer_ms"], rel=0.02)
 
 
+def test_the_planned_disaggregated_layout_is_the_fewest_the_simulator_accepts(tmp_path):
+    """The long example's P:D layout with one prefill or one decode replica fewer misses the SLO in the simulator."""
+    p, fleet, _ = _replayed(LONG, tmp_path / "fleet.yaml")
+    (dis,) = [d for d in fleet["deployments"] if d["name"].endswith("-disaggregated")]
+    for pool in (dis, dis["disaggregation"]["decode_pool"]):
+        pool["replicas"] -= 1
+        assert _simulated(p, _simulate(fleet)["disaggregated"])["attainment"] < p["demand"]["objective"], pool
+        pool["replicas"] += 1
+
+
 def _doc_table() -> str:
     """docs/capacity.md's planned-against-simulated table: both examples, both layouts, p95 TTFT and TPOT."""
     import tempfile
@@ -330,7 +345,7 @@ def _doc_table() -> str:
             "simulated p95 TTFT / TPOT |", "|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         for demand in (LONG, SHORT):
-            p, done = _replayed(demand, Path(tmp) / "fleet.yaml")
+            p, _, done = _replayed(demand, Path(tmp) / "fleet.yaml")
             a, d = p["aggregated"], p["disaggregated"]
             planned = {"aggregated": (f"{a['replicas']} ({a['gpus']})", a["replica"]["ttft_ms"], a["replica"]["tpot_ms"]),
                        "disaggregated": (f"{d['ratio']} ({d['gpus']})", d["prefill"]["replica"]["ttft_ms"],
