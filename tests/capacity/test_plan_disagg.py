@@ -263,7 +263,7 @@ def test_the_planned_prefill_pool_is_the_fewest_the_simulator_accepts():
 
 def test_the_simulator_accepts_the_planned_aggregated_pool_and_not_a_quarter_less():
     """The long example's aggregated pool at its planned chunk, simulated: the plan meets the SLO there; the
-    planner is conservative (docs/capacity.md: 16 simulated replicas suffice), but not by a quarter."""
+    planner is conservative (docs/capacity.md: 17 simulated replicas suffice), but not by a quarter."""
     case = _cases()["rag-70b"]
     planned = plan_aggregated(case.load, case.aggregated)
     iq, imean = token_mix("t", "i", {"min": 6000, "p50": 8192, "p95": 9500, "max": 10240})
