@@ -157,6 +157,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where the KV transfer's time counts: tpot (default; vLLM's P/D connectors send the first "
                         "token from the prefill replica and move the KV before the second) or ttft")
     g.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default table)")
+    g.add_argument("--fleet-out", type=output_file, default=None, metavar="FLEET.yaml",
+                   help="also write both planned layouts as one fleet file, each sent the demand at peak x growth, "
+                        "to replay with `goodput simulate FLEET.yaml`")
     g.set_defaults(func=_disagg)
 
 
@@ -264,12 +267,12 @@ def _overload(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2) if args.format == "json" else render_overload(result))
 def _disagg(args: argparse.Namespace) -> int:
     from capacity.plan.disagg import compare
-    from capacity.plan.disaggfile import load_disagg
+    from capacity.plan.disaggfile import load_disagg, planned_fleet
     from capacity.plan.prices import load_prices
     from capacity.plan.tables import render_disagg
     from goodput.foundation.errors import ConfigError
 
-    plans = []
+    plans, planned = [], []
     for case in load_disagg(args.demand, load_prices(args.prices), args.deployment):
         result = compare(case.load, case.aggregated, case.prefill, case.decode, case.link, args.transfer_in)
         if isinstance(result, str):
@@ -277,6 +280,13 @@ def _disagg(args: argparse.Namespace) -> int:
                               f"candidate {case.candidate}: {result}")
         plans.append({"deployment": case.deployment, "candidate": case.candidate, "model": case.model,
                       **result.as_dict()})
+        planned.append((case, result))
+    if args.fleet_out:
+        import yaml
+
+        args.fleet_out.write_text(f"# written by `goodput plan disagg --demand {args.demand}`; replay: goodput simulate "
+                                  f"{args.fleet_out} --duration 900 --out DIR\n"
+                                  + yaml.safe_dump(planned_fleet(planned), sort_keys=False), encoding="utf-8")
     doc = {"generated_by": "goodput plan disagg", "demand": str(args.demand), "plans": plans}
     print(json.dumps(doc, indent=2) if args.format == "json" else render_disagg(doc))
     return 0

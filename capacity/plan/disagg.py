@@ -5,16 +5,17 @@ TTFT target, decode replicas from concurrent sequences under the TPOT target), w
 of the simulator's own scheduler (``simulator/replica.py``, vLLM V1's):
 
 * Every step gives every decoding sequence one token and each prompt in prefill its next chunk (at most
-  ``prefill_chunk_tokens``) while the step's token budget (``max_num_batched_tokens``) lasts; a step costs the
-  work the simulator charges at the roofline's rates, per kernel (``step_s``).
+  ``prefill_chunk_tokens``) while the step's token budget (``max_num_batched_tokens``) lasts; a step costs what
+  the simulator charges for it, ``Roofline.step_time`` of its tokens, attention pairs and KV read (``step_s``).
 * One replica's prefill is a processor-sharing queue whose speed depends on how many prompts share it: with ``k``
   prompts in prefill a step carries ``min(k x chunk, budget - B)`` prefill tokens beside the ``B`` decoding
   sequences. Its birth-death chain (Poisson arrivals, state-dependent rates) gives the share of time at each ``k``.
 * TTFT: the gateway routes least-outstanding. In a prefill pool every outstanding request is a prompt in prefill,
   so new prompts go to idle lanes first and the pool is one M/G/c queue (Erlang C, Allen-Cunneen's (1 + cs^2) / 2,
-  an exponential tail: exact for M/M/c). In an aggregated pool most outstanding requests are decoding, so a
-  replica's prompts queue at its share of the rate: the chain's mean (Little) beyond a lone prompt's own chunks,
-  with an exponential tail.
+  an exponential tail: exact for M/M/c), but with no central queue: a prompt that waits is committed to one
+  replica, so it waits at least that replica's mean residual prefill. In an aggregated pool most outstanding
+  requests are decoding, so a replica's prompts queue at its share of the rate: the chain's mean (Little) beyond a
+  lone prompt's own chunks, with an exponential tail.
 * TPOT: a request's TPOT is its mean step, so TPOT = 1 / (sum over k of P(k) / t_k), and the decode batch
   follows from Little's law (B = rate x output tokens x TPOT), solved as a fixed point. Its quantile scales the
   prefill's extra time by the Poisson quantile of the prompts arriving within one request's decode. That is where
@@ -22,7 +23,8 @@ of the simulator's own scheduler (``simulator/replica.py``, vLLM V1's):
 * Disaggregated: the prefill pool is the same queue without decodes; the decode pool's batch is the largest
   whose decode-only step meets the TPOT, bounded by ``max_num_seqs`` and the KV cache (blocks for prompt + half
   the output), and which of the three binds is reported.
-* KV transfer: prompt tokens x KV bytes per token over the link, plus its latency. vLLM's P/D connectors return
+* KV transfer: the simulator's own (``DisaggConfig.transfer_s``: the link's latency, then one prefill GPU's KV
+  shard of the prompt at ``kv_link_gbps`` Gbit/s, every TP rank over its own NIC). vLLM's P/D connectors return
   the first token from the prefill replica and move the KV before the second, so by default it counts in the
   TPOT (spread over the output's gaps); ``transfer_in="ttft"`` counts it before the first token instead.
 """
@@ -34,21 +36,19 @@ from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
 
-from simulator.config import MAX_REPLICAS  # per pool, as the simulator's deployments
+from simulator.config import MAX_REPLICAS, DisaggConfig  # per pool, as the simulator's deployments
 from simulator.roofline import Roofline
 
 __all__ = [
     "AggregatedPlan",
     "Comparison",
     "DecodePlan",
-    "KvLink",
     "Load",
     "Pool",
     "PrefillPlan",
     "ReplicaState",
     "compare",
     "erlang_c",
-    "kv_transfer_s",
     "plan_aggregated",
     "plan_decode_pool",
     "plan_prefill_pool",
@@ -95,41 +95,22 @@ class Pool:
     max_num_seqs: int
     max_num_batched_tokens: int
     prefill_chunk_tokens: int
-    kv_bytes_per_token: float  # the whole replica's (all TP ranks): what a transfer moves per prompt token
     usd_per_gpu_hour: float | None
-
-
-@dataclass(frozen=True)
-class KvLink:
-    gbps: float  # GB/s between a prefill and a decode replica (gigabytes, as the roofline's tp_allreduce_gbps)
-    latency_ms: float
-
-
-def kv_transfer_s(prompt_tokens: float, bytes_per_token: float, link: KvLink) -> float:
-    """One prompt's KV cache from its prefill replica to its decode replica."""
-    return link.latency_ms / 1000.0 + prompt_tokens * bytes_per_token / (link.gbps * 1e9)
 
 
 def step_s(pool: Pool, batch: float, context: float, prompts: float = 0.0, tokens: float = 0.0,
            prompt: float = 0.0) -> float:
     """One step: ``batch`` decodes of mean ``context`` and ``tokens`` prefill tokens shared by ``prompts`` prompts of
-    ``prompt`` tokens. The work is the simulator's (a chunk of ``c`` tokens after ``m`` computed ones attends
-    ``c m + c (c + 1) / 2`` pairs and reads ``m + c`` KV tokens, ``m`` averaged over the prompt), but the roofline
-    is taken per kernel, as Sarathi-Serve and AIConfigurator cost a step: the GEMMs (every token, the weights read
-    once) and the attention (the pairs, the KV read) run one after the other, each bound by its own compute or
-    memory. On a decode-only or prefill-only step that is ``Roofline.step_time``; on a mixed step the decodes' KV
-    reads no longer hide under the prefill's GEMMs, which is the interference chunked prefill costs decode."""
-    rf = pool.roofline
+    ``prompt`` tokens, at the simulator's cost: a chunk of ``c`` tokens after ``m`` computed ones attends
+    ``c m + c (c + 1) / 2`` pairs and reads ``m + c`` KV tokens (``m`` averaged over the prompt), and the step takes
+    ``Roofline.step_time`` of them all, so a plan and its simulated replay price a mixed step alike."""
     pairs = kv = batch * context
     if prompts > 0 and tokens > 0:
         c = tokens / prompts
         m = max(0.0, (prompt - c) / 2.0)
         pairs += prompts * (c * m + c * (c + 1) / 2.0)
         kv += prompts * (m + c)
-    n = batch + tokens
-    gemm = max(rf.flops_per_token * n * rf.sec_per_flop, rf.weight_bytes * rf.sec_per_byte)
-    attention = max(rf.attn_flops_per_ctx * pairs * rf.sec_per_flop, rf.kv_bytes_per_token * kv * rf.sec_per_kv_byte)
-    return gemm + attention + rf.overhead_s + rf.comm_s_per_token * n
+    return pool.roofline.step_time(batch + tokens, pairs, kv)
 
 
 def _kv_need(load: Load, pool: Pool) -> float:
@@ -238,12 +219,14 @@ def replica_state(load: Load, pool: Pool, replicas: int, *, chunk: int | None = 
         ttft_mean, ttft = alone + excess, alone_p + excess * math.log(1.0 / (1.0 - p))
     else:
         # a prefill pool's outstanding requests are its prompts: the routing fills idle lanes first, so the pool is
-        # one M/G/c queue (Erlang C's chance of waiting, Allen-Cunneen's mean wait, an exponential tail)
+        # one M/G/c queue (Erlang C's chance of waiting, Allen-Cunneen's mean wait, an exponential tail); but there
+        # is no central queue: a prompt that waits is committed to one replica, so it waits at least the mean
+        # residual prefill of that replica's lanes, not for the first of all the pool's lanes to free
         servers, offered = replicas * lanes, load.rps * alone
         waits = erlang_c(servers, offered)
         if waits >= 1.0:
             return ReplicaState(rate, chunk, batch, times[0], times[1], failed=("prefill_throughput",))
-        given = alone / (servers - offered) * (1.0 + load.input_cv2) / 2.0
+        given = alone / min(servers - offered, lanes) * (1.0 + load.input_cv2) / 2.0
         ttft_mean = alone + waits * given
         ttft = alone_p + (given * math.log(waits / (1.0 - p)) if waits > 1.0 - p else 0.0)
     ttft_mean += ttft_extra_s
@@ -368,7 +351,7 @@ def plan_aggregated(load: Load, pool: Pool) -> AggregatedPlan | str:
 @dataclass(frozen=True)
 class Comparison:
     load: Load
-    link: KvLink
+    link: DisaggConfig
     transfer_in: str
     transfer_s: float
     aggregated: AggregatedPlan
@@ -405,7 +388,7 @@ class Comparison:
         return {
             "verdict": self.verdict, "reason": self.reason,
             "demand": {**asdict(self.load), "context": self.load.context},
-            "kv_link": {"gbps": self.link.gbps, "latency_ms": self.link.latency_ms,
+            "kv_link": {"gbps": self.link.kv_link_gbps, "latency_ms": self.link.kv_link_latency_ms,
                         "transfer_ms": round(self.transfer_s * 1000.0, 3), "counted_in": self.transfer_in},
             "aggregated": {
                 **_pool(self.pools["aggregated"]), "replicas": a.replicas, "gpus": self.aggregated_gpus,
@@ -481,11 +464,11 @@ def _reason(load: Load, a: AggregatedPlan, pf: PrefillPlan, d: DecodePlan, trans
         f"{transfer_in.upper()}); {apart}")
 
 
-def compare(load: Load, aggregated: Pool, prefill: Pool, decode: Pool, link: KvLink,
+def compare(load: Load, aggregated: Pool, prefill: Pool, decode: Pool, link: DisaggConfig,
             transfer_in: str = "tpot") -> Comparison | str:
     """Both layouts planned for ``load``, and which needs fewer GPUs (a tie goes to the aggregated one), with why;
     a reason string naming the SLO term when a layout cannot meet it at all."""
-    transfer = kv_transfer_s(load.input_mean, prefill.kv_bytes_per_token, link)
+    transfer = link.transfer_s(load.input_mean)
     a = plan_aggregated(load, aggregated)
     if isinstance(a, str):
         return f"aggregated: {a}"

@@ -4,37 +4,39 @@
     disaggregation:
       prefill_pool: {gpu: H100, tp: 1, engine: {prefill_chunk_tokens: 8192}}   # each key defaults to the candidate's
       decode_pool: {tp: 1}
-      kv_link_gbps: 50          # GB/s between a prefill and a decode replica (gigabytes per second)
+      kv_link_gbps: 400         # Gbit/s per prefill GPU, as the simulator's fleet file says it (one NIC a TP rank)
       kv_link_latency_ms: 1.0   # per transfer
 
 Each candidate of the deployment is the aggregated layout and the default of both pools (a pool's ``engine`` keys
 override the candidate's); every pool is checked by the simulator's fleet parser, memory budget included, so its
-KV cache is the one ``goodput simulate`` would give it. Bad keys are one ``ConfigError`` with the dotted path.
+KV cache is the one ``goodput simulate`` would give it, and the link is the simulator's ``DisaggConfig`` of the
+disaggregated deployment, so a transfer takes what it takes there. ``planned_fleet`` writes the plan back as that
+fleet file. Bad keys are one ``ConfigError`` with the dotted path.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from capacity.plan.demand import MAX_TP, Candidate, DeploymentDemand, parse_demand
-from capacity.plan.disagg import KvLink, Load, Pool
-from capacity.plan.fleetspec import deployment_config
+from capacity.plan.demand import MAX_TP, Candidate, DeploymentDemand, Stream, parse_demand
+from capacity.plan.disagg import Comparison, Load, Pool
+from capacity.plan.fleetspec import deployment_config, deployment_mapping, stream_workload
 from capacity.plan.prices import Prices
 from capacity.plan.sides import roofline_of
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
-from simulator.catalog import kv_bytes_per_token, resolve_gpu
-from simulator.config import _Reader
+from simulator.catalog import resolve_gpu
+from simulator.config import MAX_LINK_GBPS, DisaggConfig, _Reader, parse_fleet
 from simulator.distributions import QuantileDistribution
 
-__all__ = ["DisaggCase", "MAX_LINK_GBPS", "MAX_LINK_LATENCY_MS", "load_disagg"]
+__all__ = ["DisaggCase", "MAX_LINK_LATENCY_MS", "load_disagg", "planned_fleet"]
 
-MAX_LINK_GBPS = 10_000.0  # GB/s: far above any NIC or NVLink domain a KV transfer crosses
 MAX_LINK_LATENCY_MS = 10_000.0
 POOL_KEYS = {"gpu", "tp", "engine"}
 GRID = np.linspace(0.0005, 0.9995, 2000)  # the quantile levels a stream's token lengths are read at
@@ -42,7 +44,8 @@ GRID = np.linspace(0.0005, 0.9995, 2000)  # the quantile levels a stream's token
 
 @dataclass(frozen=True)
 class DisaggCase:
-    """One candidate of one deployment: the load, the three pools and the link."""
+    """One candidate of one deployment: the load, the three pools and the link, and what a fleet file of them needs:
+    the streams (at peak; ``growth`` multiplies them) and each pool's candidate."""
 
     deployment: str
     candidate: str
@@ -51,7 +54,10 @@ class DisaggCase:
     aggregated: Pool
     prefill: Pool
     decode: Pool
-    link: KvLink
+    link: DisaggConfig
+    streams: tuple[Stream, ...]
+    growth: float
+    candidates: dict[str, Candidate]  # per role: "aggregated", "prefill", "decode"
 
 
 def _load(dep: DeploymentDemand, slos: dict, growth: float) -> Load:
@@ -81,7 +87,6 @@ def _pool(role: str, source: str, cand: Candidate, prices: Prices) -> Pool:
     return Pool(role=role, gpu=cfg.gpu, tp=cfg.tp, roofline=roofline_of(cfg), kv_tokens=cfg.budget.num_blocks * e.block_size,
                 block_size=e.block_size, max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
                 prefill_chunk_tokens=e.prefill_chunk_tokens,
-                kv_bytes_per_token=kv_bytes_per_token(cfg.spec, cfg.tp, e.kv_dtype) * cfg.tp,
                 usd_per_gpu_hour=None if prices.get(cfg.gpu) is None else prices.get(cfg.gpu).usd_per_gpu_hour)
 
 
@@ -92,6 +97,43 @@ def _pool_candidate(r: _Reader, cand: Candidate) -> Candidate:
     return replace(cand, gpu=resolve_gpu(gpu, r.source, r.key("gpu")).name if gpu else cand.gpu,
                    tp=r.get("tp", int, cand.tp, minimum=1, maximum=MAX_TP),
                    engine={**cand.engine, **(engine.data if engine else {})})
+
+
+def _disaggregated(name: str, prefill: Candidate, decode: Candidate, replicas: tuple[int, int], gbps: float,
+                   latency_ms: float) -> dict[str, Any]:
+    """The fleet file's disaggregated deployment: ``prefill`` replicas whose decode pool runs ``decode``."""
+    pool = deployment_mapping(name, decode, replicas[1])
+    return {**deployment_mapping(name, prefill, replicas[0]),
+            "disaggregation": {"decode_pool": {k: pool[k] for k in ("replicas", "gpu", "tp", "engine")},
+                               "kv_link_gbps": gbps, "kv_link_latency_ms": latency_ms}}
+
+
+def _link(source: str, cands: dict[str, Candidate], gbps: float, latency_ms: float) -> DisaggConfig:
+    """The simulator's link between the two pools, from its own parser."""
+    wl = stream_workload("probe", Stream("chat", "P0", 1.0, {"p50": 1, "max": 1}, {"p50": 1, "max": 1}, 1.0, 1.0),
+                         {"process": "poisson", "rate": 1.0})
+    dep = _disaggregated("probe", cands["prefill"], cands["decode"], (1, 1), gbps, latency_ms)
+    return parse_fleet({"name": "probe", "deployments": [dep], "workloads": [wl]}, source).deployments[0].disaggregation
+
+
+def planned_fleet(planned: Sequence[tuple[DisaggCase, Comparison]]) -> dict[str, Any]:
+    """Both layouts of every plan as one fleet file for ``goodput simulate``: the aggregated deployment at its
+    planned replicas and prefill chunk, the disaggregated one at its P:D replicas over the planned link, each sent
+    its own copy of the streams at peak x growth (Poisson); deployments are named DEPLOYMENT-CANDIDATE-LAYOUT."""
+    deployments, workloads = [], []
+    for case, c in planned:
+        names = {layout: f"{case.deployment}-{case.candidate}-{layout}" for layout in ("aggregated", "disaggregated")}
+        agg = case.candidates["aggregated"]
+        agg = replace(agg, engine={**agg.engine, "prefill_chunk_tokens": c.aggregated.at.chunk})
+        deployments += [deployment_mapping(names["aggregated"], agg, c.aggregated.replicas),
+                        _disaggregated(names["disaggregated"], case.candidates["prefill"], case.candidates["decode"],
+                                       (c.prefill.replicas, c.decode.replicas), c.link.kv_link_gbps,
+                                       c.link.kv_link_latency_ms)]
+        for name in names.values():
+            for s in case.streams:
+                wl = stream_workload(name, s, {"process": "poisson", "rate": s.peak_rps * case.growth})
+                workloads.append({**wl, "name": f"{name}-{wl['name']}"})
+    return {"name": "goodput-plan-disagg", "seed": 0, "deployments": deployments, "workloads": workloads}
 
 
 def load_disagg(path: str | Path, prices: Prices, deployment: str | None = None) -> list[DisaggCase]:
@@ -117,16 +159,19 @@ def load_disagg(path: str | Path, prices: Prices, deployment: str | None = None)
             raise ConfigError(src, f"deployments.{dep.name}.candidates", "name at least one candidate")
         r = blocks[dep.name]
         r.unknown({"prefill_pool", "decode_pool", "kv_link_gbps", "kv_link_latency_ms"})
-        link = KvLink(r.get("kv_link_gbps", float, minimum=0.001, maximum=MAX_LINK_GBPS),
-                      r.get("kv_link_latency_ms", float, 0.0, minimum=0.0, maximum=MAX_LINK_LATENCY_MS))
+        gbps = r.get("kv_link_gbps", float, minimum=0.001, maximum=MAX_LINK_GBPS)
+        latency_ms = r.get("kv_link_latency_ms", float, 0.0, minimum=0.0, maximum=MAX_LINK_LATENCY_MS)
         load = _load(dep, demand.slos, demand.growth)
         for i, cand in enumerate(dep.candidates):
             at = f"{src}: deployments.{dep.name}"
-            pools = {}
+            cands, pools = {"aggregated": cand}, {}
             for role in ("prefill", "decode"):
                 pr = r.child(f"{role}_pool", None) or _Reader(src, {}, r.key(f"{role}_pool"))
-                pools[role] = _pool(role, f"{at}.disaggregation.{role}_pool", _pool_candidate(pr, cand), prices)
+                cands[role] = _pool_candidate(pr, cand)
+                pools[role] = _pool(role, f"{at}.disaggregation.{role}_pool", cands[role], prices)
             out.append(DisaggCase(dep.name, cand.name, cand.model, load,
                                   _pool("aggregated", f"{at}.candidates[{i}] ({cand.name})", cand, prices),
-                                  pools["prefill"], pools["decode"], link))
+                                  pools["prefill"], pools["decode"], _link(f"{at}.disaggregation", cands, gbps,
+                                                                           latency_ms),
+                                  dep.streams, demand.growth, cands))
     return out

@@ -14,12 +14,13 @@ from typing import Any
 from capacity.plan.demand import Candidate, Stream, TierSlo
 from simulator.config import DeploymentConfig, FleetConfig, parse_fleet
 
-__all__ = ["deployment_config", "fleet_config", "meets_slo", "stream_workload", "ttft_tpot"]
+__all__ = ["deployment_config", "deployment_mapping", "fleet_config", "meets_slo", "stream_workload", "ttft_tpot"]
 
 OK_FINISH = ("stop", "length")
 
 
-def _deployment(name: str, cand: Candidate, replicas: int) -> dict[str, Any]:
+def deployment_mapping(name: str, cand: Candidate, replicas: int) -> dict[str, Any]:
+    """``cand`` as a fleet file's deployment of ``replicas`` replicas."""
     return {"name": name, "model": cand.model, "gpu": cand.gpu, "tp": cand.tp, "replicas": replicas,
             "router": "least-outstanding", "engine": dict(cand.engine),
             **({"model_config": cand.model_config} if cand.model_config else {})}
@@ -35,7 +36,7 @@ def fleet_config(source: str, name: str, cand: Candidate, replicas: int, workloa
                  events: Sequence[dict[str, Any]] = (), seed: int = 0) -> FleetConfig:
     """One deployment of ``cand`` with ``replicas`` replicas serving ``workloads``; bad set-ups raise
     ``ConfigError`` naming ``source`` (the demand file and candidate)."""
-    data = {"name": name, "seed": seed, "deployments": [_deployment(name, cand, replicas)],
+    data = {"name": name, "seed": seed, "deployments": [deployment_mapping(name, cand, replicas)],
             "workloads": list(workloads), "events": list(events)}
     return parse_fleet(data, source)
 

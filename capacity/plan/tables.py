@@ -153,7 +153,7 @@ def render_disagg(doc: Mapping[str, Any]) -> str:
                    f"TTFT {q} ms", f"TPOT {q} ms"]
         link = p["kv_link"]
         out += [table(rows, columns),
-                f"KV transfer: {link['transfer_ms']:g} ms a request ({link['gbps']:g} GB/s, {link['latency_ms']:g} ms "
-                f"latency), counted in the {link['counted_in'].upper()}",
+                f"KV transfer: {link['transfer_ms']:g} ms a request ({link['gbps']:g} Gbit/s per prefill GPU, "
+                f"{link['latency_ms']:g} ms latency), counted in the {link['counted_in'].upper()}",
                 textwrap.fill(f"verdict: {p['verdict']}: {p['reason']}", width=118, subsequent_indent="  "), ""]
     return "\n".join(out).rstrip()
