@@ -117,8 +117,8 @@ def overload_heading(result: Mapping[str, Any]) -> list[str]:
     protected = result["ladder_configured"] or result["breaker_configured"]
     return [f"scenario {result['scenario']} on {result['fleet']}: {result['seconds']:g} s, disturbance "
             f"{start:g}-{end:g} s, seed {result['seed']}; the fleet file configures "
-            + (", ".join(gw) if gw else "no gateway protection")
-            + ("" if protected else " (no overload ladder or circuit breaker: the ladder variant is the quotas one)"),
+            + (", ".join(gw) if gw else "no overload ladder, fallbacks or circuit breaker")
+            + ("" if protected else " (the ladder variant is the quotas one)"),
             "SLOs: " + "; ".join(f"{t} TTFT {s['ttft_s']:g} s, TPOT {s['tpot_s']:g} s for {s['objective']:g}"
                                  for t, s in result["slos"].items())]
 
