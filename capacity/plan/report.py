@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity.plan.pareto import describe, verdict
-from capacity.plan.tables import OVERLOAD_COLUMNS, overload_heading, overload_rows, overload_timelines
+from capacity.plan.tables import overload_heading, overload_rows, overload_timelines
 
 __all__ = ["write_evaluation_report", "write_overload_report", "write_plan_report"]
 
@@ -150,11 +150,9 @@ def write_overload_report(path: Path, result: Mapping[str, Any]) -> Path:
     ladder.update_layout(height=550, title="the configured ladder stepping in and out"
                          + ("" if steps else ": no step was on in any minute"))
     rows_v, rows_t, rows_w, rows_n = overload_rows(result)
-    cols = [c for c in OVERLOAD_COLUMNS if c != "tenant"]
     tables = ["".join(f"<p>{_e(line)}</p>" for line in overload_heading(result)), _table(rows_v),
-              "<h2>per tier</h2>", _table([{c: r[c] for c in cols} for r in rows_t]),
-              "<h2>per workload</h2>", _table([{c: r[c] for c in cols} for r in rows_w]),
-              "<h2>per tenant</h2>", _table([{c: r[c] for c in OVERLOAD_COLUMNS} for r in rows_n]),
+              "<h2>per tier</h2>", _table(rows_t), "<h2>per workload</h2>", _table(rows_w),
+              "<h2>per tenant</h2>", _table(rows_n),
               "<h2>the configured ladder variant's timelines</h2>",
               "<pre>" + "\n".join(_e(line) for line in overload_timelines(result)) + "</pre>"]
     return _write(path, _page(f"goodput overload plan: {result['scenario']}", [att, ladder], tables))
