@@ -8,9 +8,12 @@ requests that met the SLO per second of the scenario) count the clients' request
 variant: a simulated client's retry of a failed one (``meta["attempt"]`` > 1, the fallback routes'
 ``gateway.retry``) is counted apart, and the request it retries stays a miss (its first token, a backoff after it
 failed, is late for any interactive tier anyway); rejects, degraded and fallback shares and cost count every
-attempt. The gateway's decisions come from ``Request.meta`` (``overload_step``, ``degraded``, ``fallback_from``;
-absent: none). Cost is each deployment's GPU-hours (its live replicas x TP, integrated each ``TICK_S``) at its GPU's
-price; a tier's or tenant's share of it is its share of the tokens the engines processed.
+attempt. The gateway's decisions come from ``Request.meta`` as simulator/gateway.py writes them (``overload_step``:
+the top ladder step at the request's primary when it arrived; ``degraded``: what ``degrade_p1`` did to it when sent;
+``fallback_from`` / ``fallback_reason``: the primary it left and why; absent or "": none), and the ladder's and the
+breakers' own timelines (``fleet.gateway.ladder.log``, ``.circuits``) come with each variant's figures. Cost is
+each deployment's GPU-hours (its live replicas x TP, integrated each ``TICK_S``) at its GPU's price; a tier's or tenant's
+share of it is its share of the tokens the engines processed.
 """
 
 from __future__ import annotations
@@ -29,14 +32,14 @@ from simulator.fleet import Fleet
 from simulator.request import TIER_RANK
 from simulator.workload import generate
 
-__all__ = ["DRAIN_S", "MINUTE_S", "Outcomes", "figures", "minute_series", "plan_overload", "replay"]
+__all__ = ["DRAIN_S", "MINUTE_S", "Outcomes", "figures", "ladder_minutes", "minute_series", "plan_overload", "replay"]
 
 TICK_S = 1.0  # the GPU-hours' integration step
 MINUTE_S = 60.0
 DRAIN_S = 600.0
 OK_FINISH = ("stop", "length")
 TIERS = tuple(TIER_RANK)
-META_KEYS = ("overload_step", "degraded", "fallback_from")
+META_KEYS = ("overload_step", "degraded", "fallback_from", "fallback_reason")
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Outcomes:
     cfg: FleetConfig
     arrival: list[float] = field(default_factory=list)
     tier: list[str] = field(default_factory=list)
+    workload: list[str] = field(default_factory=list)
     tenant: list[str] = field(default_factory=list)
     deployment: list[str] = field(default_factory=list)
     ok: list[bool] = field(default_factory=list)
@@ -60,6 +64,7 @@ class Outcomes:
         m = req.meta or {}
         self.arrival.append(req.arrival)
         self.tier.append(req.tier)
+        self.workload.append(self.cfg.workloads[req.workload].name)
         self.tenant.append(m.get("tenant") or self.cfg.workloads[req.workload].tenants[req.tenant][0])
         self.deployment.append(self.cfg.deployments[req.deployment].name)
         self.ok.append(req.finish_reason in OK_FINISH)
@@ -73,7 +78,7 @@ class Outcomes:
             self.meta[k].append(str(m.get(k) or ""))
 
     def columns(self) -> dict[str, np.ndarray]:
-        cols = {k: np.asarray(getattr(self, k)) for k in ("arrival", "tier", "tenant", "deployment", "ok", "ttft",
+        cols = {k: np.asarray(getattr(self, k)) for k in ("arrival", "tier", "workload", "tenant", "deployment", "ok", "ttft",
                                                              "tpot", "reject_reason", "tokens", "attempt")}
         cols.update({k: np.asarray(v, dtype=str) for k, v in self.meta.items()})
         return cols
@@ -88,15 +93,18 @@ def _met(cols: Mapping[str, np.ndarray], slos: Mapping[str, TierSlo]) -> tuple[n
     return cols["ok"].astype(bool) & in_ttft & (cols["tpot"].astype(float) <= tpot_s), in_ttft
 
 
+def _counts(values: np.ndarray) -> dict[str, int]:
+    """How often each non-empty value occurs, by value."""
+    return {str(v): int(c) for v, c in zip(*np.unique(values[values != ""], return_counts=True), strict=True)}
+
+
 def _group(mask: np.ndarray, cols: Mapping[str, np.ndarray], met: np.ndarray, in_ttft: np.ndarray, seconds: float,
            usd: float | None, objective: float) -> dict[str, Any]:
     """The figures of the attempts ``mask`` selects: attainment and goodput over the client requests among them
     (first attempts), rejects, shares and cost over every attempt."""
     asked = mask & (cols["attempt"] == 1)
     n = int(asked.sum())
-    reasons = cols["reject_reason"][mask]
-    rejects = dict(sorted((str(r), int(c)) for r, c in zip(*np.unique(reasons[reasons != ""], return_counts=True),
-                                                           strict=True)))
+    rejects = _counts(cols["reject_reason"][mask])
     tokens = float(cols["tokens"].sum())
     slo = float(met[asked].mean()) if n else None
     return {"requests": n, "retries": int(mask.sum()) - n, "slo_attainment": slo,
@@ -106,6 +114,7 @@ def _group(mask: np.ndarray, cols: Mapping[str, np.ndarray], met: np.ndarray, in
             "rejects": rejects,
             "degraded_share": float((cols["degraded"][mask] != "").mean()) if mask.any() else 0.0,
             "fallback_share": float((cols["fallback_from"][mask] != "").mean()) if mask.any() else 0.0,
+            "fallbacks": _counts(cols["fallback_reason"][mask]),
             "usd": None if usd is None or not tokens else round(usd * float(cols["tokens"][mask].sum()) / tokens, 4)}
 
 
@@ -125,6 +134,9 @@ def figures(cols: Mapping[str, np.ndarray], slos: Mapping[str, TierSlo], seconds
     met, in_ttft = _met(cols, slos)
     tiers = [t for t in TIERS if (cols["tier"] == t).any()]
     by_tier = {t: _group(cols["tier"] == t, cols, met, in_ttft, seconds, usd, slos[t].objective) for t in tiers}
+    by_workload = {str(w): _group(cols["workload"] == w, cols, met, in_ttft, seconds, usd,
+                                  slos[str(cols["tier"][cols["workload"] == w][0])].objective)
+                   for w in dict.fromkeys(cols["workload"].tolist())}
     by_tenant: dict[str, dict[str, Any]] = {}
     for name in sorted(set(cols["tenant"].tolist())):
         for t in tiers:
@@ -147,13 +159,39 @@ def figures(cols: Mapping[str, np.ndarray], slos: Mapping[str, TierSlo], seconds
     served = {str(d): int(c) for d, c in zip(*np.unique(cols["deployment"][cols["ok"].astype(bool)],
                                                         return_counts=True), strict=True)}
     return {"requests": int(asked.sum()), "retries": int((~asked).sum()), "served_by_deployment": served,
-            "tiers": by_tier, "tenants": by_tenant, "timeline": timeline}
+            "tiers": by_tier, "workloads": by_workload, "tenants": by_tenant, "timeline": timeline}
+
+
+def ladder_minutes(log: list[dict[str, Any]], seconds: float) -> dict[str, list[float]]:
+    """Per deployment and step of the ladder ``log`` (``LadderChange`` rows as dicts, in time order), the share of
+    each minute of the scenario it was engaged: the ladder stepping in and out as the gateway ran it."""
+    n = max(1, int(np.ceil(seconds / MINUTE_S)))
+    edges = np.arange(n + 1) * MINUTE_S
+    on: dict[str, float] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for c in log:
+        key = f"{c['deployment']}: {c['step']}"
+        spans.setdefault(key, [])
+        if c["on"]:
+            on[key] = c["t"]
+        elif key in on:
+            spans[key].append((on.pop(key), c["t"]))
+    for key, t in on.items():  # still engaged when the run ended
+        spans[key].append((t, max(seconds, t)))
+    out = {}
+    for key, runs in spans.items():
+        cover = np.zeros(n)
+        for a, b in runs:
+            cover += np.clip(np.minimum(edges[1:], b) - np.maximum(edges[:-1], a), 0.0, None)
+        out[key] = [round(float(x), 4) for x in cover / np.diff(edges)]
+    return out
 
 
 def replay(cfg: FleetConfig, arrivals, seconds: float, progress: Callable[[float], None] | None = None
-           ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-    """Run ``cfg`` on ``arrivals`` for ``seconds`` and drain: the finished requests' columns and each deployment's
-    GPU-seconds over the scenario."""
+           ) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, Any]]:
+    """Run ``cfg`` on ``arrivals`` for ``seconds`` and drain: the finished requests' columns, each deployment's
+    GPU-seconds over the scenario, and the gateway's timelines (``ladder``: its steps in and out; ``circuits``: each
+    breaker's ``[t, state, why]``), in ``goodput simulate --format json``'s shape."""
     fleet = Fleet(cfg, arrivals, keep_done=False)
     out = Outcomes(cfg)
     fleet.watch(out)
@@ -168,7 +206,13 @@ def replay(cfg: FleetConfig, arrivals, seconds: float, progress: Callable[[float
         if progress is not None:
             progress(t)
     fleet.drain(seconds + DRAIN_S)
-    return out.columns(), gpu_s
+    gw = fleet.gateway
+    ladder = gw.ladder.log if gw is not None and gw.ladder is not None else []
+    logs = {"ladder": [{"t": round(c.t, 3), "deployment": c.deployment, "step": c.step, "on": c.on,
+                        "signal": c.signal, "value": round(c.value, 4)} for c in ladder],
+            "circuits": {} if gw is None else {name: [[round(at, 3), state, why] for at, state, why in c.log]
+                                                for name, c in gw.circuits.items()}}
+    return out.columns(), gpu_s, logs
 
 
 def plan_overload(fleet: dict[str, Any], source: str, scenario_name: str, seconds: float, slos: Mapping[str, TierSlo],
@@ -184,18 +228,20 @@ def plan_overload(fleet: dict[str, Any], source: str, scenario_name: str, second
     arrivals = generate(cfgs["ladder"], seconds, seed)  # the gateway plays no part in when requests arrive
     out: dict[str, Any] = {}
     for i, (label, cfg) in enumerate(cfgs.items()):
-        cols, gpu_s = replay(cfg, arrivals, seconds,
-                             None if progress is None else (lambda t, i=i: progress(i * seconds + t)))
+        cols, gpu_s, logs = replay(cfg, arrivals, seconds,
+                                   None if progress is None else (lambda t, i=i: progress(i * seconds + t)))
         costs = {d.name: (gpu_s[d.name] / 3600.0, prices.get(d.gpu)) for d in cfg.deployments}
         usd = None if any(p is None for _, p in costs.values()) else sum(h * p.usd_per_gpu_hour
                                                                          for h, p in costs.values())
         out[label] = {"protection": VARIANTS[label], "gateway": cfg.gateway is not None,
                       "gpu_hours": round(sum(h for h, _ in costs.values()), 4),
-                      "usd": None if usd is None else round(usd, 4), **figures(cols, slos, seconds, usd)}
+                      "usd": None if usd is None else round(usd, 4), **figures(cols, slos, seconds, usd), **logs}
+        out[label]["timeline"]["ladder_engaged"] = ladder_minutes(logs["ladder"], seconds)
     start, end = disturbance(scenario_name, seconds)
     gw = fleet.get("gateway") or {}
     return {"scenario": scenario_name, "fleet": source, "seconds": seconds, "window_s": [start, end], "seed": seed,
             "ladder_configured": "overload" in gw, "fallbacks_configured": "fallbacks" in gw,
+            "breaker_configured": "circuit_breaker" in gw,
             "slos": {t: {"ttft_s": s.ttft_s, "tpot_s": s.tpot_s, "objective": s.objective} for t, s in slos.items()},
             "prices": {d.gpu: None if prices.get(d.gpu) is None else prices.get(d.gpu).usd_per_gpu_hour
                        for d in cfgs["ladder"].deployments},

@@ -22,7 +22,7 @@ from typing import Any
 
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["BURST_FACTOR", "FLOOD_FACTOR", "OVERLOAD_SCENARIOS", "VARIANTS", "disturbance", "flooding_tenant",
+__all__ = ["BURST_FACTOR", "FLOOD_FACTOR", "OVERLOAD_SCENARIOS", "PROTECTIONS", "VARIANTS", "disturbance", "flooding_tenant",
            "primary_deployment", "scenario", "variants", "window"]
 
 OVERLOAD_SCENARIOS = ("burst", "tenant_flood", "primary_down")
@@ -30,8 +30,9 @@ BURST_FACTOR = 3.0
 FLOOD_FACTOR = 5.0
 # label -> what protects the fleet in that variant
 VARIANTS = {"none": "no protection (the gateway section removed)",
-            "quotas": "quotas only (the gateway without its overload ladder)",
+            "quotas": "quotas only (the gateway without its overload ladder and circuit breaker)",
             "ladder": "the configured ladder (the fleet file as written)"}
+PROTECTIONS = ("overload", "circuit_breaker")  # what the quotas variant takes out of the gateway section
 
 
 def window(seconds: float) -> tuple[float, float]:
@@ -45,11 +46,14 @@ def disturbance(name: str, seconds: float) -> tuple[float, float]:
 
 
 def variants(fleet: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The fleet mapping under each protection of ``VARIANTS``."""
+    """The fleet mapping under each protection of ``VARIANTS``. Quotas only keeps the fallback routes and the clients'
+    retries (plumbing and client behaviour, not protection): without the breaker they are a naive failover, retries
+    walking to the backup and queueing there, which is what the breaker is to be judged against."""
     none = {k: v for k, v in fleet.items() if k != "gateway"}
     quotas = copy.deepcopy(fleet)
     if isinstance(quotas.get("gateway"), dict):
-        quotas["gateway"].pop("overload", None)
+        for key in PROTECTIONS:
+            quotas["gateway"].pop(key, None)
     return {"none": none, "quotas": quotas, "ladder": fleet}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity.plan.pareto import describe, verdict
-from capacity.plan.tables import OVERLOAD_COLUMNS, overload_heading, overload_rows
+from capacity.plan.tables import overload_heading, overload_rows, overload_timelines
 
 __all__ = ["write_evaluation_report", "write_overload_report", "write_plan_report"]
 
@@ -133,14 +133,15 @@ def write_overload_report(path: Path, result: Mapping[str, Any]) -> Path:
     att.update_layout(height=300 * max(1, len(tiers)),
                       title=f"scenario {html.escape(result['scenario'], quote=False)}: the three protections")
     tl = variants["ladder"]["timeline"]
-    steps = list(tl["overload_step"])
+    steps = list(tl["ladder_engaged"])  # deployment: step, in the order the ladder log first names them
     ladder = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                           subplot_titles=["share of each minute's requests admitted under each ladder step "
-                                           "(the highest step on)", "degraded and fallback shares per minute"])
+                           subplot_titles=["share of each minute each ladder step was engaged (the ladder log)",
+                                           "degraded and fallback shares per minute"])
     if steps:
         ladder.add_trace(go.Heatmap(x=minutes, y=[html.escape(s, quote=False) for s in steps], zmin=0, zmax=1,
-                                    z=[[0 if x is None else x for x in tl["overload_step"][s]] for s in steps],
+                                    z=[tl["ladder_engaged"][s] for s in steps],
                                     colorscale="Reds", showscale=False), row=1, col=1)
+        ladder.update_yaxes(autorange="reversed", row=1, col=1)  # the first step on top, as the ladder reads
     for key in ("degraded_share", "fallback_share"):
         ladder.add_trace(go.Scatter(x=minutes, y=tl[key], name=key.replace("_", " "), mode="lines"), row=2, col=1)
     for row in (1, 2):
@@ -148,9 +149,10 @@ def write_overload_report(path: Path, result: Mapping[str, Any]) -> Path:
     ladder.update_xaxes(title_text="minute of the scenario", row=2, col=1)
     ladder.update_layout(height=550, title="the configured ladder stepping in and out"
                          + ("" if steps else ": no step was on in any minute"))
-    rows_v, rows_t, rows_n = overload_rows(result)
-    cols = [c for c in OVERLOAD_COLUMNS if c != "tenant"]
+    rows_v, rows_t, rows_w, rows_n = overload_rows(result)
     tables = ["".join(f"<p>{_e(line)}</p>" for line in overload_heading(result)), _table(rows_v),
-              "<h2>per tier</h2>", _table([{c: r[c] for c in cols} for r in rows_t]),
-              "<h2>per tenant</h2>", _table([{c: r[c] for c in OVERLOAD_COLUMNS} for r in rows_n])]
+              "<h2>per tier</h2>", _table(rows_t), "<h2>per workload</h2>", _table(rows_w),
+              "<h2>per tenant</h2>", _table(rows_n),
+              "<h2>the configured ladder variant's timelines</h2>",
+              "<pre>" + "\n".join(_e(line) for line in overload_timelines(result)) + "</pre>"]
     return _write(path, _page(f"goodput overload plan: {result['scenario']}", [att, ladder], tables))

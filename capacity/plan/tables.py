@@ -8,8 +8,8 @@ from typing import Any
 
 from capacity.plan.pareto import describe, verdict
 
-__all__ = ["OVERLOAD_COLUMNS", "overload_heading", "overload_rows", "render_disagg", "render_evaluation",
-           "render_overload", "render_plan", "table"]
+__all__ = ["OVERLOAD_COLUMNS", "overload_heading", "overload_rows", "overload_timelines", "render_disagg",
+           "render_evaluation", "render_overload", "render_plan", "table"]
 
 
 def _cell(v: Any) -> str:
@@ -80,50 +80,77 @@ def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
     return "\n".join(out) + "\n"
 
 
-OVERLOAD_COLUMNS = ("variant", "tenant", "tier", "requests", "retries", "SLO att", "TTFT att", "met", "goodput/s",
-                    "rejects", "degraded", "fallback", "$")
+OVERLOAD_COLUMNS = ("requests", "retries", "SLO att", "TTFT att", "met", "goodput/s", "rejects", "degraded",
+                    "fallback", "fallback why", "$")  # after the columns naming the row (variant, tier, ...)
 
 
-def _overload_row(variant: str, tier: str, g: Mapping[str, Any], tenant: str = "") -> dict[str, Any]:
-    return {"variant": variant, "tenant": tenant, "tier": tier, "requests": g["requests"], "retries": g["retries"],
+def _overload_row(names: Mapping[str, str], g: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of ``names`` (variant, tier, workload, tenant: those that place it) then the ``OVERLOAD_COLUMNS`` of
+    the figures ``g``."""
+    return {**names, "requests": g["requests"], "retries": g["retries"],
             "SLO att": g["slo_attainment"], "TTFT att": g["ttft_attainment"],
             "met": {True: "yes", False: "NO", None: "-"}[g["meets_objective"]], "goodput/s": g["goodput_rps"],
             "rejects": ", ".join(f"{r} {n}" for r, n in g["rejects"].items()) or "-",
-            "degraded": g["degraded_share"], "fallback": g["fallback_share"], "$": g["usd"]}
+            "degraded": g["degraded_share"], "fallback": g["fallback_share"],
+            "fallback why": ", ".join(f"{r} {n}" for r, n in g["fallbacks"].items()) or "-", "$": g["usd"]}
 
 
-def overload_rows(result: Mapping[str, Any]) -> tuple[list[dict], list[dict], list[dict]]:
-    """(one row per variant, per variant x tier, per variant x tenant x tier) of a ``plan overload`` result."""
+def overload_rows(result: Mapping[str, Any]) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """(one row per variant, per variant x tier, per variant x workload, per variant x tenant x tier) of a ``plan
+    overload`` result."""
     v = result["variants"]
     variants = [{"variant": k, "protection": r["protection"], "requests": r["requests"], "retries": r["retries"],
                  "gpu_hours": r["gpu_hours"],
                  "$": r["usd"], "served by": ", ".join(f"{d} {n}" for d, n in r["served_by_deployment"].items()) or "-"}
                 for k, r in v.items()]
-    tiers = [_overload_row(k, t, g) for k, r in v.items() for t, g in r["tiers"].items()]
-    tenants = [_overload_row(k, t, g, name) for k, r in v.items() for name, ts in r["tenants"].items()
-               for t, g in ts.items()]
-    return variants, tiers, tenants
+    tiers = [_overload_row({"variant": k, "tier": t}, g) for k, r in v.items() for t, g in r["tiers"].items()]
+    workloads = [_overload_row({"variant": k, "workload": w}, g) for k, r in v.items()
+                 for w, g in r["workloads"].items()]
+    tenants = [_overload_row({"variant": k, "tenant": name, "tier": t}, g) for k, r in v.items()
+               for name, ts in r["tenants"].items() for t, g in ts.items()]
+    return variants, tiers, workloads, tenants
 
 
 def overload_heading(result: Mapping[str, Any]) -> list[str]:
     """What was replayed, and against which SLOs."""
     start, end = result["window_s"]
     gw = [w for w, on in (("an overload ladder", result["ladder_configured"]),
-                          ("fallbacks", result["fallbacks_configured"])) if on]
+                          ("fallbacks", result["fallbacks_configured"]),
+                          ("a circuit breaker", result["breaker_configured"])) if on]
+    protected = result["ladder_configured"] or result["breaker_configured"]
     return [f"scenario {result['scenario']} on {result['fleet']}: {result['seconds']:g} s, disturbance "
             f"{start:g}-{end:g} s, seed {result['seed']}; the fleet file configures "
-            + (" and ".join(gw) if gw else "no overload ladder (the ladder variant is the quotas one)"),
+            + (" and ".join([", ".join(gw[:-1]), gw[-1]] if len(gw) > 1 else gw) if gw
+               else "no overload ladder, fallbacks or circuit breaker")
+            + ("" if protected else " (the ladder variant is the quotas one)"),
             "SLOs: " + "; ".join(f"{t} TTFT {s['ttft_s']:g} s, TPOT {s['tpot_s']:g} s for {s['objective']:g}"
                                  for t, s in result["slos"].items())]
 
 
-def render_overload(result: Mapping[str, Any]) -> str:
-    """Each variant's GPU-hours and cost, then per tier and per tenant x tier the figures side by side."""
-    variants, tiers, tenants = overload_rows(result)
-    cols = [c for c in OVERLOAD_COLUMNS if c != "tenant"]
+def overload_timelines(result: Mapping[str, Any], limit: int | None = None) -> list[str]:
+    """The ladder variant's ladder log (its steps in and out, in order) and breaker changes, ``limit`` lines each."""
+    v = result["variants"]["ladder"]
+    out = []
+    for title, rows in (("ladder", [f"{c['t']:,.1f} s {c['deployment']} {c['step']} {'on' if c['on'] else 'off'} "
+                                    f"({c['signal']} {c['value']:g})" for c in v["ladder"]]),
+                        *((f"circuit {name}", [f"{t:,.1f} s {state}" + (f" ({why})" if why else "")
+                                               for t, state, why in log[1:]]) for name, log in v["circuits"].items())):
+        shown = rows if limit is None else rows[:limit]
+        more = [f"  ... {len(rows) - len(shown):,} more (--format json lists them all)"] if len(rows) > len(shown) else []
+        out += [f"{title}: " + ("no change" if not rows else f"{len(rows):,} changes"), *(f"  {r}" for r in shown),
+                *more]
+    return out
+
+
+def render_overload(result: Mapping[str, Any], limit: int = 12) -> str:
+    """Each variant's GPU-hours and cost, per tier, per workload and per tenant x tier the figures side by side, and
+    the ladder variant's ladder and breaker timelines (the first ``limit`` changes of each)."""
+    variants, tiers, workloads, tenants = overload_rows(result)
     return "\n".join([*overload_heading(result), "",
-                      table(variants, list(variants[0])), "",
-                      "per tier:", table(tiers, cols), "", "per tenant:", table(tenants, OVERLOAD_COLUMNS)]) + "\n"
+                      *(line for title, rows in (("", variants), ("per tier:", tiers), ("per workload:", workloads),
+                                                 ("per tenant:", tenants))
+                        for line in ([title] if title else []) + [table(rows, list(rows[0])), ""]),
+                      "the configured ladder variant's timelines:", *overload_timelines(result, limit)]) + "\n"
 def render_disagg(doc: Mapping[str, Any]) -> str:
     """``goodput plan disagg``: per candidate, the demand and SLO, the aggregated and disaggregated layouts side
     by side, the KV transfer, and the verdict with its reason."""

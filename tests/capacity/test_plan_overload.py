@@ -1,7 +1,9 @@
 """goodput plan overload: the tenant flood that quotas and fair queueing contain and nothing else does, as the report
-computes it; a burst's minutes below the objective and the recovery after; a primary lost and what it costs; the
-three variants on the same arrivals; the ladder's steps, degradations and fallbacks read from the requests; the JSON
-and HTML reports; bad input in one line."""
+computes it; on examples/overload.yaml the ladder keeping P0 through a burst in its configured order and recovering
+in reverse, and the fallback route carrying only what the capability matrix allows while the breaker keeps the
+backup's own traffic at its objective; a burst's minutes below the objective and the recovery after; a primary lost
+and what it costs; the three variants on the same arrivals; the ladder's steps, degradations and fallbacks read from
+the requests and the ladder log; the JSON and HTML reports; bad input in one line."""
 
 import copy
 import json
@@ -12,7 +14,7 @@ import pytest
 import yaml
 
 from capacity.plan.demand import DEFAULT_SLOS, TierSlo
-from capacity.plan.overload import Outcomes, figures
+from capacity.plan.overload import Outcomes, figures, ladder_minutes
 from capacity.plan.overload_scenarios import BURST_FACTOR, VARIANTS, primary_deployment, scenario, variants, window
 from capacity.plan.report import write_overload_report
 from goodput.cli import main
@@ -22,6 +24,7 @@ from simulator.workload import generate
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data
 
 FLOOD = REPO / "examples" / "tenant_flood.yaml"
+OVERLOAD = REPO / "examples" / "overload.yaml"
 SLOS = {t: TierSlo(*v) for t, v in DEFAULT_SLOS.items()}
 
 
@@ -55,20 +58,83 @@ def test_a_tenant_flood_misses_every_other_tenants_p0_ttft_objective_without_quo
     assert v["none"]["requests"] == v["quotas"]["requests"] == v["ladder"]["requests"] > 0
 
 
+def test_on_the_overload_example_a_flood_of_one_tenant_misses_the_others_p0_without_a_gateway_and_not_with_quotas(
+        capsys):
+    out = _overload(capsys, "--fleet", str(OVERLOAD), "--scenario", "tenant_flood", "--tenant", "umbrella")
+    objective = out["slos"]["P0"]["objective"]
+    v = out["variants"]
+    for tenant in ("acme", "globex", "initech"):
+        assert v["none"]["tenants"][tenant]["P0"]["ttft_attainment"] < objective, tenant
+        assert v["quotas"]["tenants"][tenant]["P0"]["ttft_attainment"] >= objective, tenant
+    assert "tpm_limit" in v["quotas"]["tenants"]["umbrella"]["P0"]["rejects"]
+
+
+def test_the_ladder_keeps_p0_through_a_burst_in_its_configured_order_and_recovers_in_reverse(capsys):
+    out = _overload(capsys, "--fleet", str(OVERLOAD), "--scenario", "burst")
+    objective = out["slos"]["P0"]["objective"]
+    v = out["variants"]
+    ladder, quotas = v["ladder"], v["quotas"]
+    assert ladder["workloads"]["support-chat"]["slo_attainment"] >= objective  # P0 on the bursting pool
+    assert quotas["workloads"]["support-chat"]["slo_attainment"] < objective
+    assert ladder["tiers"]["P0"]["slo_attainment"] > quotas["tiers"]["P0"]["slo_attainment"]
+    start, end = out["window_s"]
+    changes = [(c["step"], c["on"]) for c in ladder["ladder"] if c["deployment"] == "chat" and c["t"] >= start]
+    order = [s["step"] for s in yaml.safe_load(OVERLOAD.read_text())["gateway"]["overload"]]
+    first_off = next(i for i, (_, on) in enumerate(changes) if not on)
+    engaged = [step for step, _ in changes[:first_off]]
+    assert engaged == order[:len(engaged)] and engaged[:2] == ["defer_p2", "degrade_p1"], changes  # P2, then P1
+    released = [step for step, on in changes[first_off:first_off + len(engaged)]]
+    assert released == engaged[::-1], changes  # last on, first off
+    assert all(not c["on"] for c in ladder["ladder"][-1:]) and ladder["ladder"][-1]["t"] > end  # off after the burst
+    on = ladder["timeline"]["ladder_engaged"]["chat: defer_p2"]  # the HTML's strip
+    minute = int(start // 60)
+    assert on[minute] > 0.9 and max(on[:minute - 1]) == 0.0, on
+    assert ladder["tiers"]["P1"]["degraded_share"] > 0 and quotas["tiers"]["P1"]["degraded_share"] == 0
+    assert quotas["ladder"] == [] and v["none"]["ladder"] == []
+
+
+def test_a_lost_primary_falls_back_only_with_what_the_matrix_allows_and_the_breaker_keeps_the_backups_slo(capsys):
+    out = _overload(capsys, "--fleet", str(OVERLOAD), "--scenario", "primary_down")
+    objective = out["slos"]["P0"]["objective"]
+    fleet = yaml.safe_load(OVERLOAD.read_text())
+    backup = next(d for d in fleet["deployments"] if d["name"] == "chat-small")["capabilities"]
+    ladder, quotas = out["variants"]["ladder"], out["variants"]["quotas"]
+    carried = {w for w, g in ladder["workloads"].items() if g["fallbacks"]}
+    assert carried == {"support-chat", "nightly-batch"}, carried
+    for w in fleet["workloads"]:  # a workload the backup cannot serve at all is never carried, only refused
+        g = ladder["workloads"][w["name"]]
+        lacks = any(w.get("needs", {}).get(k) and not backup.get(k) for k in ("tools", "vision"))
+        never = lacks or w["max_tokens"] >= backup["context"]
+        if w["deployment"] == "chat" and never:
+            assert not g["fallbacks"] and g["rejects"].get("capability", 0) > 0, w["name"]
+    assert ladder["workloads"]["support-chat"]["rejects"]["capability"] > 0  # a long prompt exceeds the 4k context
+    assert set(ladder["tiers"]["P0"]["fallbacks"]) == {"circuit_open"}
+    assert [s for _, s, _ in ladder["circuits"]["chat"][:2]] == ["closed", "open"]
+    # the breaker: fallbacks take the backup's free slots, never its queue, and the clients stop retrying
+    own = ladder["workloads"]["helpdesk"]
+    assert own["slo_attainment"] >= objective and own["fallbacks"] == {} and not own["rejects"]
+    assert own["slo_attainment"] > quotas["workloads"]["helpdesk"]["slo_attainment"]
+    assert set(quotas["tiers"]["P0"]["fallbacks"]) == {"unavailable"}  # no breaker: retries walk to the backup
+    assert quotas["retries"] > 20 * ladder["retries"] and quotas["circuits"] == {}
+    assert ladder["workloads"]["support-chat"]["slo_attainment"] > quotas["workloads"]["support-chat"]["slo_attainment"]
+
+
 def test_the_report_says_what_it_replayed_in_json_and_in_text(capsys):
     out = _overload(capsys, "--fleet", str(FLOOD), "--scenario", "burst", "--seconds", "90", "--seed", "5")
     assert out["scenario"] == "burst" and out["seconds"] == 90.0 and out["seed"] == 5
     assert out["window_s"] == [30.0, 60.0]
     assert out["ladder_configured"] is False and out["fallbacks_configured"] is False
+    assert out["breaker_configured"] is False
     assert set(out["slos"]["P0"]) == {"ttft_s", "tpot_s", "objective"}
     assert list(out["variants"]) == ["none", "quotas", "ladder"]
     for label, r in out["variants"].items():
         assert r["gateway"] == (label != "none")
-        assert set(r) >= {"protection", "gpu_hours", "usd", "requests", "served_by_deployment", "tiers", "tenants",
-                          "timeline"}
+        assert set(r) >= {"protection", "gpu_hours", "usd", "requests", "served_by_deployment", "tiers", "workloads",
+                          "tenants", "timeline", "ladder", "circuits"}
         g = r["tiers"]["P0"]
         assert set(g) == {"requests", "retries", "slo_attainment", "ttft_attainment", "meets_objective", "goodput_rps",
-                          "rejected", "rejects", "degraded_share", "fallback_share", "usd"}
+                          "rejected", "rejects", "degraded_share", "fallback_share", "fallbacks", "usd"}
+        assert r["workloads"]["chat"] == g  # the example's one workload is its P0
         assert g["rejected"] == sum(g["rejects"].values())
         assert sum(t["P0"]["requests"] for t in r["tenants"].values()) == g["requests"] == r["requests"]
         assert sum(t["P0"]["usd"] for t in r["tenants"].values()) == pytest.approx(r["usd"], abs=1e-3)
@@ -76,7 +142,8 @@ def test_the_report_says_what_it_replayed_in_json_and_in_text(capsys):
     capsys.readouterr()
     assert main(["plan", "overload", "--fleet", str(FLOOD), "--scenario", "burst", "--seconds", "90"]) == 0
     text = capsys.readouterr().out
-    assert "no overload ladder" in text and "per tier:" in text and "per tenant:" in text
+    assert "no overload ladder, fallbacks or circuit breaker" in text and "per tier:" in text
+    assert "per workload:" in text and "per tenant:" in text and "ladder: no change" in text
     assert "tpm_limit" in text
 
 
@@ -145,11 +212,13 @@ def test_a_lost_primary_rejects_only_in_its_window_and_costs_only_the_hours_it_r
     assert none["usd"] == pytest.approx(none["gpu_hours"] * out["prices"]["H100-80GB-SXM"], rel=1e-3)
 
 
-def test_the_variants_drop_the_gateway_then_only_its_ladder():
+def test_the_variants_drop_the_gateway_then_only_its_ladder_and_breaker():
     data = fleet_data(gateway={"default_tenant": {"tpm": 1000}, "overload": [{"step": "x"}], "fallbacks": {"b": ["a"]}})
+    data["gateway"].update(circuit_breaker={"failures": 3}, retry={"attempts": 2})
     v = variants(data)
     assert "gateway" not in v["none"]
-    assert v["quotas"]["gateway"] == {"default_tenant": {"tpm": 1000}, "fallbacks": {"b": ["a"]}}
+    assert v["quotas"]["gateway"] == {"default_tenant": {"tpm": 1000}, "fallbacks": {"b": ["a"]},
+                                      "retry": {"attempts": 2}}  # routes and retries stay: a failover, no breaker
     assert v["ladder"] == data and "overload" in data["gateway"]  # as written, and not changed
     assert primary_deployment(data, "t.yaml") == "b"  # the first primary with a fallback route
     assert primary_deployment(fleet_data(), "t.yaml") == "chat"
@@ -192,20 +261,37 @@ def test_the_ladders_steps_degradations_and_fallbacks_are_read_from_the_requests
     assert g["usd"] == pytest.approx(1.0)  # the one deployment's whole cost
 
 
-def test_the_html_report_draws_the_ladders_steps_with_their_names_escaped(tmp_path):
+def test_the_ladder_log_becomes_each_steps_share_of_each_minute_engaged():
+    log = [{"t": 30.0, "deployment": "chat", "step": "defer_p2", "on": True},
+           {"t": 75.0, "deployment": "chat", "step": "degrade_p1", "on": True},
+           {"t": 90.0, "deployment": "chat", "step": "degrade_p1", "on": False},
+           {"t": 150.0, "deployment": "chat", "step": "defer_p2", "on": False},
+           {"t": 170.0, "deployment": "small", "step": "defer_p2", "on": True}]  # still on at the end
+    assert ladder_minutes(log, 180.0) == {"chat: defer_p2": [0.5, 1.0, 0.5], "chat: degrade_p1": [0.0, 0.25, 0.0],
+                                          "small: defer_p2": [0.0, 0.0, pytest.approx(1 / 6, abs=1e-4)]}
+    assert list(ladder_minutes(log, 180.0)) == ["chat: defer_p2", "chat: degrade_p1", "small: defer_p2"]
+    assert ladder_minutes([], 60.0) == {}
+
+
+def test_the_html_report_draws_the_ladders_steps_from_its_log_with_their_names_escaped(tmp_path):
     cfg = parse_fleet(fleet_data(), "t.yaml")
     sink = Outcomes(cfg)
     for i, t in enumerate((10.0, 70.0, 80.0, 130.0)):
         sink.add(_req(i + 1, t, {"overload_step": "<b>defer</b>"} if 60 <= t < 120 else {}))
     f = figures(sink.columns(), SLOS, 180.0, None)
+    log = [{"t": 65.0, "deployment": "chat", "step": "<b>defer</b>", "on": True, "signal": "kv_usage", "value": 0.9},
+           {"t": 125.0, "deployment": "chat", "step": "<b>defer</b>", "on": False, "signal": "kv_usage", "value": 0.1}]
+    f["timeline"]["ladder_engaged"] = ladder_minutes(log, 180.0)
     result = {"scenario": "burst", "fleet": "t.yaml", "seconds": 180.0, "window_s": [60.0, 120.0], "seed": 0,
-              "ladder_configured": True, "fallbacks_configured": False,
+              "ladder_configured": True, "fallbacks_configured": False, "breaker_configured": False,
               "slos": {t: {"ttft_s": s.ttft_s, "tpot_s": s.tpot_s, "objective": s.objective} for t, s in SLOS.items()},
-              "variants": {k: {"protection": p, "gateway": k != "none", "gpu_hours": 0.1, "usd": None, **f}
-                           for k, p in VARIANTS.items()}}
+              "variants": {k: {"protection": p, "gateway": k != "none", "gpu_hours": 0.1, "usd": None, **f,
+                               "ladder": log if k == "ladder" else [], "circuits": {}} for k, p in VARIANTS.items()}}
     text = write_overload_report(tmp_path / "r.html", result).read_text()
     assert "&lt;b&gt;defer&lt;" in text and "<b>defer" not in text  # (plotly's JSON writes / as \\u002f)
     assert '"type":"heatmap"' in text and "no step was on" not in text
+    assert "65.0 s chat &lt;b&gt;defer&lt;/b&gt; on (kv_usage 0.9)" in text  # the log, in order, below the tables
+    assert "[0.0,0.9167,0.0833]" in text.replace(" ", "")  # engaged 65-120 s and 120-125 s
 
 
 def test_the_html_report_is_one_file_with_every_name_escaped(tmp_path, capsys):
