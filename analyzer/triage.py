@@ -157,7 +157,8 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
     gateway, cause = _gateway(con, deployment, split, until, t.facts)
     overload, moved_away = _overload(con, deployment, split, until, t.facts)
     t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {gateway}; {overload}")
-    causes += [(3, c) for c in (cause, moved_away) if c]
+    # a fallback route that moved the tier explains the refusals it leaves behind (circuit_open, capability): first
+    causes += [(p, c) for p, c in ((3, moved_away), (3.5, cause)) if c]
     # 5. releases: each release's own evidence, then the change points of the window
     moved = _release_evidence(con, deployment, releases or [], since, until, span)
     t.facts["releases"] = [{"release": r.label(), "time": r.time.isoformat(), "moved": m} for r, m in moved]
@@ -196,7 +197,11 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
     e2e_chg, ttft_chg = _chg(before.get("e2e_p95"), now.get("e2e_p95")), _chg(before.get("ttft_p95"), now.get("ttft_p95"))
     t.facts.update({"e2e_p95_change": e2e_chg, "ttft_p95_change": ttft_chg})
     rose = [x for x in (e2e_chg, ttft_chg) if x is not None and x >= REGRESSION]
-    if not rose and not regs:
+    # served none of its recent requests (all refused, timed out or failed) where it served before: no p95 to compare,
+    # and worse than any regression
+    down = bool(now.get("requests")) and now.get("e2e_p95") is None and before.get("e2e_p95") is not None
+    t.facts["served_none_recently"] = down
+    if not rose and not regs and not down:
         t.verdict = (f"no regression: recent p95 E2E {_pct(e2e_chg)}, TTFT {_pct(ttft_chg)} against the earlier window "
                      f"(threshold +{REGRESSION:.0%}) and no step up in any p95 series; checked "
                      + ", ".join(step.split(". ", 1)[1] for step, _ in t.steps if not step.startswith("0."))
@@ -206,8 +211,9 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
     queued = bool(d) and d[0]["e2e_p95_top_segment"] == "queue"
     if not causes and queued:
         causes.append((4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
-    t.verdict = min(causes)[1] if causes else ("latency rose but nothing explains it: workload, KV, routing and "
-                                               "releases are steady")
+    t.verdict = min(causes)[1] if causes else (
+        f"it served none of its {now['requests']} recent requests and nothing explains it" if down
+        else "latency rose but nothing explains it: workload, KV, routing and releases are steady")
     if queued and min(causes)[0] < 4:
         t.verdict += "; requests wait in the queue: the pool is short of capacity for it"
     t.verdict += f"; {left_out}" if left_out else ""
@@ -252,6 +258,10 @@ def _release_evidence(con, deployment: str, releases: list[Release], since, unti
 
 
 GATEWAY_SHARE = 0.5  # the gateway's share of a deployment's rejections from which it is named a cause
+# what a refusal that is not a tenant's quota says about the deployment (simulator/admission.py's reasons)
+REFUSED = {"queue_timeout": "the {tier} queue timing out", "busy": "the overload ladder failing {tier} fast",
+           "circuit_open": "no route left for {tier} (its circuit breaker open, no backup free)",
+           "capability": "no deployment left able to serve these {tier} requests' needs"}
 
 
 def _gateway(con, deployment: str, split, until, facts: dict) -> tuple[str, str]:
@@ -266,8 +276,8 @@ def _gateway(con, deployment: str, split, until, facts: dict) -> tuple[str, str]
         return "the gateway refused none", ""
     refused, rejected, top = sum(r["refused"] for r in rows), rows[0]["rejected"], rows[0]
     who = (f"tenant {top['tenant']} held at its quota ({top['reason']})" if top["reason"] in QUOTA_REASONS
-           else f"the {top['tier']} queue {'timing out' if top['reason'] == 'queue_timeout' else 'full'} "
-                f"({top['reason']}, most for tenant {top['tenant']})")
+           else REFUSED.get(top["reason"], "the {tier} queue full").format(tier=top["tier"])
+           + f" ({top['reason']}, most for tenant {top['tenant']})")
     finding = (f"the gateway refused {refused} of {top['requests']} requests ({refused / max(rejected, 1):.0%} of the "
                f"rejections), {top['refused'] / refused:.0%} of them {who}")
     share = refused / max(rejected, 1)
@@ -301,6 +311,7 @@ def _overload(con, deployment: str, split, until, facts: dict) -> tuple[str, str
         said.append(f"{share:.0%} of {tier} {_ACTIONS[action]} ({what} most)" if action == "degraded"
                     else f"{share:.0%} of {tier} {_ACTIONS[action]} {what}")
         if action != "degraded" and share >= FALLBACK_SHARE and not cause:
+            whose = "its" if action == "fallback_out" else "the primary's"
             cause = (f"{tier} requests moved by a fallback route: {share:.0%} {_ACTIONS[action]} {what}"
-                     + (" (the primary's circuit breaker is open)" if top["reason"] == "circuit_open" else ""))
+                     + (f" ({whose} circuit breaker is open)" if top["reason"] == "circuit_open" else ""))
     return "; ".join(said), cause

@@ -85,7 +85,7 @@ COLUMNS: dict[str, Col] = {
     "per-replica goodput tok/s": Col("per-replica goodput (tok/s)", TOKENS), "desired (plan)": Col("planned", COUNT),
     "available": Col("up now", COUNT), "required now": Col("needed now", COUNT), "term": Col("term"),
     "step": Col("ladder step"), "step_index": Col("step (0 none)", COUNT), "path": Col("primary -> backup"),
-    "requests_per_s": Col("requests/s", "%.3f"),
+    "requests_per_s": Col("requests/s", "%.3f"), "degraded": Col("degraded by"),
     "action": Col("action"), "reason": Col("reason"), "numbers": Col("numbers"),
 }
 MISSING = "–"  # a figure the source does not have (Streamlit would write "None")

@@ -115,9 +115,11 @@ def _overload(ctx: Context) -> None:
         st.caption(esc(f"Requests a backup served instead of their primary, {start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC "
                        "(circuit_open: the primary's circuit breaker is open; capacity; unavailable)."))
         show(paths[["path", "reason", "requests_per_s"]], "fallback_paths", ("path", "reason", "requests_per_s"))
-    degraded = samples_frame(got["degradations"], ("deployment", "tier", "step"), "requests")
+    # the counter's step label is what the step did to the request (output_cap, context_trim), not the ladder's step
+    degraded = samples_frame(got["degradations"], ("deployment", "tier", "step"), "requests").rename(
+        columns={"step": "degraded"})
     degraded = degraded[degraded["requests"] > 0].sort_values("requests", ascending=False, ignore_index=True)
     if not degraded.empty:
         st.caption("Requests the ladder degraded over the range, per deployment, tier and step (output cap, context "
                    f"trim; {by_name('llm_gateway_degradations_total').name}).")
-        show(degraded, "ladder_degradations", ("deployment", "tier", "step", "requests"))
+        show(degraded, "ladder_degradations", ("deployment", "tier", "degraded", "requests"))

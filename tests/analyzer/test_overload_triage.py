@@ -14,9 +14,10 @@ import pytest
 from analyzer.ingest import ingest
 from analyzer.store import connect
 from analyzer.triage import FALLBACK_SHARE, _overload, triage
+from goodput.cli import main
 from simulator.run import simulate
 from simulator.spans import span_documents
-from tests.conftest import BASE_WORKLOAD, clickhouse_of, make_fleet
+from tests.conftest import BASE_WORKLOAD, REPO, clickhouse_of, make_fleet
 
 
 def _mark(i: int, tier: str) -> dict[str, str]:
@@ -122,3 +123,43 @@ def test_a_record_from_before_the_ladder_reads_nothing_degraded(run):
         t = triage(con, "chat")
     assert t.facts["gateway_overload"] == []
     assert "nothing degraded or fallen back" in dict(t.steps)["4. routing and cache"]
+
+
+@pytest.fixture(scope="module")
+def primary_down(tmp_path_factory):
+    """`goodput simulate examples/primary_down.yaml --duration 240` (large lost at 60 s, back at 180 s) in a DuckDB
+    store, as `goodput analyze ingest` makes it from the spans."""
+    out = tmp_path_factory.mktemp("primary-down")
+    assert main(["simulate", str(REPO / "examples" / "primary_down.yaml"), "--duration", "240", "--out", str(out),
+                 "--format", "json"]) == 0
+    con = connect(out / "spans.duckdb")
+    ingest(con, [out / "spans.otlp.jsonl"])
+    con.close()
+    return out
+
+
+@pytest.fixture(params=["duckdb", "clickhouse"])
+def down_store(request, primary_down):
+    if request.param == "clickhouse":
+        return clickhouse_of(request.getfixturevalue("chdb"), primary_down, "primary_down_triage")
+    return duckdb.connect(str(primary_down / "spans.duckdb"), read_only=True)
+
+
+MID_OUTAGE = datetime.fromisoformat("2026-11-23T09:02:00+00:00")  # the recent quarter: 90-120 s, large's circuit open
+
+
+def test_mid_outage_the_lost_primary_is_named_by_its_open_circuit_and_the_backup_by_the_load_it_took(down_store):
+    """The simulator's own outage, not marks: large served none of its recent requests (no p95 to compare) and is not
+    'no regression'; its verdict is the fallback route away from it with its circuit open, its refusals are named for
+    what they are (capability, circuit_open), not a queue; small's verdict is the load that fell back to it."""
+    large = triage(down_store, "large", until=MID_OUTAGE)
+    step = dict(large.steps)["4. routing and cache"]
+    assert large.regressed and large.facts["served_none_recently"]
+    assert large.verdict.startswith("P0 requests moved by a fallback route: ") and large.verdict.endswith(
+        "fell back away from it to small (circuit_open) (its circuit breaker is open)"), large.verdict
+    assert "queue full" not in step and "no deployment left able to serve these P0 requests' needs (capability" in step
+    small = triage(down_store, "small", until=MID_OUTAGE)
+    assert small.verdict.startswith("P0 requests moved by a fallback route: ") and small.verdict.endswith(
+        "fell back to it from large (circuit_open) (the primary's circuit breaker is open)"), small.verdict
+    # over the whole run the recent quarter is after large came back: nothing to name
+    assert not triage(down_store, "large").regressed

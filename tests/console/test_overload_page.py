@@ -1,16 +1,24 @@
 """The Routing page's overload ladder and fallback paths, from a real Prometheus scraping a gateway's series (the
-ladder step gauge, fallback and degradation counters growing at known rates): under Streamlit's AppTest, and in
-headless Chromium at 1,400 px (a screenshot of the section to out/test-artifacts/console/)."""
+ladder step gauge, fallback and degradation counters growing at known rates), and scraping the real request exporter
+fed the simulator's own spans mid-burst (examples/overload_burst.yaml) and mid-outage (examples/primary_down.yaml):
+under Streamlit's AppTest, and in headless Chromium at 1,400 px (screenshots of the section to
+out/test-artifacts/console/)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import httpx
 import pytest
+import yaml
 
 from console.routes import url
+from exporters.requests import RequestMetrics, TraceReceiver
+from exporters.trace_store import TraceStore
+from goodput.cli import main
 from goodput.foundation.http import Server, metrics_routes
 from goodput.rulegen import load_spec, write
 from goodput.stack import start_console, start_prometheus
@@ -39,6 +47,13 @@ def _exposition(t0: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _wait_scraped(prom_url: str, query: str, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not httpx.get(f"{prom_url}/api/v1/query", params={"query": query}, timeout=5).json()["data"]["result"]:
+        assert time.monotonic() < deadline, f"Prometheus scraped no {what} in 60 s"
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def overload_prometheus(tmp_path_factory) -> Iterator[str]:
     require("prometheus")
@@ -51,15 +66,60 @@ def overload_prometheus(tmp_path_factory) -> Iterator[str]:
                             interval="1s")
     try:
         prom.ready("/-/ready")
-        deadline = time.monotonic() + 60
-        query = {"query": "min(count_over_time(llm_gateway_fallbacks_total[10s])) >= 4"}
-        while not httpx.get(f"{prom.url}/api/v1/query", params=query, timeout=5).json()["data"]["result"]:
-            assert time.monotonic() < deadline, "Prometheus scraped no fallback counters in 60 s"
-            time.sleep(1)
+        _wait_scraped(prom.url, "min(count_over_time(llm_gateway_fallbacks_total[10s])) >= 4", "fallback counters")
         yield prom.url
     finally:
         prom.stop()
         exporter.stop()
+
+
+CUT_S, CHUNKS = 100.0, 12  # mid-burst (degrade_p1 from 69 s) and mid-outage (large lost at 60 s)
+
+
+def _ended_spans(out, start_ns: int) -> list[dict]:
+    """The spans of a simulate run that ended by CUT_S, each as a one-span resourceSpans entry, oldest end first."""
+    ended = []
+    for line in (out / "spans.otlp.jsonl").read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                ended += [{**rs, "scopeSpans": [{**ss, "spans": [sp]}]} for sp in ss["spans"]
+                          if int(sp["endTimeUnixNano"]) <= start_ns + CUT_S * 1e9]
+    return sorted(ended, key=lambda e: int(e["scopeSpans"][0]["spans"][0]["endTimeUnixNano"]))
+
+
+@pytest.fixture(scope="module")
+def burst_prometheus(tmp_path_factory) -> Iterator[str]:
+    """Prometheus scraping the request exporter, sent (in CHUNKS, one a second, as an SDK exports spans when they end)
+    the spans of both examples' first CUT_S seconds: a ladder at degrade_p1 and large's traffic on small."""
+    require("prometheus")
+    work = tmp_path_factory.mktemp("burst-prom")
+    ended = []
+    for fleet, duration in (("overload_burst.yaml", "300"), ("primary_down.yaml", "240")):
+        path, out = REPO / "examples" / fleet, work / fleet
+        assert main(["simulate", str(path), "--duration", duration, "--out", str(out), "--format", "json"]) == 0
+        start = datetime.fromisoformat(yaml.safe_load(path.read_text())["start_time"])
+        ended += _ended_spans(out, int(start.timestamp()) * 10**9)
+    ended.sort(key=lambda e: int(e["scopeSpans"][0]["spans"][0]["endTimeUnixNano"]))
+    base = free_port_block(2)
+    metrics, store = RequestMetrics(), TraceStore(work / "store").start()
+    exporter = Server("127.0.0.1", base + 1, {("POST", "/v1/traces"): TraceReceiver(metrics, store).route,
+                                              **metrics_routes(lambda: metrics.render(store))}).start()
+    prom = start_prometheus(work / "prom", base, {"llm-gateway": [f"127.0.0.1:{base + 1}"]}, work / "rules", None,
+                            interval="1s")
+    try:
+        prom.ready("/-/ready")
+        for k in range(CHUNKS):
+            chunk = ended[k * len(ended) // CHUNKS:(k + 1) * len(ended) // CHUNKS]
+            r = httpx.post(f"{exporter.url}/v1/traces", content=json.dumps({"resourceSpans": chunk}).encode(),
+                           headers={"Content-Type": "application/json"}, timeout=30)
+            assert r.status_code == 200, r.text
+            time.sleep(1)
+        _wait_scraped(prom.url, 'llm_gateway_overload_step{deployment="chat",step="degrade_p1"}', "ladder at degrade_p1")
+        yield prom.url
+    finally:
+        prom.stop()
+        exporter.stop()
+        store.close()
 
 
 def test_the_ladder_state_and_the_fallback_paths_from_prometheus(monkeypatch, flood, overload_prometheus):  # noqa: F811
@@ -73,9 +133,9 @@ def test_the_ladder_state_and_the_fallback_paths_from_prometheus(monkeypatch, fl
         ("chat -> chat-small", "circuit_open"), ("rag -> rag-large", "capacity")]  # busiest first
     # both rates over the same range, each extrapolated by rate(): their ratio is the counters' own
     assert paths["requests_per_s"].iloc[0] / paths["requests_per_s"].iloc[1] == pytest.approx(6.0, rel=0.05)
-    degraded = frame(page, "deployment", "tier", "step", "requests")
-    assert set(zip(degraded["tier"], degraded["step"], strict=True)) == {("P1", "output_cap"), ("P1", "context_trim")}
-    assert degraded["step"].iloc[0] == "output_cap"
+    degraded = frame(page, "deployment", "tier", "degraded", "requests")
+    assert set(zip(degraded["tier"], degraded["degraded"], strict=True)) == {("P1", "output_cap"), ("P1", "context_trim")}
+    assert degraded["degraded"].iloc[0] == "output_cap"
 
 
 @pytest.mark.parametrize(("deployment", "paths"), [("chat", {"chat -> chat-small"}),  # away from the primary
@@ -89,6 +149,20 @@ def test_a_deployment_filter_keeps_the_paths_from_it_and_to_it(monkeypatch, floo
     assert list(frame(page, "deployment", "step", "step_index")["deployment"]) == [deployment]
 
 
+def test_mid_burst_and_mid_outage_the_section_shows_the_simulators_ladder_and_fallback(monkeypatch, flood,  # noqa: F811
+                                                                                         burst_prometheus):
+    page = show(app(monkeypatch, flood, burst_prometheus, range="15m"), "routing")
+    no_exception(page)
+    steps = frame(page, "deployment", "step", "step_index")
+    assert list(zip(steps["deployment"], steps["step"], steps["step_index"], strict=True)) == [
+        ("chat", "degrade_p1", 2), ("large", "none", 0), ("small", "none", 0)]  # primary_down has no ladder
+    paths = frame(page, "path", "reason", "requests_per_s")
+    assert list(zip(paths["path"], paths["reason"], strict=True)) == [("large -> small", "circuit_open")]
+    degraded = frame(page, "deployment", "tier", "degraded", "requests")
+    assert set(zip(degraded["deployment"], degraded["tier"], strict=True)) == {("chat", "P1")}
+    assert "output_cap" in set(degraded["degraded"]) <= {"output_cap", "output_cap+context_trim"}  # the sim's two kinds
+
+
 def test_without_prometheus_the_section_says_it_is_live_only(monkeypatch, flood):  # noqa: F811
     page = show(app(monkeypatch, flood, range="15m"), "routing")
     no_exception(page)
@@ -98,12 +172,14 @@ def test_without_prometheus_the_section_says_it_is_live_only(monkeypatch, flood)
 @pytest.mark.slow
 @needs("chromium")
 @pytest.mark.timeout(300)
-def test_the_overload_section_in_chromium_at_1400_px(tmp_path, flood, overload_prometheus):  # noqa: F811
+@pytest.mark.parametrize(("prometheus", "shot"), [("overload_prometheus", "routing-overload.png"),
+                                                  ("burst_prometheus", "routing-overload-burst.png")])
+def test_the_overload_section_in_chromium_at_1400_px(request, tmp_path, flood, prometheus, shot):  # noqa: F811
     playwright = pytest.importorskip("playwright.sync_api")
     out = ARTIFACTS / "console"
     out.mkdir(parents=True, exist_ok=True)
     env = {"GOODPUT_DB": str(flood), "GOODPUT_RELEASES": str(tmp_path / "releases.yaml"),
-           "GOODPUT_PROMETHEUS_URL": overload_prometheus, "GOODPUT_ALERTMANAGER_URL": "http://127.0.0.1:9",
+           "GOODPUT_PROMETHEUS_URL": request.getfixturevalue(prometheus), "GOODPUT_ALERTMANAGER_URL": "http://127.0.0.1:9",
            "GOODPUT_RUNS": str(tmp_path / "runs")}
     proc = start_console(tmp_path / "console", free_port_block(1), env)
     try:
@@ -122,11 +198,11 @@ def test_the_overload_section_in_chromium_at_1400_px(tmp_path, flood, overload_p
                 page.wait_for_timeout(1500)  # the chart draws after the script run ends
                 heading.evaluate("e => e.scrollIntoView({block: 'start'})")  # the section at the top of the view
                 page.wait_for_timeout(500)
-                page.screenshot(path=str(out / "routing-overload.png"))
+                page.screenshot(path=str(out / shot))
                 assert page.locator('[data-testid="stException"]').count() == 0
                 assert errors == []
             finally:
                 browser.close()
     finally:
         proc.stop()
-    assert (out / "routing-overload.png").stat().st_size > 20_000
+    assert (out / shot).stat().st_size > 20_000

@@ -6,7 +6,10 @@ import time
 from collections import Counter
 
 import httpx
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
+import yaml
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -18,7 +21,9 @@ from exporters.catalog import OVERLOAD_STEPS
 from exporters.otlp import decode_json
 from exporters.requests import LABEL_LIMITS, RequestMetrics, TraceReceiver
 from exporters.trace_store import TraceStore
+from goodput.cli import main
 from goodput.foundation.http import Server
+from tests.conftest import REPO
 
 # (tier, tenant, deployment served, overload_step, degraded, fallback_from, fallback_reason, outcome, reject_reason):
 # a burst on "chat": the ladder defers P2, degrades P1 (output cap, then context trim), fails P2 fast with "busy";
@@ -212,3 +217,69 @@ def test_steps_a_sender_invents_are_bounded_and_read_past_the_known_ladder():
     assert _steps(fams)["chat"] == ("other", float(len(OVERLOAD_STEPS) + 1))
     overflow = {s.labels["label"]: s.value for s in fams["llm_exporter_label_overflow"].samples}
     assert overflow["step"] >= 4
+
+
+def _split_at(doc: dict, cut_ns: int) -> tuple[dict, dict]:
+    """``doc``'s spans that ended by ``cut_ns`` (an SDK exports a span when it ends: these are sent by then) and the
+    rest, each newest first: the worst order for the ladder's gauge."""
+    halves = ({"resourceSpans": []}, {"resourceSpans": []})
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for half, keep in zip(halves, (True, False), strict=True):
+                spans = [s for s in ss["spans"][::-1] if (int(s["endTimeUnixNano"]) <= cut_ns) == keep]
+                if spans:
+                    half["resourceSpans"].append({**rs, "scopeSpans": [{**ss, "spans": spans}]})
+    return halves
+
+
+def _post(url: str, docs: list[dict]) -> None:
+    for doc in docs:
+        if doc["resourceSpans"]:
+            r = httpx.post(url, content=json.dumps(doc).encode(), headers={"Content-Type": "application/json"})
+            assert r.status_code == 200, r.text
+
+
+def _parquet_counts(rows, *columns: str) -> Counter:
+    return Counter(tuple(str(v) for v in row) for row in rows[list(columns)].itertuples(index=False))
+
+
+@pytest.mark.parametrize(("fleet", "duration"), [("overload_burst.yaml", "300"), ("primary_down.yaml", "240")])
+def test_the_simulators_own_spans_count_what_its_requests_parquet_says(exporter, tmp_path, capsys, fleet, duration):
+    """Not hand-made spans: the simulator's own (its ladder on the burst, its circuit and fallback on the lost primary)
+    over OTLP JSON, first what had ended 100 s into the run (mid-burst, mid-outage), then the rest. The counters and
+    the ladder's gauge equal what its requests.parquet says about the same requests."""
+    path = REPO / "examples" / fleet
+    assert main(["simulate", str(path), "--duration", duration, "--out", str(tmp_path), "--format", "json"]) == 0
+    capsys.readouterr()
+    rows = pq.read_table(tmp_path / "requests.parquet").to_pandas().fillna("")
+    cut = pd.Timestamp(yaml.safe_load(path.read_text())["start_time"]) + pd.Timedelta(seconds=100)
+    docs = [json.loads(line) for line in (tmp_path / "spans.otlp.jsonl").read_text().splitlines()]
+    early, late = zip(*(_split_at(d, cut.value) for d in docs[::-1]), strict=True)
+
+    def check(admitted):
+        fams = exporter.families()
+        degraded = admitted[admitted.degraded != ""]
+        assert _counts(fams, "llm_gateway_degradations", "deployment", "tier", "step") == _parquet_counts(
+            degraded, "deployment", "tier", "degraded")
+        fell_back = admitted[admitted.fallback_from != ""]
+        assert _counts(fams, "llm_gateway_fallbacks", "deployment", "fallback_from", "reason") == _parquet_counts(
+            fell_back, "deployment", "fallback_from", "fallback_reason")
+        newest = admitted.sort_values("queue_start").groupby("deployment").last()  # the gateway span ends at queue_start
+        assert _steps(fams) == {dep: (step or "none", float(OVERLOAD_STEPS.index(step) + 1 if step else 0))
+                                for dep, step in newest.overload_step.items()}
+        return fams
+
+    _post(exporter.url, list(early))
+    mid = check(rows[rows.queue_start <= cut])
+    _post(exporter.url, list(late))
+    fams = check(rows)
+    ended = rows[rows.outcome.isin(["rejected", "timeout"])]
+    assert _counts(fams, "llm_gateway_rejections", "deployment", "tier", "reason") == _parquet_counts(
+        ended, "deployment", "tier", "reject_reason")
+    if fleet == "overload_burst.yaml":  # mid-burst the ladder is at degrade_p1 and has degraded P1 both ways
+        assert _steps(mid)["chat"] == ("degrade_p1", 2.0)
+        assert set(_counts(mid, "llm_gateway_degradations", "step")) == {("output_cap",), ("output_cap+context_trim",)}
+    else:  # mid-outage large's traffic is on small (circuit_open), and what small cannot serve was refused
+        assert set(_counts(mid, "llm_gateway_fallbacks", "deployment", "fallback_from", "reason")) == {
+            ("small", "large", "circuit_open")}
+        assert {"capability", "circuit_open"} <= {r for (r,) in _counts(fams, "llm_gateway_rejections", "reason")}
