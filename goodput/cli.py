@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"goodput: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout's reader went away (`| head`): what it wanted it has; quiet, as `cat` is
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not raise again
+        return 141  # 128 + SIGPIPE, what a shell tool killed by the signal reports
     except OSError as e:  # a path that passed the checks and still failed (disk full, removed meanwhile): one line
         print(f"goodput: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
         return 1

@@ -93,3 +93,13 @@ def test_a_mistake_in_the_chosen_command_is_one_line(tmp_path, capsys):
     assert main(["exporter", "engine", "normalize", str(tmp_path / "missing.txt")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"goodput: error: {tmp_path / 'missing.txt'}") and err.count("\n") == 1
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``goodput ... | head``: the pipe closed before the report is printed is exit 141 (SIGPIPE's), no message."""
+    proc = subprocess.Popen([sys.executable, "-m", "goodput", "plan", "disagg", "--demand", "examples/disagg_long.yaml"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the interpreter has even started: every write to stdout fails
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""
