@@ -86,8 +86,9 @@ def fleet(path: Path) -> dict[str, DeploymentConfig]:
 def _live(ctx: Context) -> tuple[dict[str, float], dict[str, float]]:
     """Demand and replicas available per deployment; a NaN or a series without a deployment is no figure."""
     q = promql.overview(ctx.filters)
+    at = ctx.prom_window()[1]  # demand and replicas at one instant: they are compared
     try:
-        got = [{s.labels["deployment"]: s.value for s in data.prom_instant(ctx.settings.prometheus, q[k])
+        got = [{s.labels["deployment"]: s.value for s in data.prom_instant(ctx.settings.prometheus, q[k], at)
                 if "deployment" in s.labels and math.isfinite(s.value)}
                for k in ("demand_tokens_per_s", "replicas_available")]
     except Unreachable as e:

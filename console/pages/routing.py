@@ -88,7 +88,7 @@ def _overload(ctx: Context) -> None:
     st.subheader("Gateway: overload ladder and fallback paths")
     start, end = ctx.prom_window()
     try:
-        got = {k: data.prom_instant(ctx.settings.prometheus, q)
+        got = {k: data.prom_instant(ctx.settings.prometheus, q, end)  # the shares' parts at one instant
                for k, q in promql.overload(ctx.filters, int((end - start).total_seconds())).items()}
     except Unreachable as e:
         st.info(esc(f"Prometheus is unreachable ({e}): the ladder's state and the fallback paths are live only."))
