@@ -218,24 +218,29 @@ def _mib(n: int) -> int:
     return round(n / 2**20)
 
 
-def run_queries(open_con, releases_path: str, engine_bytes=None, progress: str | None = None) -> dict:
-    """Time decompose, regressions and triage, each on its own ``open_con()`` (closed after it, as one command
-    opens and closes its own: what a backend derives once per command is derived again each step); seconds, peak
-    RSS and the answers to compare (each step's figures also appended to ``progress`` as it ends, for a run cut
-    short)."""
+STEPS = ("decompose", "regressions", "triage")
+
+
+def run_queries(open_con, releases_path: str, engine_bytes=None, progress: str | None = None,
+                steps: list[str] | tuple[str, ...] = STEPS) -> dict:
+    """Time ``steps`` (of decompose, regressions and triage), each on its own ``open_con()`` (closed after it, as
+    one command opens and closes its own: what a backend derives once per command is derived again each step);
+    seconds, peak RSS and the answers to compare (each step's figures also appended to ``progress`` as it ends, for
+    a run cut short)."""
     from analyzer.decompose import decompose
     from analyzer.regressions import scan_regressions
     from analyzer.releases import load_releases
     from analyzer.triage import triage
 
     releases = load_releases(releases_path)
-    steps = {
+    run = {
         "decompose": lambda con: decompose(con, ["deployment", "tenant"]).records(),
         "regressions": lambda con: [r.record() for r in scan_regressions(con, releases).found],
         "triage": lambda con: triage(con, TRIAGED, releases=releases).record(),
     }
     out, answers = {}, {}
-    for name, step in steps.items():
+    for name in steps:
+        step = run[name]
         with Sampler(engine_bytes) as s:
             t, cpu = time.perf_counter(), _cpu()
             con = open_con()
@@ -270,7 +275,8 @@ def _child(role: str, kw: dict) -> None:
         con = connect(kw["db"], read_only=True, threads=2, memory_limit=kw["memory_limit"])
         cur = con.cursor()
         res = run_queries(con.cursor, kw["releases"], lambda: cur.execute(
-            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0], kw["progress"])
+            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0], kw["progress"],
+            kw["steps"])
         res["rows"] = con.execute("SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM segments)").fetchall()[0]
     elif role == "query-clickhouse":
         from analyzer.backend import ClickHouseBackend
@@ -278,7 +284,7 @@ def _child(role: str, kw: dict) -> None:
         con = clickhouse(kw["path"], kw["memory_limit"])
         where = {"database": con.target.database, "table": con.target.table}
         con.command("SYSTEM STOP MERGES {database:Identifier}.{table:Identifier}", where)  # parts as built, while timed
-        res = run_queries(lambda: ClickHouseBackend(con), kw["releases"], progress=kw["progress"])
+        res = run_queries(lambda: ClickHouseBackend(con), kw["releases"], progress=kw["progress"], steps=kw["steps"])
         res["rows"] = int(con.query_df("SELECT count() AS n FROM {database:Identifier}.{table:Identifier}",
                                        where)["n"].iloc[0])
     else:
@@ -304,8 +310,8 @@ def growth(small: dict, large: dict) -> dict:
 
 
 def measure(work: Path, seed: dict, spans: int, memory_limit: str, fig: dict, keep: bool = False,
-            save=lambda: None, overlap: bool = False) -> None:
-    """Build both stores for ``spans`` and time the queries on each, into ``fig``; ``save`` after every phase, so
+            save=lambda: None, overlap: bool = False, steps: list[str] | tuple[str, ...] = STEPS) -> None:
+    """Build both stores for ``spans`` and time ``steps`` on each, into ``fig``; ``save`` after every phase, so
     a run cut short keeps what it measured. ``overlap``: build ClickHouse's table while DuckDB's side runs."""
     copies = max(1, round(spans / seed["span_count"]))
     db = work / f"duckdb-{copies}.duckdb"
@@ -330,7 +336,7 @@ def measure(work: Path, seed: dict, spans: int, memory_limit: str, fig: dict, ke
     fig["duckdb_build"]["file_gib"] = round(db.stat().st_size / 2**30, 2)
     save()
     q = child("query-duckdb", db=str(db), releases=seed["releases"], memory_limit=memory_limit,
-              progress=str(work / f"duckdb-{copies}.progress.jsonl"))
+              progress=str(work / f"duckdb-{copies}.progress.jsonl"), steps=list(steps))
     fig["duckdb"] = {"steps": q["steps"], "rows": q["rows"]}
     fig["answers"] = {"duckdb": summarize(q["answers"])}
     save()
@@ -342,7 +348,7 @@ def measure(work: Path, seed: dict, spans: int, memory_limit: str, fig: dict, ke
     if "clickhouse_build" not in fig:
         raise SystemExit(fig.get("clickhouse_build_error", "build-clickhouse: no figures"))
     c = child("query-clickhouse", path=str(ch), releases=seed["releases"], memory_limit=memory_limit,
-              progress=str(work / f"clickhouse-{copies}.progress.jsonl"))
+              progress=str(work / f"clickhouse-{copies}.progress.jsonl"), steps=list(steps))
     fig["clickhouse"] = {"steps": c["steps"], "rows": c["rows"]}
     fig["answers"]["clickhouse"] = summarize(c["answers"])
     fig["compared"] = sorted(set(fig["answers"]["duckdb"]) & set(fig["answers"]["clickhouse"]))
@@ -416,6 +422,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--keep", action="store_true", help="leave each N's stores under --work")
     p.add_argument("--overlap-builds", action="store_true", help="build ClickHouse's table while DuckDB's side "
                    "runs (for a short deadline: wall times then share the CPU; CPU seconds stay each engine's)")
+    p.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS), help="the analyses to time (default "
+                   "all three; at 100M, ClickHouse's decompose alone is ~10 CPU minutes)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv if argv is not None else [])
     work = args.work or Path(tempfile.mkdtemp(prefix="goodput-bench-scale-"))
@@ -432,7 +440,7 @@ def main(argv: list[str] | None = None) -> dict:
         fig: dict = {}
         out["runs"].append(fig)
         measure(work, seed, n, args.memory_limit, fig, args.keep, save=lambda: _save(out, args.json),
-                overlap=args.overlap_builds)
+                overlap=args.overlap_builds, steps=args.steps)
     runs = sorted(out["runs"], key=lambda r: r["spans"])
     out["growth"] = {f"{a['spans']}->{b['spans']}": growth(a, b) for a, b in zip(runs, runs[1:], strict=False)}
     if args.work is None and not args.keep:

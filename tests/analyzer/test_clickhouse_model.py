@@ -1,10 +1,16 @@
 """ClickHouse derives a command's request model once per window, into temporary tables of its session that every
-later statement of the window reads (analyzer/backend.py), and drops them when the command closes its backend."""
+later statement of the window reads (analyzer/backend.py), and drops them when the command closes its backend; its
+statements answer what DuckDB's do."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from analyzer.backend import ClickHouseBackend
+import pytest
+
+from analyzer.backend import ClickHouseBackend, backend
 from analyzer.decompose import decompose
+from analyzer.regressions import scan_regressions
+from analyzer.releases import load_releases
+from analyzer.store import connect as connect_duckdb
 from goodput.foundation.clickhouse import connect, parse_target
 from tests.conftest import clickhouse_of
 
@@ -66,3 +72,21 @@ def test_a_user_without_temporary_tables_gets_the_same_answers(healthy_run, chdb
     refused = ClickHouseBackend(_NoTemporaryTables(connect(parse_target(f"chdb:{chdb.target.path}?database=model_inline"))))
     assert _requests(refused) == whole and _temporary(chdb) == before  # each statement derives the model itself
     refused.close()
+
+
+def test_the_tenants_and_routes_that_moved_are_duckdbs(regression_run, regression_clickhouse):
+    """tenant_route_shift, every row: for each change point DuckDB's scan finds (all in one statement, as the scan
+    asks), each tenant's and route's median per-bucket p95 from 12 buckets before it to 12 after, and its bucket
+    count, the same on both engines."""
+    duck = connect_duckdb(regression_run / "db.duckdb", read_only=True)
+    found = scan_regressions(duck, load_releases(regression_run / "releases.yaml")).found
+    width = timedelta(minutes=5)
+    params = {"ids": list(range(len(found))), "deployments": [r.deployment for r in found],
+              "tiers": [r.tier for r in found], "metrics": [r.metric for r in found], "ats": [r.time for r in found],
+              "starts": [r.time - 12 * width for r in found], "ends": [r.time + 12 * width for r in found],
+              "bucket": width}
+    on_duckdb = backend(duck).rows("tenant_route_shift", params).rows
+    on_clickhouse = regression_clickhouse.rows("tenant_route_shift", params).rows
+    assert len(found) > 10 and {r[0] for r in on_duckdb} == set(range(len(found)))
+    assert [r[:3] + r[5:] for r in on_clickhouse] == [r[:3] + r[5:] for r in on_duckdb]  # ids, tenants, routes, buckets
+    assert [r[3:5] for r in on_clickhouse] == [pytest.approx(r[3:5], abs=1e-6) for r in on_duckdb]
