@@ -141,6 +141,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--format", choices=("text", "json"), default="text", help="what to print (default text)")
     o.add_argument("--html", type=output_file, default=None, metavar="FILE.html", help="also write the HTML report")
     o.set_defaults(func=_overload)
+
     g = psub.add_parser(
         "disagg", help="prefill/decode disaggregation against one aggregated pool: P:D replicas, GPUs, $ and why",
         description="For each candidate of each deployment in DISAGG.yaml (a demand file whose deployments add "

@@ -19,11 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.catalog import OVERLOAD_STEPS
 from exporters.otlp import decode_json
-from exporters.requests import LABEL_LIMITS, RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+from exporters.requests import LABEL_LIMITS, RequestMetrics
 from goodput.cli import main
-from goodput.foundation.http import Server
 from tests.conftest import REPO
+from tests.exporters.test_requests import Exporter
 
 # (tier, tenant, deployment served, overload_step, degraded, fallback_from, fallback_reason, outcome, reject_reason):
 # a burst on "chat": the ladder defers P2, degrades P1 (output cap, then context trim), fails P2 fast with "busy";
@@ -79,24 +78,9 @@ def _root_attrs(r: dict) -> dict:
     return a
 
 
-class _Exporter:
-    def __init__(self, root):
-        self.metrics = RequestMetrics()
-        self.store = TraceStore(root).start()
-        self.otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): TraceReceiver(self.metrics, self.store).route}).start()
-        self.url = f"{self.otlp.url}/v1/traces"
-
-    def families(self):
-        return {f.name: f for f in text_string_to_metric_families(self.metrics.render(self.store))}
-
-    def close(self):
-        self.otlp.stop()
-        self.store.close()
-
-
 @pytest.fixture
 def exporter(tmp_path):
-    ex = _Exporter(tmp_path / "store")
+    ex = Exporter(tmp_path / "store")
     yield ex
     ex.close()
 
