@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-# the simulator modules with a .pxd beside them are compiled with Cython (simulator/compiled.py)
+# the simulator modules with a .pxd beside them are compiled with Cython (goodput/simulator/compiled.py)
 BUILT  := $(VENV)/.built-stamp
-PXD    := $(wildcard simulator/*.pxd)
+PXD    := $(wildcard goodput/simulator/*.pxd)
 APT    := DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o=Dpkg::Use-Pty=0
 
 .PHONY: demo test bench build lint deps-debian deps-test clean
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml setup.py
 # import), never right after the install above, which has just compiled everything. Without a C compiler the
 # attempt fails and every module runs as Python (setup.py: all or nothing).
 NEEDS_BUILD := $(BIN)/python -c "import runpy, sys; \
-	sys.exit(set(runpy.run_path('simulator/compiled.py')['build_status']().values()) == {'compiled'})"
+	sys.exit(set(runpy.run_path('goodput/simulator/compiled.py')['build_status']().values()) == {'compiled'})"
 $(BUILT): $(STAMP) $(PXD) $(PXD:.pxd=.py)
 	@if $(NEEDS_BUILD); then echo "$(BIN)/python setup.py -q build_ext --inplace"; \
 		$(BIN)/python setup.py -q build_ext --inplace; fi
@@ -45,7 +45,7 @@ deps-debian:
 		apt-get update -qq && $(APT) install prometheus prometheus-alertmanager >/dev/null; \
 	fi
 
-# the tests also open pages in headless Chromium (tests/capacity/test_report.py) and read a long-term metrics store,
+# the tests also open pages in headless Chromium (tests/loadtest/test_report.py) and read a long-term metrics store,
 # VictoriaMetrics (tests/victoria.py; docs/metrics-stores.md)
 deps-test: deps-debian
 	@command -v chromium >/dev/null || { echo "installing chromium (Debian package)"; \
@@ -71,4 +71,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache simulator/*.c simulator/*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache goodput/simulator/*.c goodput/simulator/*.so

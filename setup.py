@@ -1,4 +1,4 @@
-"""Compiles the simulator's hot modules with Cython (``simulator/compiled.py`` lists them and says why).
+"""Compiles the simulator's hot modules with Cython (``goodput/simulator/compiled.py`` lists them and says why).
 
 The build is optional: where no C compiler or Python headers exist, the package installs as pure
 Python and behaves the same, only slower.
@@ -12,7 +12,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-MODULES = runpy.run_path("simulator/compiled.py")["COMPILED_MODULES"]
+MODULES = runpy.run_path("goodput/simulator/compiled.py")["COMPILED_MODULES"]
 DIRECTIVES = {"language_level": 3, "infer_types": True, "annotation_typing": False}
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from analyzer.decompose import decompose
-from analyzer.store import connect
 from benchmarks.report import emit
+from goodput.analyzer.decompose import decompose
+from goodput.analyzer.store import connect
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def ingest_in_child(store: Path, db: Path) -> dict:
 
 
 def _ingest_child(store: str, db: str) -> None:
-    from analyzer.ingest import ingest
+    from goodput.analyzer.ingest import ingest
 
     con = connect(db, threads=2)
     t0 = time.perf_counter()

@@ -30,9 +30,9 @@ import threading
 import time
 from pathlib import Path
 
-from analyzer.ingest import ingest
-from analyzer.store import connect
 from benchmarks.report import emit
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "tests" / "fixtures" / "regression_fleet.yaml"
@@ -67,7 +67,7 @@ FROM seed.in_flight s, range($first, $last) t(k)
 """,
 }
 # the deployments whose gateway spans name them: without these a store has no early spans, and its completeness
-# falls back to the conservative bound (analyzer/completeness.py) where the spans in ClickHouse say what is in flight
+# falls back to the conservative bound (goodput/analyzer/completeness.py) where the spans in ClickHouse say what is in flight
 DUCKDB_ADMISSION = "INSERT INTO admission_spans SELECT * FROM seed.admission_spans"
 
 CLICKHOUSE_REPLICATE = """
@@ -89,8 +89,8 @@ BATCH_COPIES = 8  # copies per INSERT: bounds each statement's memory
 def seed_run(work: Path, seconds: float = SECONDS) -> dict:
     """Simulate ``seconds`` of the regression fleet, ingested into a seed DuckDB store; its OTLP spans, releases
     file and counts."""
-    from simulator.config import load_fleet
-    from simulator.run import simulate, write_outputs
+    from goodput.simulator.config import load_fleet
+    from goodput.simulator.run import simulate, write_outputs
 
     shutil.rmtree(work / "seed", ignore_errors=True)
     paths = write_outputs(simulate(load_fleet(FLEET), seconds), work / "seed")
@@ -138,10 +138,10 @@ def _bytes(text: str) -> int:
 
 def build_clickhouse(con, seed: dict, copies: int) -> dict:
     """``con``'s table (the Collector's ``otel_traces``) holding ``copies`` copies of the seed run's spans, as its
-    exporter writes them (exporters/otel_traces.py), replicated in the engine; its parts as the inserts left them,
+    exporter writes them (goodput/exporters/otel_traces.py), replicated in the engine; its parts as the inserts left them,
     as a Collector's table has them."""
-    from exporters.otel_traces import TableSpec, create_table, insert_spans
-    from exporters.otlp import decode_json
+    from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans
+    from goodput.exporters.otlp import decode_json
 
     spec = TableSpec(database=con.target.database, table=con.target.table)
     seed_spec = TableSpec(database=spec.database, table=f"{spec.table}_seed")
@@ -227,10 +227,10 @@ def run_queries(open_con, releases_path: str, engine_bytes=None, progress: str |
     one command opens and closes its own: what a backend derives once per command is derived again each step);
     seconds, peak RSS and the answers to compare (each step's figures also appended to ``progress`` as it ends, for
     a run cut short)."""
-    from analyzer.decompose import decompose
-    from analyzer.regressions import scan_regressions
-    from analyzer.releases import load_releases
-    from analyzer.triage import triage
+    from goodput.analyzer.decompose import decompose
+    from goodput.analyzer.regressions import scan_regressions
+    from goodput.analyzer.releases import load_releases
+    from goodput.analyzer.triage import triage
 
     releases = load_releases(releases_path)
     run = {
@@ -279,7 +279,7 @@ def _child(role: str, kw: dict) -> None:
             kw["steps"])
         res["rows"] = con.execute("SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM segments)").fetchall()[0]
     elif role == "query-clickhouse":
-        from analyzer.backend import ClickHouseBackend
+        from goodput.analyzer.backend import ClickHouseBackend
 
         con = clickhouse(kw["path"], kw["memory_limit"])
         where = {"database": con.target.database, "table": con.target.table}

@@ -22,8 +22,8 @@ import duckdb
 
 from benchmarks.analyzer import generate_store, ingest_in_child
 from benchmarks.report import emit
-from console.routes import ROUTES, url
-from goodput.stack import alertmanager_available, prometheus_available, start_alertmanager, start_console, start_prometheus
+from goodput.console.routes import ROUTES, url
+from goodput.demo.stack import alertmanager_available, prometheus_available, start_alertmanager, start_console, start_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
 DRAWN = """() => {

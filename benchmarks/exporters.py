@@ -33,17 +33,17 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.report import emit
-from exporters.config import Target, Targets
-from exporters.engine import EngineExporter
-from exporters.exposition import CONTENT_TYPE
-from exporters.normalize import normalize
+from goodput.exporters.config import Target, Targets
+from goodput.exporters.engine import EngineExporter
+from goodput.exporters.exposition import CONTENT_TYPE
+from goodput.exporters.normalize import normalize
 from goodput.foundation.http import Server
-from simulator.config import parse_fleet
-from simulator.fleet import Fleet
-from simulator.records import RequestTable
-from simulator.spans import span_documents
-from simulator.vllm_metrics import VllmMetrics
-from simulator.workload import generate
+from goodput.simulator.config import parse_fleet
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.records import RequestTable
+from goodput.simulator.spans import span_documents
+from goodput.simulator.vllm_metrics import VllmMetrics
+from goodput.simulator.workload import generate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -225,7 +225,7 @@ def _free_port() -> int:
 
 
 def otlp_throughput(requests: int = 20_000) -> dict:
-    from simulator.run import simulate
+    from goodput.simulator.run import simulate
 
     cfg = parse_fleet({
         "name": "bench-otlp", "seed": 3,
@@ -277,9 +277,9 @@ def otlp_throughput(requests: int = 20_000) -> dict:
 
 def store_sinks(n: int = 200_000) -> dict:
     """Spans per second of one ``TraceStore.flush`` of ``n`` gateway-like spans, Parquet beside chDB."""
-    from exporters.clickhouse_sink import ClickHouseSink
-    from exporters.otlp import Span
-    from exporters.trace_store import TraceStore
+    from goodput.exporters.clickhouse_sink import ClickHouseSink
+    from goodput.exporters.otlp import Span
+    from goodput.exporters.trace_store import TraceStore
     from goodput.foundation.clickhouse import connect, parse_target
 
     t0 = 1795424400_000_000_000

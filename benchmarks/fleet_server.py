@@ -7,7 +7,7 @@ statuses, connections refused or reset (must be 0 for the new server; the engine
 still answer 429/503), tokens streamed, and the fleet process's CPU seconds (all its threads) per
 streamed token over the load.
 
-The baseline is the old server, taken from git history (the last revision of ``simulator/openai_api.py``
+The baseline is the old server, taken from git history (the last revision of ``goodput/simulator/openai_api.py``
 built on ``http.server``) into a temporary directory and run in a subprocess over the current engine;
 it is not part of the package.
 """
@@ -48,14 +48,14 @@ BASELINE_RUNNER = """
 import sys, types
 from pathlib import Path
 src = Path(sys.argv[1])
-import simulator
-from simulator.config import load_fleet
+import goodput.simulator
+from goodput.simulator.config import load_fleet
 for name in ("openai_api", "live"):
     mod = types.ModuleType(f"simulator.{name}")
     mod.__file__ = str(src / f"{name}.py")
     sys.modules[mod.__name__] = mod
     exec(compile((src / f"{name}.py").read_text(), mod.__file__, "exec"), mod.__dict__)
-sys.modules["simulator.live"].serve(load_fleet(sys.argv[2]), host="127.0.0.1", base_port=int(sys.argv[3]), speed=1.0,
+sys.modules["goodput.simulator.live"].serve(load_fleet(sys.argv[2]), host="127.0.0.1", base_port=int(sys.argv[3]), speed=1.0,
     targets=None, otlp_endpoint=None, spans_file=None, traffic=0.0, seed=None, duration=None)
 """
 NEW_RUNNER = """
@@ -67,17 +67,18 @@ sys.exit(main(["fleet", "serve", sys.argv[2], "--base-port", sys.argv[3], "--tra
 
 def baseline_sources(dest: Path) -> str:
     """Write the thread-per-connection ``live.py`` and ``openai_api.py`` from git history into ``dest``."""
-    revs = subprocess.run(["git", "log", "--format=%H", "--", "simulator/openai_api.py"], cwd=REPO, check=True,
+    revs = subprocess.run(["git", "log", "--format=%H", "--", "goodput/simulator/openai_api.py"], cwd=REPO, check=True,
                           capture_output=True, text=True).stdout.split()
     for rev in revs:
-        old = subprocess.run(["git", "show", f"{rev}:simulator/openai_api.py"], cwd=REPO, capture_output=True, text=True)
+        old = subprocess.run(["git", "show", f"{rev}:goodput/simulator/openai_api.py"], cwd=REPO, capture_output=True,
+                             text=True)
         if old.returncode == 0 and "ThreadingHTTPServer" in old.stdout:
-            live = subprocess.run(["git", "show", f"{rev}:simulator/live.py"], cwd=REPO, check=True,
+            live = subprocess.run(["git", "show", f"{rev}:goodput/simulator/live.py"], cwd=REPO, check=True,
                                   capture_output=True, text=True).stdout
             (dest / "openai_api.py").write_text(old.stdout)
             (dest / "live.py").write_text(live)
             return rev[:12]
-    raise SystemExit("no thread-per-connection revision of simulator/openai_api.py in this repository's history")
+    raise SystemExit("no thread-per-connection revision of goodput/simulator/openai_api.py in this repository's history")
 
 
 def free_port() -> int:

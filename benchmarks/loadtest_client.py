@@ -46,10 +46,10 @@ import yaml
 from benchmarks import stub_target
 from benchmarks.fleet_server import FLEET, MODEL, NEW_RUNNER, REPO, _load, cpu_seconds, free_port, stop
 from benchmarks.report import emit
-from capacity.loadtest.client import Client, ClientOptions
-from capacity.loadtest.runner import RunResult, run_plan
-from capacity.loadtest.workers import auto_workers, run_workers
-from capacity.loadtest.workload import RequestSpec
+from goodput.loadtest.client import Client, ClientOptions
+from goodput.loadtest.runner import RunResult, run_plan
+from goodput.loadtest.workers import auto_workers, run_workers
+from goodput.loadtest.workload import RequestSpec
 
 
 @dataclass(frozen=True)
@@ -72,19 +72,19 @@ class Same:
 
 
 def httpx_client() -> tuple[str, type]:
-    """The last httpx revision of ``capacity/loadtest/client.py`` from git history, loaded as a module of its own;
+    """The last httpx revision of ``goodput/loadtest/client.py`` from git history, loaded as a module of its own;
     returns (its revision, its ``Client``)."""
-    revs = subprocess.run(["git", "log", "--format=%H", "--", "capacity/loadtest/client.py"], cwd=REPO, check=True,
+    revs = subprocess.run(["git", "log", "--format=%H", "--", "goodput/loadtest/client.py"], cwd=REPO, check=True,
                           capture_output=True, text=True).stdout.split()
     for rev in revs:
-        src = subprocess.run(["git", "show", f"{rev}:capacity/loadtest/client.py"], cwd=REPO, capture_output=True,
+        src = subprocess.run(["git", "show", f"{rev}:goodput/loadtest/client.py"], cwd=REPO, capture_output=True,
                              text=True).stdout
         if "httpx.AsyncClient" in src:
-            mod = types.ModuleType("capacity.loadtest.client_httpx")
+            mod = types.ModuleType("goodput.loadtest.client_httpx")
             sys.modules[mod.__name__] = mod  # dataclasses look their module up
-            exec(compile(src, f"{rev[:12]}:capacity/loadtest/client.py", "exec"), mod.__dict__)
+            exec(compile(src, f"{rev[:12]}:goodput/loadtest/client.py", "exec"), mod.__dict__)
             return rev[:12], mod.Client
-    raise SystemExit("no httpx revision of capacity/loadtest/client.py in this repository's history")
+    raise SystemExit("no httpx revision of goodput/loadtest/client.py in this repository's history")
 
 
 def _measure(client_cls: type, workers: int, url: str, model: str, target_pid: int, arrivals: np.ndarray,

@@ -1,6 +1,6 @@
 """``goodput loadtest run --pattern sweep`` against one live simulated replica, beside the offline simulator's answer.
 
-The offline simulator (``simulator.run.simulate``, what ``goodput simulate`` runs) gives the replica's saturation rate:
+The offline simulator (``goodput.simulator.run.simulate``, what ``goodput simulate`` runs) gives the replica's saturation rate:
 offered four times what it can serve, the rate at which it completes requests over 60 s. The live sweep runs against
 the same replica (``goodput fleet serve`` in its own process, no traffic of its own) with the same fleet-file workload
 and a TTFT SLO that only queueing breaks. Goal: the knee in at most 8 steps, within 10% of the saturation rate.
@@ -30,8 +30,8 @@ from benchmarks.fleet_server import REPO, free_port, stop
 from benchmarks.loadtest_client import wait_healthy
 from benchmarks.report import emit
 from goodput.cli import main as goodput
-from simulator.config import parse_fleet
-from simulator.run import simulate
+from goodput.simulator.config import parse_fleet
+from goodput.simulator.run import simulate
 
 # eight sequences at a time: the replica saturates near 22 req/s; lengths barely vary, so its capacity is one number
 FLEET = {

@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 from benchmarks.report import emit
-from capacity.plan.autoscale import derive
-from capacity.plan.demand import parse_demand
-from capacity.plan.evaluate import evaluate
-from capacity.plan.planfile import load_plan_file
-from capacity.plan.planner import build_plan, plan_dict
-from capacity.plan.prices import load_prices
+from goodput.plan.autoscale import derive
+from goodput.plan.demand import parse_demand
+from goodput.plan.evaluate import evaluate
+from goodput.plan.planfile import load_plan_file
+from goodput.plan.planner import build_plan, plan_dict
+from goodput.plan.prices import load_prices
 
 STREAMS = [
     {"scene": "chat", "tier": "P0", "peak_rps": 24, "input_tokens": {"p50": 700, "p95": 2600, "max": 6000},

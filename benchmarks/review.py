@@ -18,15 +18,15 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from analyzer.store import connect
 from benchmarks.report import emit
-from capacity.review.backfill import serve_tsdb
-from capacity.review.report import write_review
-from capacity.review.review import DEFAULT_RULES, prometheus_review
-from capacity.review.traces import db_review, load_slos
-from capacity.review.week import write_week
-from simulator.config import parse_fleet
-from simulator.week import WeekSpec
+from goodput.analyzer.store import connect
+from goodput.review.backfill import serve_tsdb
+from goodput.review.report import write_review
+from goodput.review.review import DEFAULT_RULES, prometheus_review
+from goodput.review.traces import db_review, load_slos
+from goodput.review.week import write_week
+from goodput.simulator.config import parse_fleet
+from goodput.simulator.week import WeekSpec
 
 WEEK = "2026-W48"
 DEPLOYMENTS = [
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     db_s, _ = _timed(lambda: write_review(db_review(db, WEEK), work / "r3"))
     con = connect(db, read_only=True, threads=2)
     con.register("slo", load_slos(DEFAULT_RULES / "slos.yaml"))
-    floor_s, _ = _timed(lambda: con.execute(resources.files("capacity.review").joinpath("sql", "week_buckets.sql")
+    floor_s, _ = _timed(lambda: con.execute(resources.files("goodput.review").joinpath("sql", "week_buckets.sql")
                                             .read_text(), {"start": "2026-11-02", "end": "2026-11-30"}).fetchdf())
     con.close()
     figures["duckdb"] = {"requests": args.requests, "review_s": db_s, "floor_bucketing_query_alone_s": floor_s,

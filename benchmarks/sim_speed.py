@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from benchmarks.report import emit
-from simulator.compiled import build_status, source_copy
-from simulator.config import parse_fleet
-from simulator.fleet import Fleet
-from simulator.workload import generate
+from goodput.simulator.compiled import build_status, source_copy
+from goodput.simulator.config import parse_fleet
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.workload import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "examples" / "traces" / "azure_llm_inference_2023_conv.csv"
@@ -80,7 +80,8 @@ def pure_python(scale: float, duration: float, max_run_steps: int = 1 << 60) -> 
     """``best_of`` in a child process that imports the simulator's source, not its build."""
     with tempfile.TemporaryDirectory() as tmp:
         source_copy(Path(tmp))
-        code = ("import json, sys; from benchmarks.sim_speed import best_of; from simulator.compiled import build_status; "
+        code = ("import json, sys; from benchmarks.sim_speed import best_of; "
+                "from goodput.simulator.compiled import build_status; "
                 f"assert set(build_status().values()) == {{'python'}}; print(json.dumps(best_of({scale!r}, {duration!r}, "
                 f"{max_run_steps!r})))")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, str(ROOT)])}

@@ -4,7 +4,8 @@ Only the chosen subcommand's module is imported: the table below knows every sub
 one-line help, which is all ``goodput --help`` shows, so ``goodput --version`` does not load pandas,
 DuckDB or the simulator (``tests/test_cli.py`` checks the table against the modules).
 
-Bad input anywhere surfaces as ``ConfigError``; it is printed as one line and the exit code is 2.
+Bad input anywhere surfaces as ``ConfigError``; it is printed as one line and the exit code is 2. A simulator
+module edited after it was compiled (``StaleBuildError``) stops only the commands that import it: one line, exit 1.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from goodput import __version__
 from goodput.foundation.args import Parser
-from goodput.foundation.errors import ConfigError
+from goodput.foundation.errors import ConfigError, StaleBuildError
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -29,19 +30,19 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "simulate": Command("simulator.cli", "run a fleet in virtual time and write its requests, spans and releases"),
-    "fleet": Command("simulator.cli", "the live simulated fleet"),
-    "exporter": Command("exporters.cli", "the GPU, engine and request exporters"),
-    "rules": Command("goodput.rules_cli", "Prometheus rules and Alertmanager routes"),
-    "dashboards": Command("goodput.dashboards_cli", "Grafana dashboards generated from the metric catalog"),
-    "analyze": Command("analyzer.cli", "latency decomposition, regressions and triage over request traces"),
-    "demo": Command("goodput.demo", "run the stack on the simulated fleet until Ctrl-C"),
-    "loadtest": Command("capacity.loadtest.cli", "load tests that measure SLO goodput"),
-    "plan": Command("capacity.plan.cli", "capacity plans: memory budget, replicas and autoscaling policies"),
-    "review": Command("capacity.review.cli", "the weekly capacity review from Prometheus or a trace store"),
-    "week": Command("capacity.review.cli", "a compressed simulated week as OpenMetrics, backfilled into a TSDB"),
-    "console": Command("console.cli", "the triage console (Streamlit) on 127.0.0.1:8501"),
-    "deploy": Command("goodput.deploy_cli", "Kubernetes manifests for kube-prometheus-stack"),
+    "simulate": Command("goodput.simulator.cli", "run a fleet in virtual time and write its requests, spans and releases"),
+    "fleet": Command("goodput.simulator.cli", "the live simulated fleet"),
+    "exporter": Command("goodput.exporters.cli", "the GPU, engine and request exporters"),
+    "rules": Command("goodput.monitoring.rules_cli", "Prometheus rules and Alertmanager routes"),
+    "dashboards": Command("goodput.monitoring.dashboards_cli", "Grafana dashboards generated from the metric catalog"),
+    "analyze": Command("goodput.analyzer.cli", "latency decomposition, regressions and triage over request traces"),
+    "demo": Command("goodput.demo.cli", "run the stack on the simulated fleet until Ctrl-C"),
+    "loadtest": Command("goodput.loadtest.cli", "load tests that measure SLO goodput"),
+    "plan": Command("goodput.plan.cli", "capacity plans: memory budget, replicas and autoscaling policies"),
+    "review": Command("goodput.review.cli", "the weekly capacity review from Prometheus or a trace store"),
+    "week": Command("goodput.review.cli", "a compressed simulated week as OpenMetrics, backfilled into a TSDB"),
+    "console": Command("goodput.console.cli", "the triage console (Streamlit) on 127.0.0.1:8501"),
+    "deploy": Command("goodput.deploy.cli", "Kubernetes manifests for kube-prometheus-stack"),
 }
 
 
@@ -69,12 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # the top level takes no option with a value, so the first word that is not an option names the command
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command).parse_args(argv)
     try:
+        args = build_parser(command).parse_args(argv)  # imports the command's module: a stale build fails here
         return int(args.func(args) or 0)
     except ConfigError as e:
         print(f"goodput: error: {e}", file=sys.stderr)
         return 2
+    except StaleBuildError as e:  # an edited simulator module with its old build beside it: what simulates stops here
+        print(f"goodput: error: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # stdout's reader went away (`| head`): what it wanted it has; quiet, as `cat` is
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not raise again
         return 141  # 128 + SIGPIPE, what a shell tool killed by the signal reports

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.config import FleetConfig, parse_fleet
+from goodput.simulator.config import FleetConfig, parse_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"  # every sample the tests read (SOURCES.md says where each comes from)
@@ -222,9 +222,9 @@ def chdb(tmp_path_factory):
 def clickhouse_of(chdb, run: Path, database: str):
     """The run's OTLP spans (the same requests its DuckDB store holds) in an otel_traces table made by the Collector's
     DDL, as its clickhouseexporter writes them: the analyzer reads them there in place."""
-    from analyzer.backend import ClickHouseBackend  # noqa: PLC0415 (the engine only for the tests that ask)
-    from exporters.otel_traces import TableSpec, create_table, insert_spans  # noqa: PLC0415
-    from exporters.otlp import decode_json  # noqa: PLC0415
+    from goodput.analyzer.backend import ClickHouseBackend  # noqa: PLC0415 (the engine only for the tests that ask)
+    from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans  # noqa: PLC0415
+    from goodput.exporters.otlp import decode_json  # noqa: PLC0415
     from goodput.foundation.clickhouse import connect as connect_clickhouse  # noqa: PLC0415
     from goodput.foundation.clickhouse import parse_target  # noqa: PLC0415
 
@@ -239,7 +239,7 @@ def clickhouse_of(chdb, run: Path, database: str):
 def victoria_metrics(tmp_path_factory):
     """One real VictoriaMetrics for the session (``tests/victoria.py``) that the live Prometheus of the plan and
     console tests remote-write into. (The simulated week the review reads is in one of its own,
-    ``tests/capacity/conftest.py``: its deployments are the live plan test's, and a window of weeks from now may
+    ``tests/review/conftest.py``: its deployments are the live plan test's, and a window of weeks from now may
     reach back into it.)"""
     from tests import victoria  # noqa: PLC0415 (httpx and the server only for the tests that ask)
 

@@ -44,7 +44,7 @@ def test_a_marked_test_fails_under_ci_when_its_tool_is_missing(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
     env = {**os.environ, "CI": "true", "PATH": str(bin_dir)}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/rules/test_rules.py",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/monitoring/test_rules.py",
                         "-k", "amtool_check_config or promtool_check_rules"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.capacity.plan_fixtures import CHAT
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data
+from tests.plan.plan_fixtures import CHAT
 
 GOOD_TARGETS = {"targets": [{"deployment": "chat", "replica": "chat-0", "url": "http://127.0.0.1:9/metrics"}]}
 

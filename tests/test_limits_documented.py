@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.loadtest import cli as loadtest_cli
-from capacity.loadtest.imports import MAX_IMPORT_BYTES
-from capacity.plan import cli as plan_cli
-from capacity.plan import demand, disaggfile
-from goodput import deploy_cli, kubernetes
+from goodput.deploy import cli as deploy_cli
+from goodput.deploy import kubernetes
 from goodput.foundation import jsonfile, promapi, promendpoint, yamlfile
-from simulator import config, week
-from simulator.cli import MAX_DURATION_S
+from goodput.loadtest import cli as loadtest_cli
+from goodput.loadtest.imports import MAX_IMPORT_BYTES
+from goodput.plan import cli as plan_cli
+from goodput.plan import demand, disaggfile
+from goodput.simulator import config, week
+from goodput.simulator.cli import MAX_DURATION_S
 from tests.conftest import REPO
 
 LIMITS = {

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from exporters.exposition import escape
+from goodput.demo.stack import Process
+from goodput.exporters.exposition import escape
 from goodput.foundation.promendpoint import Endpoint, Secret
-from goodput.stack import Process
 from tests.conftest import free_port_block
 
 __all__ = ["BINARY", "VictoriaMetrics", "copy_from", "remote_write_config", "start"]

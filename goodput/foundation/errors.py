@@ -1,8 +1,9 @@
-"""The one error type that bad user input raises, so the CLI can print it as one line and exit 2."""
+"""The error types the command line turns into one line: ``ConfigError`` (bad user input, exit 2) and
+``StaleBuildError`` (a compiled module older than its source, exit 1)."""
 
 from __future__ import annotations
 
-__all__ = ["ConfigError"]
+__all__ = ["ConfigError", "StaleBuildError"]
 
 
 class ConfigError(ValueError):
@@ -17,3 +18,11 @@ class ConfigError(ValueError):
         self.problem = problem
         where = f"{source}: {key}" if key else source
         super().__init__(f"{where}: {problem}")
+
+
+class StaleBuildError(ImportError):
+    """A compiled module whose source changed after it was built: importing it would run the old code.
+
+    Raised only by the import of that module, so what does not use it keeps working; ``str(err)`` names the module
+    and how to rebuild.
+    """

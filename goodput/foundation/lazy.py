@@ -1,12 +1,12 @@
 """Package re-exports that import on first use, so importing a package (or any module in it) costs nothing.
 
-A command line that imports ``exporters.cli`` must not pay for pandas, DuckDB and the simulator because
-``exporters/__init__.py`` re-exports everything; each package instead names where each export lives and
+A command line that imports ``goodput.exporters.cli`` must not pay for pandas, DuckDB and the simulator because
+``goodput/exporters/__init__.py`` re-exports everything; each package instead names where each export lives and
 calls ``lazy_exports``. A module-level ``__getattr__`` (PEP 562) alone is not enough: where an export
-shares its name with its submodule (``analyzer.decompose`` the function in ``analyzer.decompose`` the
+shares its name with its submodule (``goodput.analyzer.decompose`` the function in ``goodput.analyzer.decompose`` the
 module), importing the submodule binds the module to the package attribute and ``__getattr__`` is never
 asked again. The package's class is swapped for one that binds the export instead, as the eager
-``from analyzer.decompose import decompose`` did.
+``from goodput.analyzer.decompose import decompose`` did.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-// Fills the generated templates (generated/*.json) from _config, by the same rules as goodput/placeholders.py,
+// Fills the generated templates (generated/*.json) from _config, by the same rules as goodput/monitoring/placeholders.py,
 // which fills them with the defaults for rules/*.rules.yaml and dashboards/*.json. Only text is substituted here;
 // the rules and dashboards themselves are built once, by goodput's generators. A placeholder is a knob's name
 // between NUL and SOH (\\u0000name\\u0001 in the JSON text), so a template needs no escaping.

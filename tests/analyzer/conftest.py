@@ -1,9 +1,9 @@
 import pytest
 
-from analyzer.ingest import ingest
-from analyzer.store import connect
-from simulator.config import load_fleet, parse_fleet
-from simulator.run import simulate, write_outputs
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.simulator.config import load_fleet, parse_fleet
+from goodput.simulator.run import simulate, write_outputs
 from tests.conftest import REPO, clickhouse_of, fleet_data, stress_pool
 
 

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from analyzer.changepoint import detect
-from analyzer.decompose import decompose
-from analyzer.regressions import find_regressions
-from analyzer.releases import load_releases
-from analyzer.store import connect
-from analyzer.triage import triage
+from goodput.analyzer.changepoint import detect
+from goodput.analyzer.decompose import decompose
+from goodput.analyzer.regressions import find_regressions
+from goodput.analyzer.releases import load_releases
+from goodput.analyzer.store import connect
+from goodput.analyzer.triage import triage
 from goodput.foundation.errors import ConfigError
 from tests.conftest import REPO
 

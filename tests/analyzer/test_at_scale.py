@@ -4,15 +4,15 @@ simulated run's own (every copy is the same traffic again); cut as a live store 
 both see the same requests in flight and leave the same buckets out of their verdicts; a window too large for one
 statement's memory is derived in passes over its traces, to the same answers."""
 
-from analyzer import backend
-from analyzer.backend import ClickHouseBackend
-from analyzer.completeness import completeness
-from analyzer.decompose import decompose
-from analyzer.ingest import ingest
-from analyzer.regressions import scan_regressions
-from analyzer.store import connect
-from analyzer.triage import triage
 from benchmarks.analyzer_scale import build_clickhouse, build_duckdb, disagreements, seed_run, summarize
+from goodput.analyzer import backend
+from goodput.analyzer.backend import ClickHouseBackend
+from goodput.analyzer.completeness import completeness
+from goodput.analyzer.decompose import decompose
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.regressions import scan_regressions
+from goodput.analyzer.store import connect
+from goodput.analyzer.triage import triage
 from goodput.foundation.clickhouse import connect as ch_connect
 from tests.analyzer.test_survivorship import CUT_S, cut_documents, incident
 

@@ -15,11 +15,11 @@ from tests.conftest import REPO
 _FILL = """
 import sys
 from pathlib import Path
-from exporters.otel_traces import TableSpec, create_table, insert_spans
-from exporters.otlp import decode_json
+from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans
+from goodput.exporters.otlp import decode_json
 from goodput.foundation.clickhouse import connect
-from simulator.config import load_fleet
-from simulator.run import simulate, write_outputs
+from goodput.simulator.config import load_fleet
+from goodput.simulator.run import simulate, write_outputs
 out = Path(sys.argv[1])
 write_outputs(simulate(load_fleet(Path("tests/fixtures/regression_fleet.yaml")), 900.0), out)
 con = connect(f"chdb:{out / 'chdb'}")

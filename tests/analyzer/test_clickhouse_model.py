@@ -1,16 +1,16 @@
 """ClickHouse derives a command's request model once per window, into temporary tables of its session that every
-later statement of the window reads (analyzer/backend.py), and drops them when the command closes its backend; its
+later statement of the window reads (goodput/analyzer/backend.py), and drops them when the command closes its backend; its
 statements answer what DuckDB's do."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from analyzer.backend import ClickHouseBackend, backend
-from analyzer.decompose import decompose
-from analyzer.regressions import scan_regressions
-from analyzer.releases import load_releases
-from analyzer.store import connect as connect_duckdb
+from goodput.analyzer.backend import ClickHouseBackend, backend
+from goodput.analyzer.decompose import decompose
+from goodput.analyzer.regressions import scan_regressions
+from goodput.analyzer.releases import load_releases
+from goodput.analyzer.store import connect as connect_duckdb
 from goodput.foundation.clickhouse import connect, parse_target
 from tests.conftest import clickhouse_of
 

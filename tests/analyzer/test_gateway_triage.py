@@ -9,7 +9,7 @@ import sys
 import duckdb
 import pytest
 
-from analyzer.triage import triage
+from goodput.analyzer.triage import triage
 from tests.conftest import REPO, clickhouse_of
 
 

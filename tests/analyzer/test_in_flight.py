@@ -1,15 +1,15 @@
 """A request seen in flight (its early spans only), then finished: kept, never quarantined, completed in place."""
 
-from analyzer.completeness import ABANDONED_S, completeness
-from analyzer.ingest import ingest
-from analyzer.store import connect
-from exporters.otlp import decode_json
-from exporters.trace_store import TraceStore
-from goodput.ingest_loop import IngestLoop
-from simulator.fleet import Fleet
-from simulator.records import RequestTable
-from simulator.spans import span_documents
-from simulator.workload import generate
+from goodput.analyzer.completeness import ABANDONED_S, completeness
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.demo.ingest_loop import IngestLoop
+from goodput.exporters.otlp import decode_json
+from goodput.exporters.trace_store import TraceStore
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.records import RequestTable
+from goodput.simulator.spans import span_documents
+from goodput.simulator.workload import generate
 from tests.conftest import make_fleet
 
 SEGMENTS = "SELECT segment, round(sum(duration_s), 6) FROM segments GROUP BY ALL ORDER BY 1"

@@ -12,11 +12,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, set_span_in_context
 
-from analyzer.ingest import ingest
-from analyzer.store import connect
-from exporters.otlp import decode_json
-from exporters.trace_store import TraceStore
-from simulator.run import simulate, write_outputs
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.exporters.otlp import decode_json
+from goodput.exporters.trace_store import TraceStore
+from goodput.simulator.run import simulate, write_outputs
 from tests.conftest import FIXTURES, make_fleet
 
 SEGMENTS = ("gateway", "queue", "prefill", "decode", "send")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.decompose import decompose
-from analyzer.ingest import ingest
-from analyzer.store import connect
-from analyzer.triage import triage
+from goodput.analyzer.decompose import decompose
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.analyzer.triage import triage
 from tests.analyzer.pd_traces import AGGREGATED, DISAGGREGATED, write_traces
 from tests.analyzer.test_review_clickhouse import _rounded
 from tests.conftest import clickhouse_of

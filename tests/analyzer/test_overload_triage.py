@@ -11,12 +11,12 @@ from datetime import datetime
 import duckdb
 import pytest
 
-from analyzer.ingest import ingest
-from analyzer.store import connect
-from analyzer.triage import FALLBACK_SHARE, _overload, triage
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.analyzer.triage import FALLBACK_SHARE, _overload, triage
 from goodput.cli import main
-from simulator.run import simulate
-from simulator.spans import span_documents
+from goodput.simulator.run import simulate
+from goodput.simulator.spans import span_documents
 from tests.conftest import BASE_WORKLOAD, REPO, clickhouse_of, make_fleet
 
 

@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from analyzer.ingest import ingest
-from analyzer.store import connect
-from simulator.live import LiveFleet
-from simulator.span_sink import SpanSink
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
 
 MODEL = "Llama-3.1-8B"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from capacity.review.traces import db_review
+from goodput.review.traces import db_review
 
 WEEK = "2026-W48"  # the regression fleet starts on its Monday
 

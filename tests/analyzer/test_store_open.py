@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from analyzer.store import StoreLocked, connect
-from console.traces import StoreBusy, snapshot
+from goodput.analyzer.store import StoreLocked, connect
+from goodput.console.traces import StoreBusy, snapshot
 from goodput.foundation.errors import ConfigError
 from tests.conftest import REPO
 

@@ -18,17 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.completeness import arrivals, completeness, drop_incomplete
-from analyzer.ingest import ingest
-from analyzer.regressions import scan_regressions
-from analyzer.store import connect, sql
-from analyzer.triage import triage
-from exporters.otlp import decode_json
-from exporters.trace_store import TraceStore
-from simulator.fleet import Fleet
-from simulator.records import RequestTable
-from simulator.spans import span_documents
-from simulator.workload import generate
+from goodput.analyzer.completeness import arrivals, completeness, drop_incomplete
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.regressions import scan_regressions
+from goodput.analyzer.store import connect, sql
+from goodput.analyzer.triage import triage
+from goodput.exporters.otlp import decode_json
+from goodput.exporters.trace_store import TraceStore
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.records import RequestTable
+from goodput.simulator.spans import span_documents
+from goodput.simulator.workload import generate
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, make_fleet
 
 RATE, LOSS_S, CUT_S, SEED = 4.5, 600.0, 1200.0, 1

@@ -16,18 +16,18 @@ import httpx
 import pytest
 import yaml
 
-from analyzer.regressions import bucket_label, choose_bucket
-from analyzer.releases import load_releases
-from goodput.demo import analysis_commands
+from goodput.analyzer.regressions import bucket_label, choose_bucket
+from goodput.analyzer.releases import load_releases
+from goodput.demo.cli import analysis_commands
+from goodput.demo.incident import ALERT, INCIDENT_AT_S, RESCUE_AT_S, incident_fleet
+from goodput.demo.stack import start_alertmanager
 from goodput.foundation.yamlfile import load_mapping
-from goodput.incident import ALERT, INCIDENT_AT_S, RESCUE_AT_S, incident_fleet
-from goodput.stack import start_alertmanager
-from simulator.autoscaler import Autoscaler, ScalingPolicy
-from simulator.config import parse_fleet
-from simulator.fleet import Fleet
-from simulator.releases import write_releases
-from simulator.run import simulate, write_outputs
-from simulator.workload import generate
+from goodput.simulator.autoscaler import Autoscaler, ScalingPolicy
+from goodput.simulator.config import parse_fleet
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.releases import write_releases
+from goodput.simulator.run import simulate, write_outputs
+from goodput.simulator.workload import generate
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, needs
 
 pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)

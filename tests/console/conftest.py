@@ -16,13 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from analyzer.ingest import ingest
-from analyzer.store import connect
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.demo.stack import start_alertmanager, start_prometheus
 from goodput.foundation.http import Server, metrics_routes
-from goodput.rulegen import build, load_spec, write
-from goodput.stack import start_alertmanager, start_prometheus
-from simulator.config import parse_fleet
-from simulator.run import simulate, write_outputs
+from goodput.monitoring.rulegen import build, load_spec, write
+from goodput.simulator.config import parse_fleet
+from goodput.simulator.run import simulate, write_outputs
 from tests.conftest import REPO, free_port_block, require
 
 RELEASE_AT_S = 1800.0

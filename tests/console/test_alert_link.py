@@ -9,8 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from console.filters import Filters
-from goodput.rulegen import load_spec, write
+from goodput.console.filters import Filters
+from goodput.monitoring.rulegen import load_spec, write
 from tests.conftest import REPO, require
 
 BASE = "http://127.0.0.1:8501"

@@ -1,4 +1,4 @@
-"""A real browser on a running console: `streamlit run app.py` (as `goodput console` starts it) against a real
+"""A real browser on a running console: `streamlit run goodput/console/app.py` (as `goodput console` starts it) against a real
 Prometheus and Alertmanager (the live fixture: a deployment replicas short, alerts firing) and the analyzer
 database; headless Chromium at 1,400 x 900 loads every page, finds no exception box, no console error and no
 Deploy button, finds the columns on call needs first inside the viewport, and saves a screenshot of each (its
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from console.routes import ROUTES, url
-from goodput.stack import start_console
+from goodput.console.routes import ROUTES, url
+from goodput.demo.stack import start_console
 from tests.conftest import ARTIFACTS as TEST_ARTIFACTS
 from tests.conftest import free_port_block, needs
 

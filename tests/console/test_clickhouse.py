@@ -28,7 +28,7 @@ def _app(monkeypatch, db: str, store) -> AppTest:
                        "GOODPUT_FLEET": str(REPO / "examples" / "fleet.yaml")}.items():
         monkeypatch.setenv(var, value)
     st.cache_data.clear()
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(REPO / "goodput" / "console" / "app.py"), default_timeout=120)
     at.query_params.update({"range": "all"})
     return at
 

@@ -12,13 +12,13 @@ import duckdb
 import httpx
 import pytest
 
-from analyzer.ingest import ingest
-from analyzer.store import connect
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.demo.stack import start_prometheus
 from goodput.foundation.http import Server, metrics_routes
-from goodput.rulegen import load_spec, write
-from goodput.stack import start_prometheus
-from simulator.config import load_fleet
-from simulator.run import simulate, write_outputs
+from goodput.monitoring.rulegen import load_spec, write
+from goodput.simulator.config import load_fleet
+from goodput.simulator.run import simulate, write_outputs
 from tests.conftest import REPO, clickhouse_of, free_port_block, require
 from tests.console.conftest import RULE_SCALE
 from tests.console.test_pages import app, frame, no_exception, show

@@ -9,9 +9,9 @@ import json
 import duckdb
 import pytest
 
-from analyzer.decompose import decompose
-from analyzer.ingest import ingest
-from analyzer.store import connect
+from goodput.analyzer.decompose import decompose
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
 from tests.analyzer.pd_traces import AGGREGATED, DISAGGREGATED, write_traces
 from tests.console.test_pages import app, frame, no_exception, show
 

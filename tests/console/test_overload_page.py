@@ -15,13 +15,13 @@ import httpx
 import pytest
 import yaml
 
-from console.routes import url
-from exporters.requests import RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
 from goodput.cli import main
+from goodput.console.routes import url
+from goodput.demo.stack import start_console, start_prometheus
+from goodput.exporters.requests import RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import TraceStore
 from goodput.foundation.http import Server, metrics_routes
-from goodput.rulegen import load_spec, write
-from goodput.stack import start_console, start_prometheus
+from goodput.monitoring.rulegen import load_spec, write
 from tests.conftest import ARTIFACTS, REPO, free_port_block, needs, require
 from tests.console.conftest import RULE_SCALE
 from tests.console.test_gateway import flood  # noqa: F401 (the simulated tenant flood's store: the page needs one)

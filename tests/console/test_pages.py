@@ -16,14 +16,14 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 from streamlit.util import calc_hash
 
-from analyzer.decompose import decompose
-from analyzer.regressions import scan_regressions
-from analyzer.releases import load_releases
-from console import promql
-from console.filters import Filters
-from console.pages import PAGES
-from simulator.catalog import gpus, models
-from simulator.memory import MemorySetup, memory_budget
+from goodput.analyzer.decompose import decompose
+from goodput.analyzer.regressions import scan_regressions
+from goodput.analyzer.releases import load_releases
+from goodput.console import promql
+from goodput.console.filters import Filters
+from goodput.console.views import PAGES
+from goodput.simulator.catalog import gpus, models
+from goodput.simulator.memory import MemorySetup, memory_budget
 from tests.conftest import REPO, needs
 from tests.console.conftest import KV, RELEASE_AT_S, TOKENS_PER_S
 
@@ -39,7 +39,7 @@ def app(monkeypatch, db, prometheus=DEAD, alertmanager=DEAD, releases=None, **qu
     monkeypatch.setenv("GOODPUT_REVIEWS", str(db.parent / "no-reviews"))
     monkeypatch.setenv("GOODPUT_FLEET", str(REPO / "examples" / "fleet.yaml"))
     st.cache_data.clear()
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(REPO / "goodput" / "console" / "app.py"), default_timeout=120)
     at.query_params.update(query)
     return at
 
@@ -59,7 +59,7 @@ def frame(at: AppTest, *columns: str) -> pd.DataFrame:
 
 
 def unescape(markdown: str) -> str:
-    """What ``console.ui.esc``'d markdown reads as."""
+    """What ``goodput.console.ui.esc``'d markdown reads as."""
     return re.sub(r"\\(.)", r"\1", markdown)
 
 
@@ -259,7 +259,7 @@ def test_no_store_or_an_empty_one_says_what_to_run(monkeypatch, tmp_path):
         show(at, path)
         no_exception(at)
         assert any("goodput analyze ingest" in i.value for i in at.info), [i.value for i in at.info]
-    from analyzer.store import connect
+    from goodput.analyzer.store import connect
 
     connect(tmp_path / "empty.duckdb").close()
     at = app(monkeypatch, tmp_path / "empty.duckdb")

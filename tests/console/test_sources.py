@@ -17,12 +17,12 @@ import pytest
 import yaml
 
 from benchmarks.analyzer import GENERATE
-from console import promql, traces
-from console.cli import FLAGS, environment
-from console.filters import Filters, label_matchers
-from console.settings import ENV, Settings
-from exporters.catalog import names
-from goodput.ingest_loop import IngestLoop
+from goodput.console import promql, traces
+from goodput.console.cli import FLAGS, environment
+from goodput.console.filters import Filters, label_matchers
+from goodput.console.settings import ENV, Settings
+from goodput.contracts.catalog import names
+from goodput.demo.ingest_loop import IngestLoop
 from tests.conftest import REPO, free_port_block
 
 
@@ -86,7 +86,7 @@ def test_label_values_from_a_link_are_quoted_and_escaped():
 
 
 def test_the_sql_files_take_values_only_as_parameters():
-    for path in (REPO / "console" / "sql").glob("*.sql"):
+    for path in (REPO / "goodput" / "console" / "sql").glob("*.sql"):
         text = re.sub(r"--[^\n]*", "", path.read_text())
         assert set(re.findall(r"\{(\w+)\}", text)) <= {"filtered"}, path.name
 

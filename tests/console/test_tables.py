@@ -7,9 +7,9 @@ import math
 
 import pandas as pd
 
-from console.columns import _paint, label
-from console.palette import DIRECTION, SEGMENTS, STATUS, plain, segment_order
-from console.tables import alert_rows, live_table, silence_rows, status, verdict_table
+from goodput.console.columns import _paint, label
+from goodput.console.palette import DIRECTION, SEGMENTS, STATUS, plain, segment_order
+from goodput.console.tables import alert_rows, live_table, silence_rows, status, verdict_table
 
 
 def _verdict(release: str | None, **extra) -> dict:
@@ -73,8 +73,8 @@ def test_segments_keep_a_requests_order_and_labels_are_plain():
 def test_markers_draw_releases_scale_events_and_pages_in_their_style_inside_the_window():
     import plotly.graph_objects as go
 
-    from console.markers import Marker, draw
-    from console.palette import MARKER
+    from goodput.console.markers import Marker, draw
+    from goodput.console.palette import MARKER
 
     t = pd.Timestamp("2026-11-23T08:30:00Z").to_pydatetime()
     fig = go.Figure()
@@ -89,12 +89,12 @@ def test_markers_draw_releases_scale_events_and_pages_in_their_style_inside_the_
 def test_the_live_queue_wait_p95_reads_as_a_bound_in_the_gateway_s_edge_buckets():
     """The rules' p95 is histogram_quantile over the gateway buckets (5 ms ... 300 s): 4.8 ms is Prometheus's
     interpolation inside the first bucket, 300 its answer for +Inf; the page shows them as bounds."""
-    from console.columns import COLUMNS
-    from console.prom import Sample
+    from goodput.console.columns import COLUMNS
+    from goodput.console.prom import Sample
 
     samples = [Sample({"deployment": d, "tier": "P0"}, v) for d, v in (("a", 0.0048), ("b", 0.042), ("c", 300.0))]
     table = live_table({"queue_wait_p95_s": samples, "kv_usage": []})
     assert table["queue_wait_p95_s"].tolist() == [0.0048, 0.042, 300.0]  # the frame keeps Prometheus's numbers
     shown = table.style.format(COLUMNS["queue_wait_p95_s"].format, subset=["queue_wait_p95_s"], na_rep="")
-    cells = [line.split()[3] for line in shown.to_string().splitlines()[1:]]  # as console.columns.show formats it
+    cells = [line.split()[3] for line in shown.to_string().splitlines()[1:]]  # as goodput.console.columns.show formats it
     assert cells == ["<0.005", "0.04", ">300"], shown.to_string()

@@ -18,11 +18,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from capacity.plan.autoscale import DeploymentPolicy, keda_manifest
-from capacity.plan.policyfile import load_policy_file
 from goodput.cli import build_parser, main
-from goodput.kubernetes import DEPLOYMENT_LABEL, ENGINE_LABEL, ENGINES, JOB_LABEL, MAX_CONFIG_MAP_BYTES, POD_RESOURCES_DIR
-from goodput.stack import Process
+from goodput.demo.stack import Process
+from goodput.deploy.kubernetes import (
+    DEPLOYMENT_LABEL,
+    ENGINE_LABEL,
+    ENGINES,
+    JOB_LABEL,
+    MAX_CONFIG_MAP_BYTES,
+    POD_RESOURCES_DIR,
+)
+from goodput.plan.autoscale import DeploymentPolicy, keda_manifest
+from goodput.plan.policyfile import load_policy_file
 from tests.conftest import REPO, free_port_block, needs
 
 SCHEMAS = REPO / "tests" / "fixtures" / "schemas"

@@ -17,11 +17,11 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from exporters.clickhouse_sink import INSERT_ROWS, ClickHouseSink, insert_token, parse_store
-from exporters.otel_traces import TableSpec, create_table
-from exporters.otlp import Span, decode_json
-from exporters.requests import RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+from goodput.exporters.clickhouse_sink import INSERT_ROWS, ClickHouseSink, insert_token, parse_store
+from goodput.exporters.otel_traces import TableSpec, create_table
+from goodput.exporters.otlp import Span, decode_json
+from goodput.exporters.requests import RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import TraceStore
 from goodput.foundation.clickhouse import parse_target
 from goodput.foundation.http import Server
 from tests.conftest import REPO, free_port_block, wait_answering

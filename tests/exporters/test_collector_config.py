@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from exporters.otlp import RECEIVER_LIMITS
+from goodput.exporters.otlp import RECEIVER_LIMITS
 from tests.conftest import FIXTURES, REPO
 
 SCHEMAS = FIXTURES / "schemas" / "otelcol"

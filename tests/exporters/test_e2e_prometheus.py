@@ -13,14 +13,14 @@ from collections import Counter, defaultdict
 
 import httpx
 
-from exporters.config import load_targets
-from exporters.engine import EngineExporter
-from exporters.requests import RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+from goodput.demo.stack import Process
+from goodput.exporters.config import load_targets
+from goodput.exporters.engine import EngineExporter
+from goodput.exporters.requests import RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import TraceStore
 from goodput.foundation.http import Server, metrics_routes
-from goodput.stack import Process
-from simulator.live import LiveFleet
-from simulator.span_sink import SpanSink
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet, needs
 
 pytestmark = needs("prometheus")

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.config import Plan, Target, Targets, load_plan, load_targets
-from exporters.engine import EngineExporter
-from exporters.normalize import MAX_LABEL_VALUE_BYTES, MAX_SERIES_PER_TARGET, cap_label
+from goodput.exporters.config import Plan, Target, Targets, load_plan, load_targets
+from goodput.exporters.engine import EngineExporter
+from goodput.exporters.normalize import MAX_LABEL_VALUE_BYTES, MAX_SERIES_PER_TARGET, cap_label
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.http import Server, metrics_routes
 from tests.conftest import REPO, require
@@ -297,7 +297,7 @@ def test_a_target_publishing_100000_models_is_down_at_the_series_cap_and_the_oth
     ts = Targets((Target("chat", "chat-ok", f"{engines}/ok", "auto", "Llama-3.1-8B"),
                   Target("chat", "chat-many", f"{engines}/body/models")), {})
     exp = EngineExporter(ts, timeout_s=30)
-    with caplog.at_level("WARNING", logger="exporters.engine"):
+    with caplog.at_level("WARNING", logger="goodput.exporters.engine"):
         exp.scrape_once()
         exp.scrape_once()
     fams = {f.name: f for f in text_string_to_metric_families(exp.render())}

@@ -9,8 +9,8 @@ import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.fake_nvml import FakeNvml, load_fake
-from exporters.gpu import DeploymentMapping, GpuCollector, Sampler
+from goodput.exporters.fake_nvml import FakeNvml, load_fake
+from goodput.exporters.gpu import DeploymentMapping, GpuCollector, Sampler
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.http import health_route
 from tests.conftest import REPO, require

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.fake_nvml import FakeNvml, load_fake
-from exporters.gpu import GpuCollector, health_with_pods
-from exporters.liveness import Heartbeat
-from exporters.podresources import _SCHEMA, LIST_METHOD, MESSAGES, PodAttribution, PodResourcesClient
+from goodput.exporters.fake_nvml import FakeNvml, load_fake
+from goodput.exporters.gpu import GpuCollector, health_with_pods
+from goodput.exporters.liveness import Heartbeat
+from goodput.exporters.podresources import _SCHEMA, LIST_METHOD, MESSAGES, PodAttribution, PodResourcesClient
 from tests.conftest import REPO, free_port_block
 
 M = MESSAGES

@@ -6,9 +6,9 @@ import sys
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.catalog import ENGINE
-from exporters.exposition import labels, render
-from exporters.normalize import UnknownDialect, normalize
+from goodput.contracts.catalog import ENGINE
+from goodput.exporters.exposition import labels, render
+from goodput.exporters.normalize import UnknownDialect, normalize
 from tests.conftest import FIXTURES, REPO, require
 
 SAMPLES = FIXTURES / "engine_samples"

@@ -1,4 +1,4 @@
-"""Edges of the normalizer that mutation testing (mutmut over exporters/normalize.py) found unguarded.
+"""Edges of the normalizer that mutation testing (mutmut over goodput/exporters/normalize.py) found unguarded.
 
 Each case is a few hand-written lines with the value worked out by hand.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporters.exposition import labels
-from exporters.normalize import normalize
+from goodput.exporters.exposition import labels
+from goodput.exporters.normalize import normalize
 
 
 def _flat(text: str, engine: str = "auto") -> dict[tuple[str, str], float]:

@@ -10,8 +10,8 @@ from collections import defaultdict
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.exposition import escape, fmt_float
-from exporters.normalize import _RUNS_MIN_CHARS, normalize
+from goodput.exporters.exposition import escape, fmt_float
+from goodput.exporters.normalize import _RUNS_MIN_CHARS, normalize
 
 TTFT = "vllm:time_to_first_token_seconds"
 LES = ("0.01", "0.1", "1.0", "+Inf")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from exporters.otel_traces import (
+from goodput.exporters.otel_traces import (
     TableSpec,
     attribute_text,
     create_table,
@@ -15,7 +15,7 @@ from exporters.otel_traces import (
     span_row,
     ttl_expression,
 )
-from exporters.otlp import decode_json
+from goodput.exporters.otlp import decode_json
 from tests.conftest import REPO
 
 VENDORED_SHA256 = "7c34aff65ca968057a99ec9a3f786426fadf3102d3257acce3bf6ff67be3df2b"
@@ -31,9 +31,9 @@ def _payload(attrs: list, kind: int = 2, status: int = 1, parent: str = "") -> s
 
 
 def test_the_vendored_ddl_is_the_collectors_byte_for_byte_and_its_sources_say_so():
-    path = REPO / "exporters" / "sql" / "traces_table.sql"
+    path = REPO / "goodput" / "exporters" / "sql" / "traces_table.sql"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == VENDORED_SHA256
-    sources = (REPO / "exporters" / "sql" / "SOURCES.md").read_text()
+    sources = (REPO / "goodput" / "exporters" / "sql" / "SOURCES.md").read_text()
     assert VENDORED_SHA256 in sources and "Apache-2.0" in sources and "clickhouseexporter" in sources
 
 

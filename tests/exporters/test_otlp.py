@@ -9,10 +9,10 @@ import zlib
 
 import pytest
 
-from exporters.otlp import OtlpError, decode_json, decode_protobuf
-from exporters.parquet_sink import spans_to_arrow
-from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+from goodput.exporters.otlp import OtlpError, decode_json, decode_protobuf
+from goodput.exporters.parquet_sink import spans_to_arrow
+from goodput.exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import TraceStore
 from tests.conftest import FIXTURES
 
 SAMPLE = json.loads((FIXTURES / "otlp" / "otlp_proto_examples_trace.json").read_text())
@@ -299,8 +299,8 @@ def test_a_protobuf_of_a_million_tiny_spans_is_refused_before_the_parser_builds_
 import resource, tempfile
 from pathlib import Path
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from exporters.requests import RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+from goodput.exporters.requests import RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import TraceStore
 req = ExportTraceServiceRequest()
 ss = req.resource_spans.add().scope_spans.add()
 for i in range(20000):

@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, set_span_in_context
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.catalog import OVERLOAD_STEPS
-from exporters.otlp import decode_json
-from exporters.requests import LABEL_LIMITS, RequestMetrics
 from goodput.cli import main
+from goodput.contracts.catalog import OVERLOAD_STEPS
+from goodput.exporters.otlp import decode_json
+from goodput.exporters.requests import LABEL_LIMITS, RequestMetrics
 from tests.conftest import REPO
 from tests.exporters.test_requests import Exporter
 

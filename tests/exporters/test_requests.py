@@ -24,15 +24,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.catalog import TOKEN_BUCKETS
-from exporters.otlp import Span, decode_json
-from exporters.requests import LABEL_LIMITS, MAX_LABEL_CHARS, RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+from goodput.contracts.catalog import TOKEN_BUCKETS
+from goodput.exporters.otlp import Span, decode_json
+from goodput.exporters.requests import LABEL_LIMITS, MAX_LABEL_CHARS, RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import TraceStore
 from goodput.foundation.histogram import le_label
 from goodput.foundation.http import Server
-from simulator.records import RequestTable
-from simulator.run import simulate
-from simulator.spans import span_documents
+from goodput.simulator.records import RequestTable
+from goodput.simulator.run import simulate
+from goodput.simulator.spans import span_documents
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, free_port_block, make_fleet, wait_answering
 
 
@@ -452,7 +452,7 @@ def test_a_poisoned_write_ahead_log_is_quarantined_at_restart(tmp_path, sim):
 
 
 def test_healthz_reports_a_failing_writer_and_recovers(tmp_path, monkeypatch):
-    from exporters import parquet_sink as trace_store
+    from goodput.exporters import parquet_sink as trace_store
 
     metrics = RequestMetrics()
     store = TraceStore(tmp_path / "store", flush_interval_s=3600)

@@ -10,8 +10,8 @@ import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+from goodput.exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import TraceStore
 from goodput.foundation.http import Server, metrics_routes
 from tests.slow_clients import SlowLoris
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from exporters.config import load_targets
+from goodput.exporters.config import load_targets
 from goodput.foundation.errors import ConfigError
 from tests.conftest import free_port_block
 from tests.exporters.test_exporter_processes import _Engine, _families_when, _start, _terminate, serve
@@ -165,8 +165,8 @@ def test_an_invalid_targets_file_at_start_is_one_line_and_exit_2(tmp_path):
 
 
 def test_a_reload_keeps_the_state_of_unchanged_targets_and_starts_new_ones_down(tmp_path, engine):
-    from exporters.engine import EngineExporter
-    from exporters.targets_file import TargetsFile
+    from goodput.exporters.engine import EngineExporter
+    from goodput.exporters.targets_file import TargetsFile
 
     path = tmp_path / "targets.yaml"
     a = ([engine], {"deployment": "chat", "replica": "a", "__metrics_path__": "/a"})

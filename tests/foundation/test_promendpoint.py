@@ -1,6 +1,6 @@
 """A Prometheus-API server behind a path prefix, a tenant and credentials (real sockets): what each setting puts on
 the wire for both transports, a rotated token read again, and every unusable setting one line naming it. The same
-against a real VictoriaMetrics with basic auth: tests/capacity/test_review_vm.py."""
+against a real VictoriaMetrics with basic auth: tests/review/test_review_vm.py."""
 
 from __future__ import annotations
 

@@ -25,23 +25,23 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.releases import load_releases
-from capacity.loadtest.imports import import_run
-from capacity.loadtest.slo import parse_slo
-from capacity.plan.demand import parse_demand
-from capacity.plan.planfile import load_plan_file
-from capacity.plan.policyfile import load_policy_file
-from exporters.config import load_plan, load_targets
-from exporters.otlp import OtlpError, decode_json, decode_protobuf
+from goodput.analyzer.releases import load_releases
+from goodput.exporters.config import load_plan, load_targets
+from goodput.exporters.otlp import OtlpError, decode_json, decode_protobuf
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.jsonfile import parse_json
 from goodput.foundation.promapi import PromError, parse_answer, read_json
 from goodput.foundation.yamlfile import load_yaml
-from goodput.rulegen import load_spec
-from simulator.config import parse_fleet
-from simulator.openai_protocol import CHAT, COMPLETIONS, ApiError, parse_body, validate
-from tests.capacity.plan_fixtures import CHAT as CHAT_DEMAND
+from goodput.loadtest.imports import import_run
+from goodput.loadtest.slo import parse_slo
+from goodput.monitoring.rulegen import load_spec
+from goodput.plan.demand import parse_demand
+from goodput.plan.planfile import load_plan_file
+from goodput.plan.policyfile import load_policy_file
+from goodput.simulator.config import parse_fleet
+from goodput.simulator.openai_protocol import CHAT, COMPLETIONS, ApiError, parse_body, validate
 from tests.conftest import REPO
+from tests.plan.plan_fixtures import CHAT as CHAT_DEMAND
 
 pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)
 

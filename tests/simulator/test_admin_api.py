@@ -19,8 +19,8 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from goodput.cli import main
-from simulator.admin_api import is_loopback, make_admin_app
-from simulator.live import LiveFleet
+from goodput.simulator.admin_api import is_loopback, make_admin_app
+from goodput.simulator.live import LiveFleet
 from tests.conftest import REPO, fleet_serve, free_port_block, make_fleet, needs
 
 JSON = {"Content-Type": "application/json"}

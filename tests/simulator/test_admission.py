@@ -2,8 +2,8 @@
 
 import pytest
 
-from simulator.admission import TenantUse, admission_cost, bucket_level, refusal, wfq_tag
-from simulator.config import TenantQuota
+from goodput.simulator.admission import TenantUse, admission_cost, bucket_level, refusal, wfq_tag
+from goodput.simulator.config import TenantQuota
 
 
 def test_a_bucket_refills_at_its_per_minute_rate_up_to_its_depth():

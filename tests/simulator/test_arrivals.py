@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from simulator.arrivals import ArrivalSpec, Batch, Burst, Diurnal, Step, arrival_times
+from goodput.simulator.arrivals import ArrivalSpec, Batch, Burst, Diurnal, Step, arrival_times
 
 
 def _cv(t):

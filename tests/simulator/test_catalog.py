@@ -1,7 +1,7 @@
 import pytest
 
 from goodput.foundation.errors import ConfigError
-from simulator.catalog import GIB, gpus, kv_bytes_per_token, models
+from goodput.simulator.catalog import GIB, gpus, kv_bytes_per_token, models
 from tests.conftest import BASE_DEPLOYMENT, make_fleet
 
 

@@ -1,8 +1,8 @@
 """The circuit breaker's state machine: when it opens, how long it stays open, what its one half-open probe decides,
 and what it ignores."""
 
-from simulator.circuit import CLOSED, HALF_OPEN, OPEN, Circuit
-from simulator.config import BreakerConfig
+from goodput.simulator.circuit import CLOSED, HALF_OPEN, OPEN, Circuit
+from goodput.simulator.config import BreakerConfig
 
 CFG = BreakerConfig(failures=3, error_ratio=0.5, window_s=10.0, min_requests=6, open_s=5.0)
 

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from simulator.compiled import COMPILED_MODULES, build_status, source_copy
+from goodput.simulator.compiled import COMPILED_MODULES, build_status, source_copy
 from tests.conftest import fleet_data, stress_pool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = """
 import sys
 from goodput.cli import main
-import simulator, simulator.compiled
-print(simulator.__file__, sorted(set(simulator.compiled.build_status().values())))
+import goodput.simulator.compiled
+print(goodput.simulator.__file__, sorted(set(goodput.simulator.compiled.build_status().values())))
 sys.exit(main(["simulate", sys.argv[1], "--duration", sys.argv[2], "--out", sys.argv[3], "--format", "json"]))
 """
 
@@ -86,17 +86,37 @@ def test_compiled_and_pure_python_runs_are_identical(tmp_path, fleet, duration):
     pd.testing.assert_frame_equal(compiled, pure, check_exact=True)
 
 
-def test_an_edited_module_refuses_its_old_build(tmp_path):
-    """Python prefers a build to its source: a stale one would run yesterday's code without a word."""
-    sim = tmp_path / "checkout" / "simulator"
-    shutil.copytree(ROOT / "simulator", sim, ignore=shutil.ignore_patterns("__pycache__"))
-    module = COMPILED_MODULES[-1].split(".")[-1]
+def _goodput(checkout: Path, *args: str) -> subprocess.CompletedProcess:
+    """``goodput ARGS`` run from the package copied into ``checkout``."""
+    code = "import sys; from goodput.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], env={**os.environ, "PYTHONPATH": str(checkout)},
+                          cwd=checkout, capture_output=True, text=True, timeout=180)
+
+
+def test_an_edited_module_refuses_its_old_build_and_only_what_simulates_stops(tmp_path):
+    """Python prefers a build to its source: a stale one would run yesterday's code without a word. So the import of
+    that module fails, in one line saying how to rebuild; a command that never simulates (the analyzer's) answers."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "goodput", checkout / "goodput", ignore=shutil.ignore_patterns("__pycache__"))
+    fleet = checkout / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data(**stress_pool())))
+    assert _goodput(checkout, "simulate", str(fleet), "--duration", "120", "--out", "run").returncode == 0
+    assert _goodput(checkout, "analyze", "ingest", "run", "--db", "run.duckdb").returncode == 0
+
+    sim = checkout / "goodput" / "simulator"
+    module = "fleet"  # every simulation runs it
+    assert f"goodput.simulator.{module}" in COMPILED_MODULES
     if not list(sim.glob(f"{module}.*.so")):  # no compiler here: an empty file stands for the build
-        (sim / f"{module}{EXTENSION_SUFFIXES[0]}").write_bytes(b"")  # never imported: the check comes first
+        (sim / f"{module}{EXTENSION_SUFFIXES[0]}").write_bytes(b"")  # never loaded: the check comes first
     later = time.time() + 60
     os.utime(sim / f"{module}.py", (later, later))
-    proc = subprocess.run([sys.executable, "-c", "import simulator"], env={**os.environ, "PYTHONPATH": str(sim.parent)},
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert f"simulator.{module}: source changed after it was compiled" in proc.stderr
-    assert "make build" in proc.stderr
+
+    stale = _goodput(checkout, "simulate", str(fleet), "--duration", "120", "--out", "again")
+    assert stale.returncode == 1, stale.stderr
+    assert stale.stderr.strip().splitlines() == [
+        f"goodput: error: goodput.simulator.{module}: source changed after it was compiled; rebuild with `make build` "
+        "(or `pip install -e .`), or delete the stale .so"], stale.stderr
+    answers = _goodput(checkout, "analyze", "regressions", "--db", "run.duckdb", "--releases", "run/releases.yaml")
+    assert answers.returncode == 0 and "Traceback" not in answers.stderr, answers.stderr
+    memory = _goodput(checkout, "plan", "memory", "--model", "Llama-3.1-8B", "--gpu", "H100-80GB-SXM")
+    assert memory.returncode == 0, memory.stderr  # the memory budget is the simulator's, and never compiled

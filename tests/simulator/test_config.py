@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from goodput.foundation.errors import ConfigError
-from simulator.config import load_fleet
+from goodput.simulator.config import load_fleet
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, make_fleet
 
 

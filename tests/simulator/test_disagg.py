@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from analyzer.ingest import ingest
-from analyzer.store import connect
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
 from goodput.foundation.errors import ConfigError
-from simulator.catalog import kv_bytes_per_token, models
-from simulator.config import load_fleet, parse_fleet
-from simulator.fleet import Fleet
-from simulator.records import RequestTable
-from simulator.run import simulate, write_outputs
-from simulator.vllm_metrics import VllmMetrics
-from simulator.workload import generate
+from goodput.simulator.catalog import kv_bytes_per_token, models
+from goodput.simulator.config import load_fleet, parse_fleet
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.records import RequestTable
+from goodput.simulator.run import simulate, write_outputs
+from goodput.simulator.vllm_metrics import VllmMetrics
+from goodput.simulator.workload import generate
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data
 
 LONG_PROMPTS = {"p50": 6000, "p95": 12000, "p99": 16000, "max": 20000}

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.live import LiveFleet
-from simulator.span_sink import SpanSink
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
 
 MODEL = "Llama-3.1-8B"

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from simulator.distributions import QuantileDistribution
+from goodput.simulator.distributions import QuantileDistribution
 
 PROFILES = [
     {"p50": 1020, "p95": 3000, "p99": 4142, "max": 14050},  # Azure conv input

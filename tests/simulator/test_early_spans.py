@@ -9,14 +9,14 @@ flight in the analyzer (none quarantined), every finished one is whole, and no s
 import copy
 import time
 
-from analyzer.completeness import completeness
-from analyzer.ingest import ingest
-from analyzer.store import connect
-from exporters.requests import RequestMetrics, TraceReceiver
-from exporters.trace_store import TraceStore
+from goodput.analyzer.completeness import completeness
+from goodput.analyzer.ingest import ingest
+from goodput.analyzer.store import connect
+from goodput.exporters.requests import RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import TraceStore
 from goodput.foundation.http import Server
-from simulator.live import LiveFleet
-from simulator.span_sink import SpanSink
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
 
 

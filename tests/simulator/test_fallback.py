@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from goodput.foundation.errors import ConfigError
-from simulator.circuit import CLOSED, HALF_OPEN, OPEN
-from simulator.config import load_fleet, parse_fleet
-from simulator.live import LiveFleet
-from simulator.run import simulate, write_outputs
-from simulator.span_sink import SpanSink
+from goodput.simulator.circuit import CLOSED, HALF_OPEN, OPEN
+from goodput.simulator.config import load_fleet, parse_fleet
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.run import simulate, write_outputs
+from goodput.simulator.span_sink import SpanSink
 from tests.conftest import REPO, free_port_block
 
 EXAMPLE = REPO / "examples" / "primary_down.yaml"

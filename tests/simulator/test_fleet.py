@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from simulator.fleet import Fleet
-from simulator.request import FINISH_REASONS, REJECT_REASONS
-from simulator.run import simulate
-from simulator.workload import generate
+from goodput.contracts.vocabulary import FINISH_REASONS, REJECT_REASONS
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.run import simulate
+from goodput.simulator.workload import generate
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, make_fleet
 
 

@@ -14,9 +14,9 @@ import aiohttp
 import httpx
 import pytest
 
-from simulator.http_host import HttpHost
-from simulator.live import LiveFleet
-from simulator.span_sink import SpanSink
+from goodput.simulator.http_host import HttpHost
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, fleet_serve, free_port_block, make_fleet
 
 MODEL = "Llama-3.1-8B"
@@ -141,7 +141,7 @@ def test_stalled_clients_are_let_go(one_replica):
 
 def test_a_client_that_stops_reading_is_dropped(one_replica, monkeypatch):
     """The stream's socket backs up; after STALL_S (0.2 s here) the server lets the client go and aborts."""
-    import simulator.openai_api as api
+    import goodput.simulator.openai_api as api
 
     monkeypatch.setattr(api, "STALL_S", 0.2)
     lf, base, sink = one_replica
@@ -161,7 +161,7 @@ def test_a_client_that_stops_reading_is_dropped(one_replica, monkeypatch):
 
 
 def test_a_body_that_never_arrives_gets_408(one_replica, monkeypatch):
-    import simulator.openai_api as api
+    import goodput.simulator.openai_api as api
 
     monkeypatch.setattr(api, "BODY_TIMEOUT_S", 0.3)
     lf, base, _ = one_replica

@@ -15,15 +15,15 @@ import pytest
 import yaml
 
 from goodput.cli import main
+from goodput.contracts.vocabulary import GATEWAY_REJECT_REASONS, REJECT_REASONS
 from goodput.foundation.errors import ConfigError
-from simulator.admission import GATEWAY_REJECT_REASONS
-from simulator.config import load_fleet
-from simulator.fleet import Fleet
-from simulator.gateway import Gateway
-from simulator.live import LiveFleet
-from simulator.request import REJECT_REASONS, Request
-from simulator.run import simulate, write_outputs
-from simulator.span_sink import SpanSink
+from goodput.simulator.config import load_fleet
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.gateway import Gateway
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.request import Request
+from goodput.simulator.run import simulate, write_outputs
+from goodput.simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, make_fleet
 
 # one replica of an 8B model on an H100, which serves ~16 req/s of this chat mix within a second's TTFT: a, b and c

@@ -1,4 +1,4 @@
-"""What NVML utilisation and DCGM SM activity read for a replica (simulator/gpu_readings.py): the published
+"""What NVML utilisation and DCGM SM activity read for a replica (goodput/simulator/gpu_readings.py): the published
 readings of tests/fixtures/published/gpu_utilisation.yaml, and the readings of a replica of the simulator as it
 runs (idle, decoding, prefilling) — the model the utilisation baselines of `goodput plan evaluate` and the live
 fleet's fake NVML share."""
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.catalog import gpus, models
-from simulator.config import EngineConfig
-from simulator.fleet import Fleet
-from simulator.gpu_readings import IDLE, MEMORY_BOUND_SM_FILL, replica_reading, step_reading
-from simulator.roofline import Roofline
-from simulator.workload import generate
+from goodput.simulator.catalog import gpus, models
+from goodput.simulator.config import EngineConfig
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.gpu_readings import IDLE, MEMORY_BOUND_SM_FILL, replica_reading, step_reading
+from goodput.simulator.roofline import Roofline
+from goodput.simulator.workload import generate
 from tests.simulator.test_replica import FIXED_100, FIXED_1000, _one_replica
 
 PUBLISHED = Path(__file__).parent.parent / "fixtures" / "published" / "gpu_utilisation.yaml"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.live import LiveFleet
-from simulator.span_sink import SpanSink
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.span_sink import SpanSink
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet, needs
 
 MODEL = "Llama-3.1-8B"
@@ -156,14 +156,14 @@ def _lines(path) -> list[str]:
 
 
 def _spans(path):
-    from exporters.otlp import decode_json
+    from goodput.exporters.otlp import decode_json
 
     return [s for line in _lines(path) for s in decode_json(line)]
 
 
 def test_every_refusal_is_counted_with_its_reason(live):
     """Refused requests become rejected request spans, so the request exporter counts them by reason."""
-    from exporters.requests import RequestMetrics
+    from goodput.exporters.requests import RequestMetrics
 
     lf, base, tmp = live
     tenant = {"x-tenant": "refusal-check", "x-route": "chat"}

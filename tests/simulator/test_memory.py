@@ -1,4 +1,4 @@
-"""The memory budget's terms, each against what vLLM does (simulator/memory.py), and the simulator sizing its
+"""The memory budget's terms, each against what vLLM does (goodput/simulator/memory.py), and the simulator sizing its
 replicas with it."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from goodput.foundation.errors import ConfigError
-from simulator.catalog import GIB, gpus, models
-from simulator.memory import MemorySetup, default_scheduler_limits, memory_budget
+from goodput.simulator.catalog import GIB, gpus, models
+from goodput.simulator.memory import MemorySetup, default_scheduler_limits, memory_budget
 from tests.conftest import BASE_DEPLOYMENT, make_fleet
 
 H100, A100, L4 = "H100-80GB-SXM", "A100-80GB", "L4-24GB"

@@ -10,8 +10,8 @@ from functools import cache
 import pytest
 import yaml
 
-from simulator.catalog import GIB, gpus, models
-from simulator.memory import MemoryBudget, MemorySetup, memory_budget
+from goodput.simulator.catalog import GIB, gpus, models
+from goodput.simulator.memory import MemoryBudget, MemorySetup, memory_budget
 from tests.conftest import FIXTURES, REPO
 
 STARTUP = FIXTURES / "published" / "vllm_startup.yaml"

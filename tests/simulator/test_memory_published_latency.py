@@ -1,6 +1,6 @@
 """The simulator against vLLM's published nightly latency benchmarks (tests/fixtures/published/vllm_benchmarks.yaml):
 a batch of 8 requests, 32 prompt and 128 output tokens, on A100, H100 and H200 at TP 1 and 4. The goal is 10% on
-output throughput and TPOT. The default step costs (simulator/config.py) were fitted on these rows; the table also
+output throughput and TPOT. The default step costs (goodput/simulator/config.py) were fitted on these rows; the table also
 shows the previous defaults, which missed them by up to 23%. Regenerate the table in docs/capacity.md with
 ``python -m tests.simulator.test_memory_published_latency``.
 """
@@ -13,7 +13,7 @@ from functools import cache
 import pytest
 import yaml
 
-from simulator.run import simulate
+from goodput.simulator.run import simulate
 from tests.conftest import FIXTURES, make_fleet
 from tests.simulator.test_memory_published import docs_table
 

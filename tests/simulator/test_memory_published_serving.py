@@ -18,7 +18,7 @@ from functools import cache
 import pytest
 import yaml
 
-from simulator.run import simulate
+from goodput.simulator.run import simulate
 from tests.conftest import FIXTURES, make_fleet
 from tests.simulator.test_memory_published import docs_table
 

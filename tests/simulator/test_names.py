@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from goodput.foundation.errors import ConfigError
-from simulator.catalog import (
+from goodput.simulator.catalog import (
     load_model_config,
     model_from_config,
     model_key,
@@ -17,8 +17,8 @@ from simulator.catalog import (
     resolve_gpu,
     resolve_model,
 )
-from simulator.config import parse_fleet
-from simulator.fleet import Fleet
+from goodput.simulator.config import parse_fleet
+from goodput.simulator.fleet import Fleet
 from tests.conftest import BASE_DEPLOYMENT, fleet_data
 
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "model_configs"

@@ -17,11 +17,11 @@ import yaml
 
 from goodput.cli import main
 from goodput.foundation.errors import ConfigError
-from simulator.config import OverloadStep, load_fleet
-from simulator.live import LiveFleet
-from simulator.overload import Ladder
-from simulator.request import Request
-from simulator.run import simulate, write_outputs
+from goodput.simulator.config import OverloadStep, load_fleet
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.overload import Ladder
+from goodput.simulator.request import Request
+from goodput.simulator.run import simulate, write_outputs
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, REPO, fleet_data, free_port_block, make_fleet
 
 BURST = REPO / "examples" / "overload_burst.yaml"

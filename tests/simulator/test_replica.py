@@ -5,10 +5,10 @@ import copy
 import numpy as np
 import pytest
 
-from simulator.fleet import Fleet
-from simulator.replica import Replica
-from simulator.run import simulate
-from simulator.workload import generate
+from goodput.simulator.fleet import Fleet
+from goodput.simulator.replica import Replica
+from goodput.simulator.run import simulate
+from goodput.simulator.workload import generate
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, make_fleet, stress_pool
 
 FIXED_1000 = {"min": 1000, "p50": 1000, "p95": 1000, "p99": 1000, "max": 1000}

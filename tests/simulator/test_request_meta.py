@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from simulator.request_meta import MAX_LABEL_CHARS, LabelGuard, parse_traceparent
+from goodput.simulator.request_meta import MAX_LABEL_CHARS, LabelGuard, parse_traceparent
 from tests.conftest import BASE_WORKLOAD, make_fleet
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"

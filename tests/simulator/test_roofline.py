@@ -3,9 +3,9 @@ staying exact with it."""
 
 import pytest
 
-from simulator.catalog import gpus, models
-from simulator.config import EngineConfig
-from simulator.roofline import Roofline, allreduce_s_per_token
+from goodput.simulator.catalog import gpus, models
+from goodput.simulator.config import EngineConfig
+from goodput.simulator.roofline import Roofline, allreduce_s_per_token
 
 QWEN7B = models()["Qwen2.5-7B"]  # 28 layers, hidden 3584
 

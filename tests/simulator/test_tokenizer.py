@@ -14,11 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from simulator.live import LiveFleet
-from simulator.openai_api import _text
-from simulator.openai_protocol import CHAT, COMPLETIONS, validate
-from simulator.tokenizer import EXACT_CHARS, FILLER_WORDS, count_tokens, tokenizer
-from simulator.tokenizer_recipe import VOCAB_SIZE
+from goodput.simulator.live import LiveFleet
+from goodput.simulator.openai_api import _text
+from goodput.simulator.openai_protocol import CHAT, COMPLETIONS, validate
+from goodput.simulator.tokenizer import EXACT_CHARS, FILLER_WORDS, count_tokens, tokenizer
+from goodput.simulator.tokenizer_recipe import VOCAB_SIZE
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "tokenizer"

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from goodput.foundation.errors import ConfigError
-from simulator.traces import load_trace
-from simulator.workload import generate
+from goodput.simulator.traces import load_trace
+from goodput.simulator.workload import generate
 from tests.conftest import BASE_WORKLOAD, TRACES, make_fleet
 
 

@@ -1,3 +1,0 @@
--- The deployments the store holds requests of, the busiest first (analyzer/sql/stored_deployments.sql).
-WITH __requests__
-SELECT deployment, count() AS n FROM requests GROUP BY ALL ORDER BY n DESC, deployment

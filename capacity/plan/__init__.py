@@ -1,1 +1,0 @@
-"""``goodput plan``: capacity plans from measured SLO goodput, autoscaling policies, and their proof in the simulator."""

@@ -1,0 +1,53 @@
+"""The analyzer's DuckDB database: opening it, its schema, and the SQL files that act on it."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["StoreLocked", "connect", "sql"]
+
+
+class StoreLocked(ConfigError):
+    """Another process holds the database's lock: worth a retry, unlike a file that is not a database."""
+
+
+@cache
+def sql(name: str) -> str:
+    """The text of ``goodput/analyzer/sql/<name>.sql``."""
+    return resources.files("goodput.analyzer").joinpath("sql", f"{name}.sql").read_text()
+
+
+def connect(path: str | Path, read_only: bool = False, threads: int | None = None,
+            memory_limit: str = "2GB") -> duckdb.DuckDBPyConnection:
+    """Open (creating when writable) an analyzer database with its schema."""
+    p = Path(path)
+    if read_only and not p.exists():
+        raise ConfigError(str(p), "--db", "no such database; run `goodput analyze ingest ... --db` first")
+    try:
+        con = duckdb.connect(str(p), read_only=read_only)
+    except duckdb.Error as e:
+        first = str(e).splitlines()[0]
+        if "lock" in first.lower():  # DuckDB: "Could not set lock on file ...: Conflicting lock is held in ..."
+            raise StoreLocked(str(p), "--db", f"locked by another process (a writer): {first}") from None
+        if "not a valid DuckDB database" in first:
+            raise ConfigError(str(p), "--db", "not a DuckDB database (corrupt, or another kind of file)") from None
+        raise ConfigError(str(p), "--db", f"cannot open: {first}") from None
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    con.execute("SET enable_progress_bar = false")
+    # order only where a statement asks for it (inserts order by arrival); halves peak memory on big ingests
+    con.execute("SET preserve_insertion_order = false")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    if not read_only:
+        con.execute(sql("schema"))
+        con.execute(sql("schema_in_flight"))
+    elif not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'in_flight'").fetchall()[0][0]:
+        # a database made before in-flight requests were kept: read it as one with none (temp tables, nothing written)
+        con.execute(sql("schema_in_flight").replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE"))
+    return con

@@ -1,0 +1,316 @@
+"""``goodput analyze triage``: the seed's troubleshooting order, walked for one deployment, ending in a verdict.
+
+1. split E2E into gateway, queue, prefill, kv_transfer, decode, send (and which segment grew); 2. did request lengths
+or arrivals change; 3. KV cache, preemptions, KV rejections, and for a P/D-disaggregated deployment the KV transfer
+from prefill to decode replicas; 4. routing balance, prefix-cache hits, the gateway's refusals, and what its overload
+ladder degraded and its fallback routes moved, per tier; 5. releases.
+The recent period (the last quarter of the window) is compared with what came before it. A cause is
+named only when latency regressed — p95 E2E or TTFT of the recent period at least ``REGRESSION`` above
+what came before, or a step up in any p95 series of the window; otherwise the verdict says "no
+regression" and what was checked, since every window has a largest segment and some drift.
+
+Step 5 also weighs every release of the deployment in the window on its own evidence — per-token prefill and decode
+cost, prompt and output length of the requests after it against those before — so a release whose evidence moved is
+named even when the queue (too little capacity) is what the requests feel, or when the window is too short for a
+change point. Scale events in the window are said beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import duckdb
+
+from goodput.analyzer.backend import Backend, backend
+from goodput.analyzer.completeness import arrival_count, verdict_window
+from goodput.analyzer.decompose import SEGMENTS, decompose
+from goodput.analyzer.regressions import COST_CHANGE, LENGTH_SHIFT, find_regressions
+from goodput.analyzer.releases import Release
+from goodput.contracts.vocabulary import GATEWAY_REJECT_REASONS, QUOTA_REASONS, SCALE_KIND
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["REGRESSION", "Triage", "triage"]
+
+REGRESSION = 0.1  # relative rise of recent p95 E2E or TTFT that counts as a regression
+BEFORE_S = 1800.0  # a release's evidence: requests of up to this long before it against all after it
+MIN_OK = 20  # finished requests each side of a release before its evidence counts
+EVIDENCE = (("prefill_s_per_token", "per-token prefill cost", COST_CHANGE),
+            ("decode_s_per_token", "per-token decode cost", COST_CHANGE),
+            ("input_tokens", "prompt length", LENGTH_SHIFT), ("output_tokens", "output length", LENGTH_SHIFT))
+
+
+@dataclass
+class Triage:
+    deployment: str
+    picked: str = ""  # why this deployment, when the caller did not name it
+    steps: list[tuple[str, str]] = field(default_factory=list)  # (step, finding)
+    verdict: str = ""
+    regressed: bool = False
+    facts: dict = field(default_factory=dict)
+    completeness: dict = field(default_factory=dict)  # in flight, oldest age, final_before (goodput/analyzer/completeness.py)
+    left_out: str = ""  # what the verdict did not read: buckets whose requests are still in flight
+
+    def record(self) -> dict:
+        return {"deployment": self.deployment, "picked": self.picked, "regressed": self.regressed, "verdict": self.verdict,
+                "steps": [{"step": s, "finding": f} for s, f in self.steps], "facts": self.facts,
+                "completeness": self.completeness, "left_out": self.left_out}
+
+
+def _chg(before, after) -> float | None:
+    if before in (None, 0) or after is None:
+        return None
+    return after / before - 1.0
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{round(x * 100):+d}%"  # round first: -0.1% is "+0%", never "-0%"
+
+
+def _span(con: Backend | duckdb.DuckDBPyConnection, deployment: str, since: datetime | None, until: datetime | None) -> tuple:
+    return backend(con).rows("deployment_span", {"deployment": deployment, "since": since, "until": until}).rows[0]
+
+
+def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
+           until: datetime | None = None, releases: list[Release] | None = None,
+           prometheus_in_flight: dict[str, float] | None = None) -> Triage:
+    # --- completeness: every step reads only buckets whose requests have all finished (goodput/analyzer/completeness.py)
+    asked = until
+    comp, until, left_out = verdict_window(con, deployment, until, prometheus_in_flight)
+    # ---
+    span = _span(con, deployment, since, until)
+    if span[0] is None and left_out:  # nothing final yet (a store minutes old): read what there is, and say so
+        until, span = asked, _span(con, deployment, since, asked)
+        left_out = ("nothing final yet, so every figure includes requests still in flight"
+                    + (f" ({comp.describe()})" if comp is not None else ""))
+    if span[0] is None:
+        why = f" that are final ({comp.describe()})" if comp is not None and left_out else ""
+        raise ConfigError("--deployment", deployment, f"no requests of this deployment in the window{why}")
+    split = span[0] + (span[1] - span[0]) * 3 / 4
+    rel = backend(con).rows("triage", {"deployment": deployment, "since": since, "until": until, "split": split})
+    periods = {row[0]: dict(zip(rel.columns, row, strict=True)) for row in rel.rows}
+    now, before = periods.get("recent", {}), periods.get("before", {})
+    t = Triage(deployment, facts={"recent_from": split.isoformat(), "recent": now, "before": before},
+               completeness=comp.record() if comp else {}, left_out=left_out)
+    if comp is not None:
+        t.steps.append(("0. in flight", comp.describe()))
+    causes: list[tuple[int, str]] = []  # (priority, cause); lower is more likely
+
+    # 1. where the time goes, and which segment grew (mean seconds, recent against before)
+    d = decompose(con, ["deployment"], since=split, until=until, deployment=deployment).records()
+    grew = ""
+    if d:
+        rec = d[0]
+        prior = decompose(con, ["deployment"], since=since or span[0], until=split, deployment=deployment).records()
+        # kv_transfer only where the deployment has one (P/D disaggregated)
+        segs = [s for s in SEGMENTS if s != "kv_transfer" or rec["kv_transfer_s"] or prior and prior[0]["kv_transfer_s"]]
+        means = {s: rec[f"{s}_s"] or 0.0 for s in segs}
+        e2e, ttft = rec["e2e_p95_s"] or 0.0, rec["ttft_p95_s"] or 0.0
+        growth = {s: v - (prior[0][f"{s}_s"] or 0.0) for s, v in means.items() if s != "other"} if prior else {}
+        grew = max(growth, key=growth.get) if growth and max(growth.values()) > 0 else ""
+        t.steps.append(("1. latency split", f"recent p95 E2E {e2e:.3f} s, TTFT {ttft:.3f} s; "
+                        f"the p95 E2E tail is mostly {rec['e2e_p95_top_segment']}, the TTFT tail mostly "
+                        f"{rec['ttft_p95_top_segment']}; mean s: " + ", ".join(f"{k} {round(v, 3) + 0.0:.3f}"
+                                                                   for k, v in means.items())
+                        + (f"; grew most: {grew} ({growth[grew]:+.3f} s mean)" if grew else "")))
+        t.facts["decomposition"] = rec
+        t.facts["segment_growth_s"] = growth
+    # 2. workload
+    end = min(until, span[1]) if until else span[1]  # arrivals (finished or in flight), never finished requests
+    rate_b = arrival_count(con, deployment, span[0], split) / max((split - span[0]).total_seconds(), 1)
+    rate_n = arrival_count(con, deployment, split, end) / max((end - split).total_seconds(), 1)
+    rate, inp, outp = _chg(rate_b, rate_n), _chg(before.get("input_tokens"), now.get("input_tokens")), _chg(
+        before.get("output_tokens"), now.get("output_tokens"))
+    t.facts["arrival_rate"] = {"before": rate_b, "recent": rate_n, "from": span[0].isoformat(),
+                               "split": split.isoformat(), "until": end.isoformat()}
+    t.steps.append(("2. workload", f"arrival rate {_pct(rate)} ({rate_b:.2f} -> {rate_n:.2f} req/s), input tokens "
+                    f"{_pct(inp)}, output tokens {_pct(outp)}, peak-minute / mean {now.get('burstiness') or 0:.1f}"))
+    if inp is not None and abs(inp) >= 0.2:
+        causes.append((2, f"request lengths changed: input tokens {_pct(inp)}"))
+    if rate is not None and rate >= 0.5 or (now.get("burstiness") or 0) >= 3:
+        causes.append((2, f"more or burstier traffic: arrival rate {_pct(rate)}, peak-minute / mean "
+                          f"{now.get('burstiness') or 0:.1f}"))
+    # 3. KV
+    pre = (now.get("preemptions") or 0) / max(now.get("requests") or 1, 1)
+    t.steps.append(("3. KV cache", f"{pre:.3f} preemptions per request, {now.get('kv_rejections') or 0} KV-capacity "
+                    f"rejections, {now.get('rejected') or 0} rejected and {now.get('timeouts') or 0} timed out of "
+                    f"{now.get('requests') or 0}"))
+    if pre >= 0.05 or (now.get("kv_rejections") or 0) > 0:
+        causes.append((1, f"KV cache exhausted: {pre:.3f} preemptions per request, {now.get('kv_rejections') or 0} "
+                          "KV-capacity rejections"))
+    if now.get("kv_transfer_p95") is not None:  # P/D disaggregated: the KV cache moves from prefill to decode replicas
+        finding, cause = _kv_transfer(before, now, grew)
+        t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {finding}")
+        causes += [(1, cause)] if cause else []
+    # 4. routing and cache
+    reps = backend(con).rows("replicas", {"deployment": deployment, "split": split, "until": until}).rows
+    waits = [q for _, _, q in reps if q is not None]
+    imbalance = (max(waits) / max(min(waits), 1e-3)) if len(waits) > 1 else 1.0
+    hit = _chg(before.get("cache_hit_ratio"), now.get("cache_hit_ratio"))
+    t.steps.append(("4. routing and cache", f"{len(reps)} replicas, p95 queue wait max/min {imbalance:.1f}x; prefix-cache "
+                    f"hit ratio {now.get('cache_hit_ratio') or 0:.2f} ({_pct(hit)})"))
+    if imbalance >= 3 and max(waits) > 0.1:
+        causes.append((3, f"routing imbalance: one replica's p95 queue wait is {imbalance:.1f}x another's"))
+    if hit is not None and hit <= -0.3:
+        causes.append((3, f"prefix-cache hit ratio fell {_pct(hit)}"))
+    gateway, cause = _gateway(con, deployment, split, until, t.facts)
+    overload, moved_away = _overload(con, deployment, split, until, t.facts)
+    t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {gateway}; {overload}")
+    # a fallback route that moved the tier explains the refusals it leaves behind (circuit_open, capability): first
+    causes += [(p, c) for p, c in ((3, moved_away), (3.5, cause)) if c]
+    # 5. releases: each release's own evidence, then the change points of the window
+    moved = _release_evidence(con, deployment, releases or [], since, until, span)
+    t.facts["releases"] = [{"release": r.label(), "time": r.time.isoformat(), "moved": m} for r, m in moved]
+    scales = [r for r in releases or [] if r.kind == SCALE_KIND and r.deployment in (deployment, "*")
+              and span[0] <= r.time <= span[1]]
+    regs = [r for r in find_regressions(con, releases or [], deployment=deployment, since=since, until=until)
+            if r.change > 0]
+    blamed = [r for r in regs if r.blamed and r.evidence.get("release_kind") != SCALE_KIND]
+    named = [(r, m) for r, m in moved if m]
+    findings = []
+    if named:
+        rel, m = named[-1]
+        what = ", ".join(f"{k} {_pct(v)}" for k, v in m.items())
+        findings.append(f"{rel.label()} at {rel.time:%Y-%m-%d %H:%M}: after it {what}")
+        causes.append((0, f"release {rel.label()} at {rel.time:%H:%M} ({what} after it)"))
+    if blamed:
+        top = blamed[0]
+        findings.append(f"{top.release} at {top.release_time:%Y-%m-%d %H:%M} preceded a {_pct(top.change)} "
+                        f"step in p95 {top.metric.removesuffix('_s')} ({top.segment}): {top.cause}")
+        if not named:
+            causes.append((0, f"release {top.release} ({top.cause}; p95 {top.metric.removesuffix('_s')} "
+                              f"{_pct(top.change)})"))
+    elif regs:
+        top = regs[0]
+        findings.append(f"no release explains the {_pct(top.change)} step in p95 {top.metric.removesuffix('_s')} at "
+                        f"{top.time:%H:%M}: {top.cause}")
+    else:
+        findings.append("no significant step in latency in the window")
+    if moved and not named:
+        findings.append(f"{', '.join(r.label() for r, _ in moved)}: no per-token cost or request length moved after it")
+    if scales:
+        findings.append("scale events: " + ", ".join(f"{r.from_version} -> {r.to_version} replicas at {r.time:%H:%M}"
+                                                     for r in scales))
+    t.steps.append(("5. releases", "; ".join(findings)))
+    t.facts["regressions"] = [r.record() for r in regs[:10]]
+    e2e_chg, ttft_chg = _chg(before.get("e2e_p95"), now.get("e2e_p95")), _chg(before.get("ttft_p95"), now.get("ttft_p95"))
+    t.facts.update({"e2e_p95_change": e2e_chg, "ttft_p95_change": ttft_chg})
+    rose = [x for x in (e2e_chg, ttft_chg) if x is not None and x >= REGRESSION]
+    # served none of its recent requests (all refused, timed out or failed) where it served before: no p95 to compare,
+    # and worse than any regression
+    down = bool(now.get("requests")) and now.get("e2e_p95") is None and before.get("e2e_p95") is not None
+    t.facts["served_none_recently"] = down
+    if not rose and not regs and not down:
+        t.verdict = (f"no regression: recent p95 E2E {_pct(e2e_chg)}, TTFT {_pct(ttft_chg)} against the earlier window "
+                     f"(threshold +{REGRESSION:.0%}) and no step up in any p95 series; checked "
+                     + ", ".join(step.split(". ", 1)[1] for step, _ in t.steps if not step.startswith("0."))
+                     + (f"; {left_out}" if left_out else ""))
+        return t
+    t.regressed = True
+    queued = bool(d) and d[0]["e2e_p95_top_segment"] == "queue"
+    if not causes and queued:
+        causes.append((4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
+    t.verdict = min(causes)[1] if causes else (
+        f"it served none of its {now['requests']} recent requests and nothing explains it" if down
+        else "latency rose but nothing explains it: workload, KV, routing and releases are steady")
+    if queued and min(causes)[0] < 4:
+        t.verdict += "; requests wait in the queue: the pool is short of capacity for it"
+    t.verdict += f"; {left_out}" if left_out else ""
+    return t
+
+
+def _kv_transfer(before: dict, now: dict, grew: str) -> tuple[str, str]:
+    """Step 3's KV transfer: its recent p95 and cost per prompt token against before, and the cause to name (empty:
+    none) when it is the segment that grew and its cost per prompt token rose — the link between the pools slowed (a
+    degraded or shared interconnect), where longer prompts would have moved more bytes at the same cost."""
+    p95, per_token = _chg(before.get("kv_transfer_p95"), now["kv_transfer_p95"]), _chg(
+        before.get("kv_transfer_s_per_token"), now.get("kv_transfer_s_per_token"))
+    finding = (f"KV transfer prefill -> decode p95 {now['kv_transfer_p95']:.3f} s ({_pct(p95)}), "
+               f"{_pct(per_token)} per prompt token")
+    if grew != "kv_transfer" or per_token is None or per_token < COST_CHANGE:
+        return finding, ""
+    return finding, (f"the KV transfer from prefill to decode replicas slowed: p95 {before['kv_transfer_p95']:.3f} -> "
+                     f"{now['kv_transfer_p95']:.3f} s, {_pct(per_token)} per prompt token (the link between the pools, "
+                     "not the prompts)")
+
+
+def _release_evidence(con, deployment: str, releases: list[Release], since, until,
+                      span: tuple) -> list[tuple[Release, dict[str, float]]]:
+    """Each release of ``deployment`` inside the window (scale events aside), with what moved after it: the
+    evidence of ``EVIDENCE`` whose relative change reached its threshold (empty: nothing moved)."""
+    out = []
+    for r in releases:
+        if r.kind == SCALE_KIND or r.deployment not in (deployment, "*") or not span[0] < r.time <= span[1]:
+            continue
+        res = backend(con).rows("release_evidence", {"deployment": deployment, "at": r.time, "before_s": BEFORE_S,
+                                                     "since": since, "until": until})
+        sides = {row[0]: dict(zip(res.columns, row, strict=True)) for row in res.rows}
+        if any(sides.get(p, {}).get("ok", 0) < MIN_OK for p in ("before", "after")):
+            continue
+        moved = {}
+        for col, name, threshold in EVIDENCE:
+            ch = _chg(sides["before"][col], sides["after"][col])
+            if ch is not None and abs(ch) >= threshold:
+                moved[name] = ch
+        out.append((r, moved))
+    return out
+
+
+GATEWAY_SHARE = 0.5  # the gateway's share of a deployment's rejections from which it is named a cause
+# what a refusal that is not a tenant's quota says about the deployment (goodput/simulator/admission.py's reasons)
+REFUSED = {"queue_timeout": "the {tier} queue timing out", "busy": "the overload ladder failing {tier} fast",
+           "circuit_open": "no route left for {tier} (its circuit breaker open, no backup free)",
+           "capability": "no deployment left able to serve these {tier} requests' needs"}
+
+
+def _gateway(con, deployment: str, split, until, facts: dict) -> tuple[str, str]:
+    """Step 4's gateway: whom it refused in the recent period and why, and the cause to name (empty: none) when its
+    refusals are most of the deployment's rejections — a tenant held at its quota, or a tier queue full or timing out
+    (the requests were not slow: they were never served)."""
+    res = backend(con).rows("gateway_refusals", {"deployment": deployment, "split": split, "until": until,
+                                                 "reasons": list(GATEWAY_REJECT_REASONS)})
+    rows = [dict(zip(res.columns, r, strict=True)) for r in res.rows]
+    facts["gateway_refusals"] = rows
+    if not rows:
+        return "the gateway refused none", ""
+    refused, rejected, top = sum(r["refused"] for r in rows), rows[0]["rejected"], rows[0]
+    who = (f"tenant {top['tenant']} held at its quota ({top['reason']})" if top["reason"] in QUOTA_REASONS
+           else REFUSED.get(top["reason"], "the {tier} queue full").format(tier=top["tier"])
+           + f" ({top['reason']}, most for tenant {top['tenant']})")
+    finding = (f"the gateway refused {refused} of {top['requests']} requests ({refused / max(rejected, 1):.0%} of the "
+               f"rejections), {top['refused'] / refused:.0%} of them {who}")
+    share = refused / max(rejected, 1)
+    return finding, (f"{who}: the gateway made {share:.0%} of the rejections ({refused} of {top['requests']} requests)"
+                     if share >= GATEWAY_SHARE else "")
+
+
+FALLBACK_SHARE = 0.2  # the share of a tier's requests moved by a fallback route from which it is named a cause
+_ACTIONS = {"degraded": "degraded by the overload ladder", "fallback_in": "fell back to it from",
+            "fallback_out": "fell back away from it to"}
+
+
+def _overload(con, deployment: str, split, until, facts: dict) -> tuple[str, str]:
+    """Step 4's overload ladder and fallback routes: the share of each tier's recent requests degraded here, fallen
+    back to it from a primary, or fallen back away from it to a backup (the largest part each), and the cause to
+    name (empty: none) when a fallback moved ``FALLBACK_SHARE`` of a tier: requests served elsewhere, or load from
+    elsewhere, explain latency that degradation (which makes requests cheaper) does not."""
+    res = backend(con).rows("gateway_overload", {"deployment": deployment, "split": split, "until": until})
+    rows = [dict(zip(res.columns, r, strict=True)) for r in res.rows]
+    facts["gateway_overload"] = rows
+    if not rows:
+        return "nothing degraded or fallen back", ""
+    parts: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:  # largest first (the query's order)
+        parts.setdefault((r["tier"], r["action"]), []).append(r)
+    said, cause = [], ""
+    for (tier, action), rs in parts.items():
+        share = sum(r["n"] for r in rs) / max(rs[0]["requests"], 1)
+        top = rs[0]
+        what = top["detail"] + (f" ({top['reason']})" if top["reason"] else "")
+        said.append(f"{share:.0%} of {tier} {_ACTIONS[action]} ({what} most)" if action == "degraded"
+                    else f"{share:.0%} of {tier} {_ACTIONS[action]} {what}")
+        if action != "degraded" and share >= FALLBACK_SHARE and not cause:
+            whose = "its" if action == "fallback_out" else "the primary's"
+            cause = (f"{tier} requests moved by a fallback route: {share:.0%} {_ACTIONS[action]} {what}"
+                     + (f" ({whose} circuit breaker is open)" if top["reason"] == "circuit_open" else ""))
+    return "; ".join(said), cause

@@ -1,0 +1,76 @@
+"""Releases: p95 latency over time with the release, scale and page markers, and the analyzer's verdicts — which
+change points a release explains (the evidence agrees), in its direction's colour (a regression red, an
+improvement green, a scale event grey), and which are workload shifts or unexplained."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from goodput.analyzer.releases import load_releases
+from goodput.console import data
+from goodput.console.columns import show
+from goodput.console.palette import plain
+from goodput.console.tables import verdict_table
+from goodput.console.ui import Context, esc
+from goodput.console.views.charts import BUCKETS, mark
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["render"]
+
+VERDICT_FIRST = ("release", "direction", "change", "metric", "deployment", "tier", "time", "before_p95_s",
+                 "after_p95_s", "segment", "blamed", "cause")
+BANNER = {"improvement": (st.success, ":material/trending_down:"), "scale": (st.info, ":material/stacks:")}
+REGRESSION = (st.error, ":material/trending_up:")  # the analyzer's word, or none (then a blamed change is one)
+METRIC = {"e2e_s": "E2E", "ttft_s": "TTFT", "tpot_s": "TPOT"}  # the others are segments: queue_s -> queue
+
+
+def _metric(name: str) -> str:
+    return METRIC.get(name, str(name).removesuffix("_s"))
+
+def render(ctx: Context) -> None:
+    st.title("Releases")
+    if not ctx.store_ready():
+        return
+    f, path = ctx.filters, ctx.settings.releases
+    releases = []
+    if path.exists():
+        try:
+            releases = load_releases(path)
+        except ConfigError as e:
+            st.error(f"releases file: {esc(e)}")
+    else:
+        st.info(f"No releases file at {esc(path)} (GOODPUT_RELEASES); change points are shown without attribution.")
+    bucket = st.selectbox("bucket", [name for _, name in BUCKETS[:3]], index=0, key="rel_bucket")
+    since, until = ctx.window()
+    series = data.bucket_series(ctx.db, ctx.db_version, bucket, since, until, f.deployment)
+    if f.tier:
+        series = series[series["tier"] == f.tier]
+    fig = go.Figure()
+    for (dep, tier), g in series.groupby(["deployment", "tier"], sort=True):
+        for metric in ("e2e_s", "ttft_s"):
+            fig.add_trace(go.Scatter(x=g["bucket"], y=g[metric], mode="lines",
+                                     name=plain(f"{dep} {tier} p95 {metric[:-2]}")))
+    shown = [r for r in releases if (not f.deployment or r.deployment in (f.deployment, "*"))
+             and (since is None or r.time >= since) and r.time < until]
+    mark(ctx, fig, since, until)
+    fig.update_layout(title=f"p95 latency (s) per {bucket}; releases dashed, scale events dotted, pages solid",
+                      height=380, margin={"t": 40, "b": 20})
+    st.plotly_chart(fig, width="stretch", key="p95")
+    found, searched = data.regressions(ctx.db, ctx.db_version, str(path) if path.exists() else None,
+                                       data.store_version(path), bucket, since, until, f.deployment)
+    table = verdict_table(found, f.tier)
+    st.subheader("The analyzer's verdicts")
+    blamed = table[table["blamed"].fillna(False).astype(bool)]
+    for _, r in blamed.head(3).iterrows():
+        banner, icon = BANNER.get(r["direction"], REGRESSION)
+        word = "" if not r["direction"] else f" ({r['direction']})"
+        banner(esc(f"{r['deployment']} {r['tier']}: p95 {_metric(r['metric'])} {r['change']:+.0%}{word} after "
+                   f"release {r['release']}: {r['cause']}"), icon=icon)
+    if table.empty:
+        st.info(esc(searched))
+    show(table.assign(time=pd.to_datetime(table["time"], utc=True)), "verdicts", VERDICT_FIRST, colour_by="direction",
+         formats={"metric": _metric})
+    show(pd.DataFrame([{"released": r.time, "deployment": r.deployment, "release": r.label(), "note": r.note}
+                       for r in shown], columns=["released", "deployment", "release", "note"]), "release_list")

@@ -1,0 +1,237 @@
+"""Engine exporter: scrape every replica's engine ``/metrics``, publish one canonical catalog.
+
+Scrapes run in the background on an interval, concurrently, each with a timeout and a size limit;
+normalization happens then, so serving ``/metrics`` is only joining pre-rendered lines. A target
+that is down, slow, broken or unknown is reported with ``llm_engine_up 0`` and loses only its own
+series; the others keep being served. No error of one target, and no failed round, ends the loop:
+each is counted by kind in ``llm_exporter_errors_total``, and ``/healthz`` answers 503 when rounds
+stop finishing (see ``goodput.exporters.liveness``).
+
+Given a ``TargetsFile``, each round starts by polling it: an added target is scraped from that round on, a
+removed one's series leave ``/metrics`` at once, an unchanged one keeps its state. A bad edit keeps the last good
+set; ``/healthz`` then answers 200 ``degraded: ...`` (the exporter still serves every target it knows, so a
+readiness probe should not take it out) with the reason, the file and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import httpx
+
+from goodput.contracts.catalog import ENGINE, ENGINE_LABELS
+from goodput.exporters.config import Plan, Target, Targets
+from goodput.exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
+from goodput.exporters.liveness import Heartbeat
+from goodput.exporters.normalize import TooManySeries, UnknownDialect, normalize
+from goodput.exporters.targets_file import TargetsFile
+from goodput.foundation.http import Response
+
+__all__ = ["EngineExporter", "TargetState"]
+
+EXPORTER = "engine"
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TargetState:
+    target: Target
+    up: bool = False
+    duration_s: float = 0.0
+    error: str = ""
+    dialect: str = ""
+    lines: dict[str, list[str]] = field(default_factory=dict)
+    samples_in: int = 0
+    model: str = ""  # the target's model, else what the engine reports
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class EngineExporter:
+    """One collector over all targets. ``scrape_once`` does a round; ``render`` builds the exposition."""
+
+    def __init__(self, targets: Targets, plan: Plan | None = None, *, timeout_s: float = 3.0,
+                 max_bytes: int = 8 * 1024 * 1024, interval_s: float = 5.0, clock=time.time,
+                 targets_file: TargetsFile | None = None) -> None:
+        self.targets = targets
+        self.targets_file = targets_file
+        self.plan = plan
+        self.timeout_s, self.max_bytes, self.interval_s = timeout_s, max_bytes, interval_s
+        self.clock = clock
+        self.states = [TargetState(t) for t in targets.targets]
+        self.lock = threading.Lock()
+        self.errors: dict[str, int] = defaultdict(int)
+        self.last_duration = 0.0
+        self.last_success = 0.0
+        self.rounds = 0
+        self._stop = threading.Event()
+        self.heartbeat = Heartbeat("scrape", grace_s=3 * (interval_s + timeout_s))
+
+    # ------------------------------------------------------------------ scraping
+
+    async def _fetch(self, client: httpx.AsyncClient, url: str) -> str:
+        async with client.stream("GET", url, headers={"Accept": "text/plain"}) as r:
+            if r.status_code != 200:
+                raise httpx.HTTPStatusError(f"HTTP {r.status_code}", request=r.request, response=r)
+            chunks, size = [], 0
+            async for chunk in r.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise _TooLarge(f"body over {self.max_bytes} bytes")
+                chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+
+    async def _scrape(self, client: httpx.AsyncClient, st: TargetState) -> None:
+        t0 = time.perf_counter()
+        try:
+            text = await asyncio.wait_for(self._fetch(client, st.target.url), self.timeout_s)
+            norm = normalize(text, st.target.engine)
+        except (TimeoutError, httpx.TimeoutException):
+            self._down(st, "timeout", t0)
+        except _TooLarge:
+            self._down(st, "too_large", t0)
+        except httpx.HTTPStatusError as e:
+            self._down(st, f"http_{e.response.status_code}", t0)
+        except httpx.HTTPError:
+            self._down(st, "connect", t0)
+        except UnicodeDecodeError:
+            self._down(st, "parse", t0)
+        except UnknownDialect:
+            self._down(st, "unknown_dialect", t0)
+        except TooManySeries as e:
+            self._down(st, "too_many_series", t0, str(e))
+        except httpx.InvalidURL:
+            self._down(st, "invalid_url", t0)
+        except Exception:  # whatever one target does, the others keep being scraped
+            self._down(st, "internal", t0)
+        else:
+            target = st.target
+            # one model: the targets file may name it; several: each series keeps the engine's own name
+            single = not norm.others
+            model = (target.model or norm.model or "") if single else (norm.model or "")
+            lines = norm.lines_by_model(lambda m: labels(
+                ENGINE_LABELS, ((target.model or m) if single else m, target.deployment, target.replica)))
+            with self.lock:
+                st.up, st.error, st.dialect, st.lines = True, "", norm.dialect, lines
+                st.samples_in = norm.samples_in
+                st.duration_s = time.perf_counter() - t0
+                st.model = model
+                for kind, n in norm.errors.items():
+                    self.errors[kind] += n
+
+    def _down(self, st: TargetState, kind: str, t0: float, detail: str = "") -> None:
+        if detail and st.error != kind:  # once as the target goes down for this reason, not every round
+            t = st.target
+            log.warning("engine exporter: target %s/%s is down: %s", t.deployment, t.replica, detail)
+        with self.lock:
+            st.up, st.error, st.lines = False, kind, {}
+            st.duration_s = time.perf_counter() - t0
+            self.errors[kind] += 1
+
+    async def _round(self) -> None:
+        t0 = time.perf_counter()
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        with self.lock:
+            states = list(self.states)
+        async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as client:
+            await asyncio.gather(*(self._scrape(client, st) for st in states))
+        self.last_duration = time.perf_counter() - t0
+        self.last_success = self.clock()
+        self.rounds += 1
+
+    def scrape_once(self) -> None:
+        if (f := self.targets_file) is not None:
+            before = f.rejected
+            if (new := f.poll()) is not None:
+                self.set_targets(new)
+            elif f.rejected is not None and f.rejected is not before:
+                with self.lock:
+                    self.errors["targets_file"] += 1
+        asyncio.run(self._round())
+
+    def set_targets(self, targets: Targets) -> None:
+        """Serve ``targets`` from now on: a target whose entry is unchanged keeps its state and series, the
+        others start down until scraped, and a removed one's series are gone from the next render."""
+        with self.lock:
+            kept = {st.target: st for st in self.states}
+            self.states = [kept.get(t) or TargetState(t) for t in targets.targets]
+            self.targets = targets
+        log.warning("engine exporter: targets file reloaded: %d targets", len(targets.targets))
+
+    def healthz(self, h: object, body: bytes) -> Response:
+        """``/healthz``: 503 when rounds stop finishing; 200 ``degraded: ...`` while a bad targets file is refused
+        and the last good set is served; else 200 ``ok``."""
+        if (problem := self.heartbeat.problem()) is not None:
+            return 503, "text/plain", f"unhealthy: {problem}\n".encode(), {}
+        f = self.targets_file
+        if f is not None and (bad := f.rejected) is not None:
+            text = (f"degraded: targets file {f.path} rejected at {_iso(bad.at)}: {bad.reason}; serving the last "
+                    f"good set of {len(f.targets.targets)} targets, loaded at {_iso(f.loaded_at)}\n")
+            return 200, "text/plain", text.encode(), {}
+        return 200, "text/plain", b"ok\n", {}
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                self.scrape_once()
+            except Exception as e:  # a failed round (or reload) is counted; the next one still runs
+                with self.lock:
+                    self.errors[f"round_{type(e).__name__}"] += 1
+            else:
+                self.heartbeat.beat()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+    def start(self) -> None:
+        self.heartbeat.beat()
+        self.heartbeat.thread = threading.Thread(target=self._loop, name="engine-scraper", daemon=True)
+        self.heartbeat.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.heartbeat.thread is not None:
+            self.heartbeat.thread.join(timeout=self.interval_s + self.timeout_s + 1)
+
+    # ------------------------------------------------------------------ exposition
+
+    def render(self) -> str:
+        with self.lock:
+            states = list(self.states)
+            per_family: dict[str, list[str]] = defaultdict(list)
+            errors = dict(self.errors)
+            for st in states:
+                model = st.model or st.target.model or ""
+                prefix = labels(ENGINE_LABELS, (model, st.target.deployment, st.target.replica))
+                per_family["llm_engine_up"].append(f"llm_engine_up{{{prefix}}} {1.0 if st.up else 0.0}")
+                per_family["llm_engine_scrape_duration_seconds"].append(
+                    f"llm_engine_scrape_duration_seconds{{{prefix}}} {fmt_float(st.duration_s)}")
+                for fam, lines in st.lines.items():
+                    per_family[fam].extend(lines)
+        available: dict[str, int] = defaultdict(int)
+        for st in states:
+            available[st.target.deployment] += 1 if st.up else 0
+        desired = dict(self.targets.desired)
+        if self.plan is not None:
+            desired.update(self.plan.desired)
+        for dep in sorted(set(available) | set(desired)):
+            for state, n in (("desired", desired.get(dep)), ("available", available.get(dep, 0))):
+                if n is not None:
+                    per_family["llm_deployment_replicas"].append(
+                        f'llm_deployment_replicas{{{labels(("deployment", "state"), (dep, state))}}} {float(n)}')
+        if self.plan is not None:
+            for dep, g in sorted(self.plan.goodput.items()):
+                per_family["llm_capacity_replica_goodput_tokens_per_second"].append(
+                    f'llm_capacity_replica_goodput_tokens_per_second{{deployment="{dep}"}} {fmt_float(g)}')
+        per_family.update(self_metrics(EXPORTER, self.last_duration, self.last_success, errors))
+        return render((spec, per_family.get(spec.name, ())) for spec in (*ENGINE, *SELF_COLLECTION))
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))

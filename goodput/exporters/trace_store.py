@@ -1,0 +1,328 @@
+"""The request exporter's trace store: spans never lost once acknowledged, written through a pluggable sink.
+
+An accepted payload is appended to a write-ahead log before the receiver answers 200; spans wait in
+a bounded buffer and are handed to the sink every few seconds (and on shutdown), after which their log
+segment is deleted. The sink is Parquet files (``goodput.exporters.parquet_sink``, the default) or ClickHouse's
+``otel_traces`` table (``goodput.exporters.clickhouse_sink``). On start, leftover log segments are replayed into
+the sink. When the buffer is full, ``accept`` raises ``StoreFull`` (the receiver answers 503 with
+Retry-After) instead of dropping; after ``close`` began it raises ``StoreClosed``.
+
+Nothing one record holds can stop the writer: a span the sink cannot take is written aside to
+``DIR/_quarantine/spans-<pid>.jsonl`` (with the error) and the rest of its batch is stored; a logged
+payload that no longer decodes at replay is written aside whole. A write the sink's destination refuses
+(disk full, ClickHouse down or stalled) keeps its spans and their log segments; it is retried with
+exponential backoff, and ``health`` names the sink and the error until a write succeeds. The rows of a
+failed write are retried as the same batch, before anything newer, so a sink that names its inserts by
+their content (ClickHouse's deduplication token) can recognise an insert that succeeded but whose reply
+was lost. That holds across a restart too: after a failed write the closed log segments are rewritten as one
+holding only the spans still owed (``R``: the failed write's rows, replayed as the batch to retry first; ``S``: the
+rest), so a replay neither repeats what was stored nor cuts the retried batch differently. Log records are OTLP
+payloads (``J`` JSON, ``P`` protobuf) or, after such a rewrite, spans in the store's own JSON (``R``, ``S``).
+
+Layout of DIR::
+
+    DIR/_wal/segment-<n>.wal          # [4-byte length][1-byte kind: J|P|R|S][payload] records
+    DIR/_quarantine/spans-<pid>.jsonl # {"error", "span"} per span that could not be written
+    DIR/_quarantine/wal-<segment>-<offset>.<json|pb>  # a logged payload that no longer decodes
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from goodput.exporters.otlp import Span, decode_json, decode_protobuf
+from goodput.exporters.parquet_sink import ParquetSink
+from goodput.exporters.store_sink import Sink, SinkFailed
+
+__all__ = ["StoreClosed", "StoreFull", "TraceStore", "decode_spans", "encode_spans"]
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">IB")
+MAX_BACKOFF_S = 60.0  # the longest wait between two tries of a failing sink
+
+
+class StoreFull(Exception):
+    """The buffer is at its limit; retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"trace store buffer full; retry after {retry_after:.0f} s")
+        self.retry_after = retry_after
+
+
+class StoreClosed(StoreFull):
+    """The store is shutting down: its last flush has begun, so nothing more can be made durable here."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(retry_after)
+        self.args = (f"trace store shutting down; retry after {retry_after:.0f} s",)
+
+
+def encode_spans(spans: list[Span]) -> bytes:
+    """Spans as one log record's payload: a JSON array of their fields, in ``Span`` order."""
+    return json.dumps([[getattr(s, f) for f in Span.__slots__] for s in spans], ensure_ascii=True,
+                      separators=(",", ":")).encode()
+
+
+def decode_spans(payload: bytes) -> list[Span]:
+    """The spans ``encode_spans`` wrote; ``ValueError`` when the payload is not such a record."""
+    try:
+        return [Span(*row) for row in json.loads(payload)]
+    except (TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not a span record: {e}") from None
+
+
+def _quarantine_line(span: Span, error: Exception) -> str:
+    """One JSON line for a span the store could not take: every field, anything odd as its repr."""
+    fields = {f: getattr(span, f) for f in Span.__slots__}
+    fields["attributes"] = {str(k): v for k, v in span.attributes.items()}
+    fields["resource"] = {str(k): v for k, v in span.resource.items()}
+    rec = {"error": f"{type(error).__name__}: {error}", "span": fields}
+    try:
+        return json.dumps(rec, default=repr, ensure_ascii=True)
+    except (TypeError, ValueError):  # e.g. a nested key JSON cannot hold
+        return json.dumps({"error": rec["error"], "span": repr(span)}, ensure_ascii=True)
+
+
+class TraceStore:
+    def __init__(self, root: Path, *, sink: Sink | None = None, max_buffered_spans: int = 200_000,
+                 flush_interval_s: float = 2.0, fsync: bool = False,
+                 on_flush: Callable[[int], None] | None = None) -> None:
+        self.root = Path(root)
+        self.wal_dir = self.root / "_wal"
+        self.quarantine_dir = self.root / "_quarantine"
+        self.wal_dir.mkdir(parents=True, exist_ok=True)
+        self.sink = ParquetSink(self.root) if sink is None else sink
+        self.max_buffered = max_buffered_spans
+        self.flush_interval = flush_interval_s
+        self.fsync = fsync
+        self.on_flush = on_flush
+        self.lock = threading.Lock()
+        self.flush_lock = threading.Lock()
+        self.buffer: list[Span] = []  # accepted, never handed to the sink
+        self._retry: list[Span] = []  # the unstored rows of a failed write: tried again first, as one batch
+        self.flushed_total = 0
+        self.quarantined_total = 0
+        self.write_errors_total = 0
+        self.error: str | None = None  # why the last flush failed; None once one succeeds
+        self._failures = 0  # flushes failed in a row: the backoff's exponent
+        self._closed = False
+        existing = sorted(self.wal_dir.glob("segment-*.wal"))
+        self._segment_no = (int(existing[-1].stem.split("-")[1]) + 1) if existing else 0
+        self._wal, self._wal_path = self._open_segment()
+        self._done_segments: list[Path] = []  # closed segments whose spans are not all stored yet
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.recovered = self._recover(existing)
+
+    # ------------------------------------------------------------------ write-ahead log
+
+    def _open_segment(self):
+        path = self.wal_dir / f"segment-{self._segment_no:08d}.wal"
+        self._segment_no += 1
+        return open(path, "ab", buffering=0), path
+
+    def _recover(self, segments: list[Path]) -> int:
+        """Buffer the spans of leftover segments and flush them, each span once, a retried batch first as it was;
+        a payload that no longer decodes is quarantined."""
+        spans: list[Span] = []
+        for seg in segments:
+            data = seg.read_bytes()
+            pos = 0
+            while pos + _HEADER.size <= len(data):
+                size, kind = _HEADER.unpack_from(data, pos)
+                payload = data[pos + _HEADER.size: pos + _HEADER.size + size]
+                if len(payload) < size:
+                    break  # torn final record: it was never acknowledged
+                try:
+                    if kind == ord("R"):
+                        self._retry.extend(decode_spans(payload))
+                    else:
+                        spans.extend(decode_protobuf(payload) if kind == ord("P") else
+                                     decode_spans(payload) if kind == ord("S") else decode_json(payload))
+                except ValueError as e:
+                    self._quarantine_payload(f"wal-{seg.stem}-{pos}.{'pb' if kind == ord('P') else 'json'}",
+                                             payload, e)
+                pos += _HEADER.size + size
+        seen = {(s.trace_id, s.span_id) for s in self._retry}
+        for s in spans:  # a payload sent twice, or a segment left by a rewrite cut short, holds spans twice
+            key = (s.trace_id, s.span_id)
+            if key not in seen:
+                seen.add(key)
+                self.buffer.append(s)
+        self._done_segments.extend(segments)
+        if spans or segments:
+            self.flush()
+        return len(seen)
+
+    # ------------------------------------------------------------------ quarantine
+
+    def _quarantine_payload(self, name: str, payload: bytes, error: Exception) -> None:
+        self.quarantine_dir.mkdir(exist_ok=True)
+        (self.quarantine_dir / name).write_bytes(payload)
+        self.quarantined_total += 1
+        log.warning("trace store: quarantined a logged payload as %s: %s", self.quarantine_dir / name, error)
+
+    def _quarantine_spans(self, bad: list[tuple[Span, Exception]]) -> None:
+        if not bad:
+            return
+        self.quarantine_dir.mkdir(exist_ok=True)
+        path = self.quarantine_dir / f"spans-{os.getpid()}.jsonl"
+        with open(path, "a", encoding="utf-8") as f:
+            for span, error in bad:
+                f.write(_quarantine_line(span, error) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.quarantined_total += len(bad)
+        log.warning("trace store: quarantined %d span(s) in %s: %s", len(bad), path, bad[0][1])
+
+    # ------------------------------------------------------------------ accept / flush
+
+    @property
+    def buffered(self) -> int:
+        """Spans accepted and not yet stored, those waiting for a retry included."""
+        return len(self.buffer) + len(self._retry)
+
+    def accept(self, spans: list[Span], payload: bytes, kind: str) -> None:
+        """Log ``payload`` durably and buffer ``spans``; after this returns they will reach the sink."""
+        if not spans:
+            return
+        with self.lock:
+            if self._closed:
+                raise StoreClosed(max(1.0, self.flush_interval))
+            if self.buffered + len(spans) > self.max_buffered:
+                raise StoreFull(max(1.0, self.flush_interval))
+            self._wal.write(_HEADER.pack(len(payload), ord(kind)) + payload)
+            if self.fsync:
+                os.fsync(self._wal.fileno())
+            self.buffer.extend(spans)
+
+    def flush(self) -> int:
+        """Hand everything buffered so far to the sink; returns the number of spans stored (not quarantined).
+
+        A failed write's rows are written first, as the batch they were; log segments are deleted only once all
+        their spans are stored. On a sink error the unstored spans are kept, ``error`` says why, and the next
+        flush tries again."""
+        with self.flush_lock:
+            with self.lock:
+                new_wal, new_path = self._open_segment()
+                batch, self.buffer = self.buffer, []
+                old_wal, self._wal = self._wal, new_wal
+                self._done_segments.append(self._wal_path)
+                self._wal_path = new_path
+            old_wal.close()
+            stored = 0
+            for i, rows in enumerate((self._retry, batch)):
+                if not rows:
+                    continue
+                try:
+                    rejected = self.sink.write(rows)
+                except SinkFailed as e:
+                    self._quarantine_spans(e.rejected)
+                    stored += len(rows) - len(e.rows) - len(e.rejected)
+                    self.flushed_total += len(rows) - len(e.rows) - len(e.rejected)
+                    self._retry = e.rows
+                    owed = []
+                    if i == 0:  # the retry failed again: the new batch was never tried
+                        owed = batch
+                        with self.lock:
+                            self.buffer[:0] = batch
+                    self._failed(e)
+                    self._rewrite_log(owed)
+                    return stored
+                self._quarantine_spans(rejected)
+                stored += len(rows) - len(rejected)
+                if i == 0:
+                    self._retry = []
+                self.flushed_total += len(rows) - len(rejected)
+            self.error, self._failures = None, 0
+            for seg in self._done_segments:
+                seg.unlink(missing_ok=True)
+            self._done_segments.clear()
+            if self.on_flush is not None and stored:
+                self.on_flush(stored)
+            return stored
+
+    def _rewrite_log(self, owed: list[Span]) -> None:
+        """Replace the closed log segments by one holding only what they still owe: the retry batch, then ``owed``.
+
+        Written aside and renamed into place before the old segments go, so a crash leaves one or the other
+        (or both, which replay de-duplicates); if the disk refuses, the old segments stay, which is safe too."""
+        with self.lock:
+            path = self.wal_dir / f"segment-{self._segment_no:08d}.wal"
+            self._segment_no += 1
+        tmp = path.with_suffix(".tmp")
+        try:
+            with open(tmp, "wb") as f:
+                for kind, rows in (("R", self._retry), ("S", owed)):
+                    if rows:
+                        payload = encode_spans(rows)
+                        f.write(_HEADER.pack(len(payload), ord(kind)) + payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            log.warning("trace store: could not rewrite the write-ahead log, keeping it whole: %s", e)
+            return
+        for seg in self._done_segments:
+            seg.unlink(missing_ok=True)
+        self._done_segments = [path]
+
+    def _failed(self, e: SinkFailed) -> None:
+        self.write_errors_total += 1
+        self._failures += 1
+        self.error = f"{self.sink}: {e}"
+        log.error("trace store: writing to %s failed, %d span(s) kept for the next try: %s", self.sink,
+                  self.buffered, e)
+
+    def backoff(self) -> float:
+        """Seconds until the next flush: the interval, doubled per failed flush in a row up to ``MAX_BACKOFF_S``."""
+        if not self._failures:
+            return self.flush_interval
+        return max(self.flush_interval, min(MAX_BACKOFF_S, self.flush_interval * 2 ** min(self._failures, 16)))
+
+    # ------------------------------------------------------------------ health and lifecycle
+
+    def health(self) -> str | None:
+        """Why the store cannot be trusted right now, or None: a dead flush thread or a failing sink."""
+        if self._thread is not None and not self._thread.is_alive() and not self._closed:
+            return "trace store flush thread is not running"
+        if self.error is not None:
+            return f"trace store flush failing: {self.error}"
+        return None
+
+    def start(self) -> TraceStore:
+        def loop() -> None:
+            while not self._stop.wait(self.backoff()):
+                try:
+                    self.flush()
+                except Exception as e:  # noqa: BLE001 - e.g. no new log segment: say so, keep trying
+                    self.error = f"{type(e).__name__}: {e}"
+                    log.exception("trace store: flush failed")
+
+        self._thread = threading.Thread(target=loop, name="trace-store-flush", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Refuse further spans, flush what was accepted, and remove the log if everything reached the sink."""
+        with self.lock:
+            self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.flush_interval + 30)
+        self.flush()
+        self._wal.close()
+        self.sink.close()
+        if self.error is None:
+            self._wal_path.unlink(missing_ok=True)
+        else:
+            log.error("trace store: closed with %d span(s) only in the write-ahead log (%s); they are replayed at "
+                      "the next start", self.buffered, self.error)

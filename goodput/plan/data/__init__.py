@@ -1,0 +1,3 @@
+"""The plan's data files (``prices.yaml``), read with ``importlib.resources``."""
+
+__all__: list[str] = []

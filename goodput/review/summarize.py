@@ -1,0 +1,231 @@
+"""The week's numbers per deployment and tier, from the query answers: pure functions, no I/O.
+
+Attainment over the week weighs each 5-minute error ratio by that step's requests; the error-budget
+burn is the week's error ratio over the budget (1 - objective), so 1.0 spends exactly the week's budget.
+SLO goodput is the requests that met both the TTFT and the TPOT objective, approximated per step as
+requests x (1 - the larger of the two error ratios).
+
+The week's latency p95s are the p95 over the week of the rules' 5-minute ``histogram_quantile``s: a number only
+between two finite gateway buckets, else a bound (``goodput.foundation.histogram.bounded``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import numpy as np
+
+from goodput.contracts.catalog import by_name
+from goodput.foundation.histogram import bounded
+from goodput.review.forecast import forecast_peaks
+from goodput.review.prom import Series
+from goodput.review.queries import STEP_S, WEEK_S, Page, pages_from_series
+
+__all__ = ["latency_p95", "summarize"]
+
+HIGH_LOAD = 0.8  # "hours above 80 % of capacity"
+# the gateway histograms behind the recorded p95s (queries.RECORDED's queue_p95, ttft_p95, tpot_p95)
+LATENCY_BUCKETS = {"queue": by_name("llm_gateway_queue_wait_seconds").buckets,
+                   "ttft": by_name("llm_gateway_time_to_first_token_seconds").buckets,
+                   "tpot": by_name("llm_gateway_time_per_output_token_seconds").buckets}
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _by(series: list[Series], *keys: str) -> dict[tuple, Series]:
+    return {tuple(s.labels.get(k, "") for k in keys): s for s in series}
+
+
+def _scalar(series: list[Series], *keys: str) -> dict[tuple, float]:
+    return {k: float(s.values[0]) for k, s in _by(series, *keys).items() if len(s.values)}
+
+
+def latency_p95(metric: str, values: np.ndarray) -> dict:
+    """The week's p95 of one latency's 5-minute p95s, with its bound kind (``Quantile.to_dict``, seconds)."""
+    q = bounded(round(float(np.percentile(values, 95)), 4), LATENCY_BUCKETS[metric])
+    return q.to_dict()
+
+
+def _grid(s: Series | None, grid: np.ndarray) -> np.ndarray:
+    """A series on the week's grid, 0 where it has no point (no traffic, or no series yet)."""
+    out = np.zeros(len(grid))
+    if s is not None and len(s.times):
+        idx = np.searchsorted(grid, s.times)
+        ok = (idx < len(grid)) & (np.abs(grid[np.minimum(idx, len(grid) - 1)] - s.times) < 1)
+        out[idx[ok]] = s.values[ok]
+    return out
+
+
+def _pct_change(now: float | None, before: float | None) -> float | None:
+    return None if not now or not before else round(100.0 * (now - before) / before, 1)
+
+
+def _peak_hour(grid: np.ndarray, values: np.ndarray) -> tuple[str | None, float]:
+    if not values.any():
+        return None, 0.0
+    per_hour = int(3600 / STEP_S)
+    n = len(values) // per_hour * per_hour
+    hourly = values[:n].reshape(-1, per_hour).mean(axis=1)
+    i = int(np.argmax(hourly))
+    return _iso(grid[i * per_hour] - STEP_S), float(hourly[i])
+
+
+def _slo(raw: dict, grid: np.ndarray, dep: str, tier: str) -> list[dict]:
+    routes = _by(raw["by_route"], "deployment", "tier", "route")
+    ttft, tpot = (_by(raw[k], "deployment", "tier", "route") for k in ("ttft_errors", "tpot_errors"))
+    objective = _scalar(raw["objective"], "tier", "route")
+    out = []
+    for (d, t, route), s in sorted(routes.items()):
+        if (d, t) != (dep, tier) or (t, route) not in objective:
+            continue
+        req = _grid(s, grid)
+        e1, e2 = _grid(ttft.get((d, t, route)), grid), _grid(tpot.get((d, t, route)), grid)
+        n = req.sum()
+        if n <= 0:
+            continue
+        obj = objective[(t, route)]
+        if not 0 < obj <= 1:
+            continue  # not an objective: no attainment to judge against it
+        e1, e2 = np.clip(e1, 0.0, 1.0), np.clip(e2, 0.0, 1.0)  # a ratio of errors to requests
+        err1, err2 = float((e1 * req).sum() / n), float((e2 * req).sum() / n)
+        worst = np.maximum(e1, e2)
+        out.append({"route": route, "objective": obj, "ttft_attainment": round(1 - err1, 5),
+                    "tpot_attainment": round(1 - err2, 5), "met": bool(1 - max(err1, err2) >= obj),
+                    # an objective of 1.0 has no budget to burn: None, shown empty, not a division by zero
+                    "error_budget_burn": round(max(err1, err2) / (1 - obj), 3) if obj < 1 else None,
+                    "goodput_requests_per_second": round(float((req * (1 - worst)).mean()), 3),
+                    "attainment_series": np.round(1 - worst, 4).tolist()})
+    return out
+
+
+def _pages(raw: dict, rules: list) -> tuple[list[Page], str]:
+    if raw.get("alerts"):
+        return [p for s in raw["alerts"] for p in pages_from_series(s.labels.get("alertname", "?"), [s], 0.0)], "ALERTS"
+    pages = [p for i, a in enumerate(rules) for p in pages_from_series(a.name, raw.get(f"alert:{i}", []), a.for_s)]
+    return pages, "alert expressions evaluated over the week"
+
+
+def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules: list, redundancy: float,
+              gpu_hour_cost: float | None = None) -> dict:
+    """The review's content (JSON-ready). ``plan``: ``goodput.exporters.config.Plan`` or None."""
+    step_n = int(WEEK_S / STEP_S)
+    grid = start + STEP_S * np.arange(1, step_n + 1)
+    req, inp, out = (_by(raw[k], "deployment", "tier") for k in ("requests", "input", "output"))
+    deployments = sorted({d for d, _ in req} | {s.labels.get("deployment", "") for s in raw["tokens"]})
+    pages, page_source = _pages(raw, rules)
+    review: dict = {"week": week, "start": _iso(start), "end": _iso(start + WEEK_S), "step_s": STEP_S,
+                    "grid": [_iso(t) for t in grid], "has_data": bool(deployments), "plan": plan is not None,
+                    "page_source": page_source, "deployments": {}}
+    if not deployments:
+        return review
+    tenants = _scalar(raw["tenant_requests"], "deployment", "tier", "tenant")
+    tenant_tokens = _scalar(raw["tenant_tokens"], "deployment", "tier", "tenant")
+    weeks = {k: _scalar(raw[k], "deployment", "tier") for k in ("requests_week", "requests_prev", "tokens_week",
+                                                                  "tokens_prev", "timeouts_week")}
+    rejections = _scalar(raw["rejections_week"], "deployment", "tier", "reason")
+    routes = _by(raw["by_route"], "deployment", "tier", "route")
+    lat = {k: _by(raw[k], "deployment", "tier") for k in ("queue_p95", "ttft_p95", "tpot_p95")}
+    per_dep = {k: _by(raw[k], "deployment") for k in ("tokens", "kv_max", "preemptions", "kv_rejections", "available",
+                                                      "desired")}
+    history = _by(raw["history"], "deployment")
+    gpus = defaultdict(list)
+    for s in raw["gpus"]:
+        gpus[s.labels.get("deployment", "")].append(float(np.median(s.values)) if len(s.values) else 0.0)
+    for dep in deployments:
+        tiers = {}
+        for (d, tier), s in sorted(req.items()):
+            if d != dep:
+                continue
+            r = _grid(s, grid)
+            peak_at, peak = _peak_hour(grid, r)
+            key = (dep, tier)
+            tiers[tier] = {
+                "requests_per_second": {"mean": round(float(r.mean()), 3), "peak_hour": peak_at,
+                                        "peak_hour_mean": round(peak, 3), "series": np.round(r, 3).tolist()},
+                "input_tokens_per_second": round(float(_grid(inp.get(key), grid).mean()), 1),
+                "output_tokens_per_second": round(float(_grid(out.get(key), grid).mean()), 1),
+                "requests": round(weeks["requests_week"].get(key, 0.0)),
+                "requests_previous_week": round(weeks["requests_prev"].get(key, 0.0)),
+                "requests_week_over_week_pct": _pct_change(weeks["requests_week"].get(key),
+                                                           weeks["requests_prev"].get(key)),
+                "tokens_week_over_week_pct": _pct_change(weeks["tokens_week"].get(key), weeks["tokens_prev"].get(key)),
+                "by_route": {rt: round(float(_grid(s2, grid).mean()), 3) for (d2, t2, rt), s2 in routes.items()
+                             if (d2, t2) == key},
+                "tenants": sorted(({"tenant": tn, "requests": round(v), "tokens": round(tenant_tokens.get((d2, t2, tn), 0))}
+                                   for (d2, t2, tn), v in tenants.items() if (d2, t2) == key),
+                                  key=lambda x: -x["requests"]),
+                "slo": _slo(raw, grid, dep, tier),
+                "latency_p95_s": {k.removesuffix("_p95"): latency_p95(k.removesuffix("_p95"), v.values)
+                                  for k in lat if (v := lat[k].get(key)) is not None and len(v.values)},
+                "latency_p95_series": {k.removesuffix("_p95"): np.round(_grid(lat[k].get(key), grid), 4).tolist()
+                                       for k in lat},
+                "rejections": {rs: round(v) for (d2, t2, rs), v in rejections.items() if (d2, t2) == key and v >= 1},
+                "timeouts": round(weeks["timeouts_week"].get(key, 0.0)),
+            }
+        tokens = _grid(per_dep["tokens"].get((dep,)), grid)
+        available = _grid(per_dep["available"].get((dep,)), grid)
+        kv = per_dep["kv_max"].get((dep,))
+        desired_s = per_dep["desired"].get((dep,))
+        peak_at, peak_tokens = _peak_hour(grid, tokens)
+        entry = {
+            "tiers": tiers,
+            "tokens_per_second": {"mean": round(float(tokens.mean()), 1), "peak_5m": round(float(tokens.max()), 1),
+                                  "peak_hour": peak_at, "peak_hour_mean": round(peak_tokens, 1),
+                                  "series": np.round(tokens, 1).tolist()},
+            "replicas": {"available_series": available.tolist(), "min_available": float(available.min()),
+                         "desired": float(np.max(desired_s.values)) if desired_s is not None and len(desired_s.values)
+                         else None},
+            "kv": {"usage_p95": round(float(np.percentile(kv.values, 95)), 3) if kv is not None and len(kv.values)
+                   else None,
+                   "preemptions": round(float(_grid(per_dep["preemptions"].get((dep,)), grid).sum() * STEP_S)),
+                   "allocation_failures": round(float(_grid(per_dep["kv_rejections"].get((dep,)), grid).sum() * STEP_S)),
+                   "usage_max_series": np.round(_grid(kv, grid), 3).tolist()},
+            "pages": [{"alert": p.alert, "labels": p.labels, "start": _iso(p.start), "end": _iso(p.end),
+                       "duration_s": round(p.duration_s)} for p in pages if p.labels.get("deployment") == dep],
+        }
+        gpr = float(np.median(gpus[dep])) if gpus.get(dep) else None
+        replica_hours = float(available.sum() * STEP_S / 3600)
+        entry["usage"] = {"replica_hours": round(replica_hours, 1), "gpus_per_replica": gpr,
+                          "gpu_hours": round(replica_hours * gpr, 1) if gpr else None}
+        entry["capacity"] = _capacity(plan, dep, tokens, available, redundancy, gpr, gpu_hour_cost)
+        h = history.get((dep,))
+        fc = forecast_peaks(h.times, h.values, origin=start - 4 * WEEK_S) if h is not None else None
+        entry["forecast"] = None if fc is None else {
+            "growth_per_week_pct": round(100 * fc.growth_per_week, 2), "residual_sd_log": round(fc.residual_sd, 4),
+            "history": [{"week_start": _iso(t), "peak": round(v, 1)} for t, v in fc.history_peaks],
+            "weeks": [{"week_start": _iso(w.week_start), "peak": round(w.peak, 1), "low": round(w.low, 1),
+                       "high": round(w.high, 1),
+                       "replicas_needed": None if plan is None or dep not in plan.goodput else
+                       int(np.ceil(w.high * redundancy / plan.goodput[dep]))} for w in fc.weeks]}
+        review["deployments"][dep] = entry
+    review["pages"] = sorted(({"alert": p.alert, "labels": p.labels, "start": _iso(p.start), "end": _iso(p.end),
+                               "duration_s": round(p.duration_s)} for p in pages), key=lambda p: p["start"])
+    return review
+
+
+def _capacity(plan, dep: str, tokens: np.ndarray, available: np.ndarray, redundancy: float, gpr: float | None,
+              cost: float | None) -> dict:
+    if plan is None or dep not in plan.goodput:
+        return {"plan": None, "note": "no plan" if plan is None else f"no plan for {dep}"}
+    g = plan.goodput[dep]
+    desired = plan.desired.get(dep) or (int(available.max()) if available.any() else None)
+    capacity = desired * g if desired else None
+    live_capacity = available * g
+    load = np.divide(tokens, live_capacity, out=np.zeros_like(tokens), where=live_capacity > 0)
+    needed = np.ceil(tokens * redundancy / g)
+    peak = float(tokens.max())
+    out = {"plan": True, "replica_goodput_tokens_per_second": g, "desired_replicas": desired,
+           "capacity_tokens_per_second": capacity, "peak_tokens_per_second": round(peak, 1),
+           "headroom_pct": round(100 * (1 - peak / capacity), 1) if capacity else None,
+           "hours_above_80pct": round(float((load > HIGH_LOAD).sum() * STEP_S / 3600), 2),
+           "peak_load": round(float(load.max()), 3),
+           "replicas_needed_at_peak": int(np.ceil(peak * redundancy / g)),
+           "replica_hours_needed": round(float(needed.sum() * STEP_S / 3600), 1),
+           "load_series": np.round(load, 3).tolist()}
+    if gpr and cost:
+        used = float(available.sum() * STEP_S / 3600) * gpr
+        out["cost"] = {"gpu_hour": cost, "used": round(used * cost), "needed": round(out["replica_hours_needed"] * gpr * cost)}
+    return out

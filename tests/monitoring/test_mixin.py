@@ -1,0 +1,162 @@
+"""The monitoring mixin: fresh data, default output equal to the generated rule files and dashboards, every rule file
+in it through the one registry, an overridden _config changing what it names and nothing else, valid for promtool."""
+
+import json
+import re
+import subprocess
+import sys
+
+import _jsonnet
+import pytest
+import yaml
+
+from goodput.contracts.catalog import ENGINE
+from goodput.monitoring.mixingen import data, render
+from goodput.monitoring.rulegen import load_spec
+from goodput.monitoring.rules_cli import GENERATORS, build
+from tests.conftest import REPO, needs
+
+MIXIN, RULES, DASHBOARDS = REPO / "mixin", REPO / "rules", REPO / "dashboards"
+SPEC = load_spec(RULES / "slos.yaml")
+OVERRIDES = {  # one of each kind: a threshold, a selector, a URL base, a label name, the data source
+    "preemptionsPerSecond": 0.2,
+    "engineSelector": 'namespace="llm"',
+    "runbookUrlBase": "https://wiki.example.com/rb/",
+    "dcgmUuidLabel": "gpu_uuid",
+    "datasourceUid": "prom-main",
+}
+
+
+def _overrides_file(tmp_path, config: dict | str) -> str:
+    path = tmp_path / "overrides.libsonnet"
+    path.write_text(config if isinstance(config, str) else "{ _config+:: " + json.dumps(config) + " }\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def default():
+    return render(MIXIN, SPEC, GENERATORS)
+
+
+@pytest.fixture(scope="module")
+def overridden(tmp_path_factory):
+    return render(MIXIN, SPEC, GENERATORS, _overrides_file(tmp_path_factory.mktemp("mixin"), OVERRIDES))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "goodput", "rules", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def test_mixin_data_is_fresh():
+    for name, text in data(SPEC, GENERATORS).items():
+        assert (MIXIN / name).read_text() == text, f"mixin/{name} is stale: run `goodput rules mixin-data`"
+    r = _cli("mixin-data", "--check")
+    assert r.returncode == 0, r.stderr
+
+
+def test_every_generated_rule_file_is_in_the_mixin_through_the_registry(default):
+    registered = {name for name in build(SPEC) if name.endswith(".rules.yaml")}
+    committed = {p.name for p in RULES.glob("*.rules.yaml")}
+    assert committed == registered, "a rule file in rules/ that no generator in goodput.monitoring.rules_cli.GENERATORS writes"
+    assert set(default["ruleFiles"]) == registered
+
+
+def test_the_default_mixin_equals_the_generated_files(default):
+    for name, doc in default["ruleFiles"].items():
+        assert doc == yaml.safe_load((RULES / name).read_text()), name
+    assert default["grafanaDashboards"] == {p.name: json.loads(p.read_text()) for p in DASHBOARDS.glob("*.json")}
+    groups = [g for name in sorted(default["ruleFiles"]) for g in default["ruleFiles"][name]["groups"]]
+    alerts, recording = default["prometheusAlerts"]["groups"], default["prometheusRules"]["groups"]
+    assert sorted(alerts + recording, key=json.dumps) == sorted(groups, key=json.dumps)
+    assert all(any("alert" in r for r in g["rules"]) for g in alerts)
+    assert not any("alert" in r for g in recording for r in g["rules"])
+
+
+def _leaves(doc, path=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path, doc
+
+
+# an engine series, a histogram's by its parts too (llm_kv_transfer_seconds_bucket)
+ENGINE_SERIES = re.compile(r"(?<![\w:])(" + "|".join(m.name + ("(?:_bucket|_sum|_count)?" if m.type == "histogram" else "")
+                                                      for m in ENGINE) + r")(?![\w:])")
+
+
+def _undo(text: str) -> str:
+    """An overridden string with each override taken back out, as the default has it."""
+    return (text.replace(',namespace="llm"', "").replace('{namespace="llm"}', "").replace('"gpu_uuid"', '"UUID"')
+            .replace("> 0.2\n", "> 0.05\n").replace("https://wiki.example.com/rb/", SPEC.links["runbook_base"])
+            .replace("prom-main", "${datasource}"))
+
+
+def test_an_overridden_config_changes_what_it_names_and_nothing_else(default, overridden):
+    outputs = ("ruleFiles", "grafanaDashboards")
+    before = dict(_leaves({k: default[k] for k in outputs}))
+    after = dict(_leaves({k: overridden[k] for k in outputs}))
+    assert before.keys() == after.keys(), "an override changed the structure, not only values"
+    changed = {p for p in before if before[p] != after[p]}
+    for p in changed:
+        assert _undo(after[p]) == before[p], p
+
+    def expected(p, old) -> bool:
+        if not isinstance(old, str):
+            return False
+        if p[-1] == "runbook_url":
+            return True
+        if p[-1] == "uid":
+            return old == "${datasource}"
+        if p[-1] in ("expr", "query"):
+            return bool(ENGINE_SERIES.search(old)) or '"UUID"' in old or "llm_preemptions:rate5m > 0.05\n" in old
+        return False
+
+    assert changed == {p for p, old in before.items() if expected(p, old)}
+    for p in changed:  # every engine series selected, and no other
+        if p[-1] in ("expr", "query"):
+            assert after[p].count('namespace="llm"') == len(ENGINE_SERIES.findall(before[p])), p
+    kinds = {p[-1] for p in changed}
+    assert kinds == {"runbook_url", "uid", "expr", "query"}
+    assert sum(p[-1] == "runbook_url" for p in changed) == sum(p[-1] == "runbook_url" for p in before)
+
+
+needs_promtool = needs("promtool")
+
+
+@needs_promtool
+def test_the_rendered_mixin_with_overrides_passes_promtool(tmp_path):
+    r = _cli("mixin", "--out", str(tmp_path / "out"), "--config", str(_overrides_file(tmp_path, OVERRIDES)))
+    assert r.returncode == 0, r.stderr
+    for name in ("prometheus_alerts.yaml", "prometheus_rules.yaml"):
+        p = subprocess.run(["promtool", "check", "rules", "--lint=all", "--lint-fatal", str(tmp_path / "out" / name)],
+                           capture_output=True, text=True)
+        assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
+    assert 'namespace="llm"' in (tmp_path / "out" / "prometheus_rules.yaml").read_text()
+    boards = {p.name for p in (tmp_path / "out" / "dashboards").glob("*.json")}
+    assert boards == {p.name for p in DASHBOARDS.glob("*.json")}
+
+
+@pytest.mark.parametrize(("config", "says"), [
+    ({"runbookUrlBase": "javascript:alert(1)"}, "_config.runbookUrlBase: only http(s) links"),
+    ({"engineSelector": 'job="a"} or vector(1) or up{'}, "_config.engineSelector: expected label matchers"),
+    ({"preemptionsPerSecond": "fast"}, "_config.preemptionsPerSecond: expected a finite number"),
+    ({"dcgmUuidLabel": "GPU UUID"}, "_config.dcgmUuidLabel: expected a Prometheus label name"),
+    ("{ _config+:: { preemptionsPerSecond: } }", "overrides.libsonnet"),
+], ids=["link", "selector", "number", "label", "syntax"])
+def test_a_bad_override_is_one_line_and_exit_2(tmp_path, config, says):
+    r = _cli("mixin", "--out", str(tmp_path / "out"), "--config", str(_overrides_file(tmp_path, config)))
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_example_renders_its_overrides():
+    files = json.loads(_jsonnet.evaluate_file(str(MIXIN / "example.jsonnet"), jpathdir=[str(MIXIN)]))
+    alerts = files["prometheus_alerts.yaml"]
+    kv = next(r for g in alerts["groups"] for r in g["rules"] if r.get("alert") == "LLMKVCacheAllocationFailures")
+    assert "> 0.02\n" in kv["expr"] and kv["annotations"]["runbook_url"].startswith("https://wiki.example.com/")
+    assert {f"dashboards/{p.name}" for p in DASHBOARDS.glob("*.json")} <= set(files)
