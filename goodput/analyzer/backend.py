@@ -5,10 +5,10 @@ An analysis asks for a statement by name with its parameters (``rows`` / ``frame
 ``goodput/analyzer/sql/<name>.sql`` on its ``requests`` table, ClickHouse
 ``goodput/analyzer/sql/clickhouse/<name>.sql``, whose head is the request model derived from the spans
 (``clickhouse/requests.sql``) — filters and aggregation run in the engine, only results come back; the model is
-derived once per window and backend, into the session's temporary tables, which the statements then read. Another package's statement is named ``package:name``
-(``goodput.review:week_buckets``: ``goodput/review/sql/[clickhouse/]week_buckets.sql``). ``fill`` replaces
-allow-listed SQL fragments (column names), never values: values are parameters,
-``$name`` in DuckDB, ``{name:Type}`` in ClickHouse.
+derived once per window and backend, into the session's temporary tables, which the statements then read.
+Another package's statement is named ``package:name`` (``goodput.review:week_buckets``:
+``goodput/review/sql/[clickhouse/]week_buckets.sql``). ``fill`` replaces allow-listed SQL fragments (column names),
+never values: values are parameters, ``$name`` in DuckDB, ``{name:Type}`` in ClickHouse.
 """
 
 from __future__ import annotations
