@@ -67,8 +67,10 @@ test: $(BUILT) deps-test
 bench: $(BUILT)
 	$(BIN)/python -m benchmarks
 
+# ruff (style, imports, the complexity ceiling) over everything; mypy over the package ([tool.mypy] in pyproject.toml)
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache goodput/simulator/*.c goodput/simulator/*.so

@@ -23,7 +23,7 @@ class OptionalBuildExt(build_ext):
         inplace = self.inplace  # set by --inplace and by editable installs; the build clears it while compiling
         try:
             super().run()
-        except Exception as exc:  # no compiler, no Python headers, or a compile error
+        except Exception as exc:  # noqa: BLE001 - no compiler, no Python headers, or a compile error
             # remove the build directory's copies and any older build beside the source (it would be stale)
             for where in {False, inplace}:
                 self.inplace = where

@@ -97,7 +97,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def wait_answering(url: str, timeout: float = 30.0) -> None:
     """Until ``url`` answers at all (any status): a server process that is still coming up refuses connections."""
-    import httpx  # noqa: PLC0415 (only for the tests that start a server)
+    import httpx  # only for the tests that start a server
 
     deadline = time.monotonic() + timeout
     while True:
@@ -222,11 +222,11 @@ def chdb(tmp_path_factory):
 def clickhouse_of(chdb, run: Path, database: str):
     """The run's OTLP spans (the same requests its DuckDB store holds) in an otel_traces table made by the Collector's
     DDL, as its clickhouseexporter writes them: the analyzer reads them there in place."""
-    from goodput.analyzer.backend import ClickHouseBackend  # noqa: PLC0415 (the engine only for the tests that ask)
-    from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans  # noqa: PLC0415
-    from goodput.exporters.otlp import decode_json  # noqa: PLC0415
-    from goodput.foundation.clickhouse import connect as connect_clickhouse  # noqa: PLC0415
-    from goodput.foundation.clickhouse import parse_target  # noqa: PLC0415
+    from goodput.analyzer.backend import ClickHouseBackend  # the engine only for the tests that ask
+    from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans
+    from goodput.exporters.otlp import decode_json
+    from goodput.foundation.clickhouse import connect as connect_clickhouse
+    from goodput.foundation.clickhouse import parse_target
 
     spec = TableSpec(database=database)
     create_table(chdb, spec)
@@ -241,7 +241,7 @@ def victoria_metrics(tmp_path_factory):
     console tests remote-write into. (The simulated week the review reads is in one of its own,
     ``tests/review/conftest.py``: its deployments are the live plan test's, and a window of weeks from now may
     reach back into it.)"""
-    from tests import victoria  # noqa: PLC0415 (httpx and the server only for the tests that ask)
+    from tests import victoria  # httpx and the server only for the tests that ask
 
     require(victoria.BINARY)
     vm = victoria.start(tmp_path_factory.mktemp("victoria-metrics"))

@@ -117,7 +117,7 @@ class ClickHouseSink:
             chunk = spans[at: at + self.insert_rows]
             try:
                 rejected += self._insert(chunk)
-            except Exception as e:  # noqa: BLE001 - refused, reset, timed out: the store retries from this chunk
+            except Exception as e:  # refused, reset, timed out: the store retries from this chunk
                 raise SinkFailed(spans[at:], e, rejected) from e
         return rejected
 

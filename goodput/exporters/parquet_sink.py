@@ -112,7 +112,7 @@ class ParquetSink:
                 tmp = final.with_suffix(".parquet.tmp")
                 pq.write_table(table, tmp, compression="zstd")
                 os.replace(tmp, final)
-            except Exception as e:  # noqa: BLE001 - the disk said no: keep what is left for the next flush
+            except Exception as e:  # the disk said no: keep what is left for the next flush
                 if tmp is not None:
                     tmp.unlink(missing_ok=True)
                 raise SinkFailed(rows + [s for r in pending[i + 1:] for s in r], e, rejected) from e

@@ -303,7 +303,7 @@ class TraceStore:
             while not self._stop.wait(self.backoff()):
                 try:
                     self.flush()
-                except Exception as e:  # noqa: BLE001 - e.g. no new log segment: say so, keep trying
+                except Exception as e:  # e.g. no new log segment: say so, keep trying
                     self.error = f"{type(e).__name__}: {e}"
                     log.exception("trace store: flush failed")
 

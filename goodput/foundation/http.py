@@ -158,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.reader.deadline = self.server.waiting(self.conn) + self.server.timeout_s
         super().handle_one_request()
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format: str, *args) -> None:  # signature of the base class
         log.debug("%s: " + format, self.client_address[0], *args)
 
     def handle(self) -> None:

@@ -85,7 +85,7 @@ class Endpoint:
 
     def auth(self) -> tuple[dict[str, str], httpx.Auth | None]:
         """The headers and auth of a batch of queries; secrets are read now (a ``ConfigError`` if they cannot be)."""
-        import httpx  # noqa: PLC0415 (only a command that queries needs it, not its --help)
+        import httpx  # only a command that queries needs it, not its --help
 
         headers = dict(self.headers)
         if self.secret is None:
@@ -97,7 +97,7 @@ class Endpoint:
 
     def check(self) -> Endpoint:
         """The endpoint if its URL, headers and secrets are usable now; else the ``ConfigError`` that says why."""
-        import httpx  # noqa: PLC0415
+        import httpx
 
         u = httpx.URL(self.url)
         if u.userinfo:

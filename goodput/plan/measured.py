@@ -196,7 +196,7 @@ def _sql(name: str) -> str:
 
 
 def _from_duckdb(path: str, start: float, end: float, weeks: int) -> Measurement:
-    from goodput.analyzer.store import connect  # noqa: PLC0415 (DuckDB only for this source)
+    from goodput.analyzer.store import connect  # DuckDB only for this source
 
     con = connect(path, read_only=True)
     params = {"start": datetime.fromtimestamp(start, UTC), "end": datetime.fromtimestamp(end, UTC)}
@@ -281,7 +281,7 @@ def apply_measurement(template: Demand, m: Measurement, growth: float | None) ->
 
 def render_measurement(record: dict[str, Any]) -> str:
     """The table lines: which figures were measured, over which window, per-week peaks, and growth shown vs applied."""
-    from goodput.plan.tables import table  # noqa: PLC0415
+    from goodput.plan.tables import table
 
     weeks = record["weeks"]
     rows = []

@@ -183,7 +183,7 @@ def write_review(review: dict, out: Path) -> dict[str, Path]:
     title = f"Weekly capacity review {review['week']} ({review['start'][:10]} .. {review['end'][:10]})"
     releases = [{"time": r["time"], "label": f"{r['deployment']}: {r['kind']} {r['from']} -> {r['to']}"}
                 for r in review.get("releases", [])]
-    from plotly.offline import get_plotlyjs  # noqa: PLC0415 (only the HTML needs the bundle)
+    from plotly.offline import get_plotlyjs  # only the HTML needs the bundle
     h = [f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{CSS}</style>"
          f"<script>{get_plotlyjs()}</script></head>"
          f"<body><h1>{_e(title)}</h1><p>source: {_e(review['source'])}; pages from {_e(review['page_source'])}</p>"]

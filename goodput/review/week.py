@@ -42,7 +42,7 @@ def write_week(fleet: FleetConfig, spec: WeekSpec, out: Path, backfill_port: int
     paths["plan"].write_text(yaml.safe_dump(plan_of(model), sort_keys=False))
     paths["truth"].write_text(json.dumps(model.truth(), indent=1))
     if backfill_port is not None:
-        from goodput.review.review import DEFAULT_RULES  # noqa: PLC0415 (the default rules directory)
+        from goodput.review.review import DEFAULT_RULES  # the default rules directory
         files = sorted((rules_dir or DEFAULT_RULES).glob("*.rules.yaml"))
         wanted = set(RECORDED.values()) | {n for a in alert_rules(files) for n in rule_names(a.expr)}
         paths["tsdb"] = out / "tsdb"
@@ -55,11 +55,11 @@ def demo_week(fleet_path: Path, week: str, out: Path, port: int, plan: Path | No
               duration: float | None = None, spec: WeekSpec | None = None) -> int:
     """``goodput demo --week``: simulate the week, backfill it, serve it with Prometheus on ``port``, write the
     review against it, and keep Prometheus up until Ctrl-C (or ``duration`` seconds) for a look around."""
-    from goodput.foundation.http import serve_until_signal  # noqa: PLC0415
-    from goodput.review.backfill import serve_tsdb  # noqa: PLC0415
-    from goodput.review.report import write_review  # noqa: PLC0415
-    from goodput.review.review import prometheus_review  # noqa: PLC0415
-    from goodput.simulator.config import load_fleet  # noqa: PLC0415
+    from goodput.foundation.http import serve_until_signal
+    from goodput.review.backfill import serve_tsdb
+    from goodput.review.report import write_review
+    from goodput.review.review import prometheus_review
+    from goodput.simulator.config import load_fleet
 
     if (out / "tsdb").exists():
         raise ConfigError(str(out / "tsdb"), "--out", "holds a backfilled week already; remove it or pick another --out")

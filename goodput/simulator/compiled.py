@@ -57,7 +57,7 @@ class _RefuseStale(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
         if fullname in self.stale:
-            from goodput.foundation.errors import StaleBuildError  # noqa: PLC0415 (setup.py runs this file bare)
+            from goodput.foundation.errors import StaleBuildError  # setup.py runs this file bare
 
             raise StaleBuildError(self.stale[fullname], name=fullname)
 

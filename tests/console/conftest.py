@@ -113,7 +113,7 @@ def live(tmp_path_factory, request) -> Iterator[Live]:
     """Prometheus (rules at 1/30 of their durations, 1 s scrapes) and Alertmanager on free ports, with the recorded
     series the Overview reads already present."""
     require("prometheus", "prometheus-alertmanager")
-    from tests import victoria  # noqa: PLC0415
+    from tests import victoria
 
     vm = request.getfixturevalue("victoria_metrics") if shutil.which(victoria.BINARY) else None
     work = tmp_path_factory.mktemp("console-live")

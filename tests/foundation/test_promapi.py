@@ -64,7 +64,7 @@ def serving(status: int, ctype: str, body: bytes, seen: list | None = None,
             self.end_headers()
             self.wfile.write(body)
 
-        do_GET = do_POST = _answer  # noqa: N815 (http.server's names)
+        do_GET = do_POST = _answer  # http.server's names
 
         def log_message(self, *args) -> None:
             pass

@@ -168,7 +168,7 @@ def scraped(tmp_path_factory, request):
     request a stream first, so the series exist before the measured ones, then N_FED a stream. Where
     VictoriaMetrics is installed, the Prometheus remote-writes all it scrapes into the session's. Yields (URL, the
     fed token counts per stream, the VictoriaMetrics or None)."""
-    from tests import victoria  # noqa: PLC0415
+    from tests import victoria
 
     vm = request.getfixturevalue("victoria_metrics") if shutil.which(victoria.BINARY) else None
     out = tmp_path_factory.mktemp("scraped")
@@ -313,7 +313,7 @@ def test_measured_from_what_prometheus_remote_wrote_to_victoriametrics(scraped, 
     hour's req/s is where the engines part on series seconds old: MetricsQL's ``increase`` is the requests
     counted, PromQL's extrapolates half a scrape past the last sample of a series that lived a few seconds
     (docs/metrics-stores.md); over a store's weeks-old series the two agree (the test above)."""
-    from tests.victoria import PASSWORD, USER  # noqa: PLC0415
+    from tests.victoria import PASSWORD, USER
 
     url, _, vm = scraped
     hist = tuple(TOKEN_HISTOGRAMS.values())

@@ -59,7 +59,7 @@ def vm_week(week, tmp_path_factory):
     Prometheus 2.42 remote-writes only samples newer than its start (its WAL watcher skips older ones), so a week
     in the past cannot reach a store by remote_write; the live tests show remote_write itself
     (``victoria_metrics``). Yields the store's ``Endpoint`` (the /prometheus prefix, basic auth from a file)."""
-    from tests import victoria  # noqa: PLC0415
+    from tests import victoria
 
     require(victoria.BINARY)
     vm = victoria.start(tmp_path_factory.mktemp("vm-week"))
