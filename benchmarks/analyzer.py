@@ -110,7 +110,7 @@ def _ingest_child(store: str, db: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.analyzer", description=__doc__)
     p.add_argument("--requests", type=int, default=1_666_667, help="requests to generate (6 spans each)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv if argv is not None else [])

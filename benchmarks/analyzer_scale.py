@@ -410,7 +410,8 @@ def machine() -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.analyzer_scale", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spans", type=int, nargs="+", default=[1_000_000, 10_000_000],
                    help="span counts to measure, in order (rounded to whole copies of the simulated run; default "
                         "1M and 10M, minutes as part of `make bench`; the figures in docs/analyzer.md add 100M, hours)")

@@ -2,8 +2,9 @@
 
 1. Start-up, whole process, best and median of ``--runs``: a bare ``python -c pass``, ``goodput --version``,
    ``goodput --help`` and ``goodput exporter engine normalize`` on one replica's dump, for this checkout and
-   for ``--before`` (default: the last commit whose command line imported every subcommand up front, unpacked
-   with ``git archive``), each run from its own root so that ``python -m goodput`` imports that version.
+   for ``--before`` (default: the last commit whose command line imported every subcommand up front; its own
+   packages, whatever their layout, unpacked with ``git archive`` by ``benchmarks/history.py``), each run from its
+   own root so that ``python -m goodput`` imports that version.
    Goal: ``--help`` within 0.25 s of the bare interpreter.
 2. One engine dump of ~232k samples (the simulated fleet's vLLM ``/metrics``, one data-parallel ``engine``
    label per replica), whole process: ``goodput exporter engine normalize`` against prometheus_client's parse
@@ -21,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import history
 from benchmarks.exporters import PROMETHEUS_CLIENT, data_parallel_dump, fleet_dumps
 from benchmarks.report import emit
 
@@ -42,17 +44,9 @@ def _time(commands: dict[str, tuple[list[str], Path]], runs: int) -> dict[str, d
     return {label: {"best_s": round(min(t), 3), "median_s": round(statistics.median(t), 3)} for label, t in times.items()}
 
 
-def _unpack(ref: str, dest: Path) -> Path:
-    """The packages of ``ref`` (no compiled simulator: the old package imports it as Python, as fast to import)."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "goodput", "simulator", "exporters", "analyzer"],
-                             capture_output=True, check=True).stdout
-    dest.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
-
-
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.cli_startup", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=10, help="timed runs per command (default 10)")
     p.add_argument("--big-runs", type=int, default=5, help="timed runs per command on the big dump (default 5)")
     p.add_argument("--samples", type=int, default=232_000, help="samples in the big dump (default 232000)")
@@ -70,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
         big = tmp_path / "engines.txt"
         text, samples = data_parallel_dump(dumps, args.samples)
         big.write_text(text)
-        roots = {"before": _unpack(args.before, tmp_path / "before"), "after": REPO}
+        roots = {"before": history.unpack(args.before, tmp_path / "before"), "after": REPO}
         commands = {"--version": ["--version"], "--help": ["--help"],
                     "exporter engine normalize (one replica)": ["exporter", "engine", "normalize", str(small)]}
         timed = _time({"python -c pass": ([py, "-c", "pass"], REPO)}

@@ -75,7 +75,7 @@ def _time_pages(base: str) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.console", description=__doc__)
     p.add_argument("--requests", type=int, default=1_666_667, help="requests in the big store (6 spans each)")
     p.add_argument("--baseline-requests", type=int, default=16_667, help="requests in the baseline store")
     p.add_argument("--json", type=Path, default=None)

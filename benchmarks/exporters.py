@@ -304,7 +304,7 @@ def store_sinks(n: int = 200_000) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.exporters", description=__doc__)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv if argv is not None else [])
     dumps = fleet_dumps()

@@ -8,8 +8,9 @@ still answer 429/503), tokens streamed, and the fleet process's CPU seconds (all
 streamed token over the load.
 
 The baseline is the old server, taken from git history (the last revision of ``goodput/simulator/openai_api.py``
-built on ``http.server``) into a temporary directory and run in a subprocess over the current engine;
-it is not part of the package.
+built on ``http.server``, found across its renames, with ``live.py`` of the same commit) into a temporary directory,
+its imports rewritten for today's package (``benchmarks/history.py``), and run in a subprocess over the current
+engine; it is not part of the package.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import aiohttp
 import httpx
 import yaml
 
+from benchmarks import history
 from benchmarks.report import emit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,20 +45,17 @@ FLEET = {
                    "input_tokens": {"p50": 100, "p95": 200, "p99": 300}, "output_tokens": {"p50": 50, "p95": 90, "p99": 100},
                    "arrival": {"process": "poisson", "rate": 1.0}}],
 }
-# the old server over the current engine: its two modules, loaded in place of the new ones
+# the old server over the current engine: its two modules (imports modernized) installed in place of today's
 BASELINE_RUNNER = """
-import sys, types
+import sys
 from pathlib import Path
-src = Path(sys.argv[1])
-import goodput.simulator
+from benchmarks.history import install
 from goodput.simulator.config import load_fleet
+src = Path(sys.argv[1])
 for name in ("openai_api", "live"):
-    mod = types.ModuleType(f"simulator.{name}")
-    mod.__file__ = str(src / f"{name}.py")
-    sys.modules[mod.__name__] = mod
-    exec(compile((src / f"{name}.py").read_text(), mod.__file__, "exec"), mod.__dict__)
-sys.modules["goodput.simulator.live"].serve(load_fleet(sys.argv[2]), host="127.0.0.1", base_port=int(sys.argv[3]), speed=1.0,
-    targets=None, otlp_endpoint=None, spans_file=None, traffic=0.0, seed=None, duration=None)
+    install(f"goodput.simulator.{name}", (src / f"{name}.py").read_text(), str(src / f"{name}.py"))
+sys.modules["goodput.simulator.live"].serve(load_fleet(sys.argv[2]), host="127.0.0.1", base_port=int(sys.argv[3]),
+    speed=1.0, targets=None, otlp_endpoint=None, spans_file=None, traffic=0.0, seed=None, duration=None)
 """
 NEW_RUNNER = """
 import sys
@@ -66,19 +65,14 @@ sys.exit(main(["fleet", "serve", sys.argv[2], "--base-port", sys.argv[3], "--tra
 
 
 def baseline_sources(dest: Path) -> str:
-    """Write the thread-per-connection ``live.py`` and ``openai_api.py`` from git history into ``dest``."""
-    revs = subprocess.run(["git", "log", "--format=%H", "--", "goodput/simulator/openai_api.py"], cwd=REPO, check=True,
-                          capture_output=True, text=True).stdout.split()
-    for rev in revs:
-        old = subprocess.run(["git", "show", f"{rev}:goodput/simulator/openai_api.py"], cwd=REPO, capture_output=True,
-                             text=True)
-        if old.returncode == 0 and "ThreadingHTTPServer" in old.stdout:
-            live = subprocess.run(["git", "show", f"{rev}:goodput/simulator/live.py"], cwd=REPO, check=True,
-                                  capture_output=True, text=True).stdout
-            (dest / "openai_api.py").write_text(old.stdout)
-            (dest / "live.py").write_text(live)
-            return rev[:12]
-    raise SystemExit("no thread-per-connection revision of goodput/simulator/openai_api.py in this repository's history")
+    """Write the thread-per-connection ``openai_api.py`` and the ``live.py`` of its commit from git history into
+    ``dest``, their imports rewritten for today's package (each loads the other's old version); returns the
+    commit."""
+    rev = history.last("goodput/simulator/openai_api.py", "ThreadingHTTPServer")
+    pair = {"goodput.simulator.openai_api", "goodput.simulator.live"}
+    for name in ("openai_api.py", "live.py"):
+        (dest / name).write_text(history.modernize(rev.source(name), rev.commit, keep=pair))
+    return rev.commit[:12]
 
 
 def free_port() -> int:

@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ import httpx
 import numpy as np
 import yaml
 
-from benchmarks import stub_target
+from benchmarks import history, stub_target
 from benchmarks.fleet_server import FLEET, MODEL, NEW_RUNNER, REPO, _load, cpu_seconds, free_port, stop
 from benchmarks.report import emit
 from goodput.loadtest.client import Client, ClientOptions
@@ -72,19 +71,20 @@ class Same:
 
 
 def httpx_client() -> tuple[str, type]:
-    """The last httpx revision of ``goodput/loadtest/client.py`` from git history, loaded as a module of its own;
-    returns (its revision, its ``Client``)."""
-    revs = subprocess.run(["git", "log", "--format=%H", "--", "goodput/loadtest/client.py"], cwd=REPO, check=True,
-                          capture_output=True, text=True).stdout.split()
-    for rev in revs:
-        src = subprocess.run(["git", "show", f"{rev}:goodput/loadtest/client.py"], cwd=REPO, capture_output=True,
-                             text=True).stdout
-        if "httpx.AsyncClient" in src:
-            mod = types.ModuleType("goodput.loadtest.client_httpx")
-            sys.modules[mod.__name__] = mod  # dataclasses look their module up
-            exec(compile(src, f"{rev[:12]}:goodput/loadtest/client.py", "exec"), mod.__dict__)
-            return rev[:12], mod.Client
-    raise SystemExit("no httpx revision of goodput/loadtest/client.py in this repository's history")
+    """The last httpx revision of ``goodput/loadtest/client.py`` from git history (across its renames), its imports
+    rewritten for today's package, loaded as a module of its own; returns (its commit, its ``Client``)."""
+    rev = history.last("goodput/loadtest/client.py", "httpx.AsyncClient")
+    source = history.modernize(rev.source(), rev.commit)
+    module = history.install("goodput.loadtest.client_httpx", source, f"{rev.commit[:12]}:{rev.path}")
+
+    class Before(module.Client):
+        def start_clock(self, origin: float | None = None) -> None:
+            """Today's runner passes the workers' shared time 0, which the old client predates; in one process, as
+            this benchmark runs it, that is None: the run starts now."""
+            assert origin is None, "the httpx client runs at --workers 1 only"
+            super().start_clock()
+
+    return rev.commit[:12], Before
 
 
 def _measure(client_cls: type, workers: int, url: str, model: str, target_pid: int, arrivals: np.ndarray,

@@ -98,7 +98,7 @@ def diurnal_day(tmp: Path, duration_s: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.plan", description=__doc__)
     p.add_argument("--day", type=float, default=86400.0, help="virtual seconds of the diurnal day (default 86400)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args(argv if argv is not None else [])

@@ -90,7 +90,7 @@ def pure_python(scale: float, duration: float, max_run_steps: int = 1 << 60) -> 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sim_speed", description=__doc__)
     p.add_argument("--duration", type=float, default=540.0, help="timed virtual seconds after a 60 s warm-up (default 540)")
     p.add_argument("--baseline-duration", type=float, default=120.0, help="timed virtual seconds for the baselines")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")

@@ -119,7 +119,7 @@ def copy(src: Path, names: tuple[str, ...], dest: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.third_party_clients", description=__doc__.split("\n\n")[0])
     ap.add_argument("--inference-perf", required=True, metavar="EXE", help="the inference-perf script of its venv")
     ap.add_argument("--aiperf", required=True, metavar="EXE", help="the aiperf script of its venv")
     ap.add_argument("--work", type=Path, required=True, help="a scratch directory (tokenizer, the tools' outputs)")
