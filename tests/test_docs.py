@@ -1,17 +1,23 @@
-"""The README and the design document tell the truth about this repository: their links resolve to files in it,
-and the README's tour names every command `goodput --help` offers."""
+"""The README and the pages of docs/ tell the truth about this repository: their links resolve to files in it, every
+repository path and module they name in code exists, and the README's tour names every command `goodput --help`
+offers."""
 
+import fnmatch
 import functools
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+CODE = re.compile(r"^```.*?^```|`[^`\n]+`", re.S | re.M)  # fenced blocks and inline code spans
+PATH = re.compile(r"(?<![\w./~$-])\.?[\w-]+/[\w.*/-]*")  # a relative path: a folder, a slash, maybe more
+MODULE = re.compile(r"(?<![\w./])(?:goodput|tests|benchmarks)(?:\.\w+)+")
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
@@ -48,3 +54,62 @@ def test_the_readme_tours_every_command():
     named = [m.split() for m in re.findall(r"^goodput ((?:[a-z][\w-]* ?)+)", tour, re.M)]
     ghosts = [" ".join(n) for n in named if not any(list(c[:len(n)]) == n for c in commands)]
     assert not ghosts, f"README.md's tour names commands that do not exist: {ghosts}"
+
+
+def _ignored(name: str) -> bool:
+    """Whether .gitignore leaves out a top-level folder of this name (a build or run output: .venv/, out/, ...)."""
+    patterns = [line.strip().rstrip("/") for line in (REPO / ".gitignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    return any(fnmatch.fnmatch(name, p) for p in patterns if "/" not in p)
+
+
+# the folders a path in the docs starts from; outputs (out/, demo-out/) are not the repository's
+FOLDERS = {p.name for p in REPO.iterdir() if p.is_dir() and p.name != ".git" and not _ignored(p.name)}
+PARTS = {p.name for p in (REPO / "goodput").iterdir() if p.is_dir() and not p.name.startswith("_")}
+NAMES = {p.stem for p in (REPO / "goodput").rglob("*.py")} | PARTS  # what may follow "goodput." in a module name
+RETIRED = {"capacity"}  # a top-level package before the one goodput package (loadtest, plan and review lived there)
+
+
+def _code(doc: Path) -> list[str]:
+    """The code in ``doc``: its fenced blocks and inline code spans."""
+    return CODE.findall(doc.read_text())
+
+
+def _module_exists(name: str) -> bool:
+    """Whether ``name`` is a module of this repository, or a name (attribute) in one: its longest prefix that is a
+    module file must exist and contain the next part."""
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        base = REPO.joinpath(*parts[:n])
+        source = next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
+        if source is not None:
+            return n == len(parts) or re.search(rf"\b{parts[n]}\b", source.read_text()) is not None
+    return False
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_repository_paths_in_code_exist(doc):
+    """A path in code that starts at a folder of the repository (``goodput/plan/replicas.py``, ``rules/*.rules.yaml``)
+    names something there; a part's module is written from the root (``goodput/plan/x.py``, not ``plan/x.py`` or
+    ``capacity/plan/x.py``)."""
+    missing, short = [], []
+    for code in _code(doc):
+        for path in (m.rstrip(".,;:") for m in PATH.findall(code)):
+            first = path.split("/")[0]
+            if first in FOLDERS and not list(REPO.glob(path.rstrip("/"))):
+                missing.append(path)
+            elif first in RETIRED or (first in PARTS and path.endswith((".py", ".sql"))):
+                short.append(path)
+    assert not missing and not short, (f"{doc.relative_to(REPO)} names paths that do not exist: {sorted(set(missing))}; "
+                                       f"paths from a part, or from before the move into goodput/: {sorted(set(short))}")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_modules_in_code_exist(doc):
+    """A dotted name in code (``goodput.plan.demand.MAX_PEAK_RPS``, ``tests.contracts.test_catalog``) is a module of
+    this repository or a name in one. ``goodput.`` followed by a word that is no part or module of the package
+    (``goodput.dev``, a domain) is not a module name."""
+    names = {m for code in _code(doc) for m in MODULE.findall(code)}
+    stale = sorted(n for n in names if (not n.startswith("goodput.") or n.split(".")[1] in NAMES)
+                   and not _module_exists(n))
+    assert not stale, f"{doc.relative_to(REPO)} names modules that do not exist: {stale}"
