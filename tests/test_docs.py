@@ -1,6 +1,6 @@
 """The README and the pages of docs/ tell the truth about this repository: their links resolve to files in it, every
-repository path and module they name in code exists, and the README's tour names every command `goodput --help`
-offers."""
+repository path and module they name in code exists, and the README's tour and the design's command block name
+every command `goodput --help` offers, with flags each command takes."""
 
 import fnmatch
 import functools
@@ -20,42 +20,6 @@ PATH = re.compile(r"(?<![\w./~$-])\.?[\w-]+/[\w.*/-]*")  # a relative path: a fo
 MODULE = re.compile(r"(?<![\w./])(?:goodput|tests|benchmarks)(?:\.\w+)+")
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
-def test_links_resolve_inside_the_repository(doc):
-    for target in LINK.findall(doc.read_text()):
-        if re.match(r"[a-z]+://|mailto:", target):
-            continue
-        path = (doc.parent / target.split("#", 1)[0]).resolve()
-        assert path.is_relative_to(REPO), f"{doc.name} links outside the repository: {target}"
-        assert path.exists(), f"{doc.name} links to {target}, which does not exist"
-
-
-@functools.cache
-def _subcommands(*words: str) -> tuple[str, ...]:
-    """The subcommands `goodput WORDS --help` lists (argparse's indented COMMAND entries)."""
-    r = subprocess.run([sys.executable, "-m", "goodput", *words, "--help"], cwd=REPO, capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stderr
-    section = r.stdout.partition("positional arguments:")[2].partition("options:")[0]
-    return tuple(re.findall(r"^    ([a-z][\w-]*)(?:\s|$)", section, re.M))
-
-
-def _leaves(*words: str) -> list[tuple[str, ...]]:
-    """Every command path below ``words`` that has no subcommand of its own."""
-    return [leaf for sub in _subcommands(*words) for leaf in (_leaves(*words, sub) or [(*words, sub)])]
-
-
-def test_the_readme_tours_every_command():
-    commands = _leaves()
-    assert ("simulate",) in commands and ("exporter", "engine", "normalize") in commands, commands
-    tour = (REPO / "README.md").read_text().split("## Commands", 1)[1].split("\n## ", 1)[0]
-    missing = [" ".join(c) for c in commands if not re.search(rf"^goodput {' '.join(c)}(\s|$)", tour, re.M)]
-    assert not missing, f"README.md's tour lacks: {missing}"
-    named = [m.split() for m in re.findall(r"^goodput ((?:[a-z][\w-]* ?)+)", tour, re.M)]
-    ghosts = [" ".join(n) for n in named if not any(list(c[:len(n)]) == n for c in commands)]
-    assert not ghosts, f"README.md's tour names commands that do not exist: {ghosts}"
-
-
 def _ignored(name: str) -> bool:
     """Whether .gitignore leaves out a top-level folder of this name (a build or run output: .venv/, out/, ...)."""
     patterns = [line.strip().rstrip("/") for line in (REPO / ".gitignore").read_text().splitlines()
@@ -68,6 +32,69 @@ FOLDERS = {p.name for p in REPO.iterdir() if p.is_dir() and p.name != ".git" and
 PARTS = {p.name for p in (REPO / "goodput").iterdir() if p.is_dir() and not p.name.startswith("_")}
 NAMES = {p.stem for p in (REPO / "goodput").rglob("*.py")} | PARTS  # what may follow "goodput." in a module name
 RETIRED = {"capacity"}  # a top-level package before the one goodput package (loadtest, plan and review lived there)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_resolve_inside_the_repository(doc):
+    for target in LINK.findall(doc.read_text()):
+        if re.match(r"[a-z]+://|mailto:", target):
+            continue
+        path = (doc.parent / target.split("#", 1)[0]).resolve()
+        assert path.is_relative_to(REPO), f"{doc.name} links outside the repository: {target}"
+        assert path.exists(), f"{doc.name} links to {target}, which does not exist"
+
+
+@functools.cache
+def _help(*words: str) -> str:
+    """What `goodput WORDS --help` prints."""
+    r = subprocess.run([sys.executable, "-m", "goodput", *words, "--help"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _subcommands(*words: str) -> tuple[str, ...]:
+    """The subcommands `goodput WORDS --help` lists (argparse's indented COMMAND entries)."""
+    section = _help(*words).partition("positional arguments:")[2].partition("options:")[0]
+    return tuple(re.findall(r"^    ([a-z][\w-]*)(?:\s|$)", section, re.M))
+
+
+def _leaves(*words: str) -> list[tuple[str, ...]]:
+    """Every command path below ``words`` that has no subcommand of its own."""
+    return [leaf for sub in _subcommands(*words) for leaf in (_leaves(*words, sub) or [(*words, sub)])]
+
+
+def _tour(doc: str, heading: str) -> list[tuple[tuple[str, ...], str]]:
+    """The commands of ``doc``'s section ``heading``: each ``goodput ...`` line, with the indented lines under it, as
+    (its command path, its text)."""
+    section = (REPO / doc).read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    commands = {leaf[:n] for leaf in _leaves() for n in range(1, len(leaf) + 1)}  # every command path, inner too
+    tour: list[tuple[tuple[str, ...], str]] = []
+    for line in section.splitlines():
+        if line.startswith("goodput "):
+            words = tuple(re.match(r"goodput ((?:[a-z][\w-]* ?)*)", line)[1].split())
+            tour.append((max((c for c in commands if words[:len(c)] == c), key=len, default=words), line))
+        elif tour and line.startswith(" ") and line.strip():
+            tour[-1] = (tour[-1][0], f"{tour[-1][1]}\n{line}")
+    return tour
+
+
+@pytest.mark.parametrize(("doc", "heading"), [("README.md", "## Commands"), ("docs/design.md", "## Command line")])
+def test_the_command_tours_name_every_command_and_only_real_flags(doc, heading):
+    """README's tour and the design's command block name every command `goodput --help` offers, no other, and only
+    flags that command's `--help` lists."""
+    commands = _leaves()
+    assert ("simulate",) in commands and ("exporter", "engine", "normalize") in commands, commands
+    tour = _tour(doc, heading)
+    named = {path for path, _ in tour}
+    missing = [" ".join(c) for c in commands if c not in named]
+    assert not missing, f"{doc}'s {heading} lacks: {missing}"
+    ghosts = [" ".join(p) for p in named if not any(c[:len(p)] == p for c in commands)]
+    assert not ghosts, f"{doc}'s {heading} names commands that do not exist: {ghosts}"
+    wrong = [f"goodput {' '.join(path)} {flag}" for path, text in tour
+             for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", text)
+             if not re.search(rf"(?<![\w-]){flag}(?![\w-])", _help(*path))]
+    assert not wrong, f"{doc}'s {heading} names flags its command does not take: {wrong}"
 
 
 def _code(doc: Path) -> list[str]:
