@@ -118,8 +118,9 @@ def _bound(tree: ast.Module, defined_only: bool) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            if not defined_only and isinstance(node.value, ast.Dict) and "_EXPORTS" in names:
+            bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            names |= bound
+            if not defined_only and "_EXPORTS" in bound and isinstance(node.value, ast.Dict):
                 names |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
         elif isinstance(node, ast.Import | ast.ImportFrom) and not defined_only:
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
