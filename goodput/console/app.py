@@ -1,4 +1,4 @@
-"""The goodput triage console: ``streamlit run app.py`` (or ``goodput console``).
+"""The goodput triage console: ``streamlit run goodput/console/app.py`` (or ``goodput console``).
 
 Reads its sources from the environment (goodput/console/settings.py: GOODPUT_DB, GOODPUT_PROMETHEUS_URL,
 GOODPUT_ALERTMANAGER_URL, GOODPUT_PLAN, GOODPUT_RUNS, GOODPUT_RELEASES, GOODPUT_FLEET, ...); the sidebar's filters travel in the

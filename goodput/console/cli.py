@@ -44,7 +44,7 @@ def streamlit_command(host: str, port_: int) -> list[str]:
             "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
 
 
-PATHS = ("db", "plan", "runs", "releases", "slos", "reviews")  # the settings that name files, not servers
+PATHS = ("db", "plan", "runs", "releases", "slos", "reviews", "fleet")  # the settings that name files, not servers
 
 
 def environment(args: argparse.Namespace, base: dict[str, str] | None = None) -> dict[str, str]:

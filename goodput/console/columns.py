@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
@@ -18,7 +19,14 @@ from goodput.console.palette import DIRECTION, STATUS
 from goodput.contracts.catalog import by_name
 from goodput.foundation.histogram import bounded
 
+if TYPE_CHECKING:  # Streamlit's column configs are this TypedDict; streamlit.column_config exports only its builders
+    from streamlit.elements.lib.column_types import ColumnConfig
+
 __all__ = ["COLUMNS", "label", "show"]
+
+
+# a Styler formatter: called with each value of its column, whatever pandas holds there
+Format = Callable[[Any], str]
 
 
 @dataclass(frozen=True)
@@ -32,10 +40,21 @@ def _signed_share(v: float) -> str:
     return f"{v:+.0%}"
 
 
+def _bounds(histogram: str) -> tuple[float, ...]:
+    """A histogram's finite bucket bounds from the catalog; a name that is no histogram there is a programming error."""
+    buckets = by_name(histogram).buckets
+    if buckets is None:
+        raise ValueError(f"{histogram} has no buckets in the metric catalog")
+    return buckets
+
+
+_QUEUE_WAIT_BOUNDS = _bounds("llm_gateway_queue_wait_seconds")
+
+
 def _gateway_queue_p95(v: float) -> str:
     """The rules' recorded queue-wait p95 (``histogram_quantile`` over the gateway buckets): a number between two
     finite buckets, ``<0.005`` in the first (Prometheus interpolated it there) and ``>300`` in +Inf."""
-    q = bounded(v, by_name("llm_gateway_queue_wait_seconds").buckets)
+    q = bounded(v, _QUEUE_WAIT_BOUNDS)
     return MISSING if q is None else q.text(digits=2)
 
 
@@ -111,7 +130,7 @@ def _number(dtype) -> bool:
     return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
 
 
-def _config(name: str, dtype, own_format: bool) -> object:
+def _config(name: str, dtype, own_format: bool) -> ColumnConfig | str:
     c = _col(name)
     if isinstance(dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_any_dtype(dtype):
         return st.column_config.DatetimeColumn(c.label, format="YYYY-MM-DD HH:mm:ss")
@@ -127,7 +146,7 @@ def _paint(df: pd.DataFrame, colour_by: str | None):
         if name in df.columns:
             styler = styler.map(lambda v, p=palette: f"color: {p[v]}; font-weight: bold" if v in p else "",
                                 subset=[name])
-    if colour_by in df.columns:
+    if colour_by is not None and colour_by in df.columns:
         palette = COLOURS[colour_by]
         styler = styler.apply(lambda row: [f"color: {palette[row[colour_by]]}" if row[colour_by] in palette else ""
                                            for _ in row], axis=1)
@@ -135,10 +154,10 @@ def _paint(df: pd.DataFrame, colour_by: str | None):
 
 
 def show(df: pd.DataFrame, key: str, first: Sequence[str] = (), colour_by: str | None = None,
-         formats: Mapping[str, Callable[[object], str]] | None = None) -> None:
+         formats: Mapping[str, Format] | None = None) -> None:
     """``df`` as a table: labelled, rounded (``formats`` for a column whose rows differ in unit), ``first``
     leading (the rest in their order), coloured words."""
-    formats = {**{c: _col(c).format for c in df.columns if _number(df[c].dtype) and callable(_col(c).format)},
+    formats = {**{c: fmt for c in df.columns if _number(df[c].dtype) and callable(fmt := _col(c).format)},
                **(formats or {})}
     order = [c for c in first if c in df.columns] + [c for c in df.columns if c not in first]
     config = {c: _config(c, df[c].dtype, c in formats) for c in df.columns}

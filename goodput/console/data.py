@@ -28,9 +28,11 @@ __all__ = ["alerts", "arrivals", "bucket_series", "completeness", "decomposition
 
 PROM_TTL_S = 10
 STORE_TTL_S = 15
+# the database file's identity, part of every store read's cache key (None: no file, which the pages say first)
+Version = tuple[int, int] | None
 
 
-def store_version(db: str | Path) -> tuple[int, int] | None:
+def store_version(db: str | Path) -> Version:
     """The database file's identity; None when there is none (a ClickHouse store: always one, the same)."""
     if is_clickhouse(db):
         return 0, 0
@@ -42,13 +44,13 @@ def store_version(db: str | Path) -> tuple[int, int] | None:
 
 
 @st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=256)
-def store_query(db: str, version: tuple, name: str, params: dict) -> pd.DataFrame:
+def store_query(db: str, version: Version, name: str, params: dict) -> pd.DataFrame:
     with traces.open_store(db) as con:
         return traces.query(con, name, params)
 
 
 @st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
-def arrivals(db: str, version: tuple, bucket: str, params: dict) -> pd.DataFrame:
+def arrivals(db: str, version: Version, bucket: str, params: dict) -> pd.DataFrame:
     """Arrivals per bucket and deployment, finished or in flight (``goodput/analyzer/completeness.py``)."""
     with traces.open_store(db) as con:
         return store_completeness.arrivals(con, bucket, **{k: params.get(k) for k in ("since", "until", "deployment", "tier",
@@ -56,21 +58,21 @@ def arrivals(db: str, version: tuple, bucket: str, params: dict) -> pd.DataFrame
 
 
 @st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
-def completeness(db: str, version: tuple, deployment: str | None) -> dict[str, store_completeness.Completeness]:
+def completeness(db: str, version: Version, deployment: str | None) -> dict[str, store_completeness.Completeness]:
     """How far the store is complete, per deployment: in flight, the oldest, what is final."""
     with traces.open_store(db) as con:
         return store_completeness.completeness(con, deployment)
 
 
 @st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
-def decomposition(db: str, version: tuple, by: tuple[str, ...], since: datetime | None, until: datetime,
+def decomposition(db: str, version: Version, by: tuple[str, ...], since: datetime | None, until: datetime,
                   deployment: str | None) -> list[dict]:
     with traces.open_store(db) as con:
         return decompose(con, list(by), since=since, until=until, deployment=deployment).records()
 
 
 @st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
-def bucket_series(db: str, version: tuple, bucket: str, since: datetime | None, until: datetime,
+def bucket_series(db: str, version: Version, bucket: str, since: datetime | None, until: datetime,
                   deployment: str | None) -> pd.DataFrame:
     """The analyzer's own p95-per-bucket series (``goodput/analyzer/sql/bucket_series.sql``), the input of its verdicts."""
     with traces.open_store(db) as con:
@@ -79,7 +81,7 @@ def bucket_series(db: str, version: tuple, bucket: str, since: datetime | None, 
 
 
 @st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
-def regressions(db: str, version: tuple, releases: str | None, releases_version: tuple | None, bucket: str,
+def regressions(db: str, version: Version, releases: str | None, releases_version: Version, bucket: str,
                 since: datetime | None, until: datetime, deployment: str | None) -> tuple[list[dict], str]:
     rel = load_releases(releases) if releases else []
     with traces.open_store(db) as con:

@@ -61,7 +61,7 @@ def spans(server: Endpoint, f: Filters, start: datetime, end: datetime, step_s: 
         run: list[float] = []
         for t in [*s.times, None]:
             if run and (t is None or t - run[-1] > 2 * step_s):
-                out.append(Firing(s.labels, *(datetime.fromtimestamp(x, UTC) for x in (run[0], run[-1])),
+                out.append(Firing(s.labels, datetime.fromtimestamp(run[0], UTC), datetime.fromtimestamp(run[-1], UTC),
                                   ongoing=end.timestamp() - run[-1] <= 2 * step_s))
                 run = []
             if t is not None:

@@ -32,7 +32,7 @@ def esc(text: object) -> str:
 class Context:
     settings: Settings
     filters: Filters
-    db_version: tuple | None = None
+    db_version: data.Version = None
     requests: int = 0
     first: datetime | None = None
     last: datetime | None = None
@@ -52,6 +52,12 @@ class Context:
         """Prometheus runs on the wall clock: the range ends now (all time: the last 7 days)."""
         end = datetime.now(UTC).replace(microsecond=0)
         return end - (RANGES[self.filters.range] or timedelta(days=7)), end
+
+    def span(self) -> tuple[datetime, datetime]:
+        """The first and the last request stored; only once ``store_ready()`` said yes (a store with requests)."""
+        if self.first is None or self.last is None:
+            raise RuntimeError("the trace store is not ready: ask store_ready() first")
+        return self.first, self.last
 
     def store_ready(self) -> bool:
         """True when the trace pages can query; else shows why not and what to run."""

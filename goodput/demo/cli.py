@@ -206,7 +206,8 @@ class Demo:
                 old = self.engine
                 self.engine = EngineExporter(load_targets(self.targets_path), self.plan, interval_s=2.0)
                 self.engine.start()
-                old.stop()
+                if old is not None:  # started before this thread, so always there
+                    old.stop()
 
     def _start_prometheus(self) -> None:
         """Prometheus with the committed rules; Alertmanager with routes whose webhooks reach the demo's receiver."""
@@ -247,11 +248,11 @@ class Demo:
         """The analyzer commands the demo prints (``goodput`` arguments), on the traces it stores; the headless run
         runs exactly these. ``db``: a database of your own (the console's is replaced as the ingest loop refreshes)."""
         out = self.args.out
-        db, traces, rel = str(db or out / "my-analysis.duckdb"), str(out / "traces"), str(out / "releases.yaml")
         dep = self.live.cfg.deployments[0].name if self.args.no_incident else self.incident_deployment()
         am = next((p.url for p in self.processes if p.name == "alertmanager"), None)
         names = ("ingest", "decompose", "regressions", "triage")
-        return dict(zip(names, (shlex.split(c) for c in analysis_commands(db, traces, rel, am, dep)), strict=True))
+        printed = analysis_commands(db or out / "my-analysis.duckdb", out / "traces", out / "releases.yaml", am, dep)
+        return dict(zip(names, (shlex.split(c) for c in printed), strict=True))
 
     def urls(self) -> dict[str, str]:
         urls = {"gpu exporter": f"{self.gpu_srv.url}/metrics", "engine exporter": f"{self.eng_srv.url}/metrics",

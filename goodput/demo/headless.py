@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from goodput.analyzer.completeness import arrival_count
@@ -41,6 +42,7 @@ from goodput.console.prom import Alertmanager, Prometheus, Unreachable
 from goodput.console.tables import alert_rows, verdict_table
 from goodput.demo.incident import ALERT, COLD_START_S, INCIDENT_AT_S, RESCUE_AT_S
 from goodput.demo.timeline import parse_time
+from goodput.foundation.errors import ConfigError
 from goodput.simulator.live import ARRIVED_BIN_S
 
 __all__ = ["check_incident", "log_entries"]
@@ -55,6 +57,7 @@ RELEASE = "prompt_template rag-v3 -> rag-v4"
 ARRIVALS_WITHIN = 0.10  # the store's arrival rate against the fleet's true arrivals
 SETTLED_S = 120.0  # virtual seconds a minute needs behind it before its spans are in the console's database
 RECOVERY_METRICS = ("queue_s", "ttft_s", "e2e_s")
+T = TypeVar("T")
 
 
 class Missed(Exception):
@@ -119,8 +122,9 @@ class Story:
         return [e for e in entries if e.receiver == "pager" and e.status == status
                 and (alertname is None or e.alertname == alertname) and e.labels.get("deployment") == self.dep]
 
-    def wait(self, what: str, check: Callable[[], object], by_virtual_s: float, every_s: float = 0.5,
-             slack_s: float = SLACK_S) -> object:
+    def wait(self, what: str, check: Callable[[], T | None], by_virtual_s: float, every_s: float = 0.5,
+             slack_s: float = SLACK_S) -> T:
+        """``check``'s first true answer, asked every ``every_s`` until the virtual deadline (and ``slack_s``)."""
         deadline = self.demo.live.t0 + by_virtual_s / self.demo.args.speed + slack_s
         while True:  # looked at once at least, however late
             if self.demo.died:
@@ -275,7 +279,7 @@ class Story:
                             misses.append(f"minute {m}: store {seen}, fleet {truth:.0f}")
                     try:
                         t = triage(con, self.dep)
-                    except Exception:  # noqa: BLE001 - nothing final yet is no figure, not a failure
+                    except ConfigError:  # no requests of the deployment final yet: no figure, not a failure
                         t = None
                     if t is not None and "arrival_rate" in t.facts:
                         r = t.facts["arrival_rate"]
@@ -341,7 +345,14 @@ def check_incident(demo) -> int:
             story.say(False, str(e))
 
     stop = threading.Event()
-    watcher = threading.Thread(target=story.watch_figures, args=(stop,), name="figures", daemon=True)
+
+    def watch() -> None:
+        try:
+            story.watch_figures(stop)
+        except Exception as e:  # noqa: BLE001 - in its thread a crash would end check 6 unheard: it is a failed check
+            story.say(False, f"check 6 stopped: {type(e).__name__}: {e}")
+
+    watcher = threading.Thread(target=watch, name="figures", daemon=True)
     watcher.start()
     try:
         independent(story.slo_before)

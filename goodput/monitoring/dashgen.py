@@ -402,17 +402,19 @@ ANNOTATION_EXTRAS = {
 WIDTH, HEIGHT = 12, 8  # two panels a row on Grafana's 24-column grid
 
 
-def _panel(p: Panel, x: int, y: int):
+def _panel(p: Panel, x: int, y: int) -> table.Panel | timeseries.Panel:
+    b: table.Panel | timeseries.Panel
     if p.kind == "table":
         b = table.Panel().align(common.FieldTextAlignment.AUTO).inspect(False)
     else:
-        b = (timeseries.Panel().fill_opacity(10).line_width(1)
-             .legend(gc.VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
-                     .placement(common.LegendPlacement.BOTTOM).calcs([])))
+        lines = (timeseries.Panel().fill_opacity(10).line_width(1)
+                 .legend(gc.VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
+                         .placement(common.LegendPlacement.BOTTOM).calcs([])))
         if p.threshold is not None:
-            b = (b.thresholds_style(gc.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED))
-                 .thresholds(gd.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
-                     [dm.Threshold(value=None, color="green"), dm.Threshold(value=p.threshold, color="red")])))
+            lines = (lines.thresholds_style(gc.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED))
+                     .thresholds(gd.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
+                         [dm.Threshold(value=None, color="green"), dm.Threshold(value=p.threshold, color="red")])))
+        b = lines
     b = (b.id(p.id).title(p.title).description(p.description).unit(p.unit).datasource(DATASOURCE)
          .grid_pos(dm.GridPos(h=HEIGHT, w=WIDTH, x=x, y=y)).min(0))
     if p.max is not None:

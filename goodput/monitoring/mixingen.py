@@ -93,7 +93,8 @@ def _rule_templates(spec: Spec, generators: tuple[str, ...]) -> dict[str, Any]:
 
 def _config_text(ks: tuple[Knob, ...]) -> str:
     """config.libsonnet: ``_config`` with every knob's default, each under a comment saying what it sets."""
-    lines, nested = [], {}
+    lines: list[str] = []
+    nested: dict[str, list[Knob]] = {}
     for k in ks:
         if len(k.path) == 1:
             lines.append(f"    // {k.help}\n    {k.path[0]}: {json.dumps(k.default)},\n")

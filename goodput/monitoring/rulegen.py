@@ -113,30 +113,45 @@ def _bucket(v: Any, src: str, key: str) -> float:
 
 
 def load_spec(path: str | Path) -> Spec:
+    """The spec file, each section checked in turn; the first problem is a ConfigError naming its key."""
     src = str(path)
     data = load_mapping(path, "a mapping with slos, thresholds, alertmanager, links")
+    return Spec(_slos(data, src), _thresholds(data, src), _alertmanager_section(data, src), _links(data, src))
+
+
+def _slos(data: dict, src: str) -> tuple[Slo, ...]:
+    """The ``slos`` list: at least one, one per tier and route."""
     if not isinstance(data.get("slos") or [], list):
         raise ConfigError(src, "slos", "expected a list of SLOs")
-    slos = []
-    seen = set()
+    slos: list[Slo] = []
     for i, s in enumerate(data.get("slos") or []):
-        key = f"slos[{i}]"
-        if not isinstance(s, dict):
-            raise ConfigError(src, key, "expected a mapping")
-        if s.get("tier") not in TIERS:
-            raise ConfigError(src, f"{key}.tier", f"must be one of {', '.join(TIERS)}")
-        if not isinstance(s.get("route"), str) or not re.fullmatch(r"[a-z0-9_-]+", s["route"]):
-            raise ConfigError(src, f"{key}.route", "expected a route name ([a-z0-9_-]+)")
-        obj = s.get("objective")
-        if not isinstance(obj, (int, float)) or isinstance(obj, bool) or not 0 < obj < 1:
-            raise ConfigError(src, f"{key}.objective", "expected a number between 0 and 1 (exclusive)")
-        if (s["tier"], s["route"]) in seen:
-            raise ConfigError(src, key, f"duplicate SLO for tier {s['tier']} route {s['route']}")
-        seen.add((s["tier"], s["route"]))
-        slos.append(Slo(s["tier"], s["route"], _bucket(s.get("ttft_seconds", -1), src, f"{key}.ttft_seconds"),
-                        _bucket(s.get("tpot_seconds", -1), src, f"{key}.tpot_seconds"), float(obj)))
+        slos.append(_slo(s, src, f"slos[{i}]", slos))
     if not slos:
         raise ConfigError(src, "slos", "at least one SLO is required")
+    return tuple(slos)
+
+
+def _slo(s: Any, src: str, key: str, earlier: list[Slo]) -> Slo:
+    """One SLO: a known tier, a route name no ``earlier`` SLO has for that tier, an objective in (0, 1), and
+    thresholds on the histogram's buckets (the rules select ``le`` exactly)."""
+    if not isinstance(s, dict):
+        raise ConfigError(src, key, "expected a mapping")
+    if s.get("tier") not in TIERS:
+        raise ConfigError(src, f"{key}.tier", f"must be one of {', '.join(TIERS)}")
+    if not isinstance(s.get("route"), str) or not re.fullmatch(r"[a-z0-9_-]+", s["route"]):
+        raise ConfigError(src, f"{key}.route", "expected a route name ([a-z0-9_-]+)")
+    obj = s.get("objective")
+    if not isinstance(obj, (int, float)) or isinstance(obj, bool) or not 0 < obj < 1:
+        raise ConfigError(src, f"{key}.objective", "expected a number between 0 and 1 (exclusive)")
+    if any((o.tier, o.route) == (s["tier"], s["route"]) for o in earlier):
+        raise ConfigError(src, key, f"duplicate SLO for tier {s['tier']} route {s['route']}")
+    return Slo(s["tier"], s["route"], _bucket(s.get("ttft_seconds", -1), src, f"{key}.ttft_seconds"),
+               _bucket(s.get("tpot_seconds", -1), src, f"{key}.tpot_seconds"), float(obj))
+
+
+def _thresholds(data: dict, src: str) -> dict[str, Any]:
+    """The ``thresholds`` section, every key required: numbers > 0, a queue-wait p95 per tier, the critical XIDs
+    and the exporter jobs' regex."""
     th = _section(data, "thresholds", src)
     for k in ("queue_wait_p95_seconds", "rejection_ratio_min", "preemptions_per_second", "capacity_redundancy",
               "autoscale_kv_target_ratio", "autoscale_queue_target_seconds", "critical_xids", "exporter_jobs"):
@@ -152,6 +167,11 @@ def load_spec(path: str | Path) -> Spec:
         _number(secs, src, f"thresholds.queue_wait_p95_seconds.{tier}")
     _xids(th["critical_xids"], src, "thresholds.critical_xids")
     _regex(th["exporter_jobs"], src, "thresholds.exporter_jobs")
+    return th
+
+
+def _alertmanager_section(data: dict, src: str) -> dict[str, Any]:
+    """The ``alertmanager`` section: a webhook URL per receiver, and Alertmanager durations where given."""
     am = _section(data, "alertmanager", src)
     receivers = _section(am, "receivers", src, "alertmanager")
     for r in ("pager", "ticket", "log"):
@@ -161,10 +181,14 @@ def load_spec(path: str | Path) -> Spec:
     for k in ("group_wait", "group_interval", "repeat_interval"):
         if k in am and not (isinstance(am[k], str) and re.fullmatch(r"[1-9][0-9]*[smhd]", am[k])):
             raise ConfigError(src, f"alertmanager.{k}", f"expected a duration like 30s, 5m, 4h; got {am[k]!r}")
+    return am
+
+
+def _links(data: dict, src: str) -> dict[str, str]:
+    """The ``links`` section: the runbook, dashboard and console bases every alert links through, with defaults."""
     links = _section(data, "links", src)
-    return Spec(tuple(slos), th, am, {k: _link(links.get(k, default), src, f"links.{k}")
-                                      for k, default in (("runbook_base", "docs/runbooks/"), ("dashboard_base", ""),
-                                                         ("console_base", ""))})
+    return {k: _link(links.get(k, default), src, f"links.{k}")
+            for k, default in (("runbook_base", "docs/runbooks/"), ("dashboard_base", ""), ("console_base", ""))}
 
 
 def _xids(v: Any, src: str, key: str) -> list[int]:
@@ -235,19 +259,18 @@ class _Builder:
 
     def alert(self, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
               labels: dict[str, str] | None = None) -> dict:
-        rule = {"alert": name, "expr": self.d(expr), "for": _dur(for_, self.scale),
-                "labels": {"severity": severity, **(labels or {})},
-                "annotations": {"summary": summary, "description": description,
-                                "runbook_url": f"{mark('runbookUrlBase')}{name}.md",
-                                "dashboard": alert_link(mark("dashboardUrlBase"), name)}}
+        annotations = {"summary": summary, "description": description,
+                       "runbook_url": f"{mark('runbookUrlBase')}{name}.md",
+                       "dashboard": alert_link(mark("dashboardUrlBase"), name)}
         if self.spec.links["console_base"]:  # the triage console's Overview, the alert's deployment and tier its filters
-            rule["annotations"]["console"] = mark("consoleUrlBase") + "/?range=1h" + (
+            annotations["console"] = mark("consoleUrlBase") + "/?range=1h" + (
                 "{{ with $labels.deployment }}&deployment={{ . | urlquery }}{{ end }}"
                 "{{ with $labels.tier }}&tier={{ . | urlquery }}{{ end }}")
-        return rule
+        return {"alert": name, "expr": self.d(expr), "for": _dur(for_, self.scale),
+                "labels": {"severity": severity, **(labels or {})}, "annotations": annotations}
 
     def record(self, name: str, expr: str, labels: dict[str, str] | None = None) -> dict:
-        rule = {"record": name, "expr": self.d(expr)}
+        rule: dict[str, str | dict[str, str]] = {"record": name, "expr": self.d(expr)}
         if labels:
             rule["labels"] = labels
         return rule
@@ -384,15 +407,15 @@ def _slo_rules(b: _Builder) -> dict:
                 f"1 - deployment_tier_route:llm_slo_{name}_errors:ratio_rate5m{{{sel}}}", lab))
     for name in SLIS:
         for alert, severity, long, short, factor, for_ in BURN_WINDOWS:
-            expr = []
+            burning = []  # per SLO: burning over every window
             for slo in spec.slos:
                 budget = round(factor * (1 - slo.objective), 6)
                 sel = f'tier="{slo.tier}",route="{slo.route}"'
                 over = [f"deployment_tier_route:llm_slo_{name}_errors:ratio_rate{w}{{{sel}}} > {budget}"
                         for w in (long, short, *((PAGE_RESET,) if severity == "page" and short != PAGE_RESET else ()))]
-                expr.append("(\n  " + "\n  and\n  ".join(over) + "\n)")
+                burning.append("(\n  " + "\n  and\n  ".join(over) + "\n)")
             alerts.append(b.alert(
-                alert, "\nor\n".join(expr), for_, severity,
+                alert, "\nor\n".join(burning), for_, severity,
                 f"{name.upper()} SLO error budget is burning {factor:g}x too fast.",
                 f"{{{{ $labels.deployment }}}} tier {{{{ $labels.tier }}}} route {{{{ $labels.route }}}}: "
                 f"{{{{ $value | humanizePercentage }}}} of requests missed the {name.upper()} threshold over the last "

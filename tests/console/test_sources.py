@@ -129,8 +129,9 @@ def test_sigterm_to_goodput_console_stops_the_server_it_started():
 def test_relative_console_paths_resolve_against_the_working_directory_not_the_repository(tmp_path, monkeypatch):
     """Before: ``goodput console --db relative.duckdb`` looked for REPO/relative.duckdb (the app runs from there)."""
     monkeypatch.chdir(tmp_path)
-    args = argparse.Namespace(**{**{k: None for k in FLAGS}, "db": "relative.duckdb", "prometheus_url": "http://p:1"})
+    args = argparse.Namespace(**{**{k: None for k in FLAGS}, "db": "relative.duckdb", "prometheus_url": "http://p:1",
+                                 "fleet": "fleet.yaml"})
     env = environment(args, base={ENV["releases"]: "rel.yaml"})
-    assert env[ENV["db"]] == str(tmp_path / "relative.duckdb")
+    assert env[ENV["db"]] == str(tmp_path / "relative.duckdb") and env[ENV["fleet"]] == str(tmp_path / "fleet.yaml")
     assert env[ENV["releases"]] == str(tmp_path / "rel.yaml")  # from the environment, the same
     assert env[ENV["prometheus_url"]] == "http://p:1" and ENV["plan"] not in env  # a URL as given; a default unset

@@ -195,21 +195,21 @@ def render(ctx: Context) -> None:
         curve.update_layout(title="goodput (req/s meeting the SLO) per step", height=320, margin={"t": 40, "b": 20})
         st.plotly_chart(curve, width="stretch", key="runs")
     st.subheader("Weekly review")
-    found = latest_review(s.reviews)
-    if found is None:
+    review_path = latest_review(s.reviews)
+    if review_path is None:
         st.info(f"No weekly review under {esc(s.reviews)} (GOODPUT_REVIEWS); `goodput review --prometheus URL --week "
                 "2026-W48 --out REVIEWS/review` writes one (`goodput demo --week 2026-W48` simulates a week).")
         return
     try:
-        review = json.loads(found.read_text())
+        review = json.loads(review_path.read_text())
     except (OSError, ValueError, RecursionError) as e:
-        st.warning(esc(f"{found}: not a review ({e})"))
+        st.warning(esc(f"{review_path}: not a review ({e})"))
         return
     if not isinstance(review, dict):
-        st.warning(esc(f"{found}: not a review (a {type(review).__name__}, not a mapping)"))
+        st.warning(esc(f"{review_path}: not a review (a {type(review).__name__}, not a mapping)"))
         return
     st.caption(esc(f"{review.get('week', '?')} ({review.get('start', '?')} to {review.get('end', '?')}), from "
-                   f"{review.get('source', '?')}: {found.parent / 'review.html'}"))
+                   f"{review.get('source', '?')}: {review_path.parent / 'review.html'}"))
     if not review.get("has_data"):
         st.info("The review found no data for its week.")
     recs = [r for r in review.get("recommendations") or [] if isinstance(r, dict)]

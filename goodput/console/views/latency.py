@@ -94,7 +94,7 @@ def render(ctx: Context) -> None:
 
     st.subheader("Slowest requests")
     slow = data.store_query(ctx.db, ctx.db_version, "slowest", {**ctx.sql_params(), "limit": SLOWEST})
-    kv = ("kv_transfer_s", "prefill_replica")
+    kv: tuple[str, ...] = ("kv_transfer_s", "prefill_replica")
     if not slow.empty and slow["kv_transfer_s"].isna().all():  # no P/D disaggregation among them
         slow, kv = slow.drop(columns=list(kv)), ()
     show(slow, "slowest", ("e2e_s", "ttft_s", "queue_s", "prefill_s", *kv, "decode_s", "deployment", "tier", "tenant",

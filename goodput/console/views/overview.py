@@ -116,7 +116,8 @@ def render(ctx: Context) -> None:
         return
     df = data.store_query(ctx.db, ctx.db_version, "overview", {**ctx.sql_params(), **slo_params(ctx.settings.slos)})
     since, until = ctx.window()
-    start, end = max(since or ctx.first, ctx.first), min(until, ctx.last)  # the span the traces cover in the range
+    first, last = ctx.span()
+    start, end = max(since or first, first), min(until, last)  # the span the traces cover in the range
     seconds = max((end - start).total_seconds(), 1.0)
     st.caption(f"rates over {start:%Y-%m-%d %H:%M} .. {end:%H:%M} UTC ({seconds / 60:.0f} min), the span the traces "
                "cover in this range")

@@ -73,9 +73,9 @@ def render(ctx: Context) -> None:
     mark(ctx, lengths, since, until)
     st.plotly_chart(lengths, width="stretch", key="lengths")
 
-    first = since or ctx.first
+    first = since or ctx.span()[0]
     earliest = min(comps.values(), key=lambda c: c.final_before or first, default=None)  # the least complete
-    final_until = final_window(earliest, until)
+    final_until = final_window(earliest, until) or until  # None only for an open window; this one ends at until
     split = first + (final_until - first) * 3 / 4
     st.subheader(f"Now (from {split:%H:%M}) against before")
     if final_until < until:
