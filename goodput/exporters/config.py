@@ -1,7 +1,9 @@
 """Files the exporters read: the engine targets file and the capacity plan.
 
 Everything is checked at load, so a bad entry stops the exporter at start with one line naming it
-(``FILE: targets[3].url: PROBLEM``) instead of failing a scrape later.
+(``FILE: targets[3].url: PROBLEM``) instead of failing a scrape later. ``read_plan`` is the one reader of a
+plan.yaml: ``plan autoscale`` and ``plan evaluate`` (``goodput.plan.planfile``) build their richer view on its
+entries, so a plan broken in what they share reads the same one line whichever command meets it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from goodput.foundation.http import http_url_problem
 from goodput.foundation.jsonfile import parse_json
 from goodput.foundation.yamlfile import MAX_YAML_BYTES, decode, load_mapping, parse_yaml, read_bytes
 
-__all__ = ["Plan", "Target", "Targets", "load_plan", "load_targets", "parse_targets", "targets_document", "targets_of"]
+__all__ = ["PLAN_EXPECTED", "Plan", "PlanEntry", "Target", "Targets", "load_plan", "load_targets", "parse_targets",
+           "read_plan", "targets_document", "targets_of"]
+
+PLAN_EXPECTED = "a plan: a mapping with 'deployments' (as `goodput plan replicas` writes it)"
 
 
 @dataclass(frozen=True)
@@ -185,12 +190,27 @@ class Plan:
     desired: dict[str, int]
 
 
-def load_plan(path: str | Path) -> Plan:
+@dataclass(frozen=True)
+class PlanEntry:
+    """One deployment of a plan.yaml: the keys every reader of it needs, checked, and the entry as written, whose
+    other keys (those ``plan replicas`` writes beside them) are for the readers that use them to check."""
+
+    name: str
+    key: str  # where the entry sits, for an error: ``deployments.NAME``
+    goodput_tokens_per_s: float
+    desired_replicas: int | None  # None: the plan leaves it out
+    fields: dict[str, Any]
+
+
+def read_plan(path: str | Path) -> list[PlanEntry]:
+    """The deployments of the plan at ``path``, in file order: the file read within its size and nesting limits,
+    each entry a mapping named by a label value, with a finite ``replica_goodput_tokens_per_second`` > 0 and, if
+    given, a non-negative ``desired_replicas``; anything else is one ``ConfigError`` line naming the key."""
     src = str(path)
-    data = load_mapping(path, "a mapping with 'deployments'")
+    data = load_mapping(path, PLAN_EXPECTED)
     if not isinstance(data.get("deployments"), dict):
         raise ConfigError(src, "deployments", "expected a mapping of deployment -> plan")
-    goodput, desired = {}, {}
+    out = []
     for name, d in data["deployments"].items():
         key = f"deployments.{name}"
         if not isinstance(d, dict):
@@ -199,7 +219,13 @@ def load_plan(path: str | Path) -> Plan:
         g = d.get("replica_goodput_tokens_per_second")
         if not isinstance(g, (int, float)) or isinstance(g, bool) or not math.isfinite(g) or g <= 0:
             raise ConfigError(src, f"{key}.replica_goodput_tokens_per_second", f"expected a finite number > 0, got {g!r}")
-        goodput[dep] = float(g)
-        if "desired_replicas" in d:
-            desired[dep] = _count(src, f"{key}.desired_replicas", d["desired_replicas"])
-    return Plan(goodput, desired)
+        desired = _count(src, f"{key}.desired_replicas", d["desired_replicas"]) if "desired_replicas" in d else None
+        out.append(PlanEntry(dep, key, float(g), desired, d))
+    return out
+
+
+def load_plan(path: str | Path) -> Plan:
+    """The engine exporter's view of a plan: per deployment its goodput and, where given, its desired replicas."""
+    entries = read_plan(path)
+    return Plan({e.name: e.goodput_tokens_per_s for e in entries},
+                {e.name: e.desired_replicas for e in entries if e.desired_replicas is not None})

@@ -15,6 +15,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from goodput.foundation.args import (
     int_in,
@@ -28,6 +29,14 @@ from goodput.foundation.args import (
 from goodput.foundation.errors import ConfigError
 from goodput.loadtest.patterns import MAX_IN_FLIGHT
 from goodput.simulator.config import MAX_RATE
+
+if TYPE_CHECKING:  # the modules behind a run are imported where it starts: `goodput --help` stays quick
+    import asyncio
+
+    from goodput.loadtest.faults import Fault, FaultDriver
+    from goodput.loadtest.prometheus_view import PrometheusView
+    from goodput.loadtest.records import RequestRecord
+    from goodput.loadtest.server_view import ServerView
 
 __all__ = ["register"]
 
@@ -213,13 +222,13 @@ def _compare(args: argparse.Namespace) -> int:
     return 0 if result["comparable"] else 1
 
 
-def _faults(args: argparse.Namespace) -> tuple[float, list]:
+def _faults(args: argparse.Namespace) -> tuple[float, list[Fault]]:
     """(the client's abort rate, the timed faults for the admin API); a replica fault without --admin-url, or in
     a sweep (whose steps each start a clock of their own), is a ConfigError."""
     from goodput.loadtest.faults import TIMED_KINDS, parse_faults
 
     parsed = parse_faults(args.fault)
-    rates = [f.rate for f in parsed if f.kind == "abort_rate"]
+    rates = [f.rate for f in parsed if f.kind == "abort_rate" and f.rate is not None]
     timed = [f for f in parsed if f.kind in TIMED_KINDS]
     if args.admin_url is not None and not args.admin_url.startswith(("http://", "https://")):
         raise ConfigError("--admin-url", args.admin_url, "expected an http(s):// URL")
@@ -306,8 +315,8 @@ def _run(args: argparse.Namespace) -> int:
                                   concurrency=args.concurrency, steps=args.steps, step_s=args.step_s,
                                   settle_s=args.settle, burst=args.burst, trace=args.trace, time_scale=args.time_scale,
                                   seed=args.seed)
-    model, entry = None, {}
-    for target in args.target:
+    model, entry = preflight(args.target[0], args.model)  # --target is required: at least one
+    for target in args.target[1:]:
         model, entry = preflight(target, args.model or model)
     if args.model and model != args.model:
         print(f"goodput: --model {args.model} is served as {model}", file=sys.stderr)
@@ -323,7 +332,7 @@ def _run(args: argparse.Namespace) -> int:
     specs = SpecStream(workload, args.seed, first.input_tokens, first.output_tokens, first.hash_ids, first.block_tokens)
     arrival = {"pattern": args.pattern, **_arrival(args)}
     if args.pattern == "longtail":
-        specs, arrival["context_limit"] = _longtail(args, workload, specs, len(first.arrivals_s), entry)
+        specs, arrival["context_limit"] = _longtail(args, workload, specs, first.arrival_count, entry)
         arrival["longtail_fraction"] = args.longtail_fraction
     result = _drive(args, opts, sched.steps, specs, sched.duration_s, beside)
     return _report(args, result, slo, workload, entry, arrival, beside)
@@ -396,12 +405,12 @@ class _Beside:
     metrics_urls: list[str]
     gpu_url: str | None
     admin_url: str | None = None
-    timed_faults: list = field(default_factory=list)
+    timed_faults: list[Fault] = field(default_factory=list)
     prometheus: str | None = None
     prometheus_selector: str = ""
-    view: object = None
-    driver: object = None
-    firing: object = None
+    view: ServerView | PrometheusView | None = None
+    driver: FaultDriver | None = None
+    firing: asyncio.Task[None] | None = None
 
     def start(self, clock) -> None:
         """Called on the run's event loop the moment its clock starts."""
@@ -418,7 +427,7 @@ class _Beside:
         elif self.metrics_urls:
             self.view = ServerView(self.metrics_urls, gpu_url=self.gpu_url, clock=clock)
             self.view.start()
-        if self.timed_faults:
+        if self.timed_faults and self.admin_url is not None:  # _faults: timed faults come with --admin-url
             self.driver = FaultDriver(self.admin_url, self.timed_faults, clock)
             self.firing = asyncio.get_running_loop().create_task(self.driver.run())
 
@@ -497,13 +506,13 @@ class _Stopped(Exception):
 def _sweep(args: argparse.Namespace, opts, workload, slo, entry, beside: _Beside) -> int:
     """Coarse rate steps, then bisection around the knee; each step a fresh Poisson window of ``--step-s``."""
     from goodput.loadtest import patterns, stats
-    from goodput.loadtest.runner import sweep_rates
+    from goodput.loadtest.runner import RunResult, sweep_rates
     from goodput.loadtest.workload import SpecStream
 
     hold = args.step_s or 30.0
-    runs = []
+    runs: list[tuple[float, RunResult, dict]] = []
 
-    def measure(rate: float) -> tuple[bool, float]:
+    def measure(rate: float) -> tuple[bool, float, float | None]:
         step = patterns.schedule("poisson", duration_s=hold, rate=rate, settle_s=args.settle,
                                  seed=args.seed + len(runs)).steps[0]
         # each sweep step is a run of its own clock
@@ -604,7 +613,8 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     from goodput.loadtest import stats
     from goodput.loadtest.runner import RunResult, client_health
 
-    records, measured, step_dicts, offset = [], [], [], 0.0
+    records: list[RequestRecord] = []
+    measured, step_dicts, offset = [], [], 0.0
     for i, (_rate, result, summary) in enumerate(runs):
         cut = set(result.cut)
         for r in result.records:

@@ -270,10 +270,10 @@ def preflight(target: str, model: str | None) -> tuple[str, dict]:
         raise ConfigError(target, "", f"unreachable: {type(e).__name__}: {e}") from None
     kind = resp.headers.get("content-type", "no content type").split(";")[0]
     try:
-        data = resp.json()["data"] if resp.status_code == 200 else None
+        data = resp.json()["data"] if resp.status_code == 200 else []
         ids = [m["id"] for m in data]
     except (ValueError, KeyError, TypeError):
-        data = None
+        data, ids = [], []
     if not data:
         snippet = " ".join(resp.text[:80].split())
         raise ConfigError(target, "/v1/models", f"not OpenAI-compatible: answered HTTP {resp.status_code} {kind}"

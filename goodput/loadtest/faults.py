@@ -61,6 +61,13 @@ def parse_faults(specs: list[str]) -> list[Fault]:
     return faults
 
 
+def _due(fault: Fault) -> float:
+    """A timed fault's run-clock time (``parse_faults`` gives every timed kind one)."""
+    if fault.at_s is None:
+        raise ValueError(f"a {fault.kind} fault needs a time (at_s)")
+    return fault.at_s
+
+
 class FaultDriver:
     """Fires the timed faults at their run-clock times through the admin API at ``admin_url``.
 
@@ -72,7 +79,7 @@ class FaultDriver:
     def __init__(self, admin_url: str, faults: Sequence[Fault], clock: Callable[[], float],
                  timeout_s: float = 10.0) -> None:
         self.admin_url = admin_url.rstrip("/")
-        self.faults = sorted((f for f in faults if f.kind in TIMED_KINDS), key=lambda f: f.at_s)
+        self.faults = sorted((f for f in faults if f.kind in TIMED_KINDS), key=_due)
         self.clock = clock
         self.timeout_s = timeout_s
         self.fired: list[dict] = []
@@ -82,7 +89,7 @@ class FaultDriver:
 
         async with httpx.AsyncClient(timeout=self.timeout_s) as client:
             for fault in self.faults:
-                delay = fault.at_s - self.clock()
+                delay = _due(fault) - self.clock()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 entry = fault.as_dict() | {"fired_s": self.clock()}

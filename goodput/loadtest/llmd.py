@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TypeGuard
 
 from goodput.foundation.errors import ConfigError
 from goodput.loadtest.imports.common import aggregate_step, num
@@ -30,7 +31,7 @@ _LATENCIES = {"ttft_s": ("time_to_first_token", "s"), "tpot_s": ("time_per_outpu
 _OURS = ("slo_attainment", "slo_met", "slo_terms", "goodput_requests_per_s", "goodput_tokens_per_s", "errors")
 
 
-def is_report(data: object) -> bool:
+def is_report(data: object) -> TypeGuard[dict]:
     return (isinstance(data, dict) and str(data.get("version")) == VERSION and isinstance(data.get("run"), dict)
             and isinstance(data.get("results"), dict))
 
@@ -137,8 +138,9 @@ def _step(report: dict, index: int, start_s: float, where: str) -> tuple[dict, d
     """(one step from one report, the goodput configuration it carries or {})."""
     load = ((report.get("scenario") or {}).get("load") or {})
     std = load.get("standardized") or {}
-    ours = ((load.get("native") or {}).get("config") or {})
-    ours = ours.get("goodput") if isinstance(ours, dict) and isinstance(ours.get("goodput"), dict) else {}
+    config = (load.get("native") or {}).get("config")
+    carried = config.get("goodput") if isinstance(config, dict) else None
+    ours: dict = carried if isinstance(carried, dict) else {}
     agg = ((report["results"].get("request_performance") or {}).get("aggregate") or {})
     reqs, lat, thr = agg.get("requests") or {}, agg.get("latency") or {}, agg.get("throughput") or {}
     rate = std.get("rate_qps")
@@ -168,7 +170,9 @@ def import_reports(reports: list[tuple[Path, dict]], slo: Slo) -> dict:
         return int(((item[1].get("scenario") or {}).get("load") or {}).get("standardized", {}).get("stage") or 0)
 
     summary = new_summary("llmd-v0.2")
-    steps, start, ours = [], 0.0, {}
+    steps: list[dict] = []
+    ours: dict = {}
+    start = 0.0
     for i, (path, report) in enumerate(sorted(reports, key=stage)):
         step, carried = _step(report, i, start, str(path))
         steps.append(step)

@@ -49,6 +49,11 @@ class Step:
     hash_ids: list[tuple[int, ...]] | None = None  # replay (Mooncake): prefix blocks; equal ids share a prompt prefix
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
 
+    @property
+    def arrival_count(self) -> int:
+        """The requests the step sends open loop (0 for a closed loop, whose count is the target's to set)."""
+        return 0 if self.arrivals_s is None else len(self.arrivals_s)
+
 
 @dataclass(frozen=True)
 class Schedule:

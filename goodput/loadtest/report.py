@@ -163,7 +163,7 @@ def write_report(run_dir: Path, summary: dict, records_table) -> Path:
     steps = list(summary.get("steps") or [])
     figures = [_latency_figure(steps), _goodput_figure(steps, summary.get("knee"), verdict_text(summary)),
                _distribution_figure(steps, records_table)]
-    parts = []
+    parts: list[str] = []
     for fig in (f for f in figures if f is not None):
         parts.append(fig.to_html(full_html=False, include_plotlyjs=not parts, config={"displaylogo": False}))
     step_rows = [{c: s.get(c) for c in STEP_COLUMNS} for s in steps]

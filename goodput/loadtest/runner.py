@@ -21,12 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
+from goodput.foundation.quantiles import percentile
 from goodput.loadtest.client import Client
 from goodput.loadtest.records import RequestRecord
 from goodput.loadtest.workload import RequestSpec
 
 __all__ = ["MAX_CPU_BUSY", "MAX_CPU_WAIT", "MAX_LAG_P99_S", "ClientHealth", "RunResult", "Step", "client_health", "cpu_wait_s",
-           "percentile",
            "run_plan", "sweep_rates"]
 
 MAX_LAG_P99_S = 0.025  # schedule lag p99 above this: the client could not keep the schedule
@@ -37,13 +39,19 @@ MAX_CPU_WAIT = 0.5  # the client's thread ready to run but given no CPU this fra
 
 
 class Step(Protocol):
-    """What the runner reads of a step (``patterns.Step`` has it): times on the run clock, arrivals absolute."""
+    """What the runner reads of a step (``patterns.Step`` and a worker's ``Share`` have it): times on the run clock,
+    arrivals absolute. Read-only, so frozen dataclasses qualify."""
 
-    index: int
-    start_s: float
-    end_s: float
-    concurrency: int | None
-    arrivals_s: Sequence[float] | None  # None: closed loop at ``concurrency``
+    @property
+    def index(self) -> int: ...
+    @property
+    def start_s(self) -> float: ...
+    @property
+    def end_s(self) -> float: ...
+    @property
+    def concurrency(self) -> int | None: ...
+    @property
+    def arrivals_s(self) -> Sequence[float] | np.ndarray | None: ...  # None: closed loop at ``concurrency``
 
 
 @dataclass
@@ -103,18 +111,6 @@ class RunResult:
         return not self.invalid_reasons
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile of ``values``, linearly interpolated (numpy's default, as the step summaries use);
-    0 for none."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    h = (len(ordered) - 1) * q / 100
-    lo = math.floor(h)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (h - lo)
-
-
 def cpu_wait_s() -> float | None:
     """Seconds the calling thread has spent ready to run but waiting for a CPU (Linux ``schedstat``), None where
     the kernel does not say. On a shared machine this, not the client's own CPU, is what delays a schedule."""
@@ -163,8 +159,8 @@ class _Run:
                 await asyncio.wait_for(self.stop.wait(), delay)
         return not self.stop.is_set()
 
-    async def open_step(self, step: Step) -> None:
-        for due in step.arrivals_s:
+    async def open_step(self, step: Step, arrivals: Sequence[float] | np.ndarray) -> None:
+        for due in arrivals:
             if not await self._sleep_until(due):
                 return
             self._start(step.index, float(due))
@@ -209,7 +205,8 @@ async def run_plan(client: Client, steps: Sequence[Step], specs: Callable[[int],
         if stop.is_set():
             break
         started.append(step)
-        await (run.open_step(step) if step.arrivals_s is not None else run.closed_step(step))
+        arrivals = step.arrivals_s
+        await (run.closed_step(step) if arrivals is None else run.open_step(step, arrivals))
     complete = not stop.is_set()
     if run.tasks and complete:
         stopper = asyncio.ensure_future(stop.wait())

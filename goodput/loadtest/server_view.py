@@ -15,10 +15,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from goodput.contracts.catalog import by_name
 from goodput.exporters.normalize import UnknownDialect, normalize
 from goodput.foundation.histogram import quantile
+
+if TYPE_CHECKING:
+    import httpx  # for the annotations; the scraping imports it where it starts
 
 __all__ = ["Round", "ServerView", "TargetScrape", "metrics_url", "parse_engine", "parse_gpu_utilization",
            "queue_p95", "step_view"]
@@ -111,7 +115,10 @@ def step_view(rounds: Sequence[Round], start_s: float, end_s: float) -> dict:
     """The server's view of one step ``[start_s, end_s]`` (pure: rounds in time order in, a dict out)."""
     inside = [r for r in rounds if start_s <= r.t <= end_s]
     targets = sorted({name for r in rounds for name in r.targets})
-    running, waiting, kv, gpu = [], [], [], []
+    running: list[float] = []
+    waiting: list[float] = []
+    kv: list[float] = []
+    gpu: list[float] = []
     for r in inside:
         ok = [s for s in r.targets.values() if s is not None]
         if ok:
@@ -126,7 +133,8 @@ def step_view(rounds: Sequence[Round], start_s: float, end_s: float) -> dict:
         end = _at(rounds, name, end_s)
         if end is None:
             continue
-        base = _at(rounds, name, start_s) or next((r.targets[name] for r in inside if r.targets.get(name)), None)
+        # the last scrape before the step, else the step's first: ``end`` itself at the latest
+        base = _at(rounds, name, start_s) or next((s for r in inside if (s := r.targets.get(name)) is not None), end)
         for c in _COUNTERS:
             now, before = end.counters.get(c, 0.0), base.counters.get(c, 0.0)
             deltas[c] += now - before if now >= before else now  # a reset (restarted replica) counts from zero
@@ -169,35 +177,37 @@ class ServerView:
         if not self.interval_s > 0:
             raise ValueError(f"ServerView: interval_s must be > 0, got {self.interval_s}")
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="server-view", daemon=True)
-        self._client = None
+        self._running: tuple[httpx.Client, threading.Thread] | None = None  # from start() on
 
     def start(self) -> None:
         import httpx
 
-        self._client = httpx.Client(timeout=self.timeout_s)
-        self._thread.start()
+        client = httpx.Client(timeout=self.timeout_s)
+        thread = threading.Thread(target=self._loop, args=(client,), name="server-view", daemon=True)
+        self._running = client, thread
+        thread.start()
 
     def stop(self) -> None:
         """Stop scraping after one last round, so the last step has an end to difference against."""
-        if self._client is None or self._stop.is_set():
+        if self._running is None or self._stop.is_set():
             return  # never started, or already stopped
+        client, thread = self._running
         self._stop.set()
-        self._thread.join(timeout=self.timeout_s * (len(self.metrics_urls) + 2) + self.interval_s)
-        self._scrape_round()
-        self._client.close()
+        thread.join(timeout=self.timeout_s * (len(self.metrics_urls) + 2) + self.interval_s)
+        self._scrape_round(client)
+        client.close()
 
-    def _loop(self) -> None:
+    def _loop(self, client: httpx.Client) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            self._scrape_round()
+            self._scrape_round(client)
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
 
-    def _get(self, url: str) -> str | None:
+    def _get(self, client: httpx.Client, url: str) -> str | None:
         import httpx
 
         try:
-            resp = self._client.get(url)
+            resp = client.get(url)
             resp.raise_for_status()
             return resp.text
         except httpx.HTTPError as e:
@@ -208,10 +218,10 @@ class ServerView:
         self.failures[url] = self.failures.get(url, 0) + 1
         self.last_error[url] = why
 
-    def _scrape_round(self) -> None:
+    def _scrape_round(self, client: httpx.Client) -> None:
         targets: dict[str, TargetScrape | None] = {}
         for url in self.metrics_urls:
-            text = self._get(url)
+            text = self._get(client, url)
             scrape = None
             if text is not None:
                 try:
@@ -220,7 +230,7 @@ class ServerView:
                     self._fail(url, f"not an engine's metrics: {e}")
             targets[url] = scrape
         gpu = None
-        if self.gpu_url is not None and (text := self._get(self.gpu_url)) is not None:
+        if self.gpu_url is not None and (text := self._get(client, self.gpu_url)) is not None:
             gpu = parse_gpu_utilization(text)
         self.rounds.append(Round(self.clock(), targets, gpu))
 

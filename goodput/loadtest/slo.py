@@ -6,33 +6,17 @@ One string both ways: ``parse_slo`` reads it (a ``ConfigError`` names the term t
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.quantiles import percentile
 
-__all__ = ["METRICS", "Slo", "SloTerm", "parse_slo", "percentile"]
+__all__ = ["METRICS", "Slo", "SloTerm", "parse_slo"]
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 _TERM = re.compile(r"^(?P<metric>[a-z0-9]+)_p(?P<pct>\d+(?:\.\d+)?)=(?P<value>\d+(?:\.\d*)?|\.\d+)(?P<unit>ms|s)$")
 _PER_S = {"s": 1.0, "ms": 1000.0}
-
-
-def percentile(values: Sequence[float], pct: float) -> float:
-    """numpy's default (linear) percentile, extended to +inf values (numpy gives nan when it interpolates toward
-    inf with weight 0), and in plain Python for short lists: per request, numpy's call overhead dominated."""
-    v = np.sort(np.asarray(values, dtype=float)) if len(values) > 256 else sorted(values)
-    h = (len(v) - 1) * pct / 100.0
-    lo, hi = math.floor(h), math.ceil(h)
-    if lo == hi or v[lo] == v[hi]:
-        return float(v[lo])
-    if math.isinf(v[hi]):
-        return math.inf
-    return float(v[lo] + (v[hi] - v[lo]) * (h - lo))
 
 
 def _fmt_number(x: float) -> str:

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from goodput.foundation.quantiles import percentile
 from goodput.loadtest.records import RequestRecord
-from goodput.loadtest.slo import Slo, SloTerm, percentile
+from goodput.loadtest.slo import Slo, SloTerm
 
 __all__ = [
     "PERCENTILES", "distribution", "knee", "length_stats", "served_rate", "slo_term_value", "summarize", "verdict",
@@ -150,8 +151,8 @@ def verdict(step_dicts: Sequence[dict]) -> dict:
     without per-request data has ``slo_met`` None), which steps met the SLO, and the knee, the highest load of
     those. A single step without an offered rate is judged like any other, not skipped."""
     judged = [s for s in step_dicts if s.get("slo_met") is not None]
-    meeting = [s for s in judged if s["slo_met"] and _load(s) is not None]
-    best = max(meeting, key=_load) if meeting else None
+    meeting = [(load, s) for s in judged if s["slo_met"] and (load := _load(s)) is not None]
+    best = max(meeting, key=lambda m: m[0])[1] if meeting else None
     return {
         "judged": bool(judged),
         "met": [s["index"] for s in judged if s["slo_met"]],

@@ -27,7 +27,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -111,7 +111,7 @@ def _worker(conn, job: _Job) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         asyncio.run(_work(conn, job))
-    except BaseException as e:  # told to the parent, which names this worker in the failure
+    except BaseException as e:  # noqa: BLE001 - whatever ends the worker goes to the parent, which names it in the failure
         with contextlib.suppress(OSError):
             conn.send(("failed", f"{type(e).__name__}: {e}"))
         raise SystemExit(1) from None
@@ -226,6 +226,72 @@ def _sigint_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@dataclass
+class _Supervision:
+    """What the parent learns of its workers while they run: their results, the failures, whether it stopped them."""
+
+    fleet: _Fleet
+    results: dict[int, RunResult] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    stopping: bool = False
+
+    def stop_all(self) -> None:
+        self.stopping = True
+        self.fleet.send(("stop",))
+
+    async def next_message(self, also: set[asyncio.Future], timeout: float) -> tuple[int, tuple] | None:
+        """The next (worker, message), or None when one of ``also`` (the stop) or the timeout came first."""
+        got = asyncio.ensure_future(self.fleet.queue.get())
+        await asyncio.wait({got, *also}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not got.done():
+            got.cancel()
+            return None
+        return got.result()
+
+    async def await_ready(self, n: int, stop: asyncio.Event, stopper: asyncio.Future) -> None:
+        """Wait for all ``n`` workers to say ready: a worker that fails first, or none ready in time, is a failure;
+        a stop meanwhile ends the wait."""
+        ready: set[int] = set()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(ready) < n and not self.failures and not stop.is_set():
+            got = await self.next_message({stopper}, max(0.0, deadline - time.monotonic()))
+            if got is None:
+                if time.monotonic() >= deadline:
+                    self.failures.append(f"{n - len(ready)} load-test worker(s) not ready after {START_TIMEOUT_S:g} s")
+                continue
+            k, msg = got
+            if msg[0] == "ready":
+                ready.add(k)
+            else:
+                self.failures.append(f"{self.fleet.name(k)} failed before the run: {msg[1] or self.fleet.exit_of(k)}")
+
+    async def follow(self, stop: asyncio.Event, stopper: asyncio.Future, clock: Callable[[], float],
+                     on_progress: Callable[[float], None] | None) -> None:
+        """Until every worker has ended: progress now and then, the stop passed on, each result kept; a worker
+        that dies stops the others (the run is a partial one, kept)."""
+        while self.fleet.open:
+            # once stopping, the stop (long set) is no more to wait on: only the workers' answers
+            got = await self.next_message(set() if self.stopping else {stopper}, POLL_S)
+            if on_progress is not None and not self.stopping:
+                on_progress(clock())
+            if stop.is_set() and not self.stopping:
+                self.stop_all()
+            if got is None:
+                continue
+            k, msg = got
+            if msg[0] == "done":
+                if msg[1] is not None:
+                    self.results[k] = msg[1]
+            elif msg[0] in ("failed", "died"):
+                self.failures.append(f"{self.fleet.name(k)} died mid-run: {msg[1] or self.fleet.exit_of(k)}")
+                if not self.stopping:
+                    self.stop_all()
+        while not self.fleet.queue.empty():  # a "done" that came with the last EOF
+            k, msg = self.fleet.queue.get_nowait()
+            if msg[0] == "done" and msg[1] is not None:
+                self.results[k] = msg[1]
+
+
 async def run_workers(targets: list[str], options: ClientOptions, steps: Sequence[Step],
                       specs: Callable[[int], RequestSpec], *, workers: int, max_in_flight: int,
                       stop: asyncio.Event | None = None, drain_s: float | None = None,
@@ -238,72 +304,28 @@ async def run_workers(targets: list[str], options: ClientOptions, steps: Sequenc
     n = workers
     per_pool = max(1, math.ceil(max_in_flight / n))
     jobs = [_Job(k, n, list(targets), options, part, specs, per_pool, drain_s) for k, part in enumerate(shares(steps, n))]
-    fleet = _Fleet(jobs)
+    sup = _Supervision(_Fleet(jobs))
     origin = time.monotonic() + START_TIMEOUT_S  # until the real one is set, the clock reads before 0
 
     def clock() -> float:
         return time.monotonic() - origin
 
-    results: dict[int, RunResult] = {}
-    failures: list[str] = []
-    stopping = False
     try:
-        ready: set[int] = set()
         stopper = asyncio.ensure_future(stop.wait())
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while len(ready) < n and not failures and not stop.is_set():
-            got = asyncio.ensure_future(fleet.queue.get())
-            await asyncio.wait({got, stopper}, timeout=max(0.0, deadline - time.monotonic()),
-                               return_when=asyncio.FIRST_COMPLETED)
-            if not got.done():
-                got.cancel()
-                if time.monotonic() >= deadline:
-                    failures.append(f"{n - len(ready)} load-test worker(s) not ready after {START_TIMEOUT_S:g} s")
-                continue
-            k, msg = got.result()
-            if msg[0] == "ready":
-                ready.add(k)
-            else:
-                failures.append(f"{fleet.name(k)} failed before the run: {msg[1] or fleet.exit_of(k)}")
-        if failures or stop.is_set():
-            stopping = True
-            fleet.send(("stop",))
+        await sup.await_ready(n, stop, stopper)
+        if sup.failures or stop.is_set():
+            sup.stop_all()
         else:
             origin = time.monotonic() + START_LEAD_S
-            fleet.send(("go", origin))
+            sup.fleet.send(("go", origin))
             if on_start is not None:
                 on_start(clock)
-        while fleet.open:
-            got = asyncio.ensure_future(fleet.queue.get())
-            # once stopping, the stop (long set) is no more to wait on: only the workers' answers
-            await asyncio.wait({got} if stopping else {got, stopper}, timeout=POLL_S,
-                               return_when=asyncio.FIRST_COMPLETED)
-            if on_progress is not None and not stopping:
-                on_progress(clock())
-            if stop.is_set() and not stopping:
-                stopping = True
-                fleet.send(("stop",))
-            if not got.done():
-                got.cancel()
-                continue
-            k, msg = got.result()
-            if msg[0] == "done":
-                if msg[1] is not None:
-                    results[k] = msg[1]
-            elif msg[0] in ("failed", "died"):
-                failures.append(f"{fleet.name(k)} died mid-run: {msg[1] or fleet.exit_of(k)}")
-                if not stopping:  # the others stop too: the run is a partial one, kept
-                    stopping = True
-                    fleet.send(("stop",))
-        while not fleet.queue.empty():  # a "done" that came with the last EOF
-            k, msg = fleet.queue.get_nowait()
-            if msg[0] == "done" and msg[1] is not None:
-                results[k] = msg[1]
+        await sup.follow(stop, stopper, clock, on_progress)
         stopper.cancel()
-        wall = clock() if results else 0.0  # the run's end, before the workers' exit (which can take seconds)
+        wall = clock() if sup.results else 0.0  # the run's end, before the workers' exit (which can take seconds)
     finally:
-        fleet.close()
-    return merge(results, steps, n, wall, complete=not stopping and not failures, failures=failures)
+        sup.fleet.close()
+    return merge(sup.results, steps, n, wall, complete=not sup.stopping and not sup.failures, failures=sup.failures)
 
 
 def merge(results: dict[int, RunResult], steps: Sequence[Step], n: int, wall_s: float, *, complete: bool,
@@ -319,10 +341,10 @@ def merge(results: dict[int, RunResult], steps: Sequence[Step], n: int, wall_s: 
             cut_now.append(i)
         r.index = i
     healths = [res.client for res in results.values()]
-    waits = [h.cpu_wait_s for h in healths]
+    waits = [h.cpu_wait_s for h in healths if h.cpu_wait_s is not None]
+    cpu_wait = sum(waits) if healths and len(waits) == len(healths) else None  # None: some worker's kernel did not say
     cpu = sum(h.cpu_s for h in healths)
-    health = client_health(records, cpu, wall_s, None if None in waits or not waits else sum(waits), n,
-                           max((h.cpu_s for h in healths), default=0.0))
+    health = client_health(records, cpu, wall_s, cpu_wait, n, max((h.cpu_s for h in healths), default=0.0))
     health.per_worker = [{"worker": k, "requests": len(res.records),
                           "output_tokens": sum(r.output_tokens for r in res.records),
                           "cpu_s": res.client.cpu_s, "cpu_wait_s": res.client.cpu_wait_s,

@@ -99,8 +99,8 @@ class SpecStream:
 
     BLOCK = 4096
 
-    def __init__(self, workload: Workload, seed: int, inputs: Sequence[int] | None = None,
-                 outputs: Sequence[int] | None = None, hash_ids: Sequence[tuple[int, ...]] | None = None,
+    def __init__(self, workload: Workload, seed: int, inputs: Sequence[int] | np.ndarray | None = None,
+                 outputs: Sequence[int] | np.ndarray | None = None, hash_ids: Sequence[tuple[int, ...]] | None = None,
                  block_tokens: int = 0) -> None:
         self.workload, self.seed = workload, seed
         self.inputs, self.outputs, self.hash_ids, self.block_tokens = inputs, outputs, hash_ids, block_tokens

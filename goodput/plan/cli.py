@@ -266,6 +266,7 @@ def _overload(args: argparse.Namespace) -> int:
         from goodput.plan.report import write_overload_report
         write_overload_report(args.html, result)
     print(json.dumps(result, indent=2) if args.format == "json" else render_overload(result))
+    return 0
 def _disagg(args: argparse.Namespace) -> int:
     from goodput.foundation.errors import ConfigError
     from goodput.plan.disagg import compare

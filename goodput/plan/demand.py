@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -97,7 +97,7 @@ class Demand:
     deployments: tuple[DeploymentDemand, ...]
 
 
-def _fail(src: str, key: str, problem: str):
+def _fail(src: str, key: str, problem: str) -> NoReturn:
     raise ConfigError(src, key, problem)
 
 

@@ -110,7 +110,8 @@ def step_s(pool: Pool, batch: float, context: float, prompts: float = 0.0, token
         m = max(0.0, (prompt - c) / 2.0)
         pairs += prompts * (c * m + c * (c + 1) / 2.0)
         kv += prompts * (m + c)
-    return pool.roofline.step_time(batch + tokens, pairs, kv)
+    # the simulator annotates ``tokens`` int, but a step's mean tokens are fractional: its .pxd takes a double
+    return pool.roofline.step_time(batch + tokens, pairs, kv)  # type: ignore[arg-type]
 
 
 def _kv_need(load: Load, pool: Pool) -> float:
@@ -195,9 +196,8 @@ def replica_state(load: Load, pool: Pool, replicas: int, *, chunk: int | None = 
     transfer there); ``kv_held_s`` is how long a finished prompt keeps its KV (a prefill replica's transfer)."""
     chunk = chunk or pool.prefill_chunk_tokens
     rate = load.rps / replicas
-    batch = 0.0
-    chain = None
-    for _ in range(FIXED_POINT_STEPS if decodes else 1):
+    batch, rounds = 0.0, FIXED_POINT_STEPS if decodes else 1
+    while True:  # at least one round: the chain below is the last round's
         chain = _prefill_chain(load, pool, rate, batch, chunk)
         if chain is None:
             return ReplicaState(rate, chunk, batch, failed=("prefill_throughput",))
@@ -205,8 +205,8 @@ def replica_state(load: Load, pool: Pool, replicas: int, *, chunk: int | None = 
         if new > pool.max_num_seqs:
             return ReplicaState(rate, chunk, new, chain[1][0], chain[1][1], failed=("max_num_seqs",))
         done = abs(new - batch) < 1e-6 * max(1.0, new)
-        batch = new
-        if done:
+        batch, rounds = new, rounds - 1
+        if done or rounds == 0:
             break
     probs, times, mean_k, steps_per_s, lanes = chain
     alone = _alone_s(load, pool, batch, chunk, load.input_mean)
@@ -372,10 +372,13 @@ class Comparison:
     def usd_per_hour(self, layout: str) -> float | None:
         parts = ([("aggregated", self.aggregated.replicas)] if layout == "aggregated"
                  else [("prefill", self.prefill.replicas), ("decode", self.decode.replicas)])
-        prices = [self.pools[r].usd_per_gpu_hour for r, _ in parts]
-        if any(p is None for p in prices):
-            return None
-        return sum(n * self.pools[r].tp * p for (r, n), p in zip(parts, prices, strict=True))
+        total = 0.0
+        for role, replicas in parts:
+            pool = self.pools[role]
+            if pool.usd_per_gpu_hour is None:
+                return None
+            total += replicas * pool.tp * pool.usd_per_gpu_hour
+        return total
 
     def usd_per_million_tokens(self, layout: str) -> float | None:
         """The layout's hourly cost over the input + output tokens it serves in that hour at the planned demand."""
@@ -468,7 +471,8 @@ def compare(load: Load, aggregated: Pool, prefill: Pool, decode: Pool, link: Dis
             transfer_in: str = "tpot") -> Comparison | str:
     """Both layouts planned for ``load``, and which needs fewer GPUs (a tie goes to the aggregated one), with why;
     a reason string naming the SLO term when a layout cannot meet it at all."""
-    transfer = link.transfer_s(load.input_mean)
+    # the simulator annotates the prompt's tokens int; the link time is linear in them, and the mean is fractional
+    transfer = link.transfer_s(load.input_mean)  # type: ignore[arg-type]
     a = plan_aggregated(load, aggregated)
     if isinstance(a, str):
         return f"aggregated: {a}"

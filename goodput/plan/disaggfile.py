@@ -29,7 +29,7 @@ from goodput.foundation.reader import Reader
 from goodput.foundation.yamlfile import load_mapping
 from goodput.plan.demand import MAX_TP, Candidate, DeploymentDemand, Stream, parse_demand
 from goodput.plan.disagg import Comparison, Load, Pool
-from goodput.plan.fleetspec import deployment_config, deployment_mapping, stream_workload
+from goodput.plan.fleetspec import deployment_config, deployment_mapping, kv_pool_tokens, stream_workload
 from goodput.plan.prices import Prices
 from goodput.plan.sides import roofline_of
 from goodput.simulator.catalog import resolve_gpu
@@ -85,10 +85,9 @@ def _load(dep: DeploymentDemand, slos: dict, growth: float) -> Load:
 def _pool(role: str, source: str, cand: Candidate, prices: Prices) -> Pool:
     cfg = deployment_config(source, cand)
     e = cfg.engine
-    return Pool(role=role, gpu=cfg.gpu, tp=cfg.tp, roofline=roofline_of(cfg), kv_tokens=cfg.budget.num_blocks * e.block_size,
+    return Pool(role=role, gpu=cfg.gpu, tp=cfg.tp, roofline=roofline_of(cfg), kv_tokens=kv_pool_tokens(cfg),
                 block_size=e.block_size, max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
-                prefill_chunk_tokens=e.prefill_chunk_tokens,
-                usd_per_gpu_hour=None if prices.get(cfg.gpu) is None else prices.get(cfg.gpu).usd_per_gpu_hour)
+                prefill_chunk_tokens=e.prefill_chunk_tokens, usd_per_gpu_hour=prices.usd_per_gpu_hour(cfg.gpu))
 
 
 def _pool_candidate(r: Reader, cand: Candidate) -> Candidate:
@@ -114,7 +113,10 @@ def _link(source: str, cands: dict[str, Candidate], gbps: float, latency_ms: flo
     wl = stream_workload("probe", Stream("chat", "P0", 1.0, {"p50": 1, "max": 1}, {"p50": 1, "max": 1}, 1.0, 1.0),
                          {"process": "poisson", "rate": 1.0})
     dep = _disaggregated("probe", cands["prefill"], cands["decode"], (1, 1), gbps, latency_ms)
-    return parse_fleet({"name": "probe", "deployments": [dep], "workloads": [wl]}, source).deployments[0].disaggregation
+    link = parse_fleet({"name": "probe", "deployments": [dep], "workloads": [wl]}, source).deployments[0].disaggregation
+    if link is None:
+        raise ValueError(f"{source}: the probe deployment was parsed without its disaggregation")
+    return link
 
 
 def planned_fleet(planned: Sequence[tuple[DisaggCase, Comparison]]) -> dict[str, Any]:
@@ -142,7 +144,7 @@ def load_disagg(path: str | Path, prices: Prices, deployment: str | None = None)
     src = str(path)
     raw: Any = copy.deepcopy(load_mapping(path, "a demand mapping with 'deployments'"))
     deployments = raw.get("deployments")
-    blocks: dict[str] = {}
+    blocks: dict[str, Reader] = {}
     for name, d in deployments.items() if isinstance(deployments, dict) else ():
         if isinstance(d, dict):  # anything else parse_demand refuses with its path
             key = f"deployments.{name}.disaggregation"

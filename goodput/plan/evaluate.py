@@ -170,7 +170,7 @@ def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy
                 results[label] = f.result()
                 if progress is not None:
                     progress(i + 1)
-    out = {"scenario": scenario_name, "deployment": name, "duration_s": duration, "disturbance_s": t_d,
+    out: dict[str, Any] = {"scenario": scenario_name, "deployment": name, "duration_s": duration, "disturbance_s": t_d,
            "cold_start_s": ours.cold_start_s, "slo_objectives": {t: d.slos[t].objective for t in d.demand.tiers()},
            "policies": results, "headroom": d.headroom}
     if len(results) > 1:

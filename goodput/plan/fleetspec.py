@@ -14,7 +14,8 @@ from typing import Any
 from goodput.plan.demand import Candidate, Stream, TierSlo
 from goodput.simulator.config import DeploymentConfig, FleetConfig, parse_fleet
 
-__all__ = ["deployment_config", "deployment_mapping", "fleet_config", "meets_slo", "stream_workload", "ttft_tpot"]
+__all__ = ["deployment_config", "deployment_mapping", "fleet_config", "kv_pool_tokens", "meets_slo", "stream_workload",
+           "ttft_tpot"]
 
 OK_FINISH = ("stop", "length")
 
@@ -47,6 +48,13 @@ def deployment_config(source: str, cand: Candidate) -> DeploymentConfig:
           "input_tokens": {"p50": 1, "max": 1}, "output_tokens": {"p50": 1, "max": 1}, "max_tokens": 2,
           "arrival": {"process": "poisson", "rate": 1.0}}
     return fleet_config(source, "probe", cand, 1, [wl]).deployments[0]
+
+
+def kv_pool_tokens(cfg: DeploymentConfig) -> int:
+    """KV tokens one replica holds: its memory budget's blocks (``parse_fleet`` sizes one for every deployment)."""
+    if cfg.budget is None:
+        raise ValueError(f"{cfg.name}: no memory budget (not a deployment parse_fleet checked)")
+    return cfg.budget.num_blocks * cfg.engine.block_size
 
 
 def ttft_tpot(req) -> tuple[float, float]:

@@ -125,7 +125,8 @@ def summarize(source: str, hourly: dict[Key, tuple[np.ndarray, np.ndarray]], tok
     """Peaks, per-week peaks and growth from hourly req/s per stream (``times`` are hour ends). ``tokens`` per stream:
     ``input_mean``, ``output_mean`` and, where known, ``input_tokens`` / ``output_tokens`` quantiles and
     ``token_quantiles`` (where they came from)."""
-    streams, by_dep = [], {}
+    streams = []
+    by_dep: dict[str, dict[float, float]] = {}  # per deployment, req/s per hour end
     for key in sorted(hourly):
         t, v = hourly[key]
         ok = np.isfinite(v) & (t > start) & (t <= end)
@@ -179,8 +180,9 @@ def _from_prometheus(server: promapi.Endpoint, start: float, end: float, weeks: 
     def per_request(tokens: str, requests: str, k: Key) -> float | None:  # as the trace store: output of ok ones
         n = sums[requests].get(k, 0.0)
         return sums[tokens].get(k, 0.0) / n if n > 0 else None
-    tokens = {k: {"input_mean": per_request("input", "admitted", k), "output_mean": per_request("output", "ok", k)}
-              for k in hourly}
+    tokens: dict[Key, dict[str, Any]] = {
+        k: {"input_mean": per_request("input", "admitted", k), "output_mean": per_request("output", "ok", k)}
+        for k in hourly}
     for side in TOKEN_HISTOGRAMS:  # a stream without the histogram has no series here; one without a request, NaN
         levels = {q: {key(s): s.values[0] for s in got[f"{side} {q}"]} for q in TOKEN_LEVELS}
         for k, t in tokens.items():

@@ -18,7 +18,7 @@ share of it is its share of the tokens the engines processed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,7 +146,7 @@ def figures(cols: Mapping[str, np.ndarray], slos: Mapping[str, TierSlo], seconds
     everyone = cols["arrival"].astype(float) < seconds  # every attempt of the scenario, retries included
     asked = cols["attempt"] == 1
     on = cols["overload_step"] != ""
-    first = {}  # each step's first request, by arrival: the order the ladder engaged them
+    first: dict[str, float] = {}  # each step's first request, by arrival: the order the ladder engaged them
     for step, t in zip(cols["overload_step"][on].tolist(), cols["arrival"][on].tolist(), strict=True):
         first[step] = min(t, first.get(step, t))
     steps = sorted(first, key=first.__getitem__)
@@ -214,6 +214,21 @@ def replay(cfg: FleetConfig, arrivals, seconds: float, progress: Callable[[float
     return out.columns(), gpu_s, logs
 
 
+def _after(progress: Callable[[float], None], offset: float) -> Callable[[float], None]:
+    """``progress`` told a variant's replayed seconds after the ``offset`` seconds of the variants before it."""
+    return lambda t: progress(offset + t)
+
+
+def _usd(costs: Iterable[tuple[float, float | None]]) -> float | None:
+    """What (GPU-hours, dollars per GPU-hour) pairs cost together; None when a GPU has no price."""
+    total = 0.0
+    for hours, usd_per_gpu_hour in costs:
+        if usd_per_gpu_hour is None:
+            return None
+        total += hours * usd_per_gpu_hour
+    return total
+
+
 def plan_overload(fleet: dict[str, Any], source: str, scenario_name: str, seconds: float, slos: Mapping[str, TierSlo],
                   prices: Prices, *, seed: int | None = None, tenant: str | None = None, deployment: str | None = None,
                   progress: Callable[[float], None] | None = None) -> dict[str, Any]:
@@ -227,11 +242,9 @@ def plan_overload(fleet: dict[str, Any], source: str, scenario_name: str, second
     arrivals = generate(cfgs["ladder"], seconds, seed)  # the gateway plays no part in when requests arrive
     out: dict[str, Any] = {}
     for i, (label, cfg) in enumerate(cfgs.items()):
-        cols, gpu_s, logs = replay(cfg, arrivals, seconds,
-                                   None if progress is None else (lambda t, i=i: progress(i * seconds + t)))
-        costs = {d.name: (gpu_s[d.name] / 3600.0, prices.get(d.gpu)) for d in cfg.deployments}
-        usd = None if any(p is None for _, p in costs.values()) else sum(h * p.usd_per_gpu_hour
-                                                                         for h, p in costs.values())
+        cols, gpu_s, logs = replay(cfg, arrivals, seconds, None if progress is None else _after(progress, i * seconds))
+        costs = {d.name: (gpu_s[d.name] / 3600.0, prices.usd_per_gpu_hour(d.gpu)) for d in cfg.deployments}
+        usd = _usd(costs.values())
         out[label] = {"protection": VARIANTS[label], "gateway": cfg.gateway is not None,
                       "gpu_hours": round(sum(h for h, _ in costs.values()), 4),
                       "usd": None if usd is None else round(usd, 4), **figures(cols, slos, seconds, usd), **logs}
@@ -242,6 +255,5 @@ def plan_overload(fleet: dict[str, Any], source: str, scenario_name: str, second
             "ladder_configured": "overload" in gw, "fallbacks_configured": "fallbacks" in gw,
             "breaker_configured": "circuit_breaker" in gw,
             "slos": {t: {"ttft_s": s.ttft_s, "tpot_s": s.tpot_s, "objective": s.objective} for t, s in slos.items()},
-            "prices": {d.gpu: None if prices.get(d.gpu) is None else prices.get(d.gpu).usd_per_gpu_hour
-                       for d in cfgs["ladder"].deployments},
+            "prices": {d.gpu: prices.usd_per_gpu_hour(d.gpu) for d in cfgs["ladder"].deployments},
             "variants": out}

@@ -9,7 +9,7 @@ and ``plan evaluate`` need: the chosen candidate, its demand streams and SLOs, t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -57,73 +57,112 @@ def _knee_job(args: tuple) -> Knee:
     return knee_search(*args[:5], duration_s=args[5], seed=args[6])
 
 
-def build_plan(demand: Demand, prices: Prices, *, runs: dict[str, RunGoodput] | None = None, jobs: int = 0,
-               sim_duration_s: float = 120.0, progress: Callable[[float], None] | None = None,
-               seed: int = 0) -> list[DeploymentPlan]:
-    """Size every candidate; with ``runs`` None, measure each in the simulator (``jobs`` processes, 0: all cores)."""
-    work: list[tuple[DeploymentDemand, Candidate, Sides]] = []
+@dataclass(frozen=True)
+class _Work:
+    """One candidate of one deployment to size, with what the analytic checks say of it."""
+
+    dep: DeploymentDemand
+    cand: Candidate
+    sides: Sides
+
+
+@dataclass(frozen=True)
+class _Goodput:
+    """A candidate's per-replica SLO goodput, the concurrency it holds there, and where the figure came from."""
+
+    tokens_per_s: float
+    concurrency: float
+    source: str
+
+
+def _work(demand: Demand) -> list[_Work]:
+    """Every candidate, checked by the simulator's parser and the prefill/decode sides before anything is measured:
+    a deployment without candidates, or a candidate the parser refuses, stops the plan here."""
+    work = []
     for dep in demand.deployments:
         if not dep.candidates:
             raise ConfigError(demand.source, f"deployments.{dep.name}.candidates", "name at least one candidate")
         for cand in dep.candidates:
             cfg = deployment_config(_source(demand, dep, cand), cand)
-            work.append((dep, cand, check_sides(cfg, dep.streams, demand.slos, demand.growth)))
-    if runs is not None:
-        known = {c.name for _, c, _ in work}
-        unknown = sorted(set(runs) - known)
-        if unknown:
-            raise ConfigError("--runs", unknown[0], f"no such candidate in {demand.source}; have {', '.join(sorted(known))}")
-    goodput: dict[tuple[str, str], tuple[float, float, str]] = {}
-    if runs is not None:
-        for dep, cand, _ in work:
-            if cand.name in runs:
-                r = runs[cand.name]
-                goodput[(dep.name, cand.name)] = (r.goodput_tokens_per_s, r.concurrency,
-                                                  f"load-test run {r.run_dir} (SLO {r.slo})")
-    else:
-        tasks = [(_source(demand, dep, cand), cand, dep.streams, demand.slos, _guess(dep, sides, demand.growth),
-                  sim_duration_s, seed) for dep, cand, sides in work]
-        workers = min(len(tasks), jobs or os.cpu_count() or 1)
-        done = 0
-        if workers <= 1:
-            knees = []
-            for t in tasks:
-                knees.append(_knee_job(t))
-                done += 1
-                if progress:
-                    progress(done)
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(_knee_job, t) for t in tasks]
-                knees = []
-                for f in futures:
-                    knees.append(f.result())
-                    done += 1
-                    if progress:
-                        progress(done)
-        for (dep, cand, _), knee in zip(work, knees, strict=True):
-            if knee.goodput_tokens_per_s <= 0:
-                raise ConfigError(_source(demand, dep, cand), "slo",
-                                  f"no load meets the SLO in the simulator (attainment {knee.attainment})")
-            goodput[(dep.name, cand.name)] = (
-                knee.goodput_tokens_per_s, knee.concurrency,
-                f"simulator knee search: {knee.rate_rps:.3g} req/s per replica, {knee.probes} probes")
+            work.append(_Work(dep, cand, check_sides(cfg, dep.streams, demand.slos, demand.growth)))
+    return work
+
+
+def _from_runs(demand: Demand, work: list[_Work], runs: dict[str, RunGoodput]) -> dict[tuple[str, str], _Goodput]:
+    """Goodput from load-test runs, by candidate name; a run naming no candidate is an error (a typo would
+    otherwise plan without it)."""
+    known = {w.cand.name for w in work}
+    unknown = sorted(set(runs) - known)
+    if unknown:
+        raise ConfigError("--runs", unknown[0], f"no such candidate in {demand.source}; have {', '.join(sorted(known))}")
+    return {(w.dep.name, w.cand.name): _Goodput(r.goodput_tokens_per_s, r.concurrency,
+                                                 f"load-test run {r.run_dir} (SLO {r.slo})")
+            for w in work if (r := runs.get(w.cand.name)) is not None}
+
+
+def _knees(tasks: list[tuple], jobs: int, progress: Callable[[float], None] | None) -> list[Knee]:
+    """The knee searches, in order: in this process for one worker, else ``jobs`` processes (0: all cores);
+    ``progress`` is told how many are done."""
+    workers = min(len(tasks), jobs or os.cpu_count() or 1)
+    if workers <= 1:
+        return _counted(map(_knee_job, tasks), progress)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_knee_job, t) for t in tasks]
+        return _counted((f.result() for f in futures), progress)
+
+
+def _counted(knees: Iterable[Knee], progress: Callable[[float], None] | None) -> list[Knee]:
+    """The knees as each finishes, ``progress`` told the count so far."""
     out = []
-    for dep in demand.deployments:
-        plans, missing = [], []
-        for d, cand, sides in work:
-            if d is not dep:
-                continue
-            if (dep.name, cand.name) not in goodput:
-                missing.append(cand.name)
-                continue
-            g, conc, src = goodput[(dep.name, cand.name)]
-            plans.append(plan_candidate(dep, cand, g, conc, src, sides, demand.growth, prices.get(cand.gpu)))
-        if not plans:
-            raise ConfigError("--runs", dep.name, f"no run for any candidate of deployment {dep.name} "
-                                                  f"({', '.join(c.name for c in dep.candidates)})")
-        out.append(DeploymentPlan(dep, tuple(plans), tuple(missing)))
+    for knee in knees:
+        out.append(knee)
+        if progress:
+            progress(len(out))
     return out
+
+
+def _simulated(demand: Demand, work: list[_Work], jobs: int, sim_duration_s: float,
+               progress: Callable[[float], None] | None, seed: int) -> dict[tuple[str, str], _Goodput]:
+    """Goodput from the simulator's knee search of every candidate; one that meets the SLO at no load is an error."""
+    tasks = [(_source(demand, w.dep, w.cand), w.cand, w.dep.streams, demand.slos, _guess(w.dep, w.sides, demand.growth),
+              sim_duration_s, seed) for w in work]
+    out = {}
+    for w, knee in zip(work, _knees(tasks, jobs, progress), strict=True):
+        if knee.goodput_tokens_per_s <= 0:
+            raise ConfigError(_source(demand, w.dep, w.cand), "slo",
+                              f"no load meets the SLO in the simulator (attainment {knee.attainment})")
+        out[(w.dep.name, w.cand.name)] = _Goodput(
+            knee.goodput_tokens_per_s, knee.concurrency,
+            f"simulator knee search: {knee.rate_rps:.3g} req/s per replica, {knee.probes} probes")
+    return out
+
+
+def _deployment_plan(demand: Demand, prices: Prices, dep: DeploymentDemand, work: list[_Work],
+                     goodput: dict[tuple[str, str], _Goodput]) -> DeploymentPlan:
+    """``dep``'s measured candidates sized; those without a run are listed as unmeasured, and none measured is an
+    error."""
+    plans, missing = [], []
+    for w in (w for w in work if w.dep is dep):
+        g = goodput.get((dep.name, w.cand.name))
+        if g is None:
+            missing.append(w.cand.name)
+            continue
+        plans.append(plan_candidate(dep, w.cand, g.tokens_per_s, g.concurrency, g.source, w.sides, demand.growth,
+                                    prices.get(w.cand.gpu)))
+    if not plans:
+        raise ConfigError("--runs", dep.name, f"no run for any candidate of deployment {dep.name} "
+                                              f"({', '.join(c.name for c in dep.candidates)})")
+    return DeploymentPlan(dep, tuple(plans), tuple(missing))
+
+
+def build_plan(demand: Demand, prices: Prices, *, runs: dict[str, RunGoodput] | None = None, jobs: int = 0,
+               sim_duration_s: float = 120.0, progress: Callable[[float], None] | None = None,
+               seed: int = 0) -> list[DeploymentPlan]:
+    """Size every candidate; with ``runs`` None, measure each in the simulator (``jobs`` processes, 0: all cores)."""
+    work = _work(demand)
+    goodput = (_from_runs(demand, work, runs) if runs is not None
+               else _simulated(demand, work, jobs, sim_duration_s, progress, seed))
+    return [_deployment_plan(demand, prices, dep, work, goodput) for dep in demand.deployments]
 
 
 def candidate_row(c: CandidatePlan) -> dict[str, Any]:

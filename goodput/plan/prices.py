@@ -31,6 +31,11 @@ class Prices:
     def get(self, gpu: str) -> Price | None:
         return self.by_gpu.get(gpu)
 
+    def usd_per_gpu_hour(self, gpu: str) -> float | None:
+        """The GPU's hourly price, None where none is known."""
+        price = self.by_gpu.get(gpu)
+        return None if price is None else price.usd_per_gpu_hour
+
 
 def _parse(data: dict, src: str) -> dict[str, Price]:
     extra = sorted(set(data) - {"as_of", "gpus"})

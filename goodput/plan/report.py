@@ -39,7 +39,7 @@ def _table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _page(title: str, figures: list, tables: list[str]) -> str:
-    parts = []
+    parts: list[str] = []
     for fig in figures:
         parts.append(fig.to_html(full_html=False, include_plotlyjs=not parts, config={"displaylogo": False}))
     return (f"<!doctype html><html><head><meta charset=utf-8><title>{_e(title)}</title><style>{CSS}</style></head>"

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from goodput.plan.demand import Stream, TierSlo
+from goodput.plan.fleetspec import kv_pool_tokens
 from goodput.simulator.catalog import gpus
 from goodput.simulator.config import DeploymentConfig
 from goodput.simulator.roofline import Roofline
@@ -71,7 +72,7 @@ def check_sides(dep: DeploymentConfig, streams: Sequence[Stream], slos: dict[str
     tpot = min(slos[s.tier].tpot_s for s in streams)
     chunk = e.max_num_batched_tokens
     prefill_tps = chunk / rf.step_time(chunk, chunk * mean_in / 2.0, chunk)
-    kv_tokens = dep.budget.num_blocks * e.block_size
+    kv_tokens = kv_pool_tokens(dep)
     context = mean_in + mean_out / 2.0
     tpot_batch = _largest_batch(rf, context, tpot)
     limits = {"max_num_seqs": e.max_num_seqs, "kv": int(kv_tokens // context), "tpot": tpot_batch}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -80,13 +81,14 @@ class _Writer:
 
 def _gateway_counters(w: _Writer, wls: list[WorkloadSeries], served: dict[str, str]) -> None:
     """Per tenant (a share of its workload's counts); ``served`` maps a deployment to its model name."""
-    families = {
-        "llm_gateway_requests_total": lambda s: [("outcome", "ok", s.ok), ("outcome", "timeout", s.timeout),
-                                                 ("outcome", "rejected", sum(s.rejected.values()))],
-        "llm_gateway_rejections_total": lambda s: [("reason", r, v) for r, v in s.rejected.items()],
-        "llm_gateway_requests_arrived_total": lambda s: [(None, None, s.ok + s.timeout + sum(s.rejected.values()))],
-        "llm_gateway_input_tokens_total": lambda s: [(None, None, s.input_tokens)],
-        "llm_gateway_output_tokens_total": lambda s: [(None, None, s.output_tokens)],
+    # per family, each series of a workload: (its labels beside the workload's, its per-step counts)
+    families: dict[str, Callable[[WorkloadSeries], list[tuple[dict[str, str], np.ndarray | float]]]] = {
+        "llm_gateway_requests_total": lambda s: [({"outcome": "ok"}, s.ok), ({"outcome": "timeout"}, s.timeout),
+                                                 ({"outcome": "rejected"}, sum(s.rejected.values()))],
+        "llm_gateway_rejections_total": lambda s: [({"reason": r}, v) for r, v in s.rejected.items()],
+        "llm_gateway_requests_arrived_total": lambda s: [({}, s.ok + s.timeout + sum(s.rejected.values()))],
+        "llm_gateway_input_tokens_total": lambda s: [({}, s.input_tokens)],
+        "llm_gateway_output_tokens_total": lambda s: [({}, s.output_tokens)],
     }
     for name, parts in families.items():
         w.family(name)
@@ -95,8 +97,8 @@ def _gateway_counters(w: _Writer, wls: list[WorkloadSeries], served: dict[str, s
             for tenant, share in s.tenants:
                 base = dict(model=served[wl.deployment], deployment=wl.deployment, tenant=tenant, tier=wl.tier,
                             route=wl.route)
-                for key, value, per_step in parts(s):
-                    labels = _labels(**base, **({key: value} if key else {}))
+                for extra, per_step in parts(s):
+                    labels = _labels(**base, **extra)
                     w.series(name, labels, np.cumsum(per_step * share), mask=w.sparse)
 
 
@@ -128,7 +130,7 @@ def _ttft_missed(w: _Writer, groups: dict[tuple[str, str, str], list[WorkloadSer
         failed = sum(s.timeout + sum(s.rejected.values()) for s in members)
         for le in GATEWAY_BUCKETS:
             over = 0.5 * (1 - _erf((math.log(le) - np.log(medians)) / (sigma * math.sqrt(2))).astype(float))
-            missed = np.zeros(len(ok))
+            missed = np.zeros(np.shape(ok))
             missed[w.week] = np.cumsum((ok * over + failed)[w.week])
             w.series(name, _labels(deployment=dep, tier=tier, route=route, le=repr(le)), missed)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -25,10 +26,20 @@ from goodput.review.queries import STEP_S, WEEK_S, Page, pages_from_series
 __all__ = ["latency_p95", "summarize"]
 
 HIGH_LOAD = 0.8  # "hours above 80 % of capacity"
+
+
+def _buckets(histogram: str) -> tuple[float, ...]:
+    """A histogram's bucket bounds, as the catalog holds them."""
+    buckets = by_name(histogram).buckets
+    if buckets is None:
+        raise ValueError(f"{histogram} has no buckets in the catalog")
+    return buckets
+
+
 # the gateway histograms behind the recorded p95s (queries.RECORDED's queue_p95, ttft_p95, tpot_p95)
-LATENCY_BUCKETS = {"queue": by_name("llm_gateway_queue_wait_seconds").buckets,
-                   "ttft": by_name("llm_gateway_time_to_first_token_seconds").buckets,
-                   "tpot": by_name("llm_gateway_time_per_output_token_seconds").buckets}
+LATENCY_BUCKETS = {"queue": _buckets("llm_gateway_queue_wait_seconds"),
+                   "ttft": _buckets("llm_gateway_time_to_first_token_seconds"),
+                   "tpot": _buckets("llm_gateway_time_per_output_token_seconds")}
 
 
 def _iso(t: float) -> str:
@@ -44,8 +55,11 @@ def _scalar(series: list[Series], *keys: str) -> dict[tuple, float]:
 
 
 def latency_p95(metric: str, values: np.ndarray) -> dict:
-    """The week's p95 of one latency's 5-minute p95s, with its bound kind (``Quantile.to_dict``, seconds)."""
+    """The week's p95 of one latency's 5-minute p95s, with its bound kind (``Quantile.to_dict``, seconds).
+    ``values``: at least one, none NaN (``review.prom`` drops NaN points)."""
     q = bounded(round(float(np.percentile(values, 95)), 4), LATENCY_BUCKETS[metric])
+    if q is None:
+        raise ValueError(f"no {metric} p95 to take the week's p95 of")
     return q.to_dict()
 
 
@@ -170,7 +184,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
         kv = per_dep["kv_max"].get((dep,))
         desired_s = per_dep["desired"].get((dep,))
         peak_at, peak_tokens = _peak_hour(grid, tokens)
-        entry = {
+        entry: dict[str, Any] = {
             "tiers": tiers,
             "tokens_per_second": {"mean": round(float(tokens.mean()), 1), "peak_5m": round(float(tokens.max()), 1),
                                   "peak_hour": peak_at, "peak_hour_mean": round(peak_tokens, 1),

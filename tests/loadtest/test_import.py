@@ -497,3 +497,14 @@ def test_inference_perf_stages_become_steps_in_start_order(tmp_path):
     starts = sorted(e["start_time"] for e in json.loads((IP / "per_request_lifecycle_metrics.json").read_text()))
     assert b["start_s"] == pytest.approx(starts[60] - starts[0]) and a["end_s"] > a["start_s"] == 0.0
     assert summary["knee"]["offered_rate"] == 4.0
+
+
+def test_a_one_record_aiperf_directory_imports_as_the_same_file_named_directly(tmp_path):
+    """A profile_export.jsonl of one line parses as that line's document: found in a directory it is one record, as
+    it is when the file is named."""
+    first = (AP / "profile_export.jsonl").read_text().splitlines()[0]
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "profile_export.jsonl").write_text(first + "\n")
+    named = import_run(tmp_path / "export" / "profile_export.jsonl", tmp_path / "a", parse_slo("ttft_p95=1s"))
+    found = import_run(tmp_path / "export", tmp_path / "b", parse_slo("ttft_p95=1s"))
+    assert named["steps"][0]["requests"] == found["steps"][0]["requests"] == 1

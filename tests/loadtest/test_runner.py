@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from goodput.foundation.quantiles import percentile
 from goodput.loadtest.client import Client, ClientOptions
 from goodput.loadtest.patterns import Step
-from goodput.loadtest.runner import ClientHealth, percentile, run_plan, sweep_rates
+from goodput.loadtest.runner import ClientHealth, run_plan, sweep_rates
 from goodput.loadtest.workload import RequestSpec
 from goodput.simulator.live import LiveFleet
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, free_port_block, make_fleet

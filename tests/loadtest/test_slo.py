@@ -67,7 +67,7 @@ def test_percentile_is_numpys_linear_on_short_and_long_lists_and_takes_inf():
 
     import numpy as np
 
-    from goodput.loadtest.slo import percentile
+    from goodput.foundation.quantiles import percentile
 
     rng = np.random.default_rng(11)
     for n in (1, 2, 3, 10, 256, 257, 5000):  # 256 and below: plain Python; above: numpy's sort

@@ -9,6 +9,8 @@ import yaml
 
 from goodput.cli import main
 from goodput.contracts.catalog import by_name
+from goodput.exporters.config import load_plan
+from goodput.foundation.errors import ConfigError
 from goodput.monitoring.rulegen import load_spec
 from goodput.plan.signals import DESIRED_REPLICAS, RUNNING, THRESHOLDS, WAITING
 from tests.conftest import REPO
@@ -92,3 +94,41 @@ def test_a_plan_without_the_planner_keys_is_refused(tmp_path, capsys):
     assert main(["plan", "autoscale", "--plan", str(bare), "--cold-start", "3m", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "deployments.chat-8b-h100.candidate: missing" in err and err.count("\n") == 1
+
+
+DEEP = "deployments:\n  chat: {replica_goodput_tokens_per_second: 1, x: " + "[" * 70 + "]" * 70 + "}\n"
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("", "the file is empty; expected a plan"),
+    ("- chat\n", "expected a plan: a mapping with 'deployments'"),
+    ("deployments: {chat: [\n", "not valid YAML"),
+    (DEEP, "line 2: nested deeper than the limit"),
+    ("plan_version: 1\n", "deployments: expected a mapping of deployment -> plan"),
+    ("deployments: [chat]\n", "deployments: expected a mapping of deployment -> plan"),
+    ("deployments: {chat: 5}\n", "deployments.chat: expected a mapping"),
+    ("deployments: {chat: {desired_replicas: 4}}\n", "deployments.chat.replica_goodput_tokens_per_second: expected"),
+    ("deployments: {chat: {replica_goodput_tokens_per_second: .inf}}\n", "replica_goodput_tokens_per_second: expected"),
+    ("deployments: {chat: {replica_goodput_tokens_per_second: 900, desired_replicas: -1}}\n",
+     "deployments.chat.desired_replicas: expected a non-negative integer, got -1"),
+])
+def test_a_malformed_plan_reads_as_the_same_line_in_plan_autoscale_and_the_engine_exporter(tmp_path, capsys, text,
+                                                                                            where):
+    path = tmp_path / "plan.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exporter:
+        load_plan(path)
+    capsys.readouterr()
+    assert main(["plan", "autoscale", "--plan", str(path), "--cold-start", "3m", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"goodput: error: {exporter.value}\n"
+    assert str(exporter.value).startswith(f"{path}: ") and where in str(exporter.value), exporter.value
+
+
+def test_the_exporter_reads_a_plan_that_plan_autoscale_refuses_for_its_own_keys(tmp_path, capsys):
+    """What only ``plan autoscale`` needs (the planner's keys, desired replicas >= 1) is its own refusal; the engine
+    exporter reads the two keys it needs and passes over the rest."""
+    path = tmp_path / "plan.yaml"
+    path.write_text("deployments: {chat: {replica_goodput_tokens_per_second: 900, desired_replicas: 0, extra: [1]}}\n")
+    assert load_plan(path).goodput == {"chat": 900.0}
+    assert main(["plan", "autoscale", "--plan", str(path), "--cold-start", "3m", "--out", str(tmp_path / "out")]) == 2
+    assert "deployments.chat.candidate: missing" in capsys.readouterr().err

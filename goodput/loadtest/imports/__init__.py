@@ -12,6 +12,7 @@ other tools' runs") lists each conversion.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.jsonfile import parse_json
@@ -50,8 +51,9 @@ def detect(data: object) -> str:
     return inference_perf.detect(data)
 
 
-def _parse(path: Path) -> object:
-    """The file's document: JSON, JSON lines (a list), YAML for an llm-d report, AIPerf's CSV sections."""
+def _parse(path: Path) -> Any:
+    """The file's document: JSON, JSON lines (a list), YAML for an llm-d report, AIPerf's CSV sections. Its shape is
+    the converters' to check (``detect`` tells the tool; ``import_run`` turns a wrong shape into one line)."""
     text = common.read_text(path)
     if text.startswith("Metric,"):
         return aiperf.parse_csv(text)
@@ -100,7 +102,8 @@ def _directory(p: Path, slo: Slo):
         return "inference-perf", *inference_perf.import_directory(p, slo)
     jsonl = p / "profile_export.jsonl"
     if jsonl.is_file():
-        return "aiperf", *aiperf.import_aiperf_records(_parse(jsonl), jsonl, slo)
+        lines = _parse(jsonl)  # a file of one line parses as that line's document
+        return "aiperf", *aiperf.import_aiperf_records(lines if isinstance(lines, list) else [lines], jsonl, slo)
     reports = [(f, _parse(f)) for f in sorted(p.iterdir()) if f.suffix in (".json", ".yaml", ".yml") and f.is_file()]
     reports = [(f, d) for f, d in reports if llmd.is_report(d)]
     if reports:

@@ -38,7 +38,7 @@ _SCALARS = {"benchmark_duration": "Benchmark Duration", "request_throughput": "R
 _PATTERNS = {"poisson": ("poisson", {}), "constant": ("gamma", {"cv": 0.0})}
 
 
-class AiperfCsv(list):
+class AiperfCsv(list[dict[str, str]]):
     """The rows of AIPerf's ``profile_export_aiperf.csv``, a list of ``{column: text}`` with ``Metric`` in each."""
 
 
@@ -173,9 +173,10 @@ def import_aiperf_records(lines: list[dict], path: Path, slo: Slo) -> tuple[dict
     return summary, records
 
 
-def _aggregates(data: object, where: str) -> tuple[dict, dict]:
+def _aggregates(data: AiperfCsv | dict, where: str) -> tuple[dict, dict]:
     """(our distribution dicts by key, AIPerf's scalars by tag) from profile_export_aiperf.json or its CSV."""
-    dists, scalars = {}, {}
+    dists: dict[str, dict] = {}
+    scalars: dict[str, float] = {}
     if isinstance(data, AiperfCsv):
         by_label = {}
         for row in data:
@@ -206,7 +207,7 @@ def _aggregates(data: object, where: str) -> tuple[dict, dict]:
     return out, scalars
 
 
-def import_aiperf_aggregate(data: object, path: Path, slo: Slo) -> dict:
+def import_aiperf_aggregate(data: AiperfCsv | dict, path: Path, slo: Slo) -> dict:
     """profile_export_aiperf.json or .csv: AIPerf's own aggregates, one step; SLO figures None (no requests). The
     CSV has no configuration: it is read from the JSON beside it."""
     where = str(path)

@@ -76,7 +76,8 @@ def import_guidellm(data: dict, where: str, slo: Slo) -> tuple[dict, list[Reques
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(where, "benchmarks[].scheduler_metrics.measure_start_time", f"missing or not a number: {e}") from None
     version = (data.get("metadata") or {}).get("guidellm_version", "")
-    steps, records, sampled = [], [], {}
+    records: list[RequestRecord] = []
+    steps, sampled = [], {}
     kinds, rates, concs = set(), [], []
     for i, b in enumerate(benches):
         cfg = b.get("config") or {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.jsonfile import parse_json
@@ -52,7 +53,9 @@ def _stage_files(path: Path) -> list[tuple[int, Path]]:
     return sorted((int(m.group(1)), f) for f in path.iterdir() if (m := _STAGE.match(f.name)) and f.is_file())
 
 
-def _json(path: Path) -> object:
+def _json(path: Path) -> Any:
+    """The file's JSON document, its shape unchecked: a report that is not what it should be fails where it is read,
+    and ``import_run`` names the file in that one line."""
     return parse_json(read_text(path), str(path))
 
 
@@ -147,7 +150,9 @@ def _per_request(entries: list, stages: list[dict], rates: list, where: str) -> 
     if sum(counts) != len(entries):
         counts = [len(entries)]  # no stage files (or they disagree): one step
     t0 = num(entries[0]["start_time"]) if entries else 0.0
-    records, steps, server, first = [], [], True, 0
+    records: list[RequestRecord] = []
+    steps: list[Step] = []
+    server, first = True, 0
     for i, count in enumerate(counts):
         mine = entries[first:first + count]
         first += count
@@ -169,7 +174,7 @@ def _import(directory: Path, given: Path | None, given_data: object, slo: Slo,
             alone: str = "") -> tuple[dict, list | None]:
     """The report in ``directory``; ``given`` (a file of it the user named, already parsed) stands in for itself, or
     with ``alone`` is the only file read, in that role."""
-    def load(path: Path) -> object:
+    def load(path: Path) -> Any:
         return given_data if given is not None and path == given else _json(path)
 
     config = _config(directory)
@@ -195,14 +200,14 @@ def _import(directory: Path, given: Path | None, given_data: object, slo: Slo,
         records, server = None, bool(lifecycle.get("use_server_output_tokens"))
         reports = stages or [whole]
         rates = _stage_rates(config, stages, len(reports))
-        start, steps = 0.0, []
+        start, step_dicts = 0.0, []
         for i, report in enumerate(reports):
             duration = num(report.get("benchmark_time_seconds") or (report.get("load_summary") or {}).get("send_duration") or 0)
             rate = rates[i]
-            steps.append(_aggregate(report, Step(i, f"stage {i}" + (f" rate={rate:g}" if rate is not None else ""),
-                                                 start, start + duration, 0.0, rate, None, None)))
+            step_dicts.append(_aggregate(report, Step(i, f"stage {i}" + (f" rate={rate:g}" if rate is not None else ""),
+                                                      start, start + duration, 0.0, rate, None, None)))
             start += duration
-        summary["steps"] = steps
+        summary["steps"] = step_dicts
         summary["invalid_reasons"].append(f"no per-request data (no {PER_REQUEST}: run inference-perf with "
                                           "report.request_lifecycle.per_request): SLO goodput not computed")
     comp = summary["comparability"]

@@ -75,7 +75,8 @@ def _vllm_aggregate_step(data: dict, step: Step) -> dict:
 def import_vllm(results: list[dict], where: str, slo: Slo) -> tuple[dict, list[RequestRecord] | None]:
     """One step per result (``--append-result`` puts one per line), laid end to end on one clock."""
     summary = new_summary("vllm-bench")
-    steps, records, offset, rates, cvs, concs = [], [], 0.0, [], set(), []
+    records: list[RequestRecord] = []
+    steps, offset, rates, cvs, concs = [], 0.0, [], set(), []
     detailed = True
     for i, data in enumerate(results):
         here = f"{where}: result {i + 1}" if len(results) > 1 else where
