@@ -136,7 +136,7 @@ class Capabilities:
     tools: bool = False
     vision: bool = False
     residency: str = ""  # where it runs ("eu"); "": not stated, so it serves no request that needs a residency
-    cost_per_mtok: float = 0.0
+    cost_per_mtok: float | None = None  # price per million tokens; None: not stated, so it serves no request that caps it
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,7 @@ class Needs:
     tools: bool = False
     vision: bool = False
     residency: str = ""  # "": anywhere
+    max_cost_per_mtok: float | None = None  # the most a deployment serving them may cost per million tokens; None: any
 
 
 @dataclass(frozen=True)
@@ -434,14 +435,15 @@ def _capabilities(r: Reader | None, max_model_len: int) -> Capabilities | None:
     r.unknown(set(Capabilities.__dataclass_fields__))
     return Capabilities(r.get("context", int, max_model_len, minimum=1, maximum=max_model_len),
                         r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""),
-                        r.get("cost_per_mtok", float, 0.0, minimum=0.0, maximum=MAX_QUOTA))
+                        r.get("cost_per_mtok", float, None, minimum=0.0, maximum=MAX_QUOTA))
 
 
 def _needs(r: Reader | None) -> Needs:
     if r is None:
         return Needs()
     r.unknown(set(Needs.__dataclass_fields__))
-    return Needs(r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""))
+    return Needs(r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""),
+                 r.get("max_cost_per_mtok", float, None, minimum=0.0, maximum=MAX_QUOTA))
 
 
 def token_distribution(r: Reader, k: str) -> QuantileDistribution | None:

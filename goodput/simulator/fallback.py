@@ -2,8 +2,9 @@
 circuit breakers, and the simulated clients' retries (docs/simulator.md#fallback).
 
 The matrix is ``gateway.fallbacks`` (``{primary: [backup, ...]}``) narrowed per request by capability: a backup may
-stand in only if its ``capabilities`` cover what the request needs (its workload's tools, vision and residency; its
-own prompt + max_tokens as context), because not every model can stand in for every other.
+stand in only if its ``capabilities`` cover what the request needs (its workload's tools, vision, residency and
+highest price per million tokens; its own prompt + max_tokens as context), because not every model can stand in for
+every other.
 
 With ``gateway.circuit_breaker`` each primary has a ``Circuit``: while it is closed requests go to the primary; while
 it is open they go to the first backup that covers them, is not itself open, and has a gateway slot free right now
@@ -34,9 +35,12 @@ _FAILED_REJECT = ("overloaded", "queue_full")
 
 
 def covers(cap: Capabilities, needs: Needs, context: int) -> bool:
-    """Whether a deployment of ``cap`` can serve a request of ``needs`` taking ``context`` tokens."""
+    """Whether a deployment of ``cap`` can serve a request of ``needs`` taking ``context`` tokens (one that states
+    no price serves no request with a price limit, as one that states no residency serves none that needs one)."""
     return (context <= cap.context and (cap.tools or not needs.tools) and (cap.vision or not needs.vision)
-            and (not needs.residency or needs.residency == cap.residency))
+            and (not needs.residency or needs.residency == cap.residency)
+            and (needs.max_cost_per_mtok is None
+                 or (cap.cost_per_mtok is not None and cap.cost_per_mtok <= needs.max_cost_per_mtok)))
 
 
 def failed(req: Request) -> bool | None:
