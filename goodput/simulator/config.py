@@ -612,10 +612,6 @@ def _overload(r: Reader) -> tuple[OverloadStep, ...]:
     return tuple(steps)
 
 
-def _gateway(r: Reader) -> GatewayConfig:
-    r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants", "overload"})
-
-
 def _fallbacks(r: Reader | None, deployments: dict[str, DeploymentConfig]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``{primary: [backup, ...]}``: each a deployment, a backup never its own primary and declaring capabilities (what
     the gateway checks a request against before it may stand in)."""

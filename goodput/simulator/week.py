@@ -87,8 +87,7 @@ class WorkloadSeries:
 @dataclass
 class DeploymentSeries:
     config: DeploymentConfig
-    replica_capacity_rps: float  # requests per second one replica finishes at the deployment's mix
-    replica_capacity_tokens: float  # the same in input + output tokens per second
+    replica_capacity_tokens: float  # input + output tokens per second one replica finishes at the deployment's mix
     available: np.ndarray  # replicas per step
     utilization: np.ndarray  # offered work / capacity per step
     backlog: np.ndarray  # requests waiting per step
@@ -262,7 +261,7 @@ def simulate_week(fleet: FleetConfig, spec: WeekSpec) -> WeekModel:
         full = np.clip((kv - 0.9) / 0.1, 0, 1)
         preempt = offered * spec.step_s * 0.02 * full
         rej_kv = offered * spec.step_s * 0.004 * full
-        deployments[d.name] = DeploymentSeries(d, rps, rps * (mix_in + mix_out), available, util, backlog, kv, preempt,
+        deployments[d.name] = DeploymentSeries(d, rps * (mix_in + mix_out), available, util, backlog, kv, preempt,
                                                lost_replica)
         share = lam / offered
         for j, w in enumerate(wls):
