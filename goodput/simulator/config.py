@@ -326,6 +326,13 @@ class FleetConfig:
         return next(d for d in self.deployments if d.name == name)
 
 
+def _required_child(r: Reader, k: str) -> Reader:
+    """``r.child(k)`` of a key that must be there: the reader fails on a missing one, so the child is never None."""
+    child = r.child(k)
+    assert child is not None
+    return child
+
+
 def _engine(r: Reader | None) -> EngineConfig:
     if r is None:
         return EngineConfig()
@@ -362,7 +369,7 @@ MAX_LINK_GBPS = 1e6
 def _disaggregation(r: Reader, parent: dict, prefill: DeploymentConfig) -> DisaggConfig:
     """The decode pool takes the deployment's model and, for what it does not say, the deployment's settings."""
     r.unknown({"decode_pool", "kv_link_gbps", "kv_link_latency_ms"})
-    p = r.child("decode_pool")
+    p = _required_child(r, "decode_pool")
     p.unknown(set(_POOL_KEYS))
     inherited = {k: v for k, v in parent.items() if k not in ("disaggregation", "replicas")}
     decode = _deployment(Reader(r.source, {**inherited, "replicas": 1, **p.data}, p.path))
@@ -502,7 +509,7 @@ def _workload(r: Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadCo
     dep = r.get("deployment", str)
     if dep not in deployments:
         r.fail("deployment", f"no deployment named {dep!r}; have {', '.join(deployments)}")
-    t = r.child("tenants")
+    t = _required_child(r, "tenants")
     tenants = tuple((str(k), float(t.get(k, float, minimum=0.0))) for k in t.data)
     if not tenants or sum(s for _, s in tenants) <= 0:
         t.fail("", "needs at least one tenant with a share > 0")
@@ -517,7 +524,7 @@ def _workload(r: Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadCo
             tr.fail("path", f"trace file {path} not found")
         trace = TraceSpec(str(path), tr.get("format", str, choices=("azure", "mooncake")),
                           tr.get("time_scale", float, 1.0, minimum=1e-6), tr.get("loop", bool, True))
-    arrival = _arrival(r.child("arrival")) if trace is None else None
+    arrival = _arrival(_required_child(r, "arrival")) if trace is None else None
     inp, out = token_distribution(r, "input_tokens"), token_distribution(r, "output_tokens")
     if trace is None and (inp is None or out is None):
         r.fail("input_tokens" if inp is None else "output_tokens", "is required unless the workload replays a trace")
@@ -679,7 +686,7 @@ def _gateway(r: Reader, deployments: dict[str, DeploymentConfig]) -> GatewayConf
     if ten is not None:
         if len(ten.data) > MAX_GATEWAY_TENANTS:
             ten.fail("", f"{len(ten.data)} tenants, over the limit of {MAX_GATEWAY_TENANTS}")
-        tenants = tuple((str(k), _quota(ten.child(k), default)) for k in ten.data)
+        tenants = tuple((str(k), _quota(_required_child(ten, k), default)) for k in ten.data)
     fallbacks = _fallbacks(r.child("fallbacks", None), deployments)
     breaker = _breaker(r.child("circuit_breaker", None))
     if breaker is not None and not fallbacks:
