@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -253,14 +254,15 @@ def model_from_config(data: object, name: str, source: str) -> ModelSpec:
     """A dense decoder's ``ModelSpec`` from a Hugging Face ``config.json`` (a multimodal one's ``text_config``)."""
     if not isinstance(data, dict):
         raise ConfigError(source, "", "expected a Hugging Face config.json object")
-    if "num_hidden_layers" not in data and isinstance(data.get("text_config"), dict):
-        data = data["text_config"]
-    moe = next((k for k in _MOE_KEYS if data.get(k)), None)
+    cfg: dict[str, Any] = data
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
+        cfg = cfg["text_config"]
+    moe = next((k for k in _MOE_KEYS if cfg.get(k)), None)
     if moe:
         raise ConfigError(source, moe, "mixture-of-experts models are not modelled (dense decoders only)")
 
     def num(k: str, default: int | None = None) -> int:
-        v = data.get(k)
+        v = cfg.get(k)
         v = default if v is None else v
         if v is None:
             raise ConfigError(source, k, "is required (a decoder's config.json has it)")
@@ -269,20 +271,20 @@ def model_from_config(data: object, name: str, source: str) -> ModelSpec:
         return v
 
     hidden, heads = num("hidden_size"), num("num_attention_heads")
-    head_dim = data.get("head_dim") or (hidden // heads if hidden % heads == 0 else None)
+    head_dim = cfg.get("head_dim") or (hidden // heads if hidden % heads == 0 else None)
     if head_dim is None:
         raise ConfigError(source, "head_dim", f"is required: hidden_size {hidden} is not a multiple of {heads} heads")
-    dtype = str(data.get("torch_dtype") or data.get("dtype") or "bfloat16")
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     if dtype not in _HF_DTYPES:
         raise ConfigError(source, "torch_dtype", f"must be one of {', '.join(_HF_DTYPES)}, got {dtype!r}")
-    window = data.get("sliding_window") if data.get("use_sliding_window", True) else None
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     return ModelSpec(
         name=name, layers=num("num_hidden_layers"), hidden_size=hidden, attention_heads=heads,
         kv_heads=num("num_key_value_heads", heads), head_dim=num("head_dim", head_dim),
         intermediate_size=num("intermediate_size"), vocab_size=num("vocab_size"),
-        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_position_embeddings=num("max_position_embeddings"), torch_dtype=_HF_DTYPES[dtype],
-        attention_bias=bool(data.get("attention_bias", data.get("model_type") in _QKV_BIAS_TYPES)),
+        attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") in _QKV_BIAS_TYPES)),
         sliding_window=window if isinstance(window, int) and not isinstance(window, bool) else None,
         source=source)
 

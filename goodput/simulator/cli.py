@@ -89,7 +89,7 @@ def _simulate(args: argparse.Namespace) -> int:
     outcomes: dict[str, int] = {}
     for o in t.outcome:
         outcomes[o] = outcomes.get(o, 0) + 1
-    summary = {
+    summary: dict[str, object] = {
         "fleet": cfg.name,
         "requests": t.n,
         "outcomes": outcomes,
@@ -99,36 +99,40 @@ def _simulate(args: argparse.Namespace) -> int:
         "engine": "compiled" if set(build_status().values()) == {"compiled"} else "python",
         "files": {k: str(v) for k, v in paths.items()},
     }
-    if cfg.gateway is not None:  # what the gateway decided, and why it refused
-        summary["gateway"] = {"admission": _counts(t.admission), "reject_reasons": _counts(t.reject_reason)}
-        if cfg.gateway.fallbacks:  # who stood in for whom, and why
-            summary["gateway"]["fallbacks"] = _counts([f"{f} -> {d} ({r})" if f else None for f, d, r in zip(
+    gw = result.fleet.gateway
+    gateway: dict[str, dict[str, int]] = {}  # the summary's "gateway" section, when the fleet has one
+    if gw is not None:  # what the gateway decided, and why it refused
+        gateway.update(admission=_counts(t.admission), reject_reasons=_counts(t.reject_reason))
+        summary["gateway"] = gateway
+        if gw.cfg.fallbacks:  # who stood in for whom, and why
+            gateway["fallbacks"] = _counts([f"{f} -> {d} ({r})" if f else None for f, d, r in zip(
                 t.decisions["fallback_from"], t.deployment, t.decisions["fallback_reason"], strict=True)])
-        circuits = result.fleet.gateway.circuits
+        circuits = gw.circuits
         if circuits and args.format == "json":  # each primary's breaker timeline: [virtual s, state, why]
             summary["circuits"] = {name: [[round(at, 3), state, why] for at, state, why in c.log]
                                    for name, c in circuits.items()}
-    ladder = result.fleet.gateway.ladder if result.fleet.gateway is not None else None
+    ladder = gw.ladder if gw is not None else None
+    changes: list[dict[str, object]] = []
     if ladder is not None:  # the overload ladder's steps in and out, and what it did to requests
-        summary["gateway"].update(overload_steps=_counts(t.overload_step), degraded=_counts(t.degraded))
-        summary["ladder"] = [{"t": round(c.t, 3), "deployment": c.deployment, "step": c.step, "on": c.on,
-                              "signal": c.signal, "value": round(c.value, 4)} for c in ladder.log]
+        gateway.update(overload_steps=_counts(t.overload_step), degraded=_counts(t.degraded))
+        changes = [{"t": round(c.t, 3), "deployment": c.deployment, "step": c.step, "on": c.on,
+                    "signal": c.signal, "value": round(c.value, 4)} for c in ladder.log]
+        summary["ladder"] = changes
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:
         print(f"{t.n:,} requests in {result.fleet.now:,.0f} virtual s ({result.wall_s:.1f} s wall, {result.speedup:,.0f}x)"
               + ("" if summary["engine"] == "compiled" else " as pure Python (not compiled: docs/simulator.md#speed)"))
         print("outcomes: " + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())))
-        for k, v in summary.get("gateway", {}).items():
+        for k, v in gateway.items():
             print(f"gateway {k.replace('_', ' ')}: " + (", ".join(f"{x} {n:,}" for x, n in v.items()) or "none"))
-        changes = summary.get("ladder", [])
         for c in changes[:LADDER_LINES]:
             print(f"  ladder {c['t']:10,.1f} s  {c['deployment']} {c['step']} {'on' if c['on'] else 'off'}"
                   f" ({c['signal']} {c['value']:g})")
         if len(changes) > LADDER_LINES:
             print(f"  ladder: {len(changes) - LADDER_LINES:,} more changes (--format json lists them all)")
-        for k, v in paths.items():
-            print(f"  {k:9s} {v}")
+        for k, path in paths.items():
+            print(f"  {k:9s} {path}")
     return 0
 
 

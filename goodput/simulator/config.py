@@ -136,7 +136,7 @@ class Capabilities:
     tools: bool = False
     vision: bool = False
     residency: str = ""  # where it runs ("eu"); "": not stated, so it serves no request that needs a residency
-    cost_per_mtok: float = 0.0
+    cost_per_mtok: float | None = None  # price per million tokens; None: not stated, so it serves no request that caps it
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,7 @@ class Needs:
     tools: bool = False
     vision: bool = False
     residency: str = ""  # "": anywhere
+    max_cost_per_mtok: float | None = None  # the most a deployment serving them may cost per million tokens; None: any
 
 
 @dataclass(frozen=True)
@@ -325,6 +326,13 @@ class FleetConfig:
         return next(d for d in self.deployments if d.name == name)
 
 
+def _required_child(r: Reader, k: str) -> Reader:
+    """``r.child(k)`` of a key that must be there: the reader fails on a missing one, so the child is never None."""
+    child = r.child(k)
+    assert child is not None
+    return child
+
+
 def _engine(r: Reader | None) -> EngineConfig:
     if r is None:
         return EngineConfig()
@@ -361,7 +369,7 @@ MAX_LINK_GBPS = 1e6
 def _disaggregation(r: Reader, parent: dict, prefill: DeploymentConfig) -> DisaggConfig:
     """The decode pool takes the deployment's model and, for what it does not say, the deployment's settings."""
     r.unknown({"decode_pool", "kv_link_gbps", "kv_link_latency_ms"})
-    p = r.child("decode_pool")
+    p = _required_child(r, "decode_pool")
     p.unknown(set(_POOL_KEYS))
     inherited = {k: v for k, v in parent.items() if k not in ("disaggregation", "replicas")}
     decode = _deployment(Reader(r.source, {**inherited, "replicas": 1, **p.data}, p.path))
@@ -434,14 +442,15 @@ def _capabilities(r: Reader | None, max_model_len: int) -> Capabilities | None:
     r.unknown(set(Capabilities.__dataclass_fields__))
     return Capabilities(r.get("context", int, max_model_len, minimum=1, maximum=max_model_len),
                         r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""),
-                        r.get("cost_per_mtok", float, 0.0, minimum=0.0, maximum=MAX_QUOTA))
+                        r.get("cost_per_mtok", float, None, minimum=0.0, maximum=MAX_QUOTA))
 
 
 def _needs(r: Reader | None) -> Needs:
     if r is None:
         return Needs()
     r.unknown(set(Needs.__dataclass_fields__))
-    return Needs(r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""))
+    return Needs(r.get("tools", bool, False), r.get("vision", bool, False), r.get("residency", str, ""),
+                 r.get("max_cost_per_mtok", float, None, minimum=0.0, maximum=MAX_QUOTA))
 
 
 def token_distribution(r: Reader, k: str) -> QuantileDistribution | None:
@@ -500,7 +509,7 @@ def _workload(r: Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadCo
     dep = r.get("deployment", str)
     if dep not in deployments:
         r.fail("deployment", f"no deployment named {dep!r}; have {', '.join(deployments)}")
-    t = r.child("tenants")
+    t = _required_child(r, "tenants")
     tenants = tuple((str(k), float(t.get(k, float, minimum=0.0))) for k in t.data)
     if not tenants or sum(s for _, s in tenants) <= 0:
         t.fail("", "needs at least one tenant with a share > 0")
@@ -515,7 +524,7 @@ def _workload(r: Reader, deployments: dict[str, DeploymentConfig]) -> WorkloadCo
             tr.fail("path", f"trace file {path} not found")
         trace = TraceSpec(str(path), tr.get("format", str, choices=("azure", "mooncake")),
                           tr.get("time_scale", float, 1.0, minimum=1e-6), tr.get("loop", bool, True))
-    arrival = _arrival(r.child("arrival")) if trace is None else None
+    arrival = _arrival(_required_child(r, "arrival")) if trace is None else None
     inp, out = token_distribution(r, "input_tokens"), token_distribution(r, "output_tokens")
     if trace is None and (inp is None or out is None):
         r.fail("input_tokens" if inp is None else "output_tokens", "is required unless the workload replays a trace")
@@ -610,10 +619,6 @@ def _overload(r: Reader) -> tuple[OverloadStep, ...]:
     return tuple(steps)
 
 
-def _gateway(r: Reader) -> GatewayConfig:
-    r.unknown({"max_in_flight_per_replica", "tiers", "default_tenant", "tenants", "overload"})
-
-
 def _fallbacks(r: Reader | None, deployments: dict[str, DeploymentConfig]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``{primary: [backup, ...]}``: each a deployment, a backup never its own primary and declaring capabilities (what
     the gateway checks a request against before it may stand in)."""
@@ -681,7 +686,7 @@ def _gateway(r: Reader, deployments: dict[str, DeploymentConfig]) -> GatewayConf
     if ten is not None:
         if len(ten.data) > MAX_GATEWAY_TENANTS:
             ten.fail("", f"{len(ten.data)} tenants, over the limit of {MAX_GATEWAY_TENANTS}")
-        tenants = tuple((str(k), _quota(ten.child(k), default)) for k in ten.data)
+        tenants = tuple((str(k), _quota(_required_child(ten, k), default)) for k in ten.data)
     fallbacks = _fallbacks(r.child("fallbacks", None), deployments)
     breaker = _breaker(r.child("circuit_breaker", None))
     if breaker is not None and not fallbacks:

@@ -40,9 +40,9 @@ class QuantileDistribution:
         fixed = len({float(v) for v in spec.values()}) == 1
         knots = {"min": float(spec["p50"]) if fixed else 1.0, **{k: float(v) for k, v in spec.items()}}
         if "max" not in knots:
-            top = max((k for k in knots if k != "min"), key=_LEVELS.get)
+            top = max((k for k in knots if k != "min"), key=_LEVELS.__getitem__)
             below = [k for k in knots if _LEVELS[k] < _LEVELS[top]]
-            prev = max(below, key=_LEVELS.get)
+            prev = max(below, key=_LEVELS.__getitem__)
             ratio = knots[top] / max(knots[prev], 1.0)
             knots["max"] = knots[top] * max(ratio, 1.0) ** ((1.0 - _LEVELS[top]) / (_LEVELS[top] - _LEVELS[prev]))
         ordered = sorted(knots.items(), key=lambda kv: _LEVELS[kv[0]])

@@ -2,8 +2,9 @@
 circuit breakers, and the simulated clients' retries (docs/simulator.md#fallback).
 
 The matrix is ``gateway.fallbacks`` (``{primary: [backup, ...]}``) narrowed per request by capability: a backup may
-stand in only if its ``capabilities`` cover what the request needs (its workload's tools, vision and residency; its
-own prompt + max_tokens as context), because not every model can stand in for every other.
+stand in only if its ``capabilities`` cover what the request needs (its workload's tools, vision, residency and
+highest price per million tokens; its own prompt + max_tokens as context), because not every model can stand in for
+every other.
 
 With ``gateway.circuit_breaker`` each primary has a ``Circuit``: while it is closed requests go to the primary; while
 it is open they go to the first backup that covers them, is not itself open, and has a gateway slot free right now
@@ -24,7 +25,7 @@ from collections.abc import Callable
 
 from goodput.simulator.circuit import CLOSED, Circuit
 from goodput.simulator.config import Capabilities, FleetConfig, Needs
-from goodput.simulator.request import Request
+from goodput.simulator.request import Request, gateway_meta
 
 __all__ = ["Fallbacks", "covers", "failed"]
 
@@ -34,9 +35,17 @@ _FAILED_REJECT = ("overloaded", "queue_full")
 
 
 def covers(cap: Capabilities, needs: Needs, context: int) -> bool:
-    """Whether a deployment of ``cap`` can serve a request of ``needs`` taking ``context`` tokens."""
+    """Whether a deployment of ``cap`` can serve a request of ``needs`` taking ``context`` tokens (one that states
+    no price serves no request with a price limit, as one that states no residency serves none that needs one)."""
     return (context <= cap.context and (cap.tools or not needs.tools) and (cap.vision or not needs.vision)
-            and (not needs.residency or needs.residency == cap.residency))
+            and (not needs.residency or needs.residency == cap.residency)
+            and (needs.max_cost_per_mtok is None
+                 or (cap.cost_per_mtok is not None and cap.cost_per_mtok <= needs.max_cost_per_mtok)))
+
+
+def _attempt(req: Request) -> int:
+    """Which try of its client ``req`` is: 1, or a retry's number (``Fallbacks._retry`` notes it in the meta)."""
+    return req.meta.get("attempt", 1) if req.meta is not None else 1
 
 
 def failed(req: Request) -> bool | None:
@@ -54,6 +63,7 @@ class Fallbacks:
 
     def __init__(self, cfg: FleetConfig, new_rid: Callable[[], int]) -> None:
         gw = cfg.gateway
+        assert gw is not None, "fallback routes are the gateway's"
         self.names = [d.name for d in cfg.deployments]
         index = {name: i for i, name in enumerate(self.names)}
         self.index = index
@@ -74,13 +84,14 @@ class Fallbacks:
         """Send ``req`` (stamped with its primary) to its primary or a backup, by moving its ``deployment``; the reason
         it is refused instead, or None."""
         d = req.deployment
-        needs = self.needs[req.workload] if req.meta.get("workload") != "http" else _ANY
-        if self.caps[d] is not None and not covers(self.caps[d], needs, context):
+        needs = self._needs(req)
+        cap = self.caps[d]
+        if cap is not None and not covers(cap, needs, context):
             return "capability"
-        able = [b for b in self.backups[d] if covers(self.caps[b], needs, context)]
+        able = self._able(d, needs, context)
         circuit = self.circuits.get(d)
         if circuit is None:
-            attempt = req.meta.get("attempt", 1)
+            attempt = _attempt(req)
             if attempt > 1 and able:  # a retry: the next backup that can serve it
                 self._move(req, able[min(attempt - 2, len(able) - 1)], "unavailable")
             return None
@@ -98,10 +109,9 @@ class Fallbacks:
         """``req`` waited its tier's ``max_wait_s`` at its primary: with ``capacity_fallback`` a backup that covers it
         and has a slot free takes it (``fallback_reason`` ``capacity``; a timeout for the primary's breaker)."""
         d = req.deployment
-        if not self.capacity or "fallback_from" in req.meta:
+        if not self.capacity or "fallback_from" in gateway_meta(req):
             return False
-        needs = self.needs[req.workload] if req.meta.get("workload") != "http" else _ANY
-        b = self._stand_in([b for b in self.backups[d] if covers(self.caps[b], needs, context)], t, room)
+        b = self._stand_in(self._able(d, self._needs(req), context), t, room)
         if b is None:
             return False
         circuit = self.circuits.get(d)
@@ -109,6 +119,15 @@ class Fallbacks:
             self.opened.append(d)
         self._move(req, b, "capacity")
         return True
+
+    def _needs(self, req: Request) -> Needs:
+        """What ``req`` needs: its workload's; an HTTP request states none."""
+        return _ANY if gateway_meta(req).get("workload") == "http" else self.needs[req.workload]
+
+    def _able(self, d: int, needs: Needs, context: int) -> list[int]:
+        """The backups of ``d`` that cover a request of ``needs`` taking ``context`` tokens, in order (a backup always
+        declares capabilities: the fleet file's check)."""
+        return [b for b in self.backups[d] if (cap := self.caps[b]) is not None and covers(cap, needs, context)]
 
     def _stand_in(self, able: list[int], t: float, room: Callable[[int], bool]) -> int | None:
         """The first of the covering backups ``able`` that is not itself open and has a slot free."""
@@ -119,8 +138,9 @@ class Fallbacks:
         return None
 
     def _move(self, req: Request, backup: int, reason: str) -> None:
-        req.meta["fallback_from"] = self.names[req.deployment]
-        req.meta["fallback_reason"] = reason
+        meta = gateway_meta(req)
+        meta["fallback_from"] = self.names[req.deployment]
+        meta["fallback_reason"] = reason
         req.deployment = backup
 
     def finished(self, req: Request, d: int, reached: bool) -> None:
@@ -129,14 +149,17 @@ class Fallbacks:
         circuit = self.circuits.get(d)
         if circuit is not None and circuit.record(req.completed, req.rid, outcome if reached else None):
             self.opened.append(d)
-        attempt = req.meta.get("attempt", 1) if req.meta is not None else 1
-        if (outcome and self.retry is not None and attempt < self.retry.attempts
+        attempt = _attempt(req)
+        retry = self.retry
+        if (outcome and retry is not None and attempt < retry.attempts
                 and (req.meta is None or req.meta.get("workload") != "http")):
-            self._retry(req, attempt)
+            self._retry(req, attempt, retry.backoff_s * 2 ** (attempt - 1))
 
-    def _retry(self, req: Request, attempt: int) -> None:
-        at = req.completed + self.retry.backoff_s * 2 ** (attempt - 1)
-        primary = self.index[req.meta["fallback_from"]] if "fallback_from" in req.meta else req.deployment
+    def _retry(self, req: Request, attempt: int, backoff_s: float) -> None:
+        """The client of failed ``req`` tries again after ``backoff_s``, at the primary it first asked."""
+        at = req.completed + backoff_s
+        moved_from = req.meta.get("fallback_from") if req.meta is not None else None
+        primary = self.index[moved_from] if moved_from is not None else req.deployment
         again = Request(self.new_rid(), req.workload, req.tenant, req.tier, at, at, req.prompt_tokens,
                         req.output_target, req.natural_stop, primary, req.prefix, req.prefix_block_tokens, req.send_s)
         again.max_tokens = req.max_tokens

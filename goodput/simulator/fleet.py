@@ -102,6 +102,7 @@ class Fleet:
     @staticmethod
     def _pool(index: int, d: DeploymentConfig) -> Deployment:
         rf = Roofline.build(d.spec, gpus()[d.gpu], tp=d.tp, engine=d.engine)
+        assert d.budget is not None, "parse_fleet sizes every deployment's KV cache"
         return Deployment(index, d, rf, d.budget.num_blocks, Router(d.router))
 
     # ------------------------------------------------------------------ structure
@@ -195,10 +196,11 @@ class Fleet:
         """A prefill replica produced ``req``'s first token at ``t``: its KV leaves for a decode replica, picked now
         by the decode pool's router, and arrives after the link's time (``DisaggConfig.transfer_s``)."""
         dep = self.deployments[req.deployment]
-        dis = dep.cfg.disaggregation
+        dis, decode = dep.cfg.disaggregation, dep.decode
+        assert dis is not None and decode is not None, "only a disaggregated deployment's replicas hand off"
         req.kv_bytes = dis.transfer_bytes(req.prompt_tokens)
         req.kv_link_s = dis.transfer_s(req.prompt_tokens)
-        rep = dep.decode.router.pick(dep.decode.replicas, req, t)
+        rep = decode.router.pick(decode.replicas, req, t)
         if rep is None:  # no decode replica to send it to
             self._transfer_failed(req, None, t)
             return
@@ -258,6 +260,7 @@ class Fleet:
     def _columns(self) -> tuple:
         """The arrival arrays as Python lists (indexing a list is far cheaper than a numpy scalar)."""
         a = self.arrivals
+        assert a is not None, "only a fleet fed arrivals reads them"
         if getattr(self, "_cols_for", None) is not a:
             self._cols_for = a
             self._cols = (a.workload.tolist(), a.tenant.tolist(), a.arrival.tolist(), a.queue_start.tolist(),
@@ -276,6 +279,7 @@ class Fleet:
         t = ev.at
         deps = self.deployments if ev.deployment == "*" else [self.by_name[ev.deployment]]
         if ev.kind == "replica_lost":
+            assert ev.replica is not None, "parse_fleet requires it of replica_lost"
             if ev.replica < len(deps[0].replicas):  # an event may name a replica the fleet never grew to
                 self.lose_replica(deps[0], ev.replica, t)
         elif ev.kind == "replica_added":
@@ -316,6 +320,7 @@ class Fleet:
                 if t_gw > until:
                     break
                 self.now = max(self.now, t_gw)
+                assert gw is not None  # t_gw is inf without a gateway
                 gw.advance(self.now)
             elif t_rep <= t_arr and t_rep <= t_ev:
                 if t_rep > until or t_rep == inf:

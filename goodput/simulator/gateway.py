@@ -34,7 +34,8 @@ from goodput.simulator.admission import TenantUse, admission_cost, refusal, wfq_
 from goodput.simulator.config import GatewayConfig, TenantQuota, TierQueue
 from goodput.simulator.fallback import Fallbacks
 from goodput.simulator.overload import Ladder
-from goodput.simulator.request import Request
+from goodput.simulator.replica import Replica
+from goodput.simulator.request import Request, gateway_meta
 
 __all__ = ["Gateway"]
 
@@ -73,7 +74,7 @@ class _Held:
     deployment: int
     cost: int
     entered: float
-    replica: object = None  # the replica a live request addressed (its port); None: the router picks
+    replica: Replica | None = None  # the replica a live request addressed (its port); None: the router picks
     sent: bool = False
 
 
@@ -120,7 +121,7 @@ class Gateway:
             q = self.cfg.quota(name)
             ten = self.tenants[name] = _Tenant(q, TenantUse.full(q, t))
         cost = admission_cost(req.prompt_tokens, self._max_tokens(req))
-        quota = ten.quota if self.ladder is None else self._ladder_quota(req, ten.quota, t)
+        quota = ten.quota if self.ladder is None else self._ladder_quota(self.ladder, req, ten.quota, t)
         reason, requests, tokens = refusal(quota, ten.use, cost, t)
         if reason is None and self.ladder is not None and self.ladder.refuses(req.deployment, req.tier):
             reason = "busy"
@@ -194,18 +195,20 @@ class Gateway:
                         lane.waiting -= 1
                         if not self._overflow(req, deadline):
                             self._refuse(req, deadline, "queue_timeout", "timeout")
-        if self.fallback is not None:
-            for d in self.fallback.take_opened():
-                self._reroute(d, t)
-            for retry in self.fallback.due(t):
+        fb = self.fallback
+        if fb is not None:
+            for d in fb.take_opened():
+                self._reroute(fb, d, t)
+            for retry in fb.due(t):
                 self.arrive(retry, retry.arrival)
         due, self.due = self.due, set()
-        if t >= self.ladder_due:
+        ladder = self.ladder
+        if ladder is not None and t >= self.ladder_due:  # ladder_due is inf without a ladder
             self.ladder_due = inf
-            due.update(d for d, level in enumerate(self.ladder.level) if level)
+            due.update(d for d, level in enumerate(ladder.level) if level)
         for d in sorted(due):
-            if self.ladder is not None:
-                self._observe(d, t)
+            if ladder is not None:
+                self._observe(ladder, d, t)
             self._dispatch(d, t)
 
     def cancel(self, req: Request, t: float) -> bool:
@@ -240,21 +243,21 @@ class Gateway:
 
     def _max_tokens(self, req: Request) -> int:
         """The output limit ``req`` asked for: an HTTP request's own, else its workload's."""
-        return req.max_tokens if req.meta.get("workload") == "http" else self.max_tokens[req.workload]
+        return req.max_tokens if gateway_meta(req).get("workload") == "http" else self.max_tokens[req.workload]
 
-    def _observe(self, d: int, t: float) -> None:
+    def _observe(self, ladder: Ladder, d: int, t: float) -> None:
         """Step deployment ``d``'s ladder on its signals now (see goodput/simulator/overload.py); look again within a tick
         while a step is engaged."""
         if t - self.looked[d] >= LADDER_LOOK_S:
             self.looked[d] = t
-            self.ladder.observe(d, t, self._signals(d, t))
-        if self.ladder.level[d]:
+            ladder.observe(d, t, self._signals(ladder, d, t))
+        if ladder.level[d]:
             self.ladder_due = min(self.ladder_due, t + LADDER_TICK_S)
 
-    def _signals(self, d: int, t: float) -> dict[str, float]:
+    def _signals(self, ladder: Ladder, d: int, t: float) -> dict[str, float]:
         """Deployment ``d``'s overload signals its ladder's steps name, at ``t``."""
         signals = {}
-        for name in self.ladder.signals:
+        for name in ladder.signals:
             if name == "p0_wait_s":
                 order = self.lanes[d][0].order
                 while order and order[0][1].state != NEW:
@@ -267,22 +270,24 @@ class Gateway:
                 signals[name] = sum(ready) / len(ready) if ready else 0.0
         return signals
 
-    def _ladder_quota(self, req: Request, quota: TenantQuota, t: float) -> TenantQuota:
+    def _ladder_quota(self, ladder: Ladder, req: Request, quota: TenantQuota, t: float) -> TenantQuota:
         """Observe ``req``'s deployment's ladder at its arrival; note the top step; the quota it is checked against."""
         d = req.deployment
-        self._observe(d, t)
-        req.meta["overload_step"] = self.ladder.top(d)
-        req.meta["degraded"] = ""
-        scale = self.ladder.tpm_scale(d)
+        self._observe(ladder, d, t)
+        meta = gateway_meta(req)
+        meta["overload_step"] = ladder.top(d)
+        meta["degraded"] = ""
+        scale = ladder.tpm_scale(d)
         if scale is None or quota.core or quota.tpm is None:
             return quota
         return replace(quota, tpm=quota.tpm * scale)
 
     def _refuse(self, req: Request, t: float, reason: str, finish: str) -> None:
         held = self.held.get(req.rid)
-        req.meta["admission"] = "rejected"
+        meta = gateway_meta(req)
+        meta["admission"] = "rejected"
         if held is not None:
-            req.meta["gateway_wait_s"] = t - held.entered
+            meta["gateway_wait_s"] = t - held.entered
         req.finish_reason, req.reject_reason, req.queue_start, req.completed = finish, reason, t, t
         req.state = DONE
         self.stale = True
@@ -306,7 +311,7 @@ class Gateway:
         """A slot of deployment ``d`` is free and nothing waits for one: a fallback sent there would not queue."""
         return self.sent[d] + sum(x.waiting for x in self.lanes[d]) < self._slots(d, self.fleet.now)
 
-    def _reroute(self, d: int, t: float) -> None:
+    def _reroute(self, fb: Fallbacks, d: int, t: float) -> None:
         """``d``'s circuit opened: what waits in its lanes goes where a new request would now (a backup with room, the
         half-open probe's lane) or is refused there."""
         for lane in self.lanes[d]:
@@ -317,7 +322,7 @@ class Gateway:
             self.stale = True
             for req in waiting:
                 held = self.held[req.rid]
-                reason = self.fallback.route(req, held.cost, t, self._room)
+                reason = fb.route(req, held.cost, t, self._room)
                 if reason is not None:
                     self._refuse(req, t, reason, "rejected")
                     continue
@@ -366,10 +371,11 @@ class Gateway:
         lane.waiting -= 1
         lane.sent += 1
         self.sent[d] += 1
-        req.meta["gateway_wait_s"] = t - held.entered
+        meta = gateway_meta(req)
+        meta["gateway_wait_s"] = t - held.entered
         req.queue_start = t
         if self.ladder is not None:
-            req.meta["degraded"] = self.ladder.degrade(d, req, self._max_tokens(req))
+            meta["degraded"] = self.ladder.degrade(d, req, self._max_tokens(req))
         rep = held.replica
         if rep is None:
             self.fleet.submit(req, t)

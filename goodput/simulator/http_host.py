@@ -93,7 +93,8 @@ class HttpHost:
         for f in pending:
             try:
                 f.result(self.shutdown_timeout_s + 5)
-            except Exception as e:  # a cleanup that failed or hung still leaves the fleet serving
+            # the future re-raises whatever aiohttp's cleanup raised: one that failed or hung still leaves the fleet serving
+            except Exception as e:  # noqa: BLE001 - any error of a background cleanup is logged, never the caller's
                 log.debug("http host remove: %s", e)
 
     async def _close_all(self) -> None:

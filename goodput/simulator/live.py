@@ -15,12 +15,13 @@ import signal
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import yaml
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from goodput.foundation.errors import ConfigError
@@ -87,10 +88,10 @@ class ReplicaServer:
     name: str
     guard: LabelGuard
     created: int
+    registry: CollectorRegistry  # its VllmMetrics', exposed at /metrics
     site: Site | None = None
     started: bool = False  # once served, a replica stays in the targets file (a dead one shows as down)
     error: str = ""  # why it could not be served (its port could not be had)
-    registry: object = field(default=None)
 
     def metrics(self) -> bytes:
         return generate_latest(self.registry)
@@ -137,7 +138,7 @@ class LiveFleet:
         if sink is not None:
             sink.base_ns = int(self.started * 1e9)  # span timestamps are wall-clock instants
         self.servers: list[ReplicaServer] = []
-        self._metrics: dict[tuple[int, int], VllmMetrics] = {}
+        self._metrics: dict[tuple[int, str, int], VllmMetrics] = {}  # (deployment, role, replica)
         self.fleet = _AdmittingFleet(cfg, None, observer_factory=self._observer)
         self.fleet.sink = sink
         self.window = -1
@@ -174,8 +175,7 @@ class LiveFleet:
                 m.replica = rep
                 rs = ReplicaServer(self, dep, rep, m, self.base_port + len(self.servers), dep.cfg.model,
                                    dep.cfg.engine.max_model_len, replica_id(dep.cfg.name, dep.role, rep.index),
-                                   self.guard, created)
-                rs.registry = m.registry()
+                                   self.guard, created, m.registry())
                 self.servers.append(rs)
                 changed = True
         for rs in self.servers:
@@ -367,7 +367,7 @@ class LiveFleet:
             self.sink.admitted(req)
 
     def _abort(self, now: float, ticket: Ticket) -> None:
-        req = ticket.req
+        req = ticket.submitted
         if self.fleet.gateway is not None and self.fleet.gateway.cancel(req, now):
             return
         self.fleet.abort(req, now)
@@ -387,7 +387,7 @@ class LiveFleet:
         updates = []
         finished = []
         for rid, ticket in self.watching.items():
-            req = ticket.req
+            req = ticket.submitted
             done = req.state == DONE
             # the replica serving it now: a backup's when it fell back, the decode replica once its KV arrived there
             rep = self.fleet.replica_of(req)

@@ -51,6 +51,13 @@ class Ticket:
         self.seen = (-1, False)
         self.changed = asyncio.Event()
 
+    @property
+    def submitted(self) -> Request:
+        """``req``, which the engine thread sets when it takes the submission, before any update or later command."""
+        req = self.req
+        assert req is not None, "the engine thread has not taken the submission yet"
+        return req
+
 
 def deliver(updates: list[tuple[Ticket, int, bool]]) -> None:
     """Run on the event loop, once per engine tick: publish progress and wake the waiting handlers."""
@@ -163,7 +170,7 @@ class _Api:
         b.submit(ticket, gen, tier, b.guard.meta(headers, gen.chat, gen.user))
         try:
             await ticket.changed.wait()
-            req = ticket.req
+            req = ticket.submitted
             if ticket.done and req.finish_reason in ("rejected", "timeout", "error") and ticket.produced == 0:
                 reason = req.reject_reason or req.finish_reason
                 client = reason in ("context_too_long", "kv_capacity", "capability")  # no retry would change it
@@ -183,7 +190,7 @@ class _Api:
         while not ticket.done:
             ticket.changed.clear()
             await ticket.changed.wait()
-        req, produced = ticket.req, ticket.produced
+        req, produced = ticket.submitted, ticket.produced
         finish = FINISH.get(req.finish_reason, "abort")
         text = _text(0, produced)
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
@@ -202,7 +209,7 @@ class _Api:
                            "created": int(time.time()), "model": self.b.model})[:-1]
 
         def event(choice: dict | None, usage: dict | None = None) -> bytes:
-            tail = {"choices": [choice] if choice is not None else []}
+            tail: dict[str, object] = {"choices": [choice] if choice is not None else []}
             if usage is not None:
                 tail["usage"] = usage
             return b"data: " + (head + ", " + json.dumps(tail)[1:]).encode() + b"\n\n"
@@ -226,9 +233,9 @@ class _Api:
                     break
                 ticket.changed.clear()
                 await ticket.changed.wait()
-            await resp.write(event(piece(sent, sent, FINISH.get(ticket.req.finish_reason, "abort"))))
+            await resp.write(event(piece(sent, sent, FINISH.get(ticket.submitted.finish_reason, "abort"))))
             if gen.include_usage:
-                await resp.write(event(None, _usage(ticket.req.prompt_tokens, sent)))
+                await resp.write(event(None, _usage(ticket.submitted.prompt_tokens, sent)))
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except ConnectionError as e:  # reset by the client, or it stopped reading: the caller aborts the request

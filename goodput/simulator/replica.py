@@ -39,6 +39,7 @@ class Replica:
                  on_done: Callable[[Request], None], observer=None, max_run_steps: int = 1 << 60) -> None:
         """``max_run_steps=1`` turns the closed-form decode runs off (one step per event): the baseline."""
         self.index = index
+        self.deployment = 0  # the fleet's index of this replica's deployment (the fleet sets it)
         self.max_run_steps = max_run_steps
         # the engine's limits, copied: the scheduler reads them every step
         self.max_model_len = engine.max_model_len
@@ -344,11 +345,12 @@ class Replica:
         req.blocks = 0
         del self.running[req.rid]
         req.prefill_replica = self.index
-        if self.cache is not None and req.prefix:
-            self._cache_insert(req)
+        self._cache_insert(req)
         if self.obs is not None:
             self.obs.on_handoff(self, req, t)
-        self.handoff(req, t)
+        handoff = self.handoff
+        assert handoff is not None, "only a prefill replica hands off"  # _prefill_done checked
+        handoff(req, t)
 
     def _leave_decode(self, req: Request) -> None:
         steps = self.counter - req.dec_start
@@ -366,8 +368,7 @@ class Replica:
         req.last_token = t
         req.completed = t + req.send_s
         req.finish_reason = "stop" if req.natural_stop else "length"
-        if self.cache is not None and req.prefix:
-            self._cache_insert(req)
+        self._cache_insert(req)
         if self.obs is not None:
             self.obs.on_finish(self, req, t)
         self.on_done(req)
@@ -409,8 +410,11 @@ class Replica:
         return min(matched * req.prefix_block_tokens, req.prefill_target - 1)
 
     def _cache_insert(self, req: Request) -> None:
-        cache, bt = self.cache, req.prefix_block_tokens
-        for h in req.prefix:
+        """A request leaving the replica leaves its prompt's prefix blocks in the LRU cache (the oldest evicted)."""
+        cache, prefix, bt = self.cache, req.prefix, req.prefix_block_tokens
+        if cache is None or not prefix:
+            return
+        for h in prefix:
             if h in cache:
                 cache.move_to_end(h)
             else:
@@ -438,27 +442,49 @@ class Replica:
             self.reject(req, deadline, "queue_timeout", finish="timeout")
 
     def _plan(self, now: float) -> None:
-        """Decide the step (or run of decode steps) starting at ``now``."""
+        """Decide the step (or run of decode steps) starting at ``now``: the scheduler's four steps in order."""
         self.seg_start = now
         if self.aborts:
-            for req in self.aborts:
-                self._drop(req, now)
-            self.aborts.clear()
+            self._drop_aborts(now)
         if self.fresh:
             self._expire(now)
-        bs, running = self.bs, self.running
-        preempted = False
-        # 1. every decoding sequence needs its next block; preempt the newest until it fits
+        preemptions = self.preemptions_total  # a preemption in step 1 or 2 skips admission (step 3)
         if self.n_dec:
-            while self.n_dec and self.res[(self.counter + 1) % bs] > self.total_blocks - self.used_blocks:
-                self._preempt(next(reversed(running.values())))
-                preempted = True
+            self._reserve_decode_blocks()
+        # the step's decode batch is fixed here; a prefill below may still preempt one of it (the step keeps its size)
         n_dec = self.n_dec
-        budget = self.max_num_batched_tokens - n_dec
-        chunk_limit = self.prefill_chunk_tokens
         chunks: list[tuple[Request, int]] = []
-        # 2. partial prefills already running
-        for req in list(self.prefilling) if self.prefilling else ():
+        budget = self.max_num_batched_tokens - n_dec
+        if self.prefilling:
+            budget = self._continue_prefills(chunks, budget)
+        preempted = self.preemptions_total != preemptions
+        if not preempted:
+            self._admit(chunks, budget, now)
+        if chunks:
+            self._plan_step(now, chunks, n_dec)
+        elif n_dec:
+            self._plan_decode_run(now, n_dec, preempted)
+        else:
+            self.seg_kind = IDLE
+            self.seg_end = inf
+
+    def _drop_aborts(self, now: float) -> None:
+        """Requests whose clients went away leave at this step boundary, before anything is scheduled."""
+        for req in self.aborts:
+            self._drop(req, now)
+        self.aborts.clear()
+
+    def _reserve_decode_blocks(self) -> None:
+        """Step 1: every decoding sequence needs its next block; preempt the newest until they all fit."""
+        while self.n_dec and self.res[(self.counter + 1) % self.bs] > self.total_blocks - self.used_blocks:
+            self._preempt(next(reversed(self.running.values())))
+
+    def _continue_prefills(self, chunks: list[tuple[Request, int]], budget: int) -> int:
+        """Step 2: the partial prefills already running get their next chunk (appended to ``chunks``), preempting
+        the newest request while a chunk's blocks do not fit. Returns the token budget left."""
+        bs, running = self.bs, self.running
+        chunk_limit = self.prefill_chunk_tokens
+        for req in list(self.prefilling):
             if budget <= 0:
                 break
             if req.state != PREFILLING:
@@ -467,88 +493,96 @@ class Replica:
             need = -(-(req.computed + chunk) // bs) - req.blocks
             while need > self.total_blocks - self.used_blocks and req.state == PREFILLING:
                 victim = next(reversed(running.values()))
-                if victim is not req:
+                if victim is not req:  # a victim given a chunk earlier in this step gives its tokens back
                     budget += sum(c for v, c in chunks if v is victim)
-                    chunks = [(v, c) for v, c in chunks if v is not victim]
+                    chunks[:] = [(v, c) for v, c in chunks if v is not victim]
                 self._preempt(victim)
-                preempted = True
             if req.state != PREFILLING:
                 continue
             self.used_blocks += need
             req.blocks += need
             chunks.append((req, chunk))
             budget -= chunk
-        # 3. admit waiting requests, unless this step preempted someone
-        if not preempted:
-            waiting = self.waiting
-            while self.n_waiting and budget > 0 and len(running) < self.max_num_seqs:
-                req = waiting[0][3]
-                if req.state != WAITING:
-                    heappop(waiting)
-                    continue
-                cached = self._cache_hit_tokens(req) if not req.cache_checked else req.computed
-                chunk = min(req.prefill_target - cached, budget, chunk_limit)
-                need = -(-(cached + chunk) // bs)
-                if need > self.total_blocks - self.used_blocks:
-                    break
+        return budget
+
+    def _admit(self, chunks: list[tuple[Request, int]], budget: int, now: float) -> None:
+        """Step 3: start waiting requests in queue order (their first chunk appended to ``chunks``) while the token
+        budget, ``max_num_seqs`` and free blocks allow; the first that does not fit stops admission."""
+        bs, waiting = self.bs, self.waiting
+        chunk_limit = self.prefill_chunk_tokens
+        while self.n_waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = waiting[0][3]
+            if req.state != WAITING:
                 heappop(waiting)
-                self.n_waiting -= 1
-                if not req.cache_checked:
-                    req.cache_checked = True
-                    req.computed = cached
-                    if req.scheduled != req.scheduled:
-                        req.cached_tokens = cached
-                        if self.obs is not None:
-                            self.obs.on_prefix_cache(self, req.prompt_tokens, cached)
-                self.used_blocks += need
-                req.blocks = need
-                req.state = PREFILLING
-                if req.scheduled != req.scheduled:
-                    req.scheduled = now
-                    if self.obs is not None:
-                        self.obs.on_scheduled(self, req, now)
-                elif req.decode_start != req.decode_start and req.kv_ready == req.kv_ready:
-                    req.decode_start = now  # a disaggregated request's first step on its decode replica
-                running[req.rid] = req
-                self.prefilling.append(req)
-                chunks.append((req, chunk))
-                budget -= chunk
-        # 4. the step itself
-        if chunks:
-            rf = self.rf
-            s_dec = self.dec_base + n_dec * (self.counter + 1)
-            p_tokens, pairs, kv = 0, s_dec, s_dec
-            for r, c in chunks:
-                p_tokens += c
-                pairs += c * r.computed + c * (c + 1) / 2
-                kv += r.computed + c
-            scale = self.step_scale * (n_dec * self.decode_scale + p_tokens * self.prefill_scale) / (n_dec + p_tokens)
-            self.seg_kind = SINGLE
-            self.seg_chunks = chunks
-            self.seg_dec = n_dec
-            self.seg_end = now + rf.step_time(n_dec + p_tokens, pairs, kv) * scale
-        elif n_dec:
-            c0 = self.counter
-            heap = self.fin_heap
-            while heap:  # drop entries of requests that left decoding (preempted) since they were pushed
-                _, token, head = heap[0]
-                if head.dec_token == token and head.state == DECODING:
-                    break
-                heappop(heap)
-            n_fin = heap[0][0] - c0 if heap else 1 << 60
-            n = max(1, min(n_fin, self.max_run_steps, self._max_steps_for_blocks(c0, self.total_blocks - self.used_blocks)))
-            if preempted and self.n_waiting:
-                n = 1  # admission was skipped because of the preemption; the next step may admit
-            self.seg_kind = RUN
-            self.seg_run = run = self.rf.decode_run(n_dec, self.dec_base + n_dec * (c0 + 1),
-                                                    self.step_scale * self.decode_scale)
-            if n > 1 and self.n_waiting and self.fresh:
-                # a queue timeout can change the head of the queue: stop at the first step boundary after it
-                deadline = self._next_deadline()
-                if deadline < inf:
-                    n = min(n, run.steps_before(n, deadline - now))
-            self.seg_n = n
-            self.seg_end = now + run.time(n)
-        else:
-            self.seg_kind = IDLE
-            self.seg_end = inf
+                continue
+            cached = self._cache_hit_tokens(req) if not req.cache_checked else req.computed
+            chunk = min(req.prefill_target - cached, budget, chunk_limit)
+            need = -(-(cached + chunk) // bs)
+            if need > self.total_blocks - self.used_blocks:
+                break
+            heappop(waiting)
+            self.n_waiting -= 1
+            self._start_prefill(req, cached, need, now)
+            chunks.append((req, chunk))
+            budget -= chunk
+
+    def _start_prefill(self, req: Request, cached: int, need: int, now: float) -> None:
+        """Move an admitted request from the queue into the batch: its prefix-cache hit counted once, ``need``
+        blocks allocated, and its first scheduling (or a disaggregated request's first decode step) stamped."""
+        if not req.cache_checked:
+            req.cache_checked = True
+            req.computed = cached
+            if req.scheduled != req.scheduled:
+                req.cached_tokens = cached
+                if self.obs is not None:
+                    self.obs.on_prefix_cache(self, req.prompt_tokens, cached)
+        self.used_blocks += need
+        req.blocks = need
+        req.state = PREFILLING
+        if req.scheduled != req.scheduled:
+            req.scheduled = now
+            if self.obs is not None:
+                self.obs.on_scheduled(self, req, now)
+        elif req.decode_start != req.decode_start and req.kv_ready == req.kv_ready:
+            req.decode_start = now  # a disaggregated request's first step on its decode replica
+        self.running[req.rid] = req
+        self.prefilling.append(req)
+
+    def _plan_step(self, now: float, chunks: list[tuple[Request, int]], n_dec: int) -> None:
+        """Step 4, with prefill chunks: one step of ``n_dec`` decode tokens plus the chunks, timed by the roofline."""
+        s_dec: float = self.dec_base + n_dec * (self.counter + 1)
+        p_tokens, pairs, kv = 0, s_dec, s_dec
+        for r, c in chunks:
+            p_tokens += c
+            pairs += c * r.computed + c * (c + 1) / 2
+            kv += r.computed + c
+        scale = self.step_scale * (n_dec * self.decode_scale + p_tokens * self.prefill_scale) / (n_dec + p_tokens)
+        self.seg_kind = SINGLE
+        self.seg_chunks = chunks
+        self.seg_dec = n_dec
+        self.seg_end = now + self.rf.step_time(n_dec + p_tokens, pairs, kv) * scale
+
+    def _plan_decode_run(self, now: float, n_dec: int, preempted: bool) -> None:
+        """Step 4, decode only: a run of steps in closed form, up to the next finish, block shortage or queue
+        timeout (one step when a preemption skipped admission, so the next step may admit)."""
+        c0 = self.counter
+        heap = self.fin_heap
+        while heap:  # drop entries of requests that left decoding (preempted) since they were pushed
+            _, token, head = heap[0]
+            if head.dec_token == token and head.state == DECODING:
+                break
+            heappop(heap)
+        n_fin = heap[0][0] - c0 if heap else 1 << 60
+        n = max(1, min(n_fin, self.max_run_steps, self._max_steps_for_blocks(c0, self.total_blocks - self.used_blocks)))
+        if preempted and self.n_waiting:
+            n = 1  # admission was skipped because of the preemption; the next step may admit
+        self.seg_kind = RUN
+        self.seg_run = run = self.rf.decode_run(n_dec, self.dec_base + n_dec * (c0 + 1),
+                                                self.step_scale * self.decode_scale)
+        if n > 1 and self.n_waiting and self.fresh:
+            # a queue timeout can change the head of the queue: stop at the first step boundary after it
+            deadline = self._next_deadline()
+            if deadline < inf:
+                n = min(n, run.steps_before(n, deadline - now))
+        self.seg_n = n
+        self.seg_end = now + run.time(n)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from goodput.contracts.vocabulary import TIER_RANK
 
-__all__ = ["Request"]
+__all__ = ["Request", "gateway_meta"]
 
 NAN = float("nan")
 
@@ -73,3 +73,10 @@ class Request:
 
     def __repr__(self) -> str:
         return f"Request(rid={self.rid}, tier={self.tier}, in={self.prompt_tokens}, out={self.output_target})"
+
+
+def gateway_meta(req: Request) -> dict:
+    """``req.meta`` of a request the gateway holds: ``Gateway.arrive`` gives every one a dict before anything else."""
+    meta = req.meta
+    assert meta is not None, f"{req!r} never reached the gateway"
+    return meta

@@ -57,7 +57,7 @@ class LabelGuard:
         """``Request.meta`` for a live request: labels from the headers, guarded; the trace context if valid."""
         route = headers.get("x-route") or ("chat" if chat else "completions")
         scene = headers.get("x-scene") or "chat"
-        meta = {
+        meta: dict[str, str | tuple[str, str]] = {
             "tenant": _cap(headers.get("x-tenant") or user or "default"),
             "route": route if route in self.routes else OTHER,
             "scene": scene if scene in self.scenes else OTHER,

@@ -52,7 +52,7 @@ class Router:
         if self.kind == LEAST_OUTSTANDING:
             for i in range(start, start + n):  # rotated so ties spread evenly
                 r = ready[i % n]
-                s = r.n_waiting + len(r.running) + r.incoming
+                s: float = r.n_waiting + len(r.running) + r.incoming
                 if s < best_score:
                     best, best_score = r, s
             return best

@@ -115,10 +115,13 @@ class SpanSink:
 
     def _send(self) -> bool:
         """Post the buffered documents in order until one fails; False when nobody listens at the endpoint."""
+        client, endpoint = self.client, self.endpoint
+        if client is None or not endpoint:
+            return True  # no endpoint: nothing is buffered to send
         while self.docs and not self.stop.is_set():
             doc = self.docs[0]
             try:
-                r = self.client.post(self.endpoint, content=doc, headers={"Content-Type": "application/json"})
+                r = client.post(endpoint, content=doc, headers={"Content-Type": "application/json"})
             except httpx.ConnectError as e:
                 log.debug("span export failed: %s", e)
                 return False
@@ -152,12 +155,13 @@ class SpanSink:
             self.thread.join()      # it must be gone before this drain, or both would send the same document
         self._render()
         if self.endpoint:
-            if self.client.is_closed:
-                self.client = httpx.Client(timeout=5.0)
+            client = self.client
+            if client is None or client.is_closed:
+                client = self.client = httpx.Client(timeout=5.0)
             self.stop.clear()
             deadline = time.monotonic() + CLOSE_DRAIN_S
             while self.docs and self._send() and self.docs and time.monotonic() < deadline:
                 time.sleep(0.2)
             self.dropped_docs += len(self.docs)
             self.docs.clear()
-            self.client.close()
+            client.close()

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from goodput.foundation.histogram import Histogram
+
+if TYPE_CHECKING:  # the gauges read the replica; its compiled module is not imported to expose metrics
+    from goodput.simulator.replica import Replica
 
 __all__ = ["FINISHED_REASONS", "TTFT_BUCKETS", "VllmMetrics"]
 
@@ -34,7 +38,8 @@ NIXL_BYTES_BUCKETS = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))  # 2 K
 
 def _one_two_five(limit: int) -> tuple[float, ...]:
     """vLLM's 1-2-5 token buckets up to ``max_model_len``."""
-    out, exp = [], 0
+    out: list[float] = []
+    exp = 0
     while True:
         for m in (1, 2, 5):
             v = m * 10**exp
@@ -63,7 +68,7 @@ class VllmMetrics:
         self.model_name = model_name
         self.cfg = engine_cfg
         self.num_blocks = num_blocks
-        self.replica = None  # set by the live fleet; read for gauges
+        self.replica: Replica | None = None  # set by the live fleet; read for gauges
         self.created = now
         tok = _one_two_five(max_model_len)
         self.h = {

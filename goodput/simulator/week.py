@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypedDict
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from goodput.simulator.catalog import gpus
 from goodput.simulator.config import DeploymentConfig, FleetConfig, WorkloadConfig
 from goodput.simulator.roofline import Roofline
 
-__all__ = ["MAX_TENANTS", "MAX_TENANT_POINTS", "MAX_WEEKS_BEFORE", "REJECT_REASONS", "WeekModel", "WeekSpec",
+__all__ = ["MAX_TENANTS", "MAX_TENANT_POINTS", "MAX_WEEKS_BEFORE", "REJECT_REASONS", "Loss", "WeekModel", "WeekSpec",
            "WorkloadSeries", "parse_week", "simulate_week"]
 
 WEEK_S = 7 * 86400
@@ -87,14 +88,22 @@ class WorkloadSeries:
 @dataclass
 class DeploymentSeries:
     config: DeploymentConfig
-    replica_capacity_rps: float  # requests per second one replica finishes at the deployment's mix
-    replica_capacity_tokens: float  # the same in input + output tokens per second
+    replica_capacity_tokens: float  # input + output tokens per second one replica finishes at the deployment's mix
     available: np.ndarray  # replicas per step
     utilization: np.ndarray  # offered work / capacity per step
     backlog: np.ndarray  # requests waiting per step
     kv_usage: np.ndarray
     preemptions: np.ndarray  # per step, whole deployment
     lost_replica: int | None = None
+
+
+class Loss(TypedDict):
+    """The replica lost during the week (the fleet's first ``replica_lost`` event), in unix seconds."""
+
+    deployment: str
+    replica: int
+    start: float
+    end: float
 
 
 @dataclass
@@ -107,7 +116,7 @@ class WeekModel:
     deployments: dict[str, DeploymentSeries]
     workloads: list[WorkloadSeries]
     releases: list[dict] = field(default_factory=list)  # the releases file's records
-    loss: dict | None = None  # {"deployment", "replica", "start", "end"} (unix seconds)
+    loss: Loss | None = None
 
     def truth(self) -> dict:
         """What the week contained, for tests and for the demo's summary."""
@@ -118,7 +127,7 @@ class WeekModel:
                      "deployments": {}}
         for name, d in self.deployments.items():
             wls = [w for w in self.workloads if w.workload.deployment == name]
-            req = sum(w.arrivals for w in wls)
+            req = sum((w.arrivals for w in wls), np.zeros(len(self.times)))
             hourly = req[in_week].reshape(-1, 3600 // self.spec.step_s).sum(axis=1) / 3600.0
             peak = int(np.argmax(hourly))
             out["deployments"][name] = {
@@ -204,7 +213,7 @@ def simulate_week(fleet: FleetConfig, spec: WeekSpec) -> WeekModel:
                          "to": ev.to_version, "note": ev.note})
         effects.append((ev.deployment, at, dict(ev.effects)))
     lost = next((e for e in fleet.events if e.kind == "replica_lost"), None)
-    loss = None
+    loss: Loss | None = None
     if lost is not None:
         a = ws + spec.loss_at_h * 3600
         loss = {"deployment": lost.deployment, "replica": lost.replica if lost.replica is not None else 0,
@@ -223,7 +232,7 @@ def simulate_week(fleet: FleetConfig, spec: WeekSpec) -> WeekModel:
         wls = [w for w in fleet.workloads if w.deployment == d.name and w.arrival is not None]
         if not wls:
             continue
-        base = np.array([w.arrival.rate for w in wls], dtype=float)
+        base = np.array([w.arrival.rate for w in wls if w.arrival is not None], dtype=float)  # all of wls
         ins = np.array([_mean(w.input_tokens, 512.0) for w in wls])
         outs = np.array([_mean(w.output_tokens, 128.0) for w in wls])
         mix_in, mix_out = float((base * ins).sum() / base.sum()), float((base * outs).sum() / base.sum())
@@ -262,7 +271,7 @@ def simulate_week(fleet: FleetConfig, spec: WeekSpec) -> WeekModel:
         full = np.clip((kv - 0.9) / 0.1, 0, 1)
         preempt = offered * spec.step_s * 0.02 * full
         rej_kv = offered * spec.step_s * 0.004 * full
-        deployments[d.name] = DeploymentSeries(d, rps, rps * (mix_in + mix_out), available, util, backlog, kv, preempt,
+        deployments[d.name] = DeploymentSeries(d, rps * (mix_in + mix_out), available, util, backlog, kv, preempt,
                                                lost_replica)
         share = lam / offered
         for j, w in enumerate(wls):

@@ -116,6 +116,8 @@ def generate(fleet: FleetConfig, duration: float, seed: int) -> Arrivals:
                         cache[r] = tuple((w_idx, h) for h in trace.hash_ids[r])
                     prefixes.append(cache[r])
         else:
+            assert wl.arrival is not None and wl.input_tokens is not None and wl.output_tokens is not None, \
+                "parse_fleet requires them of a workload without a trace"
             times = arrival_times(wl.arrival, duration, rng)
             prompt = wl.input_tokens.sample(rng, len(times))
             natural = wl.output_tokens.sample(rng, len(times))

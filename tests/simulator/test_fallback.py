@@ -155,6 +155,25 @@ def test_a_request_its_own_primary_cannot_serve_is_refused_capability():
     assert not any(t.reject_reason[i] for i in range(t.n) if t.workload[i] != "vision")
 
 
+def test_a_backup_that_costs_more_than_a_workload_allows_never_takes_its_requests():
+    data = _data()
+    data["deployments"][1]["capabilities"]["cost_per_mtok"] = 1.5  # small now costs more than large (0.9)
+    data["workloads"][0]["needs"]["max_cost_per_mtok"] = 1.0  # the assistant's limit: large may serve it, small not
+    result = simulate(_cfg(data), 90.0)
+    t, opened = result.table, _open_intervals(result.fleet.gateway.circuits["large"].log)
+    assistant = [i for i in range(t.n) if t.workload[i] == "assistant"]
+    served = [i for i in assistant if t.outcome[i] == "ok"]
+    assert served and all(t.deployment[i] == "large" for i in served)  # its primary is within the limit
+    assert not any(t.decisions["fallback_from"][i] for i in range(t.n))  # the assistant was all small could take
+    arrived = (t.ts["arrival"] - t.base_ns) / 1e9
+    during = [i for i in assistant if any(a + 1 < arrived[i] < b for a, b in opened)]  # no backup within the limit
+    assert len(during) > 100 and all(t.reject_reason[i] == "capability" for i in during)
+    data["workloads"][0]["needs"]["max_cost_per_mtok"] = 0.5  # below large's price too: refused at its primary
+    t = simulate(_cfg(data), 10.0).table
+    assistant = [i for i in range(t.n) if t.workload[i] == "assistant"]
+    assert assistant and all(t.reject_reason[i] == "capability" for i in assistant)
+
+
 def test_without_a_breaker_a_retry_is_a_new_request_that_walks_to_the_next_backup():
     data = _data()
     data["gateway"].pop("circuit_breaker")
@@ -193,6 +212,8 @@ def test_without_a_breaker_a_retry_is_a_new_request_that_walks_to_the_next_backu
     (lambda d: d["deployments"][1]["capabilities"].update(audio=True), "deployments[1].capabilities.audio",
      "unknown key"),
     (lambda d: d["workloads"][0]["needs"].update(tools="yes"), "workloads[0].needs.tools", "expected true/false"),
+    (lambda d: d["workloads"][0]["needs"].update(max_cost_per_mtok=-1), "workloads[0].needs.max_cost_per_mtok",
+     "must be >= 0"),
     (lambda d: d["gateway"]["circuit_breaker"].update(error_ratio=0), "gateway.circuit_breaker.error_ratio",
      "must be >= 0.01"),
     (lambda d: d["gateway"]["circuit_breaker"].update(half_open=1), "gateway.circuit_breaker.half_open",
