@@ -102,7 +102,12 @@ def _engine(args: argparse.Namespace) -> int:
     srv = Server(args.host, args.port, routes).start()
     exp.start()
     print(f"engine exporter: {len(targets.targets)} targets, metrics at {srv.url}/metrics", flush=True)
-    serve_until_signal(lambda: (exp.stop(), srv.stop()))
+
+    def stop() -> None:
+        exp.stop()
+        srv.stop()
+
+    serve_until_signal(stop)
     return 0
 
 

@@ -29,7 +29,7 @@ from urllib.parse import urlencode
 from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans, span_row
 from goodput.exporters.otlp import Span
 from goodput.exporters.store_sink import SinkFailed
-from goodput.foundation.clickhouse import Target, connect, is_clickhouse, param_text, parse_target
+from goodput.foundation.clickhouse import Statements, Target, connect, is_clickhouse, param_text, parse_target
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["INSERT_ROWS", "TIMEOUT_S", "ClickHouseRefused", "ClickHouseSink", "insert_token", "parse_store"]
@@ -62,7 +62,7 @@ def insert_token(spans: list[Span]) -> str:
 
 
 class _HttpInserter:
-    """An insert-only ``Connection`` over ClickHouse's HTTP interface: one POST per statement, a fresh connection
+    """An insert-only connection (``Statements``) over ClickHouse's HTTP interface: one POST per statement, a fresh connection
     each time (a reset one is simply gone), the statement and its bound parameters as a multipart form (the rows are
     far over a URL's limit), as clickhouse-connect sends large parameters."""
 
@@ -101,12 +101,12 @@ class ClickHouseSink:
         self.target, self.insert_rows = target, insert_rows
         self.table = TableSpec(database=target.database, table=target.table, dedup_window=DEDUP_WINDOW)
         self.kind = target.kind
+        self._con: Statements
         if target.kind == "chdb":
             self._con = connect(target, "--store")
             create_table(self._con, self.table)
-            self._http = None
         else:
-            self._con = self._http = _HttpInserter(target, timeout_s)
+            self._con = _HttpInserter(target, timeout_s)
 
     def __str__(self) -> str:
         return str(self.target)

@@ -109,7 +109,7 @@ class EngineExporter:
             self._down(st, "too_many_series", t0, str(e))
         except httpx.InvalidURL:
             self._down(st, "invalid_url", t0)
-        except Exception:  # whatever one target does, the others keep being scraped
+        except Exception:  # noqa: BLE001 - whatever one target does (a bug included), the others keep being scraped
             self._down(st, "internal", t0)
         else:
             target = st.target
@@ -182,7 +182,7 @@ class EngineExporter:
             t0 = time.monotonic()
             try:
                 self.scrape_once()
-            except Exception as e:  # a failed round (or reload) is counted; the next one still runs
+            except Exception as e:  # noqa: BLE001 - no failed round (or reload) ends the loop: counted, the next one runs
                 with self.lock:
                     self.errors[f"round_{type(e).__name__}"] += 1
             else:

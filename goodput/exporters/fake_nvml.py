@@ -233,21 +233,31 @@ def _gpu(source: str, key: str, g: Any) -> None:
             if not isinstance(v, list) or any(x not in FIELDS for x in v):
                 raise ConfigError(source, where, f"expected a list of fields from: {', '.join(FIELDS)}")
         elif k == "ecc":
-            if not isinstance(v, dict) or set(v) - {"corrected", "uncorrected"}:
-                raise ConfigError(source, where, "expected {corrected: N, uncorrected: N}")
-            for kind, n in v.items():
-                _value(source, f"{where}.{kind}", n)
+            _ecc(source, where, v)
         elif k == "processes":
-            if not isinstance(v, list):
-                raise ConfigError(source, where, "expected a list of {pid, used_memory_bytes}")
-            for j, proc in enumerate(v):
-                if not isinstance(proc, dict) or set(proc) - {"pid", "used_memory_bytes"}:
-                    raise ConfigError(source, f"{where}[{j}]", "expected {pid: N, used_memory_bytes: N}")
-                if not isinstance(proc.get("pid"), int) or isinstance(proc["pid"], bool) or proc["pid"] < 0:
-                    raise ConfigError(source, f"{where}[{j}].pid", f"expected a process id, got {proc.get('pid')!r}")
-                _number(source, f"{where}[{j}].used_memory_bytes", proc.get("used_memory_bytes", 0))
+            _processes(source, where, v)
         else:
             _value(source, where, v, maximum=1.0 if k == "utilization" else None)
+
+
+def _ecc(source: str, where: str, v: Any) -> None:
+    """``{corrected: N, uncorrected: N}``, each a number or stepped over time."""
+    if not isinstance(v, dict) or set(v) - {"corrected", "uncorrected"}:
+        raise ConfigError(source, where, "expected {corrected: N, uncorrected: N}")
+    for kind, n in v.items():
+        _value(source, f"{where}.{kind}", n)
+
+
+def _processes(source: str, where: str, v: Any) -> None:
+    """A list of ``{pid, used_memory_bytes}``: what ``nvmlDeviceGetComputeRunningProcesses`` will return."""
+    if not isinstance(v, list):
+        raise ConfigError(source, where, "expected a list of {pid, used_memory_bytes}")
+    for j, proc in enumerate(v):
+        if not isinstance(proc, dict) or set(proc) - {"pid", "used_memory_bytes"}:
+            raise ConfigError(source, f"{where}[{j}]", "expected {pid: N, used_memory_bytes: N}")
+        if not isinstance(proc.get("pid"), int) or isinstance(proc["pid"], bool) or proc["pid"] < 0:
+            raise ConfigError(source, f"{where}[{j}].pid", f"expected a process id, got {proc.get('pid')!r}")
+        _number(source, f"{where}[{j}].used_memory_bytes", proc.get("used_memory_bytes", 0))
 
 
 def load_fake(spec: Any, source: str) -> dict[str, Any]:

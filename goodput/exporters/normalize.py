@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cache
@@ -105,7 +105,7 @@ class _Op:
     slot: int  # index of (target family, priority) in the dialect's slot list
     sample: str  # canonical sample name written
     part: int
-    special: int  # 0 plain, 1 info_capacity, 2 tokens_capacity, 3 trt_capacity
+    special: int  # 0 plain, else one of _SPECIAL's kinds
     scale: float
     where: str | None
     extra: str  # fixed extra labels ('finished_reason="stop"', 'block_size="1"') or ""
@@ -114,7 +114,8 @@ class _Op:
     rule: Rule
 
 
-_SPECIAL = {"info_capacity": 1, "tokens_capacity": 2, "trt_capacity": 3}
+_INFO_CAPACITY, _TOKENS_CAPACITY, _TRT_CAPACITY = 1, 2, 3
+_SPECIAL = {"info_capacity": _INFO_CAPACITY, "tokens_capacity": _TOKENS_CAPACITY, "trt_capacity": _TRT_CAPACITY}
 
 
 @cache
@@ -194,23 +195,27 @@ def normalize(text: str, dialect: str = "auto") -> Normalized:
         raise UnknownDialect(f"unknown engine {dialect!r}; use auto, {', '.join(DIALECTS)}")
     table, slots = _table(dialect)
     ranked = dialect in RANKED  # SGLang exports one series per TP / PP rank
+    errors: dict[str, int] = defaultdict(int)
     try:
-        errors: dict[str, int] = defaultdict(int)
-        acc, trt, model, samples = _accumulate(text, dialect, ranked, errors, check_repeats=True)
+        body = _Accumulator(dialect, ranked, errors, check_repeats=True)
+        body.read(text)
+        samples = body.samples
     except _Repeated:
         errors = defaultdict(int)
         unique, samples, repeats = _last_of_each(text.split("\n"), table)
         if repeats:  # none: only a series split by other lines (read again in case it repeats)
             errors["duplicate_series"] = repeats
-        acc, trt, model, _ = _accumulate("\n".join(unique), dialect, ranked, errors, check_repeats=False)
+        body = _Accumulator(dialect, ranked, errors, check_repeats=False)
+        body.read("\n".join(unique))
+    acc, trt = body.acc, body.trt
     if "max" in trt:
         size = trt.get("tokens_per")
         slot = slots.index(("llm_kv_cache_capacity_blocks", 0))
-        acc[slot][("", "llm_kv_cache_capacity_blocks", f'block_size="{int(size) if size else ""}"')] = trt["max"]
+        acc[slot].setdefault("", {})[("llm_kv_cache_capacity_blocks", f'block_size="{int(size) if size else ""}"')] = trt["max"]
     families, others = _choose(slots, acc, errors)
     if not families and not others:
         raise UnknownDialect(f"no metric of the {dialect} engine in the text")
-    return Normalized(dialect, model, families, samples, dict(errors), others)
+    return Normalized(dialect, body.model, families, samples, dict(errors), others)
 
 
 class _Repeated(Exception):
@@ -254,160 +259,219 @@ def _live_prefixes(dialect: str) -> frozenset[str]:
     return frozenset(k[:i] for k in _table(dialect)[0] for i in range(1, len(k) + 1))
 
 
-def _accumulate(text: str, dialect: str, ranked: bool, errors: dict[str, int], check_repeats: bool
-                ) -> tuple[list[dict[tuple[str, str, str], float]], dict[str, float], str | None, int]:
-    """Per slot (model group, sample name, extra labels) -> value, TRT-LLM's KV figures, the first model named,
-    and the sample count. ``ranked``: SGLang's series repeat per TP / PP rank; only rank 0 is read."""
-    table, slots = _table(dialect)
-    acc: list[dict[tuple[str, str, str], float]] = [{} for _ in slots]
-    trt: dict[str, float] = {}
-    capped: dict[str, str] = {}
+class _Accumulator:
+    """One pass over a body: per slot and model group, (sample name, extra labels) -> value; TRT-LLM's KV figures,
+    the first model named and the sample count. ``ranked``: SGLang's series repeat per TP / PP rank; only rank 0 is
+    read. ``check_repeats``: a series met twice raises ``_Repeated`` (see ``normalize``)."""
 
-    def cap(v: str) -> str:
-        out = capped.get(v)
-        if out is None:
-            out = capped[v] = cap_label(v)
-            if out is not v:
-                errors["label_truncated"] += 1
-        return out
+    __slots__ = ("acc", "capped", "dialect", "errors", "last_group", "last_inner", "last_token", "model", "ranked",
+                 "samples", "seen", "series", "series_seen", "table", "trt")
 
-    model = None
-    last_token = last_inner = last_group = ""
-    label = _label
-    les = _LE_CACHE
-    seen: set[str] | None = set() if check_repeats else None
-    series_seen: set[str] = set()
-    # a histogram series' bucket lines differ only in le: after its first, each line whose text around le matches
-    # (head, tail) reuses that line's parse (its ops, model group, labels) and only reads le and the value
-    head, tail, hl, tl = "\n", "", 1, 0
-    fast_ops: tuple[_Op, ...] = ()
-    fast_group = fast_labels = ""
-    les_seen: set[str] = set()
-    samples = series = 0
-    runs = _runs(text, _live_prefixes(dialect)) if len(text) > _RUNS_MIN_CHARS else (text.split("\n"),)
-    for run in runs:
-        if run.__class__ is int:
-            samples += run
-            continue
-        for line in run:
-            if not line or line[0] == "#":
+    def __init__(self, dialect: str, ranked: bool, errors: dict[str, int], check_repeats: bool) -> None:
+        self.dialect, self.ranked, self.errors = dialect, ranked, errors
+        self.table, slots = _table(dialect)
+        self.acc: list[dict[str, dict[tuple[str, str], float]]] = [{} for _ in slots]  # per slot, per model group
+        self.trt: dict[str, float] = {}
+        self.capped: dict[str, str] = {}
+        self.model: str | None = None
+        # the model_name label of the last sample that named one, and its group (see _sample)
+        self.last_token = self.last_inner = self.last_group = ""
+        self.seen: set[str] | None = set() if check_repeats else None  # sample keys read the long way
+        self.series_seen: set[str] | None = set() if check_repeats else None  # histogram series met
+        self.samples = self.series = 0
+
+    def read(self, text: str) -> None:
+        """Every sample line of ``text``. The hot loop: a line no rule reads costs a name lookup; a histogram
+        series' bucket lines differ only in ``le``, so after its first, each line whose text around ``le`` matches
+        (head, tail) reuses that line's parse (its ops, model group, labels) and only reads ``le`` and the value;
+        the series' samples are applied together as it ends."""
+        table, parse, apply, checking = self.table, self._sample, self._apply, self.seen is not None
+        head, tail, hl, tl = "\n", "", 1, 0
+        fast_ops: tuple[_Op, ...] = ()
+        fast_group = fast_labels = ""
+        les_seen: set[str] | None = None  # the le values met in the current series (checking repeats)
+        pending: list[tuple[float, str]] = []  # the current series' (value, le) not yet applied
+        samples = 0
+        runs = _runs(text, _live_prefixes(self.dialect)) if len(text) > _RUNS_MIN_CHARS else (text.split("\n"),)
+        for run in runs:
+            if isinstance(run, int):
+                samples += run
                 continue
-            raw = None
-            if line.startswith(head) and (j := line.find('"', hl)) > 0 and line.startswith(tail, j):
-                try:
-                    value = float(line[j + tl:])
-                    raw = line[hl:j]
-                except ValueError:  # a timestamp follows the value: read it the long way
-                    pass
-            if raw is not None:
-                if seen is not None:
-                    if raw in les_seen:
-                        raise _Repeated
-                    les_seen.add(raw)
+            for line in run:
+                if not line or line[0] == "#":
+                    continue
                 samples += 1
-                ops, group, labels = fast_ops, fast_group, fast_labels
-            else:
-                samples += 1
-                brace = line.find("{")
-                if brace >= 0:
-                    ops = table.get(line[:brace])
-                    if ops is None:
-                        continue
-                    close = line.rfind("}")
-                    key, labels, rest = line[:close + 1], line[brace + 1:close], line[close + 1:]
-                else:
-                    sp = line.find(" ")
-                    ops = table.get(line[:sp])
-                    if ops is None:
-                        continue
-                    key, labels, rest = line[:sp], "", line[sp:]
-                if seen is not None:
-                    if key in seen:
-                        raise _Repeated
-                    seen.add(key)
-                try:
-                    value = float(rest)
-                except ValueError:
+                if line.startswith(head) and (j := line.find('"', hl)) > 0 and line.startswith(tail, j):
                     try:
-                        value = float(rest.split()[0])  # a timestamp follows the value
-                    except (ValueError, IndexError):
-                        errors["parse"] += 1
-                        continue
-                group = ""
-                if labels:
-                    if ranked and ("tp_rank=" in labels or "pp_rank=" in labels) and (
-                            label(labels, "tp_rank") not in (None, "0") or label(labels, "pp_rank") not in (None, "0")):
-                        continue
-                    # the model_name of the sample before is usually this one's: a substring test, not a parse
-                    if last_token and (labels.startswith(last_token) or last_inner in labels):
-                        group = last_group
+                        value = float(line[j + tl:])
+                    except ValueError:  # a timestamp follows the value: read it the long way
+                        pass
                     else:
-                        named = label(labels, "model_name")
-                        if model is None:
-                            found = named if named is not None else label(labels, "model")
-                            model = cap(found) if found else None
-                        if named is not None:
-                            group = "" if cap(named) == model else cap(named)
-                            last_group, last_token = group, f'model_name="{escape(named)}"'
-                            last_inner = "," + last_token
-                if ops[0].part == BUCKET and (i := _le_at(labels)) >= 0 and (q := labels.find('"', i + 4)) > 0:
-                    raw = labels[i + 4:q]
-                    head, tail = line[:brace + i + 5], line[brace + 1 + q:close + 1]
+                        raw = line[hl:j]
+                        if les_seen is not None:
+                            if raw in les_seen:
+                                raise _Repeated
+                            les_seen.add(raw)
+                        pending.append((value, raw))
+                        continue
+                if pending:
+                    apply(fast_ops, fast_group, fast_labels, pending)
+                    pending = []
+                brace = line.find("{")
+                ops = table.get(line[:brace] if brace >= 0 else line[:line.find(" ")])
+                if ops is None:
+                    continue
+                sample = parse(line, brace)
+                if sample is None:
+                    continue
+                group, labels, value = sample
+                if ops[0].part == BUCKET and (first := self._bucket_series(line, brace, labels)) is not None:
+                    raw, head, tail = first
                     hl, tl = len(head), len(tail)
-                    if seen is not None:  # a series met again after other lines is read the long way, as a repeat
-                        if head + tail in series_seen:
-                            raise _Repeated
-                        series_seen.add(head + tail)
-                    les_seen = {raw}
-                    fast_ops, fast_group, fast_labels = ops, group, labels
+                    les_seen = {raw} if checking else None
+                    fast_ops, fast_group, fast_labels, pending = ops, group, labels, [(value, raw)]
+                    continue
+                apply(ops, group, labels, ((value, ""),))
+        if pending:
+            apply(fast_ops, fast_group, fast_labels, pending)
+        self.samples = samples
+
+    def _sample(self, line: str, brace: int) -> tuple[str, str, float] | None:
+        """A mapped sample line read the long way: its model group (see ``_model_group``), labels and value; None
+        when it is skipped (a value that is no number, counted as ``parse``; an SGLang rank other than 0)."""
+        if brace >= 0:
+            close = line.rfind("}")
+            key, labels, rest = line[:close + 1], line[brace + 1:close], line[close + 1:]
+        else:
+            sp = line.find(" ")
+            key, labels, rest = line[:sp], "", line[sp:]
+        if self.seen is not None:
+            if key in self.seen:
+                raise _Repeated
+            self.seen.add(key)
+        try:
+            value = float(rest)
+        except ValueError:
+            try:
+                value = float(rest.split()[0])  # a timestamp follows the value
+            except (ValueError, IndexError):
+                self.errors["parse"] += 1
+                return None
+        if not labels:
+            return "", labels, value
+        if self.ranked and ("tp_rank=" in labels or "pp_rank=" in labels) and (
+                _label(labels, "tp_rank") not in (None, "0") or _label(labels, "pp_rank") not in (None, "0")):
+            return None
+        # the model_name of the sample before is usually this one's: a substring test, not a parse
+        if self.last_token and (labels.startswith(self.last_token) or self.last_inner in labels):
+            return self.last_group, labels, value
+        return self._model_group(labels), labels, value
+
+    def _model_group(self, labels: str) -> str:
+        """The model group of a labelled sample ("" for the first model named, or none), parsed from its labels."""
+        named = _label(labels, "model_name")
+        if self.model is None:
+            found = named if named is not None else _label(labels, "model")
+            self.model = self._cap(found) if found else None
+        if named is None:
+            return ""
+        capped = self._cap(named)
+        self.last_group = "" if capped == self.model else capped
+        self.last_token = f'model_name="{escape(named)}"'
+        self.last_inner = "," + self.last_token
+        return self.last_group
+
+    def _bucket_series(self, line: str, brace: int, labels: str) -> tuple[str, str, str] | None:
+        """The first bucket line of a series: its ``le`` text and the line's text before and after it, which the
+        series' next lines share; None without ``le``. Checking repeats, a series met again after other lines
+        raises ``_Repeated`` (it is then read the long way)."""
+        i = _le_at(labels)
+        q = labels.find('"', i + 4) if i >= 0 else -1
+        if q < 0:
+            return None
+        head, tail = line[:brace + i + 5], line[brace + 1 + q:line.rfind("}") + 1]
+        if self.series_seen is not None:
+            if head + tail in self.series_seen:
+                raise _Repeated
+            self.series_seen.add(head + tail)
+        return labels[i + 4:q], head, tail
+
+    def _apply(self, ops: tuple[_Op, ...], group: str, labels: str, samples: Sequence[tuple[float, str]]) -> None:
+        """Add one series' samples, (value, ``le`` text) pairs, to what each of its rules writes (summed, or the max
+        for ``agg: max``). The ``le`` text is "" but in a bucket line; a bucket rule counts "" as ``parse``, as
+        it does ``le=""``."""
+        acc = self.acc
+        for value, raw in samples:
             for op in ops:
                 if op.where is not None and not _has(labels, op.where):
                     continue
-                extra = op.extra
-                v = value
-                part = op.part
-                if part == BUCKET:
-                    if raw is None:
-                        errors["parse"] += 1
-                        continue
-                    extra = les.get((raw, op.scale))
+                if op.part == BUCKET:
+                    v = value
+                    extra = _LE_CACHE.get((raw, op.scale)) or self._le_label(raw, op.scale)
                     if extra is None:
-                        try:
-                            le = "+Inf" if raw == "+Inf" else fmt_float(scaled_bound(raw, op.scale))
-                        except (ValueError, InvalidOperation):
-                            errors["parse"] += 1
-                            continue
-                        extra = f'le="{le}"'
-                        if len(les) < _LE_CACHE_MAX:
-                            les[(raw, op.scale)] = extra
-                elif op.special:
-                    if op.special == 1:
-                        try:
-                            v = float(label(labels, op.rule.blocks_label))
-                        except (TypeError, ValueError):
-                            errors["parse"] += 1
-                            continue
-                        extra = f'block_size="{escape(cap(label(labels, op.rule.size_label) or ""))}"'
-                    elif op.special == 3:
-                        trt[label(labels, "kv_cache_block_type") or ""] = value
                         continue
+                elif op.special:
+                    special = self._special(op, labels, value)
+                    if special is None:
+                        continue
+                    v, extra = special
                 else:
-                    if part != COUNT:
-                        v = value * op.scale
-                    if op.pass_reason:
-                        extra = f'finished_reason="{escape(cap(label(labels, "finished_reason") or "unknown"))}"'
-                bucket = acc[op.slot]
-                key = (group, op.sample, extra)
+                    v = value if op.part == COUNT else value * op.scale
+                    extra = (f'finished_reason="{escape(self._cap(_label(labels, "finished_reason") or "unknown"))}"'
+                             if op.pass_reason else op.extra)
+                groups = acc[op.slot]
+                bucket = groups.get(group)
+                if bucket is None:
+                    bucket = groups[group] = {}
+                key = (op.sample, extra)
                 old = bucket.get(key)
                 if old is None:
-                    series += 1
-                    if series > MAX_SERIES_PER_TARGET:
+                    self.series += 1
+                    if self.series > MAX_SERIES_PER_TARGET:
                         raise TooManySeries(f"more than {MAX_SERIES_PER_TARGET} series (label values such as "
                                             f"model_name {group!r} keep adding new ones)")
                     bucket[key] = v
                 else:
                     bucket[key] = max(old, v) if op.agg_max else old + v
-    return acc, trt, model, samples
+
+    def _le_label(self, raw: str, scale: float) -> str | None:
+        """``le="..."`` of a bound not in the cache yet, in the canonical unit; None (counted) when it is no number."""
+        try:
+            le = "+Inf" if raw == "+Inf" else fmt_float(scaled_bound(raw, scale))
+        except (ValueError, InvalidOperation):
+            self.errors["parse"] += 1
+            return None
+        extra = f'le="{le}"'
+        if len(_LE_CACHE) < _LE_CACHE_MAX:
+            _LE_CACHE[(raw, scale)] = extra
+        return extra
+
+    def _special(self, op: _Op, labels: str, value: float) -> tuple[float, str] | None:
+        """The value and extra labels of a capacity rule; None when there is nothing to add: a block count that
+        is no number (counted as ``parse``), or TRT-LLM's KV figures, kept aside for ``normalize``."""
+        if op.special == _TRT_CAPACITY:
+            self.trt[_label(labels, "kv_cache_block_type") or ""] = value
+            return None
+        if op.special == _TOKENS_CAPACITY:
+            return value, op.extra
+        blocks = _label(labels, op.rule.blocks_label)  # info_capacity: the count and block size are labels
+        try:
+            count = float(blocks) if blocks is not None else None
+        except ValueError:
+            count = None
+        if count is None:
+            self.errors["parse"] += 1
+            return None
+        return count, f'block_size="{escape(self._cap(_label(labels, op.rule.size_label) or ""))}"'
+
+    def _cap(self, value: str) -> str:
+        """``cap_label`` of a label value copied into the output, once per distinct value (counted when cut)."""
+        out = self.capped.get(value)
+        if out is None:
+            out = self.capped[value] = cap_label(value)
+            if out is not value:
+                self.errors["label_truncated"] += 1
+        return out
 
 
 def _last_of_each(lines: list[str], table: dict[str, tuple[_Op, ...]]) -> tuple[list[str], int, int]:
@@ -426,26 +490,24 @@ def _last_of_each(lines: list[str], table: dict[str, tuple[_Op, ...]]) -> tuple[
     return list(last.values()), samples, mapped - len(last)
 
 
-def _choose(slots: tuple[tuple[str, int], ...], acc: list[dict[tuple[str, str, str], float]],
+def _choose(slots: tuple[tuple[str, int], ...], acc: list[dict[str, dict[tuple[str, str], float]]],
             errors: dict[str, int]) -> tuple[Families, dict[str, Families]]:
     """Per family the highest-priority source that has samples, split by model group; incomplete histograms go."""
-    chosen: dict[str, dict[tuple[str, str, str], float]] = {}
+    chosen: dict[str, dict[str, dict[tuple[str, str], float]]] = {}
     best: dict[str, int] = {}
     for (target, prio), got in zip(slots, acc, strict=True):
         if got and (target not in best or prio > best[target]):
             best[target] = prio
             chosen[target] = got
     groups: dict[str, Families] = {}
-    for fam, got in chosen.items():
-        last, into = None, {}
-        for (group, name, extra), v in got.items():
-            if group != last:  # the samples of one model mostly come together
-                last, into = group, groups.setdefault(group, {}).setdefault(fam, {})
-            into[(name, extra)] = v
+    for fam, by_group in chosen.items():
+        for group, samples in by_group.items():
+            groups.setdefault(group, {})[fam] = samples
     for fams in groups.values():
         for fam in [f for f in fams if f in _HISTOGRAMS]:
-            got = fams[fam]
-            if (fam + "_bucket", 'le="+Inf"') not in got or (fam + "_count", "") not in got or (fam + "_sum", "") not in got:
+            samples = fams[fam]
+            if ((fam + "_bucket", 'le="+Inf"') not in samples or (fam + "_count", "") not in samples
+                    or (fam + "_sum", "") not in samples):
                 del fams[fam]  # a truncated histogram would break histogram_quantile; drop it whole
                 errors["truncated_histogram"] += 1
     families = groups.pop("", {})

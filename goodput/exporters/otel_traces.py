@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from goodput.exporters.otlp import Span
-from goodput.foundation.clickhouse import DEFAULT_DATABASE, DEFAULT_TABLE, Connection, ident
+from goodput.foundation.clickhouse import DEFAULT_DATABASE, DEFAULT_TABLE, Statements, ident
 
 __all__ = ["INSERT_BATCH", "SPAN_KINDS", "STATUS_CODES", "TableSpec", "attribute_text", "create_table",
            "create_table_sql", "insert_spans", "span_row", "ttl_expression"]
@@ -77,7 +77,7 @@ def create_table_sql(spec: TableSpec = TableSpec()) -> str:
     return text
 
 
-def create_table(con: Connection, spec: TableSpec = TableSpec()) -> None:
+def create_table(con: Statements, spec: TableSpec = TableSpec()) -> None:
     """CREATE DATABASE and TABLE IF NOT EXISTS, as the exporter does at start."""
     cluster = f" ON CLUSTER {ident(spec.cluster)}" if spec.cluster else ""
     con.command(f"CREATE DATABASE IF NOT EXISTS {ident(spec.database)}{cluster}")
@@ -140,7 +140,7 @@ def span_row(span: Span) -> dict[str, Any]:
     }
 
 
-def insert_spans(con: Connection, spans: Iterable[Span], spec: TableSpec = TableSpec(),
+def insert_spans(con: Statements, spans: Iterable[Span], spec: TableSpec = TableSpec(),
                  batch: int = INSERT_BATCH, token: str | None = None) -> int:
     """Insert ``spans`` as the exporter's rows, ``batch`` rows per INSERT; returns how many. ``token``: the
     insert's ``insert_deduplication_token`` (one INSERT only: ``batch`` must hold every span)."""
@@ -155,7 +155,7 @@ def insert_spans(con: Connection, spans: Iterable[Span], spec: TableSpec = Table
     return n + _flush(con, sql, lines, params)
 
 
-def _flush(con: Connection, sql: str, lines: list[str], params: dict[str, str]) -> int:
+def _flush(con: Statements, sql: str, lines: list[str], params: dict[str, str]) -> int:
     if not lines:
         return 0
     con.command(sql, {**params, "rows": "\n".join(lines)})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,7 +153,7 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
     raise OtlpError("not an OTLP ExportTraceServiceRequest (protobuf): truncated or overlong varint")
 
 
-def _len_fields(buf: bytes, start: int, end: int, number: int, budget: list[int]):
+def _len_fields(buf: bytes, start: int, end: int, number: int, budget: list[int]) -> Iterator[tuple[int, int]]:
     """(start, end) of each length-delimited field ``number`` in ``buf[start:end]``, skipping the other fields;
     every field visited spends one of ``budget[0]``."""
     i = start

@@ -50,7 +50,9 @@ def _text(v) -> str:
 
 def _map_array(dicts: list[dict]) -> pa.MapArray:
     """A map<string, string> column built from flat key and value lists (far cheaper than lists of pairs)."""
-    offsets, keys, values, n = [0], [], [], 0
+    offsets, n = [0], 0
+    keys: list[str] = []
+    values: list[str] = []
     for d in dicts:
         keys.extend(d)
         values.extend(map(_text, d.values()))

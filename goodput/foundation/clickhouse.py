@@ -22,8 +22,8 @@ import pandas as pd
 
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["DEFAULT_DATABASE", "DEFAULT_TABLE", "Connection", "Target", "connect", "ident", "is_clickhouse", "param_text",
-           "parse_target"]
+__all__ = ["DEFAULT_DATABASE", "DEFAULT_TABLE", "Connection", "Statements", "Target", "connect", "ident", "is_clickhouse",
+           "param_text", "parse_target"]
 
 DEFAULT_TABLE = "otel_traces"  # the OpenTelemetry Collector clickhouseexporter's traces_table_name default
 DEFAULT_DATABASE = "otel"  # ... and its database default
@@ -53,16 +53,20 @@ class Target:
         return f"{scheme}://{self.host}:{self.port}/{self.database}?table={self.table}"
 
 
-class Connection(Protocol):
-    """The one seam: a statement that returns nothing, a query that returns a frame."""
+class Statements(Protocol):
+    """What writing needs: statements that return nothing (an insert-only client offers no more)."""
 
     target: Target
 
     def command(self, sql: str, params: dict[str, Any] | None = None) -> None: ...
 
-    def query_df(self, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame: ...
-
     def close(self) -> None: ...
+
+
+class Connection(Statements, Protocol):
+    """The one seam: a statement that returns nothing, a query that returns a frame."""
+
+    def query_df(self, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame: ...
 
 
 def is_clickhouse(text: str | Path) -> bool:
@@ -165,7 +169,7 @@ class _Embedded:
         if not _CHDB_SESSION:
             try:
                 _CHDB_SESSION.append((target.path, session.Session(target.path)))
-            except Exception as e:  # chDB raises its own RuntimeError subclasses
+            except RuntimeError as e:  # chDB's errors (its C++ exceptions, ChdbError) are RuntimeErrors
                 raise ConfigError(flag, str(target), f"cannot open: {_first_line(e)}") from None
         self._session = _CHDB_SESSION[0][1]
 

@@ -82,14 +82,21 @@ class Quantile:
     def estimate(self) -> float:
         """A number to sort, chart or compare with a threshold: the value, else the bound it is known against
         (an upper bound for ``below``, a lower bound for ``above``)."""
-        return self.value if self.kind == "within" else self.upper if self.kind == "below" else self.lower
+        return self._figure()
 
     def text(self, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:
         """``7ms``, ``<300ms`` or ``>60000ms``: the value, or the bound with its side."""
         if self.kind == "within":
-            return f"{self.value * scale:.{digits}f}{unit}"
-        sign, bound = ("<", self.upper) if self.kind == "below" else (">", self.lower)
-        return f"{sign}{_short(bound * scale)}{unit}"
+            return f"{self._figure() * scale:.{digits}f}{unit}"
+        return f"{'<' if self.kind == 'below' else '>'}{_short(self._figure() * scale)}{unit}"
+
+    def _figure(self) -> float:
+        """The number the kind reports: the value within, the upper bound below, the lower bound above. ``quantile``
+        and ``bounded`` always set it; a dict that lacks it (``from_dict``) is refused here."""
+        figure = self.value if self.kind == "within" else self.upper if self.kind == "below" else self.lower
+        if figure is None:
+            raise ValueError(f"a {self.kind!r} quantile without the figure it reports: {self}")
+        return figure
 
     def to_dict(self) -> dict:
         """JSON: ``{"bound": "below", "value": null, "lower": 0.0, "upper": 0.3}`` (no fake number)."""
@@ -107,8 +114,8 @@ def _short(x: float) -> str:
 def quantile(q: float, buckets: Sequence[tuple[float, float]]) -> Quantile | None:
     """The ``q`` quantile of cumulative ``(le, count)`` buckets (ascending, +Inf last), as Prometheus's
     ``histogram_quantile`` interpolates it inside a bucket between two finite bounds, with its bound kind in the
-    first bucket and in +Inf; None when the histogram is empty."""
-    if not buckets or buckets[-1][1] <= 0 or not math.isinf(buckets[-1][0]):
+    first bucket and in +Inf; None when the histogram is empty or has no finite bound (Prometheus: NaN)."""
+    if len(buckets) < 2 or buckets[-1][1] <= 0 or not math.isinf(buckets[-1][0]):
         return None
     rank = q * buckets[-1][1]
     lower_le, lower_count = None, 0.0

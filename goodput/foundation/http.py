@@ -146,7 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stall
 
     def setup(self) -> None:
-        self.timeout = self.server.timeout_s  # StreamRequestHandler applies it to the socket (writes keep it)
+        self.request.settimeout(self.server.timeout_s)  # writes keep it; reads go through the deadline below
         super().setup()
         self.rfile.close()  # reads go through the request deadline instead
         self.reader = _DeadlineReader(self.connection)
@@ -322,7 +322,7 @@ class Server(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = self.socket.getsockname()[:2]  # server_address, typed for any address family
         return f"http://{host}:{port}"
 
     # ------------------------------------------------------------------ connections

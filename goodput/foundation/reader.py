@@ -45,13 +45,17 @@ class Reader:
             self.fail(k, f"expected {_type_name(typ)}, got {v!r}")
         if isinstance(v, float) and not math.isfinite(v):  # YAML's .nan and .inf parse as floats
             self.fail(k, f"must be a finite number, got {v!r}")
+        if isinstance(v, int | float):  # a range applies to numbers (``typ`` int or float)
+            self._in_range(k, v, minimum, maximum)
+        if choices is not None and v not in choices:
+            self.fail(k, f"must be one of {', '.join(choices)}; got {v!r}")
+        return v
+
+    def _in_range(self, k: str, v: float, minimum: float | None, maximum: float | None) -> None:
         if minimum is not None and v < minimum:
             self.fail(k, f"must be >= {minimum:g}, got {v!r}")
         if maximum is not None and v > maximum:
             self.fail(k, f"must be <= {maximum:.15g}, got {v!r}")
-        if choices is not None and v not in choices:
-            self.fail(k, f"must be one of {', '.join(choices)}; got {v!r}")
-        return v
 
     def child(self, k: str, default: Any = ...) -> Reader | None:
         if k not in self.data or self.data[k] is None:

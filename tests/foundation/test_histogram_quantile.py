@@ -46,9 +46,15 @@ def test_the_first_bucket_empty_puts_a_low_quantile_inside_the_next():
     assert q.kind == "within" and 0.3 < q.value <= 0.5
 
 
-@pytest.mark.parametrize("b", [[], [(0.1, 0.0), (INF, 0.0)], [(0.1, 3.0)]])
-def test_no_quantile_of_an_empty_or_truncated_histogram(b):
+@pytest.mark.parametrize("b", [[], [(0.1, 0.0), (INF, 0.0)], [(0.1, 3.0)], [(INF, 5.0)]])
+def test_no_quantile_of_an_empty_or_truncated_histogram_or_one_without_a_finite_bound(b):
     assert quantile(0.95, b) is None
+
+
+def test_a_quantile_without_the_figure_it_reports_is_refused_not_rendered_as_none():
+    q = Quantile.from_dict({"bound": "above", "value": None, "lower": None, "upper": None})
+    with pytest.raises(ValueError, match="'above' quantile without the figure"):
+        q.text()
 
 
 def test_a_value_prometheus_computed_is_classified_by_the_bucket_it_came_from():
