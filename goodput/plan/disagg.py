@@ -111,7 +111,7 @@ def step_s(pool: Pool, batch: float, context: float, prompts: float = 0.0, token
         pairs += prompts * (c * m + c * (c + 1) / 2.0)
         kv += prompts * (m + c)
     # the simulator annotates ``tokens`` int, but a step's mean tokens are fractional: its .pxd takes a double
-    return pool.roofline.step_time(batch + tokens, pairs, kv)  # type: ignore[arg-type]
+    return pool.roofline.step_time(batch + tokens, pairs, kv)
 
 
 def _kv_need(load: Load, pool: Pool) -> float:
@@ -472,7 +472,7 @@ def compare(load: Load, aggregated: Pool, prefill: Pool, decode: Pool, link: Dis
     """Both layouts planned for ``load``, and which needs fewer GPUs (a tie goes to the aggregated one), with why;
     a reason string naming the SLO term when a layout cannot meet it at all."""
     # the simulator annotates the prompt's tokens int; the link time is linear in them, and the mean is fractional
-    transfer = link.transfer_s(load.input_mean)  # type: ignore[arg-type]
+    transfer = link.transfer_s(load.input_mean)
     a = plan_aggregated(load, aggregated)
     if isinstance(a, str):
         return f"aggregated: {a}"

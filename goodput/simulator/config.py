@@ -183,7 +183,7 @@ class DisaggConfig:
     kv_bytes_per_token: float  # on one prefill GPU (goodput/simulator/catalog.py kv_bytes_per_token)
     kv_shards: int  # the prefill pool's TP: the shards moved in parallel
 
-    def transfer_s(self, tokens: int) -> float:
+    def transfer_s(self, tokens: float) -> float:
         """Link time of a ``tokens``-token prompt's KV: latency + one GPU's shard / the link's bandwidth."""
         return self.kv_link_latency_ms / 1e3 + tokens * self.kv_bytes_per_token * 8.0 / (self.kv_link_gbps * 1e9)
 

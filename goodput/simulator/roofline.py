@@ -61,7 +61,7 @@ class Roofline:
             comm_s_per_token=allreduce_s_per_token(model, tp, e.tp_allreduce_gbps),
         )
 
-    def step_time(self, tokens: int, attn_pairs: float, kv_tokens: float) -> float:
+    def step_time(self, tokens: float, attn_pairs: float, kv_tokens: float) -> float:
         """One step: ``tokens`` computed, ``attn_pairs`` query x context pairs, ``kv_tokens`` KV read or written."""
         compute = (self.flops_per_token * tokens + self.attn_flops_per_ctx * attn_pairs) * self.sec_per_flop
         memory = self.weight_bytes * self.sec_per_byte + self.kv_bytes_per_token * kv_tokens * self.sec_per_kv_byte
