@@ -165,7 +165,7 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
               and span[0] <= r.time <= span[1]]
     regs = [r for r in find_regressions(con, releases or [], deployment=deployment, since=since, until=until)
             if r.change > 0]
-    blamed = [r for r in regs if r.blamed and r.evidence.get("release_kind") != SCALE_KIND]
+    blamed = [r for r in regs if r.blame and r.blame.kind != SCALE_KIND]
     named = [(r, m) for r, m in moved if m]
     findings = []
     if named:
