@@ -139,6 +139,16 @@ def _py(v: Any) -> Any:
     return v
 
 
+@cache
+def _server_errors() -> tuple[type[Exception], ...]:
+    """What a statement sent to ClickHouse raises when the server refuses it or cannot be reached: clickhouse-connect's
+    errors and its transport's OSError, chDB's ChdbError (a RuntimeError). Imported when first needed, so the DuckDB
+    path never loads the driver; anything else is a bug of ours and keeps its traceback."""
+    from clickhouse_connect.driver.exceptions import ClickHouseError
+
+    return ClickHouseError, RuntimeError, OSError
+
+
 class ClickHouseBackend:
     """The Collector's ``otel_traces`` read in place. The request model of a window (the spans ``SPAN_MARGIN``
     around ``since`` / ``until``) is derived once, on its first use, into a temporary table of the connection's
@@ -175,7 +185,7 @@ class ClickHouseBackend:
                 try:
                     self.con.command(f"CREATE TEMPORARY TABLE {table} ENGINE = MergeTree ORDER BY tuple() AS {derive}",
                                      {**window, "passes": passes, "pass": 0})
-                except Exception as e:  # noqa: BLE001 - the statement itself will say what the server refuses
+                except _server_errors() as e:  # the statement itself will say what the server refuses
                     log.warning("%s: no temporary table (%s); each statement derives the request model itself, "
                                 "slower (docs/clickhouse.md)", self.con.target, str(e).strip().splitlines()[0][:200])
                     self._inline = True
@@ -184,7 +194,7 @@ class ClickHouseBackend:
                 for n in range(1, passes):
                     try:
                         self.con.command(f"INSERT INTO {table} {derive}", {**window, "passes": passes, "pass": n})
-                    except Exception as e:
+                    except _server_errors() as e:
                         raise self._refused("requests", e) from None
             # a deployment's admission spans may be in several passes' traces
             head.append(f"{cte} AS (SELECT {'DISTINCT ' if cte == 'admission_spans' else ''}* FROM {self._tables[key]})")
@@ -196,7 +206,7 @@ class ClickHouseBackend:
         if key not in self._passes:
             try:
                 spans = int(self.con.query_df(clickhouse_sql("window_spans"), window)["spans"].iloc[0])
-            except Exception as e:
+            except _server_errors() as e:
                 raise self._refused("window_spans", e) from None
             self._passes[key] = max(1, math.ceil(spans / SPANS_PER_PASS))
         return self._passes[key]
@@ -213,7 +223,7 @@ class ClickHouseBackend:
             bound = {**window, "passes": 1, "pass": 0, **bound}
         try:
             df = self.con.query_df(text + _SETTINGS, bound)
-        except Exception as e:
+        except _server_errors() as e:
             raise self._refused(name, e) from None
         for col in df.columns:  # times come back in UTC
             if pd.api.types.is_datetime64_any_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
@@ -257,7 +267,7 @@ def open_backend(db: str | Path, flag: str = "--db") -> Backend:
     try:
         found = con.query_df("SELECT count() AS n FROM system.tables WHERE database = {d:String} AND name = {t:String}",
                              {"d": target.database, "t": target.table})
-    except Exception as e:  # the server answered, but not to this (permissions, a proxy in the way)
+    except _server_errors() as e:  # the server answered, but not to this (permissions, a proxy in the way)
         raise ConfigError(flag, str(target), f"cannot read system.tables: {str(e).strip().splitlines()[0][:200]}"
                           ) from None
     if not int(found["n"].iloc[0]):

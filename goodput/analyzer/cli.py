@@ -250,7 +250,7 @@ def _triage(args: argparse.Namespace) -> int:
         in_flight = prometheus_in_flight(args.prometheus)
     picked = None if args.deployment else pick_deployment(con, args.alertmanager, slos=args.slos, since=since,
                                                           until=until)
-    t = triage(con, args.deployment or picked.deployment, since=since, until=until, releases=releases,
+    t = triage(con, picked.deployment if picked else args.deployment, since=since, until=until, releases=releases,
                prometheus_in_flight=in_flight)
     t.picked = picked.reason if picked else ""
     if args.format == "json":
@@ -258,8 +258,8 @@ def _triage(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         from goodput.analyzer.report import render
 
-        picked = [{"step": "picked", "finding": t.picked}] if t.picked else []
-        print(render([*picked, *({"step": s, "finding": f} for s, f in t.steps), {"step": "verdict", "finding": t.verdict}],
+        why = [{"step": "picked", "finding": t.picked}] if t.picked else []
+        print(render([*why, *({"step": s, "finding": f} for s, f in t.steps), {"step": "verdict", "finding": t.verdict}],
                      "csv"))
     else:
         print(f"triage of {t.deployment}" + (f" (picked: {t.picked})" if t.picked else ""))

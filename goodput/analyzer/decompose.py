@@ -10,8 +10,10 @@ group's p95 / p99).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import duckdb
 
@@ -62,7 +64,7 @@ def _pct(p: float) -> str:
 
 
 def decompose(con: Backend | duckdb.DuckDBPyConnection, by: list[str], *, since: datetime | None = None,
-              until: datetime | None = None, percentiles: list[float] = (0.5, 0.95, 0.99),
+              until: datetime | None = None, percentiles: Sequence[float] = (0.5, 0.95, 0.99),
               bucket: str | None = None, deployment: str | None = None) -> Decomposition:
     for d in by:
         if d not in DIMENSIONS:
@@ -81,7 +83,7 @@ def decompose(con: Backend | duckdb.DuckDBPyConnection, by: list[str], *, since:
     fill = {"{dims_select}": ", ".join(select), "{dims_o}": ", ".join(f"o.{d}" for d in dims),
             "{dims_using}": ", ".join(dims), "{dims}": ", ".join(dims), "{order}": ", ".join(f"s.{d}" for d in dims),
             "{where_extra}": deployment_filter[b.dialect] if deployment else ""}
-    params = {"since": since, "until": until, "percentiles": list(percentiles)}
+    params: dict[str, Any] = {"since": since, "until": until, "percentiles": list(percentiles)}
     if deployment:
         params["deployment"] = deployment
     res = b.rows("decompose", params, fill)

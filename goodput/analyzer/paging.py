@@ -6,60 +6,37 @@ the reason, said to the reader; an Alertmanager that does not answer within ``DE
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
-
 from goodput.analyzer.backend import Backend, backend
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.promapi import Alertmanager, PromError
 from goodput.foundation.yamlfile import load_mapping
 
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["Pick", "Unreachable", "paging_alerts", "pick_deployment"]
+__all__ = ["Pick", "paging_alerts", "pick_deployment"]
 
 CONNECT_TIMEOUT_S = 2.0
 DEADLINE_S = 5.0  # the whole answer, connect to last byte
-MAX_BODY = 16 * 2**20
+
+
 @dataclass(frozen=True)
 class Pick:
     deployment: str
     reason: str
 
 
-class Unreachable(Exception):
-    """Alertmanager gave no usable answer; the text says what happened, in one line."""
-
-
 def paging_alerts(url: str) -> list[tuple[str, str, str]]:
-    """(deployment, alert name, startsAt) of every paging alert Alertmanager holds active, the longest-firing first."""
-    api = f"{url.rstrip('/')}/api/v2/alerts"
-    params = {"active": "true", "silenced": "false", "inhibited": "false", "filter": 'severity="page"'}
-    deadline = time.monotonic() + DEADLINE_S
-    body = b""
-    try:
-        with httpx.stream("GET", api, params=params, timeout=httpx.Timeout(DEADLINE_S, connect=CONNECT_TIMEOUT_S)) as r:
-            if r.status_code != 200:
-                raise Unreachable(f"{api} answered HTTP {r.status_code}")
-            for chunk in r.iter_bytes():
-                body += chunk
-                if time.monotonic() > deadline or len(body) > MAX_BODY:
-                    raise Unreachable(f"{api} did not answer within {DEADLINE_S:g} s")
-        alerts = httpx.Response(200, content=body).json()
-    except (httpx.HTTPError, httpx.InvalidURL) as e:
-        raise Unreachable(f"{api}: {type(e).__name__}: {str(e) or 'no answer'}") from None
-    except ValueError:
-        raise Unreachable(f"{api} did not answer JSON (is it Alertmanager?)") from None
-    if not isinstance(alerts, list):
-        raise Unreachable(f"{api} did not answer a list of alerts (is it Alertmanager's API v2?)")
-    out = [(str(a["labels"]["deployment"]), str(a["labels"].get("alertname", "?")), str(a.get("startsAt", "")))
-           for a in alerts if isinstance(a, dict) and isinstance(a.get("labels"), dict)
-           and a["labels"].get("severity") == "page" and a["labels"].get("deployment")]
+    """(deployment, alert name, startsAt) of every paging alert Alertmanager holds active, the longest-firing first;
+    a ``PromError`` naming Alertmanager and its URL when it gives no usable answer."""
+    alerts = Alertmanager(url, DEADLINE_S, connect_s=CONNECT_TIMEOUT_S).alerts('severity="page"')
+    out = [(a["labels"]["deployment"], a["labels"].get("alertname", "?"), str(a.get("startsAt", "")))
+           for a in alerts if a["labels"].get("severity") == "page" and a["labels"].get("deployment")]
     return sorted(out, key=lambda x: (x[2], x[0], x[1]))
 
 
@@ -86,7 +63,7 @@ def pick_deployment(con: Backend | duckdb.DuckDBPyConnection, alertmanager: str 
     if alertmanager:
         try:
             paging = paging_alerts(alertmanager)
-        except Unreachable as e:
+        except PromError as e:
             why.append(f"Alertmanager unreachable ({e})")
         else:
             here = [p for p in paging if p[0] in stored]

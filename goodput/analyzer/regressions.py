@@ -19,6 +19,7 @@ into an incident has buckets enough to find its step.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
@@ -30,10 +31,10 @@ from goodput.analyzer.backend import Backend, backend, interval_us
 from goodput.analyzer.changepoint import detect
 from goodput.analyzer.completeness import drop_incomplete
 from goodput.analyzer.releases import Release
-from goodput.analyzer.store import sql
 from goodput.contracts.vocabulary import SCALE_KIND
 
-__all__ = ["METRICS", "Regression", "Scan", "bucket_label", "choose_bucket", "find_regressions", "scan_regressions"]
+__all__ = ["METRICS", "Blame", "Moved", "Regression", "Scan", "attribute", "bucket_label", "choose_bucket",
+           "find_regressions", "in_window", "scan_regressions"]
 
 METRICS = ("e2e_s", "ttft_s", "tpot_s", "gateway_s", "queue_s", "prefill_s", "kv_transfer_s", "decode_s", "send_s")
 SEGMENTS_OF = {"e2e_s": ("gateway", "queue", "prefill", "kv_transfer", "decode", "send"),
@@ -46,6 +47,19 @@ MIN_BUCKETS = 16  # a short window still gets this many buckets: 8 per side of a
 MIN_WIDTH_S = 60  # narrower only when the window is too short for MIN_BUCKETS of it: a burst of seconds is no step
 MAX_BUCKETS = 288  # a long window: a day of 5-minute buckets
 PER_BUCKET = 50  # requests a typical series' bucket should hold for a steady p95, where the window allows
+
+
+@dataclass(frozen=True)
+class Blame:
+    """The release or scale event a change point is blamed on."""
+
+    release: str  # its label, ``kind from -> to`` (Release.label)
+    time: datetime
+    kind: str  # a release kind, or SCALE_KIND
+
+    @classmethod
+    def of(cls, r: Release) -> Blame:
+        return cls(r.label(), r.time, r.kind)
 
 
 @dataclass
@@ -61,16 +75,31 @@ class Regression:
     cause: str
     direction: str = ""  # "regression" (p95 rose) or "improvement" (it fell)
     bucket: str = ""  # the bucket width searched
-    release: str | None = None
-    release_time: datetime | None = None
-    blamed: bool = False
+    blame: Blame | None = None
     evidence: dict = field(default_factory=dict)
 
+    @property
+    def blamed(self) -> bool:
+        return self.blame is not None
+
+    @property
+    def release(self) -> str | None:
+        """The blamed release's label (None: nothing blamed)."""
+        return self.blame.release if self.blame else None
+
+    @property
+    def release_time(self) -> datetime | None:
+        return self.blame.time if self.blame else None
+
     def record(self) -> dict:
+        """Flat, as the command's output and the console's tables read it: the blame as the columns ``release``,
+        ``release_time`` and ``blamed``, its kind as the evidence's ``release_kind``."""
         d = asdict(self)
-        d["time"] = self.time.isoformat()
-        d["release_time"] = self.release_time.isoformat() if self.release_time else None
-        return d
+        del d["blame"]
+        evidence = d.pop("evidence")
+        return {**d, "time": self.time.isoformat(), "release": self.release,
+                "release_time": self.release_time.isoformat() if self.release_time else None, "blamed": self.blamed,
+                "evidence": {**evidence, "release_kind": self.blame.kind} if self.blame else evidence}
 
 
 @dataclass
@@ -153,7 +182,7 @@ def scan_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Re
     window by ``choose_bucket``."""
     where = {"since": since, "until": until, "deployment": deployment}
     chosen = bucket is None
-    if chosen:
+    if bucket is None:
         spans = backend(con).rows("series_span", where).rows
         bucket = f"{choose_bucket([(n, sec) for _dep, _tier, n, sec in spans])} seconds"
     width = pd.to_timedelta(interval_us(bucket), unit="us")
@@ -186,36 +215,22 @@ def scan_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Re
                 found.append((reg, before, after))
     if not found:
         return scan
-    _attribute(con, found, releases, width, window)
     shifts = _shifts(con, found, width)
     for i, (reg, before, after) in enumerate(found):
-        _evidence(reg, before, after, shifts.get(i, []))
+        _evidence(reg, before, after, shifts.get(i, []),
+                  in_window(releases, reg.deployment, reg.time, reg.time + width.to_pytimedelta(), window))
     out = [r for r, _, _ in found]
     scan.found = sorted(out, key=lambda r: -abs(math.log1p(r.change)) if r.change > -1 else 0)
     return scan
 
 
-def _attribute(con, found, releases: list[Release], width, window: timedelta) -> None:
-    cps = pd.DataFrame({"id": range(len(found)), "deployment": [r.deployment for r, _, _ in found],
-                        "ts": [r.time for r, _, _ in found], "bucket_end": [r.time + width for r, _, _ in found]})
-    rel = pd.DataFrame({"time": [r.time for r in releases], "deployment": [r.deployment for r in releases],
-                        "kind": [r.kind for r in releases], "from_version": [r.from_version for r in releases],
-                        "to_version": [r.to_version for r in releases], "note": [r.note for r in releases]},
-                       columns=["time", "deployment", "kind", "from_version", "to_version", "note"])
-    if rel.empty:
-        return
-    cur = duckdb.connect()  # the candidates are a join of two small frames here, whatever holds the spans
-    cur.register("change_points", cps)
-    cur.register("releases", rel.astype({"time": "datetime64[ns, UTC]"}))
-    rows = cur.execute(sql("attribute_releases"), {"window": window}).fetchall()
-    for cid, rtime, kind, frm, to, _note in rows:
-        found[cid][0].evidence.setdefault("candidates", []).append((rtime, kind, f"{kind} {frm} -> {to}".strip()))
-    cur.close()
-
-
-def _pick(kinds: tuple[str, ...], candidates: list[tuple]) -> tuple | None:
-    """The latest of ``candidates`` (time, kind, label; latest first) of one of ``kinds``."""
-    return next((c for c in candidates if c[1] in kinds), None)
+def in_window(releases: Sequence[Release], deployment: str, at: datetime, bucket_end: datetime,
+              window: timedelta) -> list[Blame]:
+    """The releases and scale events that may explain a change point of ``deployment`` at ``at``: its own or every
+    deployment's (``*``), at or before the end of the bucket where the change shows and at most ``window`` before
+    the change point; the latest first."""
+    near = [r for r in releases if r.deployment in (deployment, "*") and at - window <= r.time <= bucket_end]
+    return [Blame.of(r) for r in sorted(near, key=lambda r: r.time, reverse=True)]
 
 
 def _shifts(con, found, width) -> dict[int, list[tuple]]:
@@ -233,64 +248,90 @@ def _shifts(con, found, width) -> dict[int, list[tuple]]:
     return out
 
 
-def _evidence(reg: Regression, before: pd.DataFrame, after: pd.DataFrame, shifts: list[tuple]) -> None:
-    ev = reg.evidence
-    # which segment moved (the metric itself for a segment series)
-    if reg.metric in SEGMENTS_OF:
-        deltas = {seg: _median(after, f"mean_{seg}_s") - _median(before, f"mean_{seg}_s") for seg in SEGMENTS_OF[reg.metric]}
-        deltas = {k: v for k, v in deltas.items() if np.isfinite(v)}
-        sign = 1 if reg.change > 0 else -1
-        reg.segment = max(deltas, key=lambda k: sign * deltas[k]) if deltas else ""
-        ev["segment_delta_s"] = {k: round(v, 6) for k, v in deltas.items()}
-    else:
-        reg.segment = reg.metric.removesuffix("_s")
-    per_token = {"prefill": "prefill_s_per_token", "decode": "decode_s_per_token",
-                 "kv_transfer": "kv_transfer_s_per_token"}  # per prompt token: the link's cost per byte moved
-    rate = _ratio(_median(before, "arrivals"), _median(after, "arrivals"))
-    inp = _ratio(_median(before, "input_tokens"), _median(after, "input_tokens"))
-    outp = _ratio(_median(before, "output_tokens"), _median(after, "output_tokens"))
-    cost_col = per_token.get(reg.segment)
-    cost = _ratio(_median(before, cost_col), _median(after, cost_col)) if cost_col else float("nan")
-    ev.update({"arrival_rate_change": _round(rate), "input_tokens_change": _round(inp), "output_tokens_change": _round(outp),
-               "per_token_cost_change": _round(cost)})
-    # which tenants and routes moved
-    moved = {"tenant": [], "route": []}
+PER_TOKEN = {"prefill": "prefill_s_per_token", "decode": "decode_s_per_token",
+             "kv_transfer": "kv_transfer_s_per_token"}  # per prompt token: the link's cost per byte moved
+
+
+@dataclass(frozen=True)
+class Moved:
+    """What moved across a change point: the segment that moved most, and the relative change (after / before - 1 of
+    the medians; NaN where unknown) of the request lengths, the arrival rate and that segment's per-token cost."""
+
+    segment: str
+    input_tokens: float = math.nan
+    output_tokens: float = math.nan
+    arrival_rate: float = math.nan
+    per_token_cost: float = math.nan
+
+
+def attribute(moved: Moved, candidates: Sequence[Blame]) -> tuple[str, Blame | None]:
+    """The cause of a change point and what it is blamed on (None: nothing), from what moved and the releases and
+    scale events before it (``in_window``, the latest first): the latest candidate whose kind can explain what moved.
+    A length shift is a release's only when that release can change request lengths (``LENGTH_KINDS``); an arrival
+    rate shift is no release's; a per-token cost may change with any release or scale event; a queue that moved with
+    neither changed with the capacity, a scale event's."""
+    finite = [abs(x) for x in (moved.input_tokens, moved.output_tokens) if math.isfinite(x)]
+    if finite and max(finite) >= LENGTH_SHIFT:
+        what = "input" if math.isfinite(moved.input_tokens) and abs(moved.input_tokens) >= LENGTH_SHIFT else "output"
+        pick = next((c for c in candidates if c.kind in LENGTH_KINDS), None)
+        return (f"workload shift: {what} length changed after a {pick.kind} release" if pick else
+                f"workload shift: {what} length changed (no release changes request lengths here)"), pick
+    if math.isfinite(moved.arrival_rate) and abs(moved.arrival_rate) >= RATE_SHIFT:
+        return "workload shift: arrival rate changed", None
+    if math.isfinite(moved.per_token_cost) and abs(moved.per_token_cost) >= COST_CHANGE:
+        pick = candidates[0] if candidates else None  # any release or scale event can change what a token costs
+        since = (" after a scale event (the batch per replica changed)" if pick and pick.kind == SCALE_KIND else
+                 f" after a {pick.kind} release" if pick else "")
+        what = ("KV-transfer time per prompt token (the prefill -> decode link)" if moved.segment == "kv_transfer"
+                else f"per-token {moved.segment} cost")
+        return f"{what} changed{since}", pick
+    scale = next((c for c in candidates if c.kind == SCALE_KIND), None)
+    if moved.segment == "queue" and scale:
+        return "queue wait changed after a scale event (capacity changed)", scale
+    return "unexplained: neither the workload nor the per-token cost moved", None
+
+
+def _segment(reg: Regression, before: pd.DataFrame, after: pd.DataFrame) -> str:
+    """The segment whose mean moved most in the change's direction (the metric itself for a segment series); the
+    deltas go into the evidence."""
+    if reg.metric not in SEGMENTS_OF:
+        return reg.metric.removesuffix("_s")
+    deltas = {seg: _median(after, f"mean_{seg}_s") - _median(before, f"mean_{seg}_s") for seg in SEGMENTS_OF[reg.metric]}
+    deltas = {k: v for k, v in deltas.items() if np.isfinite(v)}
+    sign = 1 if reg.change > 0 else -1
+    reg.evidence["segment_delta_s"] = {k: round(v, 6) for k, v in deltas.items()}
+    return max(deltas, key=lambda k: sign * deltas[k]) if deltas else ""
+
+
+def _who_moved(change: float, shifts: list[tuple]) -> dict[str, list[str]]:
+    """The tenants and routes whose p95 moved with the change (at least half of it, or 5 %), the most moved first."""
+    moved: dict[str, list[tuple[str, float]]] = {"tenant": [], "route": []}
     for dim, value, b, a, _n in shifts:
         ch = _ratio(b, a)
-        if np.isfinite(ch) and (ch >= min(0.5 * reg.change, 0.05) if reg.change > 0 else ch <= max(0.5 * reg.change, -0.05)):
+        if np.isfinite(ch) and (ch >= min(0.5 * change, 0.05) if change > 0 else ch <= max(0.5 * change, -0.05)):
             moved[dim].append((value, round(ch, 3)))
-    ev["tenants"] = [v for v, _ in sorted(moved["tenant"], key=lambda x: -abs(x[1]))]
-    ev["routes"] = [v for v, _ in sorted(moved["route"], key=lambda x: -abs(x[1]))]
-    # the verdict: the latest candidate (release or scale event) whose kind can explain what moved
-    length_shift = max(abs(x) for x in (inp, outp) if np.isfinite(x)) >= LENGTH_SHIFT if any(
-        np.isfinite(x) for x in (inp, outp)) else False
-    candidates = ev.pop("candidates", [])
-    latest = candidates[0] if candidates else None
-    pick = None
-    if length_shift:
-        what = "input" if np.isfinite(inp) and abs(inp) >= LENGTH_SHIFT else "output"
-        pick = _pick(LENGTH_KINDS, candidates)
-        reg.cause = (f"workload shift: {what} length changed after a {pick[1]} release" if pick else
-                     f"workload shift: {what} length changed (no release changes request lengths here)")
-    elif np.isfinite(rate) and abs(rate) >= RATE_SHIFT:
-        reg.cause = "workload shift: arrival rate changed"
-    elif np.isfinite(cost) and abs(cost) >= COST_CHANGE:
-        pick = latest  # any release or scale event can change what a token costs
-        since = (" after a scale event (the batch per replica changed)" if pick and pick[1] == SCALE_KIND else
-                 f" after a {pick[1]} release" if pick else "")
-        what = ("KV-transfer time per prompt token (the prefill -> decode link)" if reg.segment == "kv_transfer"
-                else f"per-token {reg.segment} cost")
-        reg.cause = f"{what} changed{since}"
-    elif reg.segment == "queue" and (pick := _pick((SCALE_KIND,), candidates)):
-        reg.cause = "queue wait changed after a scale event (capacity changed)"
-    else:
-        reg.cause = "unexplained: neither the workload nor the per-token cost moved"
-    reg.blamed = pick is not None
-    if pick is not None:
-        reg.release_time, kind, reg.release = pick
-        ev["release_kind"] = kind
-    else:
-        ev["nearest_release"] = latest[2] if latest else None
+    return {dim: [v for v, _ in sorted(vs, key=lambda x: -abs(x[1]))] for dim, vs in moved.items()}
+
+
+def _evidence(reg: Regression, before: pd.DataFrame, after: pd.DataFrame, shifts: list[tuple],
+              candidates: list[Blame]) -> None:
+    """What moved across ``reg`` (its segment, workload, per-token cost, tenants and routes) and, from it, its cause
+    and blame."""
+    reg.segment = _segment(reg, before, after)
+    cost_col = PER_TOKEN.get(reg.segment)
+    moved = Moved(reg.segment, _ratio(_median(before, "input_tokens"), _median(after, "input_tokens")),
+                  _ratio(_median(before, "output_tokens"), _median(after, "output_tokens")),
+                  _ratio(_median(before, "arrivals"), _median(after, "arrivals")),
+                  _ratio(_median(before, cost_col), _median(after, cost_col)) if cost_col else math.nan)
+    who = _who_moved(reg.change, shifts)
+    reg.evidence.update({"arrival_rate_change": _round(moved.arrival_rate),
+                         "input_tokens_change": _round(moved.input_tokens),
+                         "output_tokens_change": _round(moved.output_tokens),
+                         "per_token_cost_change": _round(moved.per_token_cost),
+                         "tenants": who["tenant"], "routes": who["route"]})
+    reg.cause, reg.blame = attribute(moved, candidates)
+    if reg.blame is None:
+        reg.evidence["nearest_release"] = candidates[0].release if candidates else None
 
 
 def _round(x: float) -> float | None:

@@ -23,14 +23,14 @@ from datetime import datetime
 import duckdb
 
 from goodput.analyzer.backend import Backend, backend
-from goodput.analyzer.completeness import arrival_count, verdict_window
+from goodput.analyzer.completeness import Completeness, arrival_count, verdict_window
 from goodput.analyzer.decompose import SEGMENTS, decompose
-from goodput.analyzer.regressions import COST_CHANGE, LENGTH_SHIFT, find_regressions
+from goodput.analyzer.regressions import COST_CHANGE, LENGTH_SHIFT, Regression, find_regressions
 from goodput.analyzer.releases import Release
 from goodput.contracts.vocabulary import GATEWAY_REJECT_REASONS, QUOTA_REASONS, SCALE_KIND
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["REGRESSION", "Triage", "triage"]
+__all__ = ["REGRESSION", "Cause", "Step", "Triage", "triage"]
 
 REGRESSION = 0.1  # relative rise of recent p95 E2E or TTFT that counts as a regression
 BEFORE_S = 1800.0  # a release's evidence: requests of up to this long before it against all after it
@@ -57,6 +57,41 @@ class Triage:
                 "completeness": self.completeness, "left_out": self.left_out}
 
 
+@dataclass(frozen=True, order=True)
+class Cause:
+    """A cause a step names; the verdict is the most likely one (the lowest priority, then the text)."""
+
+    priority: float  # 0 a release, 1 KV, 2 workload, 3 routing, cache or a fallback, 3.5 the gateway, 4 capacity
+    text: str
+
+
+@dataclass
+class Step:
+    """One step of the troubleshooting order: what it found (one line), the causes it names (none unless what it
+    read moved), and the facts it measured (merged into ``Triage.facts`` in the order of the steps)."""
+
+    name: str
+    finding: str
+    causes: list[Cause] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Window:
+    """What every step reads: the deployment's final requests in the window, split into the recent period (its last
+    quarter) and the one before it, and each period's figures (goodput/analyzer/sql/triage.sql)."""
+
+    con: Backend | duckdb.DuckDBPyConnection
+    deployment: str
+    since: datetime | None
+    until: datetime | None
+    first: datetime  # the first and last arrival of the window's requests
+    last: datetime
+    split: datetime
+    now: dict
+    before: dict
+
+
 def _chg(before, after) -> float | None:
     if before in (None, 0) or after is None:
         return None
@@ -74,12 +109,31 @@ def _span(con: Backend | duckdb.DuckDBPyConnection, deployment: str, since: date
 def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: datetime | None = None,
            until: datetime | None = None, releases: list[Release] | None = None,
            prometheus_in_flight: dict[str, float] | None = None) -> Triage:
-    # --- completeness: every step reads only buckets whose requests have all finished (goodput/analyzer/completeness.py)
+    """The troubleshooting order for ``deployment``: each step says what it found and names the causes it sees;
+    the verdict is the most likely cause where latency regressed (``_verdict``)."""
+    w, comp, left_out = _window(con, deployment, since, until, prometheus_in_flight)
+    latency, grew, queued = _latency_split(w)
+    releases_step, regs = _releases(w, releases or [])
+    steps = [s for s in (_in_flight(comp), latency, _workload(w), _kv_cache(w, grew), _routing(w), releases_step)
+             if s is not None]
+    t = Triage(deployment, steps=[(s.name, s.finding) for s in steps],
+               facts={"recent_from": w.split.isoformat(), "recent": w.now, "before": w.before},
+               completeness=comp.record() if comp else {}, left_out=left_out)
+    for s in steps:
+        t.facts.update(s.facts)
+    t.verdict, t.regressed = _verdict(w, steps, regs, queued, left_out, t.facts)
+    return t
+
+
+def _window(con: Backend | duckdb.DuckDBPyConnection, deployment: str, since: datetime | None, until: datetime | None,
+            prometheus_in_flight: dict[str, float] | None) -> tuple[Window, Completeness | None, str]:
+    """Step 0's window: only buckets whose requests have all finished (goodput/analyzer/completeness.py), or, when
+    nothing is final yet (a store minutes old), everything there is, said in ``left_out``; ``ConfigError`` when the
+    deployment has no requests in it."""
     asked = until
     comp, until, left_out = verdict_window(con, deployment, until, prometheus_in_flight)
-    # ---
     span = _span(con, deployment, since, until)
-    if span[0] is None and left_out:  # nothing final yet (a store minutes old): read what there is, and say so
+    if span[0] is None and left_out:
         until, span = asked, _span(con, deployment, since, asked)
         left_out = ("nothing final yet, so every figure includes requests still in flight"
                     + (f" ({comp.describe()})" if comp is not None else ""))
@@ -89,134 +143,172 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
     split = span[0] + (span[1] - span[0]) * 3 / 4
     rel = backend(con).rows("triage", {"deployment": deployment, "since": since, "until": until, "split": split})
     periods = {row[0]: dict(zip(rel.columns, row, strict=True)) for row in rel.rows}
-    now, before = periods.get("recent", {}), periods.get("before", {})
-    t = Triage(deployment, facts={"recent_from": split.isoformat(), "recent": now, "before": before},
-               completeness=comp.record() if comp else {}, left_out=left_out)
-    if comp is not None:
-        t.steps.append(("0. in flight", comp.describe()))
-    causes: list[tuple[int, str]] = []  # (priority, cause); lower is more likely
+    return (Window(con, deployment, since, until, span[0], span[1], split, periods.get("recent", {}),
+                   periods.get("before", {})), comp, left_out)
 
-    # 1. where the time goes, and which segment grew (mean seconds, recent against before)
-    d = decompose(con, ["deployment"], since=split, until=until, deployment=deployment).records()
-    grew = ""
-    if d:
-        rec = d[0]
-        prior = decompose(con, ["deployment"], since=since or span[0], until=split, deployment=deployment).records()
-        # kv_transfer only where the deployment has one (P/D disaggregated)
-        segs = [s for s in SEGMENTS if s != "kv_transfer" or rec["kv_transfer_s"] or prior and prior[0]["kv_transfer_s"]]
-        means = {s: rec[f"{s}_s"] or 0.0 for s in segs}
-        e2e, ttft = rec["e2e_p95_s"] or 0.0, rec["ttft_p95_s"] or 0.0
-        growth = {s: v - (prior[0][f"{s}_s"] or 0.0) for s, v in means.items() if s != "other"} if prior else {}
-        grew = max(growth, key=growth.get) if growth and max(growth.values()) > 0 else ""
-        t.steps.append(("1. latency split", f"recent p95 E2E {e2e:.3f} s, TTFT {ttft:.3f} s; "
-                        f"the p95 E2E tail is mostly {rec['e2e_p95_top_segment']}, the TTFT tail mostly "
-                        f"{rec['ttft_p95_top_segment']}; mean s: " + ", ".join(f"{k} {round(v, 3) + 0.0:.3f}"
-                                                                   for k, v in means.items())
-                        + (f"; grew most: {grew} ({growth[grew]:+.3f} s mean)" if grew else "")))
-        t.facts["decomposition"] = rec
-        t.facts["segment_growth_s"] = growth
-    # 2. workload
-    end = min(until, span[1]) if until else span[1]  # arrivals (finished or in flight), never finished requests
-    rate_b = arrival_count(con, deployment, span[0], split) / max((split - span[0]).total_seconds(), 1)
-    rate_n = arrival_count(con, deployment, split, end) / max((end - split).total_seconds(), 1)
-    rate, inp, outp = _chg(rate_b, rate_n), _chg(before.get("input_tokens"), now.get("input_tokens")), _chg(
-        before.get("output_tokens"), now.get("output_tokens"))
-    t.facts["arrival_rate"] = {"before": rate_b, "recent": rate_n, "from": span[0].isoformat(),
-                               "split": split.isoformat(), "until": end.isoformat()}
-    t.steps.append(("2. workload", f"arrival rate {_pct(rate)} ({rate_b:.2f} -> {rate_n:.2f} req/s), input tokens "
-                    f"{_pct(inp)}, output tokens {_pct(outp)}, peak-minute / mean {now.get('burstiness') or 0:.1f}"))
+
+def _in_flight(comp: Completeness | None) -> Step | None:
+    """Step 0: what is still in flight, and up to where the figures are final (none without a completeness)."""
+    return Step("0. in flight", comp.describe()) if comp is not None else None
+
+
+def _latency_split(w: Window) -> tuple[Step | None, str, bool]:
+    """Step 1: where the time goes (mean seconds per segment of the recent period) and which segment grew against
+    before; with it the segment that grew ("" none) and whether the recent p95 E2E tail is mostly queue (None as
+    the step when the recent period has no finished request)."""
+    d = decompose(w.con, ["deployment"], since=w.split, until=w.until, deployment=w.deployment).records()
+    if not d:
+        return None, "", False
+    rec = d[0]
+    prior = decompose(w.con, ["deployment"], since=w.since or w.first, until=w.split, deployment=w.deployment).records()
+    # kv_transfer only where the deployment has one (P/D disaggregated)
+    segs = [s for s in SEGMENTS if s != "kv_transfer" or rec["kv_transfer_s"] or prior and prior[0]["kv_transfer_s"]]
+    means = {s: rec[f"{s}_s"] or 0.0 for s in segs}
+    e2e, ttft = rec["e2e_p95_s"] or 0.0, rec["ttft_p95_s"] or 0.0
+    growth = {s: v - (prior[0][f"{s}_s"] or 0.0) for s, v in means.items() if s != "other"} if prior else {}
+    grew = max(growth, key=lambda s: growth[s]) if growth and max(growth.values()) > 0 else ""
+    finding = (f"recent p95 E2E {e2e:.3f} s, TTFT {ttft:.3f} s; the p95 E2E tail is mostly {rec['e2e_p95_top_segment']}, "
+               f"the TTFT tail mostly {rec['ttft_p95_top_segment']}; mean s: "
+               + ", ".join(f"{k} {round(v, 3) + 0.0:.3f}" for k, v in means.items())
+               + (f"; grew most: {grew} ({growth[grew]:+.3f} s mean)" if grew else ""))
+    step = Step("1. latency split", finding, facts={"decomposition": rec, "segment_growth_s": growth})
+    return step, grew, rec["e2e_p95_top_segment"] == "queue"
+
+
+def _workload(w: Window) -> Step:
+    """Step 2: did more requests arrive (counted by arrival, finished or in flight, never only the finished), or did
+    the prompts grow; either is a cause."""
+    now, before = w.now, w.before
+    end = min(w.until, w.last) if w.until else w.last
+    rate_b = arrival_count(w.con, w.deployment, w.first, w.split) / max((w.split - w.first).total_seconds(), 1)
+    rate_n = arrival_count(w.con, w.deployment, w.split, end) / max((end - w.split).total_seconds(), 1)
+    rate, inp = _chg(rate_b, rate_n), _chg(before.get("input_tokens"), now.get("input_tokens"))
+    outp = _chg(before.get("output_tokens"), now.get("output_tokens"))
+    burst = now.get("burstiness") or 0
+    step = Step("2. workload", f"arrival rate {_pct(rate)} ({rate_b:.2f} -> {rate_n:.2f} req/s), input tokens "
+                f"{_pct(inp)}, output tokens {_pct(outp)}, peak-minute / mean {burst:.1f}",
+                facts={"arrival_rate": {"before": rate_b, "recent": rate_n, "from": w.first.isoformat(),
+                                        "split": w.split.isoformat(), "until": end.isoformat()}})
     if inp is not None and abs(inp) >= 0.2:
-        causes.append((2, f"request lengths changed: input tokens {_pct(inp)}"))
-    if rate is not None and rate >= 0.5 or (now.get("burstiness") or 0) >= 3:
-        causes.append((2, f"more or burstier traffic: arrival rate {_pct(rate)}, peak-minute / mean "
-                          f"{now.get('burstiness') or 0:.1f}"))
-    # 3. KV
+        step.causes.append(Cause(2, f"request lengths changed: input tokens {_pct(inp)}"))
+    if rate is not None and rate >= 0.5 or burst >= 3:
+        step.causes.append(Cause(2, f"more or burstier traffic: arrival rate {_pct(rate)}, peak-minute / mean "
+                                    f"{burst:.1f}"))
+    return step
+
+
+def _kv_cache(w: Window, grew: str) -> Step:
+    """Step 3: preemptions and KV-capacity rejections of the recent period (a cause from 0.05 preemptions per request
+    or any rejection), and for a P/D-disaggregated deployment the KV transfer (``_kv_transfer``)."""
+    now = w.now
     pre = (now.get("preemptions") or 0) / max(now.get("requests") or 1, 1)
-    t.steps.append(("3. KV cache", f"{pre:.3f} preemptions per request, {now.get('kv_rejections') or 0} KV-capacity "
-                    f"rejections, {now.get('rejected') or 0} rejected and {now.get('timeouts') or 0} timed out of "
-                    f"{now.get('requests') or 0}"))
-    if pre >= 0.05 or (now.get("kv_rejections") or 0) > 0:
-        causes.append((1, f"KV cache exhausted: {pre:.3f} preemptions per request, {now.get('kv_rejections') or 0} "
-                          "KV-capacity rejections"))
+    rejections = now.get("kv_rejections") or 0
+    step = Step("3. KV cache", f"{pre:.3f} preemptions per request, {rejections} KV-capacity rejections, "
+                f"{now.get('rejected') or 0} rejected and {now.get('timeouts') or 0} timed out of "
+                f"{now.get('requests') or 0}")
+    if pre >= 0.05 or rejections > 0:
+        step.causes.append(Cause(1, f"KV cache exhausted: {pre:.3f} preemptions per request, {rejections} "
+                                    "KV-capacity rejections"))
     if now.get("kv_transfer_p95") is not None:  # P/D disaggregated: the KV cache moves from prefill to decode replicas
-        finding, cause = _kv_transfer(before, now, grew)
-        t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {finding}")
-        causes += [(1, cause)] if cause else []
-    # 4. routing and cache
-    reps = backend(con).rows("replicas", {"deployment": deployment, "split": split, "until": until}).rows
+        finding, cause = _kv_transfer(w.before, now, grew)
+        step.finding += f"; {finding}"
+        step.causes += [Cause(1, cause)] if cause else []
+    return step
+
+
+def _routing(w: Window) -> Step:
+    """Step 4: routing balance (one replica's p95 queue wait against another's), the prefix-cache hit ratio, the
+    gateway's refusals (``_gateway``) and its overload ladder and fallback routes (``_overload``)."""
+    reps = backend(w.con).rows("replicas", {"deployment": w.deployment, "split": w.split, "until": w.until}).rows
     waits = [q for _, _, q in reps if q is not None]
     imbalance = (max(waits) / max(min(waits), 1e-3)) if len(waits) > 1 else 1.0
-    hit = _chg(before.get("cache_hit_ratio"), now.get("cache_hit_ratio"))
-    t.steps.append(("4. routing and cache", f"{len(reps)} replicas, p95 queue wait max/min {imbalance:.1f}x; prefix-cache "
-                    f"hit ratio {now.get('cache_hit_ratio') or 0:.2f} ({_pct(hit)})"))
+    hit = _chg(w.before.get("cache_hit_ratio"), w.now.get("cache_hit_ratio"))
+    step = Step("4. routing and cache", f"{len(reps)} replicas, p95 queue wait max/min {imbalance:.1f}x; prefix-cache "
+                f"hit ratio {w.now.get('cache_hit_ratio') or 0:.2f} ({_pct(hit)})")
     if imbalance >= 3 and max(waits) > 0.1:
-        causes.append((3, f"routing imbalance: one replica's p95 queue wait is {imbalance:.1f}x another's"))
+        step.causes.append(Cause(3, f"routing imbalance: one replica's p95 queue wait is {imbalance:.1f}x another's"))
     if hit is not None and hit <= -0.3:
-        causes.append((3, f"prefix-cache hit ratio fell {_pct(hit)}"))
-    gateway, cause = _gateway(con, deployment, split, until, t.facts)
-    overload, moved_away = _overload(con, deployment, split, until, t.facts)
-    t.steps[-1] = (t.steps[-1][0], f"{t.steps[-1][1]}; {gateway}; {overload}")
+        step.causes.append(Cause(3, f"prefix-cache hit ratio fell {_pct(hit)}"))
+    gateway, refused = _gateway(w.con, w.deployment, w.split, w.until, step.facts)
+    overload, moved_away = _overload(w.con, w.deployment, w.split, w.until, step.facts)
+    step.finding += f"; {gateway}; {overload}"
     # a fallback route that moved the tier explains the refusals it leaves behind (circuit_open, capability): first
-    causes += [(p, c) for p, c in ((3, moved_away), (3.5, cause)) if c]
-    # 5. releases: each release's own evidence, then the change points of the window
-    moved = _release_evidence(con, deployment, releases or [], since, until, span)
-    t.facts["releases"] = [{"release": r.label(), "time": r.time.isoformat(), "moved": m} for r, m in moved]
-    scales = [r for r in releases or [] if r.kind == SCALE_KIND and r.deployment in (deployment, "*")
-              and span[0] <= r.time <= span[1]]
-    regs = [r for r in find_regressions(con, releases or [], deployment=deployment, since=since, until=until)
+    step.causes += [Cause(p, c) for p, c in ((3, moved_away), (3.5, refused)) if c]
+    return step
+
+
+def _releases(w: Window, releases: list[Release]) -> tuple[Step, list[Regression]]:
+    """Step 5: each release's own evidence (``_release_evidence``), then the change points of the window (only the
+    steps up) and the release blamed for one, and the scale events beside them; with the change points found."""
+    moved = _release_evidence(w.con, w.deployment, releases, w.since, w.until, (w.first, w.last))
+    scales = [r for r in releases if r.kind == SCALE_KIND and r.deployment in (w.deployment, "*")
+              and w.first <= r.time <= w.last]
+    regs = [r for r in find_regressions(w.con, releases, deployment=w.deployment, since=w.since, until=w.until)
             if r.change > 0]
-    blamed = [r for r in regs if r.blamed and r.evidence.get("release_kind") != SCALE_KIND]
     named = [(r, m) for r, m in moved if m]
-    findings = []
+    findings, causes = [], []
     if named:
-        rel, m = named[-1]
+        release, m = named[-1]
         what = ", ".join(f"{k} {_pct(v)}" for k, v in m.items())
-        findings.append(f"{rel.label()} at {rel.time:%Y-%m-%d %H:%M}: after it {what}")
-        causes.append((0, f"release {rel.label()} at {rel.time:%H:%M} ({what} after it)"))
-    if blamed:
-        top = blamed[0]
-        findings.append(f"{top.release} at {top.release_time:%Y-%m-%d %H:%M} preceded a {_pct(top.change)} "
-                        f"step in p95 {top.metric.removesuffix('_s')} ({top.segment}): {top.cause}")
-        if not named:
-            causes.append((0, f"release {top.release} ({top.cause}; p95 {top.metric.removesuffix('_s')} "
-                              f"{_pct(top.change)})"))
-    elif regs:
-        top = regs[0]
-        findings.append(f"no release explains the {_pct(top.change)} step in p95 {top.metric.removesuffix('_s')} at "
-                        f"{top.time:%H:%M}: {top.cause}")
-    else:
-        findings.append("no significant step in latency in the window")
+        findings.append(f"{release.label()} at {release.time:%Y-%m-%d %H:%M}: after it {what}")
+        causes.append(Cause(0, f"release {release.label()} at {release.time:%H:%M} ({what} after it)"))
+    said, blamed = _change_point(regs)
+    findings.append(said)
+    causes += [blamed] if blamed and not named else []
     if moved and not named:
         findings.append(f"{', '.join(r.label() for r, _ in moved)}: no per-token cost or request length moved after it")
     if scales:
         findings.append("scale events: " + ", ".join(f"{r.from_version} -> {r.to_version} replicas at {r.time:%H:%M}"
                                                      for r in scales))
-    t.steps.append(("5. releases", "; ".join(findings)))
-    t.facts["regressions"] = [r.record() for r in regs[:10]]
+    facts = {"releases": [{"release": r.label(), "time": r.time.isoformat(), "moved": m} for r, m in moved],
+             "regressions": [r.record() for r in regs[:10]]}
+    return Step("5. releases", "; ".join(findings), causes, facts), regs
+
+
+def _change_point(regs: list[Regression]) -> tuple[str, Cause | None]:
+    """Step 5's change points (the steps up, most significant first): the first blamed on a release, and the cause
+    that names it (a scale event's blame is said beside, not named); else the first, which no release explains."""
+    blamed = [(r, r.blame) for r in regs if r.blame and r.blame.kind != SCALE_KIND]
+    if blamed:
+        top, blame = blamed[0]
+        metric = top.metric.removesuffix("_s")
+        return (f"{blame.release} at {blame.time:%Y-%m-%d %H:%M} preceded a {_pct(top.change)} step in p95 {metric} "
+                f"({top.segment}): {top.cause}",
+                Cause(0, f"release {blame.release} ({top.cause}; p95 {metric} {_pct(top.change)})"))
+    if regs:
+        top = regs[0]
+        return (f"no release explains the {_pct(top.change)} step in p95 {top.metric.removesuffix('_s')} at "
+                f"{top.time:%H:%M}: {top.cause}"), None
+    return "no significant step in latency in the window", None
+
+
+def _verdict(w: Window, steps: list[Step], regs: list[Regression], queued: bool, left_out: str,
+             facts: dict) -> tuple[str, bool]:
+    """The verdict, and whether latency regressed: "no regression" and what was checked unless p95 E2E or TTFT rose
+    by ``REGRESSION``, a p95 series stepped up, or the deployment served none of its recent requests; else the most
+    likely cause, said with the queue where requests wait in it. The changes it weighed go into ``facts``."""
+    now, before = w.now, w.before
     e2e_chg, ttft_chg = _chg(before.get("e2e_p95"), now.get("e2e_p95")), _chg(before.get("ttft_p95"), now.get("ttft_p95"))
-    t.facts.update({"e2e_p95_change": e2e_chg, "ttft_p95_change": ttft_chg})
+    facts.update({"e2e_p95_change": e2e_chg, "ttft_p95_change": ttft_chg})
     rose = [x for x in (e2e_chg, ttft_chg) if x is not None and x >= REGRESSION]
     # served none of its recent requests (all refused, timed out or failed) where it served before: no p95 to compare,
     # and worse than any regression
     down = bool(now.get("requests")) and now.get("e2e_p95") is None and before.get("e2e_p95") is not None
-    t.facts["served_none_recently"] = down
+    facts["served_none_recently"] = down
+    said = f"; {left_out}" if left_out else ""
     if not rose and not regs and not down:
-        t.verdict = (f"no regression: recent p95 E2E {_pct(e2e_chg)}, TTFT {_pct(ttft_chg)} against the earlier window "
-                     f"(threshold +{REGRESSION:.0%}) and no step up in any p95 series; checked "
-                     + ", ".join(step.split(". ", 1)[1] for step, _ in t.steps if not step.startswith("0."))
-                     + (f"; {left_out}" if left_out else ""))
-        return t
-    t.regressed = True
-    queued = bool(d) and d[0]["e2e_p95_top_segment"] == "queue"
+        return (f"no regression: recent p95 E2E {_pct(e2e_chg)}, TTFT {_pct(ttft_chg)} against the earlier window "
+                f"(threshold +{REGRESSION:.0%}) and no step up in any p95 series; checked "
+                + ", ".join(s.name.split(". ", 1)[1] for s in steps if not s.name.startswith("0.")) + said), False
+    causes = [c for s in steps for c in s.causes]
     if not causes and queued:
-        causes.append((4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
-    t.verdict = min(causes)[1] if causes else (
-        f"it served none of its {now['requests']} recent requests and nothing explains it" if down
-        else "latency rose but nothing explains it: workload, KV, routing and releases are steady")
-    if queued and min(causes)[0] < 4:
-        t.verdict += "; requests wait in the queue: the pool is short of capacity for it"
-    t.verdict += f"; {left_out}" if left_out else ""
-    return t
+        causes.append(Cause(4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
+    if not causes:
+        return (f"it served none of its {now['requests']} recent requests and nothing explains it" if down
+                else "latency rose but nothing explains it: workload, KV, routing and releases are steady") + said, True
+    top = min(causes)
+    queue = "; requests wait in the queue: the pool is short of capacity for it" if queued and top.priority < 4 else ""
+    return top.text + queue + said, True
 
 
 def _kv_transfer(before: dict, now: dict, grew: str) -> tuple[str, str]:
@@ -234,8 +326,9 @@ def _kv_transfer(before: dict, now: dict, grew: str) -> tuple[str, str]:
                      "not the prompts)")
 
 
-def _release_evidence(con, deployment: str, releases: list[Release], since, until,
-                      span: tuple) -> list[tuple[Release, dict[str, float]]]:
+def _release_evidence(con: Backend | duckdb.DuckDBPyConnection, deployment: str, releases: list[Release],
+                      since: datetime | None, until: datetime | None,
+                      span: tuple[datetime, datetime]) -> list[tuple[Release, dict[str, float]]]:
     """Each release of ``deployment`` inside the window (scale events aside), with what moved after it: the
     evidence of ``EVIDENCE`` whose relative change reached its threshold (empty: nothing moved)."""
     out = []
@@ -247,7 +340,7 @@ def _release_evidence(con, deployment: str, releases: list[Release], since, unti
         sides = {row[0]: dict(zip(res.columns, row, strict=True)) for row in res.rows}
         if any(sides.get(p, {}).get("ok", 0) < MIN_OK for p in ("before", "after")):
             continue
-        moved = {}
+        moved: dict[str, float] = {}
         for col, name, threshold in EVIDENCE:
             ch = _chg(sides["before"][col], sides["after"][col])
             if ch is not None and abs(ch) >= threshold:
@@ -263,7 +356,8 @@ REFUSED = {"queue_timeout": "the {tier} queue timing out", "busy": "the overload
            "capability": "no deployment left able to serve these {tier} requests' needs"}
 
 
-def _gateway(con, deployment: str, split, until, facts: dict) -> tuple[str, str]:
+def _gateway(con: Backend | duckdb.DuckDBPyConnection, deployment: str, split: datetime, until: datetime | None,
+             facts: dict) -> tuple[str, str]:
     """Step 4's gateway: whom it refused in the recent period and why, and the cause to name (empty: none) when its
     refusals are most of the deployment's rejections — a tenant held at its quota, or a tier queue full or timing out
     (the requests were not slow: they were never served)."""
@@ -289,7 +383,8 @@ _ACTIONS = {"degraded": "degraded by the overload ladder", "fallback_in": "fell 
             "fallback_out": "fell back away from it to"}
 
 
-def _overload(con, deployment: str, split, until, facts: dict) -> tuple[str, str]:
+def _overload(con: Backend | duckdb.DuckDBPyConnection, deployment: str, split: datetime, until: datetime | None,
+              facts: dict) -> tuple[str, str]:
     """Step 4's overload ladder and fallback routes: the share of each tier's recent requests degraded here, fallen
     back to it from a primary, or fallen back away from it to a backup (the largest part each), and the cause to
     name (empty: none) when a fallback moved ``FALLBACK_SHARE`` of a tier: requests served elsewhere, or load from

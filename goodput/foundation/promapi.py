@@ -1,9 +1,12 @@
 """Prometheus' HTTP query API, once: the request of an instant or range query, the checks of an answer, its series
 as plain dataclasses, and what went wrong as one of four errors, each one line naming the server and the query.
+Alertmanager's API v2 (its alerts and silences) goes through the same client, so its answers meet the same limits
+and its errors are the same four, naming Alertmanager.
 
 ``Unreachable``: no whole answer (refused, reset, or not done within the deadline). ``Refused``: an HTTP error or
 ``"status": "error"``, with Prometheus' own error text. ``Malformed``: an answer that is not Prometheus' API (not
-JSON, nested too deep, not a mapping, no ``data``, a series without values, a value that is not a number).
+JSON, nested too deep, not a mapping, no ``data``, a series without values, a value that is not a number) or not
+Alertmanager's (not a list of alerts whose labels are a mapping).
 ``TooLarge``: a body over ``Limits.max_bytes``, cut off as it streams in. Callers turn these into their own behaviour
 (a banner, a ``ConfigError``, a counted failure); the sync ``Client`` (GET) and the async ``run_queries`` (POST, so
 long alert expressions meet no URL limit) are the two thin transports over httpx, the client the project uses; both
@@ -26,13 +29,14 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.jsonfile import parse_json
 from goodput.foundation.promendpoint import Endpoint
 
-__all__ = ["CONNECT_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_POINTS", "Client", "Endpoint", "Limits", "Malformed", "PromError",
-           "Query", "Refused", "Series", "TooLarge", "Unreachable", "config_error", "endpoint", "parse_answer",
-           "read_json", "request", "run_queries"]
+__all__ = ["CONNECT_TIMEOUT_S", "MAX_ANSWER_BYTES", "MAX_POINTS", "Alertmanager", "Client", "Endpoint", "Limits",
+           "Malformed", "PromError", "Query", "Refused", "Series", "TooLarge", "Unreachable", "config_error", "endpoint",
+           "parse_answer", "read_json", "request", "run_queries"]
 
 MAX_POINTS = 11000  # Prometheus refuses a range query with more points per series
 MAX_ANSWER_BYTES = 16 * 2**20  # a week of 5-minute points is ~40 KB a series: room for 400 series
 CONNECT_TIMEOUT_S = 5.0
+PROMETHEUS, ALERTMANAGER = "Prometheus", "Alertmanager"  # what a server is, in its errors
 _TEXT = 200  # characters of a non-Prometheus body quoted in an error
 
 
@@ -71,8 +75,11 @@ class PromError(Exception):
 
 
 class Unreachable(PromError):
-    def __init__(self, url: str, query: str, detail: str) -> None:
-        super().__init__(url, query, f"cannot reach Prometheus ({detail})", detail)
+    """No whole answer from the server at ``url``; ``server`` says which it is (Prometheus, Alertmanager)."""
+
+    def __init__(self, url: str, query: str, detail: str, server: str = PROMETHEUS) -> None:
+        self.server = server
+        super().__init__(url, query, f"cannot reach {server} ({detail})", detail)
 
 
 class Refused(PromError):
@@ -82,8 +89,10 @@ class Refused(PromError):
 
 
 class Malformed(PromError):
-    def __init__(self, url: str, query: str, detail: str) -> None:
-        super().__init__(url, query, f"not a Prometheus answer ({detail})", detail)
+    def __init__(self, url: str, query: str, detail: str, server: str = PROMETHEUS) -> None:
+        self.server = server
+        article = "an" if server[:1] in "AEIOU" else "a"
+        super().__init__(url, query, f"not {article} {server} answer ({detail})", detail)
 
 
 class TooLarge(PromError):
@@ -120,7 +129,7 @@ def request(q: Query) -> tuple[str, dict[str, str]]:
                                    "step": f"{step:.15g}", "nocache": "1"}
 
 
-def read_json(url: str, key: str, status: int, body: bytes) -> Any:
+def read_json(url: str, key: str, status: int, body: bytes, server: str = PROMETHEUS) -> Any:
     """An answer's JSON body, checked: an HTTP error or ``"status": "error"`` is ``Refused`` (with Prometheus' error
     text), a body that is not JSON, or nested deeper than ``jsonfile.MAX_DEPTH``, ``Malformed`` (or ``Refused`` when
     the status was an error anyway)."""
@@ -129,7 +138,7 @@ def read_json(url: str, key: str, status: int, body: bytes) -> Any:
     except ConfigError as e:
         if status >= 400:
             raise Refused(url, key, status, _line(body.decode("utf-8", "replace")) or "no body") from None
-        raise Malformed(url, key, e.problem) from None
+        raise Malformed(url, key, e.problem, server) from None
     error = doc.get("error") if isinstance(doc, dict) else None
     if status >= 400 or (isinstance(doc, dict) and doc.get("status") == "error"):
         raise Refused(url, key, status, _line(str(error or body.decode("utf-8", "replace"))) or "no body")
@@ -179,12 +188,12 @@ class Limits:
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(self.deadline_s, connect=min(self.connect_s, self.deadline_s))
 
-    def client(self, server: Endpoint) -> httpx.AsyncClient:
-        """A client for one run of queries; credentials that cannot be read are ``Unreachable``."""
+    def client(self, server: Endpoint, name: str = PROMETHEUS) -> httpx.AsyncClient:
+        """A client for one run of queries; credentials that cannot be read are ``Unreachable`` (of ``name``)."""
         try:
             headers, auth = server.auth()
         except ConfigError as e:
-            raise Unreachable(server.url, "", f"credentials: {e}") from None
+            raise Unreachable(server.url, "", f"credentials: {e}", name) from None
         return httpx.AsyncClient(base_url=server.url + "/", timeout=self.timeout(), trust_env=False, auth=auth,
                                  headers={**headers, "accept-encoding": "identity"})
 
@@ -195,28 +204,28 @@ def endpoint(server: Endpoint | str) -> Endpoint:
 
 
 async def _fetch(client: httpx.AsyncClient, url: str, key: str, limits: Limits, method: str, path: str,
-                 params: dict[str, str]) -> Any:
-    """One checked JSON answer within ``limits``; what went wrong is one ``PromError``."""
-    form = {"params": params} if method == "GET" else {"data": params}
+                 params: dict[str, str], name: str = PROMETHEUS) -> Any:
+    """One checked JSON answer within ``limits``; what went wrong is one ``PromError`` naming the server (``name``)."""
+    get = method == "GET"  # a GET's parameters go in the URL, a POST's in its form body
     try:
         async with asyncio.timeout(limits.deadline_s):
-            async with client.stream(method, path, **form) as r:
+            async with client.stream(method, path, params=params if get else None, data=None if get else params) as r:
                 declared = r.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > limits.max_bytes:
                     raise TooLarge(url, key, limits.max_bytes)
                 encoding = r.headers.get("content-encoding", "identity").strip().lower()
                 if encoding not in ("", "identity"):  # one compressed chunk could decode to gigabytes at once
-                    raise Malformed(url, key, f"content-encoding {encoding!r} though identity was asked for")
+                    raise Malformed(url, key, f"content-encoding {encoding!r} though identity was asked for", name)
                 body = bytearray()
                 async for chunk in r.aiter_raw():
                     body += chunk
                     if len(body) > limits.max_bytes:
                         raise TooLarge(url, key, limits.max_bytes)
     except TimeoutError:
-        raise Unreachable(url, key, f"no whole answer within {limits.deadline_s:g} s") from None
+        raise Unreachable(url, key, f"no whole answer within {limits.deadline_s:g} s", name) from None
     except (httpx.RequestError, httpx.StreamError) as e:
-        raise Unreachable(url, key, _why(e)) from None
-    return read_json(url, key, r.status_code, bytes(body))
+        raise Unreachable(url, key, _why(e), name) from None
+    return read_json(url, key, r.status_code, bytes(body), name)
 
 
 class Client:
@@ -224,10 +233,12 @@ class Client:
     the async transport on a loop of its own (in a helper thread when the caller's thread already runs one), which
     is what gives it a deadline for the whole exchange."""
 
-    def __init__(self, server: Endpoint | str, timeout: float = 5.0, max_bytes: int = MAX_ANSWER_BYTES) -> None:
+    def __init__(self, server: Endpoint | str, timeout: float = 5.0, max_bytes: int = MAX_ANSWER_BYTES, *,
+                 name: str = PROMETHEUS, connect_s: float = CONNECT_TIMEOUT_S) -> None:
         self.server = endpoint(server)
         self.url = self.server.url
-        self.limits = Limits(deadline_s=timeout, max_bytes=max_bytes)
+        self.name = name  # what the server is, in errors
+        self.limits = Limits(deadline_s=timeout, connect_s=connect_s, max_bytes=max_bytes)
 
     def __enter__(self) -> Client:
         return self
@@ -241,14 +252,51 @@ class Client:
     def get_json(self, path: str, params: dict[str, str], key: str = "") -> Any:
         """A checked JSON answer of any API on the server (Alertmanager's too)."""
         async def one() -> Any:
-            async with self.limits.client(self.server) as c:
-                return await _fetch(c, self.url, key, self.limits, "GET", path, params)
+            async with self.limits.client(self.server, self.name) as c:
+                return await _fetch(c, self.url, key, self.limits, "GET", path, params, self.name)
         return _run(one())
 
     def run(self, q: Query) -> list[Series]:
         """One query, as a GET (short interactive queries; the async transport POSTs its long ones)."""
         path, params = request(q)
         return parse_answer(self.url, q.key, self.get_json(path, params, q.key))
+
+
+class Alertmanager:
+    """Alertmanager's API v2 through ``Client``: its alerts and silences, checked, as mappings whose labels,
+    annotations and status are mappings of strings; any failure a ``PromError`` naming Alertmanager and its URL."""
+
+    def __init__(self, url: str, timeout: float = 5.0, *, connect_s: float = CONNECT_TIMEOUT_S) -> None:
+        self.url = url.rstrip("/")
+        self._client = Client(self.url, timeout, name=ALERTMANAGER, connect_s=connect_s)
+
+    def alerts(self, matcher: str = "") -> list[dict]:
+        """Active alerts (not silenced, not inhibited); ``matcher`` (e.g. ``severity="page"``): only those it
+        matches, filtered by Alertmanager."""
+        params = {"active": "true", "silenced": "false", "inhibited": "false", **({"filter": matcher} if matcher else {})}
+        body = self._client.get_json("/api/v2/alerts", params, "alerts")
+        return self._records("alerts", body, ("labels", "annotations"))
+
+    def silences(self) -> list[dict]:
+        """Every silence Alertmanager holds (active, pending and expired), its matchers as mappings."""
+        rows = self._records("silences", self._client.get_json("/api/v2/silences", {}, "silences"), ("status",))
+        for s in rows:
+            m = s.get("matchers")
+            if not isinstance(m, list) or not all(isinstance(x, dict) for x in m):
+                raise Malformed(self.url, "silences", "matchers is not a list of mappings", ALERTMANAGER)
+        return rows
+
+    def _records(self, key: str, body: Any, nested: tuple[str, ...]) -> list[dict]:
+        """``body`` as a list of mappings whose ``nested`` keys hold mappings of strings; else ``Malformed``."""
+        if not isinstance(body, list) or not all(isinstance(a, dict) for a in body):
+            raise Malformed(self.url, key, f"answered {type(body).__name__}, not a list of {key}", ALERTMANAGER)
+        out = []
+        for a in body:
+            for n in nested:
+                if not isinstance(a.get(n, {}), dict):
+                    raise Malformed(self.url, key, f"{n} is a {type(a[n]).__name__}, not a mapping", ALERTMANAGER)
+            out.append({**a, **{n: {str(k): str(v) for k, v in a.get(n, {}).items()} for n in nested}})
+        return out
 
 
 def _run(coro: Any) -> Any:

@@ -16,6 +16,7 @@ import pytest
 
 from goodput.foundation.promapi import (
     MAX_POINTS,
+    Alertmanager,
     Client,
     Malformed,
     PromError,
@@ -173,3 +174,30 @@ def test_every_kind_is_a_prom_error_and_get_json_reads_other_apis():
     assert issubclass(Unreachable, PromError) and issubclass(Refused, PromError) and issubclass(Malformed, PromError)
     with serving(200, J, b'[{"labels": {"alertname": "A"}}]') as url, Client(url) as c:
         assert c.get_json("/api/v2/alerts", {"active": "true"}) == [{"labels": {"alertname": "A"}}]
+
+
+def test_alertmanager_reads_active_alerts_and_silences_as_mappings_of_strings():
+    alerts = [{"labels": {"alertname": "A", "severity": "page", "replicas": 2}, "annotations": {}, "startsAt": "t"}]
+    seen: list = []
+    with serving(200, J, json.dumps(alerts).encode(), seen) as url:
+        got = Alertmanager(url + "/").alerts('severity="page"')
+    assert got == [{"labels": {"alertname": "A", "severity": "page", "replicas": "2"}, "annotations": {},
+                    "startsAt": "t"}]
+    assert seen == [("GET", "/api/v2/alerts", {"active": "true", "silenced": "false", "inhibited": "false",
+                                               "filter": 'severity="page"'})]
+    silences = [{"status": {"state": "active"}, "matchers": [{"name": "deployment", "value": "chat"}]}]
+    with serving(200, J, json.dumps(silences).encode(), seen) as url:
+        assert Alertmanager(url).silences() == silences and seen[-1][1] == "/api/v2/silences"
+
+
+def test_alertmanager_errors_name_alertmanager_and_its_url():
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(Unreachable) as e:
+        Alertmanager(url).alerts()
+    assert e.value.server == "Alertmanager" and str(e.value).startswith(f"{url}: alerts: cannot reach Alertmanager (")
+    for body, why in ((b'{"data": []}', "answered dict, not a list of alerts"),
+                      (b'[{"labels": "x"}]', "labels is a str, not a mapping"), (b"<html>", "not valid JSON")):
+        with serving(200, J, body) as url, pytest.raises(Malformed) as e:
+            Alertmanager(url).alerts()
+        assert str(e.value).startswith(f"{url}: alerts: not an Alertmanager answer (") and why in str(e.value)
