@@ -16,9 +16,8 @@ from goodput.analyzer.releases import load_releases
 from goodput.console import data
 from goodput.console.filters import Filters, label_matchers
 from goodput.console.palette import MARKER, plain
-from goodput.console.prom import Unreachable
 from goodput.foundation.errors import ConfigError
-from goodput.foundation.promapi import Endpoint
+from goodput.foundation.promapi import Endpoint, PromError
 
 __all__ = ["Firing", "Marker", "draw", "pages", "releases", "spans"]
 
@@ -54,7 +53,7 @@ class Firing:
 
 def spans(server: Endpoint, f: Filters, start: datetime, end: datetime, step_s: float, severity: str = "") -> list[Firing]:
     """Each time an alert fired in [start, end], from ``ALERTS`` (a gap of more than two steps ends a span).
-    Raises ``Unreachable``."""
+    Raises ``PromError``."""
     sel = ",".join(filter(None, (label_matchers(f), f'severity="{severity}"' if severity else "")))
     out = []
     for s in data.prom_range(server, FIRING.format(sel="," + sel if sel else ""), start, end, step_s):
@@ -73,7 +72,7 @@ def pages(server: Endpoint, f: Filters, start: datetime, end: datetime, step_s: 
     """Where each page began firing in [start, end]; none when Prometheus is down (the page's banner says so)."""
     try:
         found = spans(server, f, start, end, step_s, "page")
-    except Unreachable:
+    except PromError:
         return []
     return [Marker(s.start, "page", "page: " + " ".join(filter(None, (s.labels.get(k) for k in
                                                                       ("alertname", "deployment", "tier")))))

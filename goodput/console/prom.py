@@ -1,6 +1,6 @@
 """Prometheus' and Alertmanager's HTTP APIs for the pages, through ``goodput.foundation.promapi`` (its ``Client``
 and ``Alertmanager``), within the pages' deadline. An unreachable or failing server, or an answer of the wrong shape
-(not a list of alerts, JSON nested past Python's recursion limit), raises ``Unreachable`` (promapi's ``PromError``:
+(not a list of alerts, JSON nested past Python's recursion limit), raises promapi's ``PromError`` (
 one line saying which server, its URL, and why); the pages turn it into a banner. What comes back is checked, so the
 pages read plain lists of mappings of strings."""
 
@@ -14,9 +14,8 @@ from datetime import datetime
 
 from goodput.foundation import promapi
 from goodput.foundation.promapi import Client, Endpoint, Malformed, Query, Series, endpoint
-from goodput.foundation.promapi import PromError as Unreachable
 
-__all__ = ["Alertmanager", "Prometheus", "Sample", "Series", "Unreachable"]
+__all__ = ["Alertmanager", "Prometheus", "Sample", "Series"]
 
 TIMEOUT_S = 3.0
 

@@ -38,11 +38,12 @@ from goodput.analyzer.releases import load_releases
 from goodput.analyzer.triage import triage
 from goodput.console import traces
 from goodput.console.filters import Filters
-from goodput.console.prom import Alertmanager, Prometheus, Unreachable
+from goodput.console.prom import Alertmanager, Prometheus
 from goodput.console.tables import alert_rows, verdict_table
 from goodput.demo.incident import ALERT, COLD_START_S, INCIDENT_AT_S, RESCUE_AT_S
 from goodput.demo.timeline import parse_time
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.promapi import PromError
 from goodput.simulator.live import ARRIVED_BIN_S
 
 __all__ = ["check_incident", "log_entries"]
@@ -173,7 +174,7 @@ class Story:
         def listed() -> list[dict]:
             try:
                 alerts = am.alerts()
-            except Unreachable:
+            except PromError:
                 return []
             rows = alert_rows(alerts, self.dep, None)
             return [x for x in alerts if x["labels"].get("alertname") == ALERT] if (rows["alert"] == ALERT).any() else []

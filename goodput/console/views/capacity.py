@@ -15,11 +15,11 @@ import streamlit as st
 from goodput.console import data, promql
 from goodput.console.columns import show
 from goodput.console.palette import plain
-from goodput.console.prom import Unreachable
 from goodput.console.ui import Context, esc, prom_down
 from goodput.console.whatif import kv_budget, plan_terms, required_replicas
 from goodput.exporters.config import load_plan
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.promapi import PromError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.loadtest.results import SUMMARY_FILE, read_run
 from goodput.simulator.catalog import gpus, models
@@ -91,7 +91,7 @@ def _live(ctx: Context) -> tuple[dict[str, float], dict[str, float]]:
         got = [{s.labels["deployment"]: s.value for s in data.prom_instant(ctx.settings.prometheus, q[k], at)
                 if "deployment" in s.labels and math.isfinite(s.value)}
                for k in ("demand_tokens_per_s", "replicas_available")]
-    except Unreachable as e:
+    except PromError as e:
         prom_down("Prometheus", e)
         return {}, {}
     return got[0], got[1]

@@ -11,8 +11,8 @@ import streamlit as st
 
 from goodput.console import data, markers
 from goodput.console.palette import plain
-from goodput.console.prom import Unreachable
 from goodput.console.ui import Context, prom_down, step_for
+from goodput.foundation.promapi import PromError
 
 __all__ = ["bucket_for", "bucketed", "mark", "prom_charts"]
 
@@ -47,7 +47,7 @@ def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:
     step = step_for(start, end)
     try:
         results = {title: data.prom_range(ctx.settings.prometheus, q, start, end, step) for title, q in queries.items()}
-    except Unreachable as e:
+    except PromError as e:
         prom_down("Prometheus", e)
         return
     for i, (title, series) in enumerate(results.items()):

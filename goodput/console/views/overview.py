@@ -10,10 +10,10 @@ import streamlit as st
 from goodput.console import data, promql, runbooks
 from goodput.console.columns import show
 from goodput.console.markers import spans
-from goodput.console.prom import Unreachable
 from goodput.console.slos import slo_params
 from goodput.console.tables import alert_rows, live_table, silence_rows, status, trace_table
 from goodput.console.ui import Context, esc, prom_down, step_for
+from goodput.foundation.promapi import PromError
 
 __all__ = ["render"]
 
@@ -30,7 +30,7 @@ TRACE_FIRST = ("deployment", "tier", "p95 queue wait s", "p95 TTFT s", "demand t
 def _alerts(ctx: Context) -> pd.DataFrame | None:
     try:
         return alert_rows(data.alerts(ctx.settings.alertmanager_url), ctx.filters.deployment, ctx.filters.tier)
-    except Unreachable as e:
+    except PromError as e:
         prom_down("Alertmanager", e)
         return None
 
@@ -40,7 +40,7 @@ def _live(ctx: Context, alerts: pd.DataFrame | None) -> None:
     try:
         at = ctx.prom_window()[1]
         results = {k: data.prom_instant(s.prometheus, q, at) for k, q in promql.overview(ctx.filters).items()}
-    except Unreachable as e:
+    except PromError as e:
         prom_down("Prometheus", e)
         return
     table = live_table(results)
@@ -77,7 +77,7 @@ def _history(ctx: Context) -> None:
                      "since": f"{s.start:%Y-%m-%d %H:%M:%S}",
                      "until": "firing now" if s.ongoing else f"{s.end:%Y-%m-%d %H:%M:%S}"}
                     for s in spans(ctx.settings.prometheus, ctx.filters, start, end, step_for(start, end))]
-        except Unreachable as e:
+        except PromError as e:
             prom_down("Prometheus", e)
         else:
             if rows:
@@ -87,7 +87,7 @@ def _history(ctx: Context) -> None:
                 st.caption("No alert fired in this time range.")
         try:
             silences = silence_rows(data.silences(ctx.settings.alertmanager_url))
-        except Unreachable as e:
+        except PromError as e:
             prom_down("Alertmanager", e)
         else:
             if silences.empty:

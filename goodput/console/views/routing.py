@@ -11,12 +11,12 @@ import streamlit as st
 from goodput.console import data, promql
 from goodput.console.columns import show
 from goodput.console.palette import plain
-from goodput.console.prom import Unreachable
 from goodput.console.tables import fallback_paths, gateway_tables, ladder_state, samples_frame, skew
 from goodput.console.ui import Context, esc
 from goodput.console.views.charts import prom_charts
 from goodput.contracts.catalog import OVERLOAD_STEPS, by_name
 from goodput.contracts.vocabulary import GATEWAY_REJECT_REASONS
+from goodput.foundation.promapi import PromError
 
 __all__ = ["render"]
 
@@ -53,7 +53,7 @@ def _gateway(ctx: Context) -> None:
     try:
         got = {k: data.prom_instant(ctx.settings.prometheus, q, end)
                for k, q in promql.gateway(ctx.filters, int((end - start).total_seconds())).items()}
-    except Unreachable as e:
+    except PromError as e:
         got, why = {}, f"Prometheus is unreachable ({esc(e)})"
     else:
         why = "Prometheus has no gateway series for these filters"
@@ -90,7 +90,7 @@ def _overload(ctx: Context) -> None:
     try:
         got = {k: data.prom_instant(ctx.settings.prometheus, q, end)  # the shares' parts at one instant
                for k, q in promql.overload(ctx.filters, int((end - start).total_seconds())).items()}
-    except Unreachable as e:
+    except PromError as e:
         st.info(esc(f"Prometheus is unreachable ({e}): the ladder's state and the fallback paths are live only."))
         return
     steps = ladder_state(got["steps"])
