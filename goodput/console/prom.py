@@ -1,8 +1,8 @@
 """Prometheus' and Alertmanager's HTTP APIs for the pages, through ``goodput.foundation.promapi`` (its ``Client``
 and ``Alertmanager``), within the pages' deadline. An unreachable or failing server, or an answer of the wrong shape
-(not a list of alerts, JSON nested past Python's recursion limit), raises promapi's ``PromError`` (
-one line saying which server, its URL, and why); the pages turn it into a banner. What comes back is checked, so the
-pages read plain lists of mappings of strings."""
+(not a list of alerts, JSON nested past Python's recursion limit), raises promapi's ``PromError``
+(one line saying which server, its URL, and why); the pages turn it into a banner. What comes back is checked, so
+the pages read plain lists of mappings of strings."""
 
 from __future__ import annotations
 
