@@ -190,7 +190,13 @@ def test_demo_stack_follows_the_fleet_and_stops_cleanly(tmp_path):
         r = _run([*goodput, *triage])
         assert r.returncode == 0, r.stderr
         picked = re.match(r"triage of (\S+) \(picked: ", r.stdout)
-        assert picked and picked.group(1) in ("chat-test", "quiet") and "most likely: " in r.stdout, r.stdout
+        assert picked and picked.group(1) in ("chat-test", "quiet"), r.stdout
+        # every step ran and a verdict closes it; whether light load on one replica left reads as a regression depends
+        # on the machine's pace, so either verdict is right here (tests/analyzer/test_verdicts.py pins them on incidents)
+        steps = [line.split(":")[0].strip() for line in r.stdout.splitlines()[1:-1]]
+        assert steps[-5:] == ["1. latency split", "2. workload", "3. KV cache", "4. routing and cache", "5. releases"], \
+            r.stdout
+        assert r.stdout.rstrip().splitlines()[-1].startswith(("most likely: ", "no regression: ")), r.stdout
         facts = json.loads(_run([*goodput, *triage, "--format", "json"]).stdout)["facts"]
         assert facts["decomposition"]["deployment"] == picked.group(1) and facts["recent"]["requests"] > 0
     finally:
