@@ -5,9 +5,13 @@
    ``goodput exporter engine normalize`` of one ~232k-sample dump with many distinct series (the fleet's replicas
    as one vLLM's data-parallel engines) against a prometheus_client script parsing and re-exposing the same file,
    wall and CPU time (user + system: the fair figure on a shared machine). Goal: 20x.
-2. One scrape of the engine exporter's /metrics (real HTTP) while it serves those 200 replicas.
-3. OTLP receiver: sustained spans per second into the Parquet store, receiver pinned to one core,
-   client on the other, and a check that every acknowledged span is in the store.
+2. One scrape of the engine exporter's /metrics (real HTTP) while it serves those 200 replicas; and
+   ``goodput exporter engine`` pinned to one core scraping 200 and 1,000 targets (each a vLLM /metrics text on
+   its own local port) every 15 s: round time, CPU per interval, its own /metrics answer time. Goal: 1,000 in 15 s.
+3. OTLP receiver (``goodput exporter requests``, Parquet store on): sustained spans per second, receiver pinned to
+   one core, two clients on the other, JSON and protobuf, on the simulator's request spans and on spans of 20
+   attributes (the Collector's published test); spans per receiver CPU-second beside the Collector's published
+   per-core figure, and a check that every acknowledged span is in the store. Goal: no slower.
 4. The trace store's flush, the same spans through each sink: Parquet (the baseline) and ClickHouse's
    ``otel_traces`` on chDB (the engine in-process: mapping, JSON rows, the INSERT), with a check of the row count.
 """
@@ -395,6 +399,23 @@ def otlp_payloads(requests: int = 20_000) -> tuple[list[str], int]:
     return docs, sum(doc.count('"spanId"') for doc in docs)
 
 
+def collector_payloads(spans: int = 120_000, per_payload: int = 1_000) -> tuple[list[str], int]:
+    """Spans shaped as in the Collector's published test: 20 string attributes each (its Synthetic Load Generator's
+    spans), traces of 10 spans, ``per_payload`` spans a post, as OTLP JSON documents."""
+    docs, t0 = [], 1_795_424_400 * 10**9
+    for first in range(0, spans, per_payload):
+        out = []
+        for i in range(first, min(first + per_payload, spans)):
+            parent = f'"parentSpanId":"{i - i % 10 + 1:016x}",' if i % 10 else ""
+            attrs = ",".join(f'{{"key":"attr.{k:02d}","value":{{"stringValue":"value-{k}-{i % 97}"}}}}' for k in range(20))
+            out.append(f'{{"traceId":"{i // 10 + 1:032x}","spanId":"{i + 1:016x}",{parent}"name":"op-{i % 10}",'
+                       f'"kind":2,"startTimeUnixNano":"{t0 + i * 10**6}","endTimeUnixNano":"{t0 + i * 10**6 + 5 * 10**6}",'
+                       f'"attributes":[{attrs}]}}')
+        docs.append('{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"load"}}]},'
+                    '"scopeSpans":[{"scope":{"name":"bench"},"spans":[' + ",".join(out) + "]}]}]}")
+    return docs, spans
+
+
 def otlp_throughput(docs: list[str], spans_sent: int, encoding: str = "json", clients: int = 2) -> dict:
     """``goodput exporter requests`` pinned to one core (``taskset -c 0``), its Parquet store on, posted every
     document by ``clients`` connections at once from the other core (a 503's Retry-After honoured): spans per second
@@ -497,8 +518,11 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "normalization_whole_process_232k_samples": whole_process(dumps),
         "engine_exporter_scrape_200_replicas": scrape_200(dumps),
-        "otlp_receiver_one_core": [otlp_throughput(docs, spans, enc) for docs, spans in [otlp_payloads()]
-                                   for enc in ("json", "protobuf")],
+        "engine_exporter_fleet_one_core": engine_fleet(dumps),
+        "otlp_receiver_one_core": {f"{shape}_{enc}": otlp_throughput(docs, spans, enc)
+                                   for shape, (docs, spans) in (("llm_requests", otlp_payloads()),
+                                                                ("20_attributes", collector_payloads()))
+                                   for enc in ("json", "protobuf")},
         "trace_store_flush_by_sink": store_sinks(),
     }
     return emit("exporter benchmarks", out, args.json)

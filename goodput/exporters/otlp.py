@@ -87,6 +87,15 @@ def _any_pb(v, depth: int = 0) -> Any:
     return getattr(v, which)
 
 
+def _attrs_pb(attributes) -> dict[str, Any]:
+    """Repeated KeyValue as a dict: a string value read inline (most are), any other through ``_any_pb``."""
+    out = {}
+    for kv in attributes:
+        v = kv.value
+        out[kv.key] = v.string_value if v.WhichOneof("value") == "string_value" else _any_pb(v)
+    return out
+
+
 _MAX_KIND = 5  # SPAN_KIND_CONSUMER
 _MAX_STATUS = 2  # STATUS_CODE_ERROR
 _INT64 = 2**63
@@ -203,7 +212,7 @@ def decode_protobuf(body: bytes, limits: Limits | None = None) -> list[Span]:
     out = []
     for i, rs in enumerate(req.resource_spans):
         _limit_attributes(len(rs.resource.attributes), limits, f"resource_spans[{i}].resource")
-        res = {kv.key: _any_pb(kv.value) for kv in rs.resource.attributes}
+        res = _attrs_pb(rs.resource.attributes)
         service = str(res.get("service.name", ""))
         for j, ss in enumerate(rs.scope_spans):
             for k, s in enumerate(ss.spans):
@@ -214,7 +223,7 @@ def decode_protobuf(body: bytes, limits: Limits | None = None) -> list[Span]:
                 out.append(_check(Span(
                     s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name, s.kind,
                     s.start_time_unix_nano, s.end_time_unix_nano, s.status.code, s.status.message, service,
-                    {kv.key: _any_pb(kv.value) for kv in s.attributes}, res,
+                    _attrs_pb(s.attributes), res,
                 ), where))
                 _limit_strings(out[-1], limits, where)
     return out
@@ -282,6 +291,18 @@ def _str(v: Any, where: str) -> str:
 def _attrs_json(items: Any, where: str, depth: int = 0) -> dict[str, Any]:
     if not isinstance(items, list):
         raise OtlpError(f"{where}: attributes must be a list")
+    try:  # the common case, every value a string and no key twice, in one comprehension; anything else below
+        out = {kv["key"]: kv["value"]["stringValue"] for kv in items}
+        if (len(out) == len(items) and all(k.__class__ is str for k in out)
+                and all(v.__class__ is str for v in out.values())):
+            return out
+    except (KeyError, TypeError):
+        pass
+    return _attrs_each(items, where, depth)
+
+
+def _attrs_each(items: list[Any], where: str, depth: int) -> dict[str, Any]:
+    """``_attrs_json`` one attribute at a time: any value type, and the error that names what is wrong."""
     out = {}
     for kv in items:
         try:
