@@ -315,7 +315,7 @@ def _engine_run(ports: list[int], interval_s: float, rounds: int) -> dict:
         path.write_text(yaml.safe_dump({"targets": [
             {"deployment": f"chat-{i // 20}", "replica": f"chat-{i // 20}-{i % 20}", "model": "Llama-3.1-8B",
              "engine": "vllm", "url": f"http://127.0.0.1:{port}/metrics"} for i, port in enumerate(ports)]}))
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "goodput", "exporter", "engine",
                                  "--targets", str(path), "--port", str(port), "--interval", str(interval_s),
                                  "--timeout", "10"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -357,7 +357,7 @@ def _engine_run(ports: list[int], interval_s: float, rounds: int) -> dict:
             "metrics_answer_ms_max": round(max(answer_s) * 1e3, 1), "goal_round_s": interval_s}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -425,7 +425,7 @@ def otlp_throughput(docs: list[str], spans_sent: int, encoding: str = "json", cl
     bodies = [_protobuf(d) for d in docs] if proto else [d.encode() for d in docs]
     content_type = "application/x-protobuf" if proto else "application/json"
     store = Path(tempfile.mkdtemp(prefix="goodput-bench-store-"))
-    port, otlp = _free_port(), _free_port()  # other benchmarks and servers may share this machine
+    port, otlp = free_port(), free_port()  # other benchmarks and servers may share this machine
     cmd = ["taskset", "-c", "0", sys.executable, "-m", "goodput", "exporter", "requests", "--store", str(store),
            "--port", str(port), "--otlp-port", str(otlp), "--flush-interval", "2"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from benchmarks.exporters import MetricsStub, fleet_dumps
+from benchmarks.exporters import MetricsStub, fleet_dumps, free_port
 from benchmarks.report import emit
 from goodput.contracts.catalog import GPU
 from goodput.contracts.vocabulary import TIERS
@@ -185,7 +185,7 @@ def _value(client: httpx.Client, base: str, q: str) -> float:
 
 def prometheus_run(fleet: Fleet, targets: dict[str, MetricsStub], rules: Path, tmp: Path, seconds: float) -> dict:
     """A real Prometheus scraping ``targets`` every 15 s and evaluating ``rules`` for ``seconds``; what it holds."""
-    port = _free_port()
+    port = free_port()
     jobs = "\n".join(f"  - {{job_name: {job}, static_configs: [{{targets: ['127.0.0.1:{stub.ports[0]}']}}]}}"
                      for job, stub in targets.items())
     (tmp / "prometheus.yml").write_text(
@@ -241,12 +241,6 @@ def _measure(client: httpx.Client, base: str, fleet: Fleet) -> dict:
         "prometheus_rss_mb": round(_value(client, base, 'process_resident_memory_bytes{job="prometheus"}') / 2**20),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
-
-
-def _free_port() -> int:
-    from benchmarks.exporters import _free_port as free
-
-    return free()
 
 
 def _samples(text: str) -> int:
