@@ -78,7 +78,10 @@ class Roofline:
         return max(compute, memory) + self.overhead_s + self.comm_s_per_token * tokens
 
     def weights_read(self, tokens: float) -> float:
-        """Weight bytes a step of ``tokens`` reads on one GPU: the shared weights and the routed experts touched."""
+        """Weight bytes a step of ``tokens`` reads on one GPU: the shared weights and the routed experts touched
+        (a dense model's steps skip the power)."""
+        if self.expert_bytes == 0.0:
+            return self.weight_bytes
         return self.weight_bytes + self.expert_bytes * (1.0 - self.expert_miss ** tokens)
 
     def decode_run(self, n: int, s0: float, scale: float = 1.0) -> DecodeRun:
