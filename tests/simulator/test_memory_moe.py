@@ -6,6 +6,7 @@ docs/capacity.md carries the table; regenerate it with ``python -m tests.simulat
 from __future__ import annotations
 
 import dataclasses
+from functools import cache
 
 import pytest
 import yaml
@@ -17,10 +18,14 @@ from goodput.simulator.memory import MemorySetup, memory_budget
 from goodput.simulator.roofline import Roofline
 from tests.conftest import BASE_DEPLOYMENT, FIXTURES, REPO, make_fleet
 from tests.simulator.test_memory_published import GOAL, docs_table, render_table, rows
+from tests.simulator.test_memory_published_latency import GOAL as LATENCY_GOAL
+from tests.simulator.test_memory_published_latency import Run, simulate_row
 
 MOE_STARTUP = FIXTURES / "published" / "vllm_startup_moe.yaml"
 CONFIGS = REPO / "goodput" / "simulator" / "data" / "model_configs"
+MOE_LATENCY = FIXTURES / "published" / "vllm_moe_latency.yaml"
 BEGIN, END = "<!-- moe-memory-fidelity:begin -->", "<!-- moe-memory-fidelity:end -->"
+LATENCY_BEGIN, LATENCY_END = "<!-- moe-latency-fidelity:begin -->", "<!-- moe-latency-fidelity:end -->"
 H100, H200 = gpus()["H100-80GB-SXM"], gpus()["H200-141GB"]
 
 
@@ -147,5 +152,35 @@ def test_docs_carry_the_current_moe_table():
         "docs/capacity.md is stale: python -m tests.simulator.test_memory_moe")
 
 
+@cache
+def latency_runs() -> tuple[Run, ...]:
+    """The simulated batch beside each held-out MoE latency row."""
+    return tuple(simulate_row(row) for row in yaml.safe_load(MOE_LATENCY.read_text())["benchmarks"])
+
+
+def render_latency_table() -> str:
+    lines = ["| set-up | batch | vLLM latency ms | simulated ms | output tok/s (theirs / ours) | error |",
+             "|---|---|---|---|---|---|"]
+    for r in latency_runs():
+        row = r.row
+        lines.append(f"| {row['model']} TP{row['tp']} {row['gpu']} | {row['batch']} | {row['mean_latency_ms']:,.0f} | "
+                     f"{r.latency_s * 1000:,.0f} | {r.throughput(r.published_s):,.0f} / {r.throughput(r.latency_s):,.0f} | "
+                     f"{r.error:+.1%} |")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("run", latency_runs(), ids=lambda r: r.row["id"])
+def test_held_out_moe_latency_within_its_bound(run):
+    bound = run.row.get("tolerance", LATENCY_GOAL)
+    assert abs(run.error) <= bound, f"{run.row['id']}: {run.error:+.1%} against vLLM (bound {bound:.0%})"
+
+
+def test_docs_carry_the_current_moe_latency_table():
+    assert docs_table(LATENCY_BEGIN, LATENCY_END) == render_latency_table(), (
+        "docs/capacity.md is stale: python -m tests.simulator.test_memory_moe")
+
+
 if __name__ == "__main__":
     print(render_table(rows(MOE_STARTUP)))
+    print()
+    print(render_latency_table())
