@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from goodput.analyzer.store import sql
+from goodput.analyzer.sqlfiles import sql
 from goodput.exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
 from goodput.exporters.parquet_sink import spans_to_arrow
 from goodput.foundation.errors import ConfigError

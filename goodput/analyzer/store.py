@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import duckdb
 
+from goodput.analyzer.sqlfiles import sql
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["StoreLocked", "connect", "in_place", "sql"]
@@ -15,12 +14,6 @@ __all__ = ["StoreLocked", "connect", "in_place", "sql"]
 
 class StoreLocked(ConfigError):
     """Another process holds the database's lock: worth a retry, unlike a file that is not a database."""
-
-
-@cache
-def sql(name: str) -> str:
-    """The text of ``goodput/analyzer/sql/<name>.sql``."""
-    return resources.files("goodput.analyzer").joinpath("sql", f"{name}.sql").read_text()
 
 
 def connect(path: str | Path, read_only: bool = False, threads: int | None = None,
@@ -64,7 +57,7 @@ def in_place(store: Path, threads: int | None = None, memory_limit: str = "2GB")
     DuckDB scan of its files and the ingest's set-based SQL: no copy of the spans, the same tables as an ingest of
     the store. Built whole at each open, a request whose spans were written by different flushes comes out whole,
     and one whose root is not stored yet is in flight (its early spans) or quarantined as partial, as ingest has it."""
-    from goodput.analyzer.ingest import ingest  # the ingest imports this module
+    from goodput.analyzer.ingest import ingest  # here, not at the top: most commands never open a store in place
 
     con = connect(":memory:", threads=threads, memory_limit=memory_limit)
     ingest(con, [store])
