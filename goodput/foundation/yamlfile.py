@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from goodput.foundation.errors import ConfigError
+from goodput.foundation.errors import ConfigError, long_integer
 
 __all__ = ["MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_YAML_BYTES", "load_mapping", "load_yaml", "parse_yaml", "read_bytes",
            "read_text"]
@@ -112,6 +112,22 @@ class _Loader(yaml.SafeLoader):
         return node
 
 
+class _LongInteger(Exception):
+    def __init__(self, mark: Any) -> None:
+        self.mark = mark
+
+
+def _construct_int(loader: _Loader, node: Any) -> int:
+    """YAML's int constructor, with an integer past Python's digit limit told apart from other errors."""
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:
+        raise _LongInteger(node.start_mark) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
 def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
     """1 + the expanded sizes of ``node``'s children (each already composed, so already in ``sizes``)."""
     if isinstance(node, yaml.SequenceNode):
@@ -129,6 +145,8 @@ def parse_yaml(text: str, source: str) -> Any:
     except _Aliased as e:
         raise ConfigError(source, f"line {e.mark.line + 1}",
                           f"aliases expand the document by more than the limit of {MAX_ALIAS_NODES:,} nodes") from None
+    except _LongInteger as e:
+        raise ConfigError(source, f"line {e.mark.line + 1}", long_integer()) from None
     except _Deep as e:
         raise ConfigError(source, f"line {e.mark.line + 1}",
                           f"nested deeper than the limit of {MAX_DEPTH} mappings and lists") from None
