@@ -27,13 +27,17 @@ MAX_DEPTH = 64  # nesting of mappings and lists; a fleet file needs 6
 MAX_ALIAS_NODES = 100_000  # nodes that aliases (*name) add to a document when expanded; hand-written files add dozens
 
 
-def read_bytes(path: str | Path, limit: int) -> bytes:
+def read_bytes(path: str | Path, limit: int, regular: bool = False) -> bytes:
     """The file's bytes; ``ConfigError`` when it is missing, a directory, unreadable or larger than ``limit``
-    (checked by its size before reading, and again while reading, for a file that grows or is a pipe)."""
+    (checked by its size before reading, and again while reading, for a file that grows or is a pipe). ``regular``:
+    only a regular file, opened without blocking, for a reader that polls a file it does not control (a FIFO put in
+    its place would block ``open`` until a writer came, and every read after it)."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
+        with _open(p, regular) as f:
             st = os.fstat(f.fileno())
+            if regular and not stat.S_ISREG(st.st_mode):
+                raise ConfigError(str(p), "", "not a regular file (a FIFO, socket or device); not read")
             if stat.S_ISREG(st.st_mode) and st.st_size > limit:
                 raise ConfigError(str(p), "", f"{st.st_size} bytes is larger than the limit of {limit} bytes")
             data = _read_at_most(f, limit + 1)
@@ -42,6 +46,12 @@ def read_bytes(path: str | Path, limit: int) -> bytes:
     if len(data) > limit:
         raise ConfigError(str(p), "", f"larger than the limit of {limit} bytes")
     return data
+
+
+def _open(p: Path, regular: bool) -> Any:
+    if not regular:
+        return p.open("rb")
+    return os.fdopen(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")  # no effect on a regular file
 
 
 def _read_at_most(f: Any, n: int) -> bytes:
