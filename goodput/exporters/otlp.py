@@ -21,6 +21,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from goodput.foundation.errors import long_integer
+
 __all__ = ["MAX_DEPTH", "RECEIVER_LIMITS", "Limits", "OtlpError", "OtlpInvalid", "OtlpTooLarge", "Span",
            "decode_json", "decode_protobuf", "span_from_dict"]
 
@@ -400,6 +402,8 @@ def decode_json(body: bytes | str, limits: Limits | None = None) -> list[Span]:
         raise OtlpError(f"not JSON: {e}") from None
     except RecursionError:
         raise OtlpError("not JSON: nested too deeply") from None
+    except ValueError:  # what else json.loads raises: an integer past Python's digit limit
+        raise OtlpError(f"not usable JSON: {long_integer()}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans", []), list):
         raise OtlpError("expected an object with a resourceSpans list")
     out = []
