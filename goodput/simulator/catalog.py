@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.jsonfile import load_json
 
 __all__ = [
     "DTYPE_BYTES",
@@ -442,10 +443,8 @@ def load_model_config(path: str | Path, name: str | None, source: str, key: str)
     """``model_from_config`` of the file at ``path``, named ``name`` or as the file names itself."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(source, key, f"cannot read {p}: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(str(p), "", f"not JSON: {e}") from None
+        data = load_json(p)  # size, depth and encoding checked
+    except ConfigError as e:  # named for the flag or key that gave the file, too
+        raise ConfigError(source, key, str(e)) from None
     label = name or (data.get("_name_or_path") if isinstance(data, dict) else None) or p.resolve().parent.name
     return model_from_config(data, str(label), str(p))

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from goodput.cli import main
 from goodput.loadtest.cli import EXIT_INVALID
 from tests.conftest import REPO, free_port_block
+from tests.loadtest.exits import run_exit
 from tests.loadtest.stub_target import StubTarget
 
 
@@ -36,13 +37,6 @@ def _cli(*argv, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "200"}, **kw)
 
 
-def _exit_code(summary: dict) -> int:
-    """A complete run's exit code: 0, or EXIT_INVALID where the summary says the client set the pace (a loaded
-    machine may, whatever the test asks of the target)."""
-    assert summary["complete"]
-    return 0 if summary["valid"] else EXIT_INVALID
-
-
 def _successes(url):
     text = httpx.get(url + "/metrics").text
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
@@ -60,7 +54,7 @@ def test_a_run_against_the_live_fleet_writes_its_summary(fleet, workload, tmp_pa
     assert f"report: {report}" in captured.err and "plotly" in report.read_text()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert printed == summary
-    assert rc == _exit_code(summary)
+    assert rc == run_exit(summary)
     (step,) = summary["steps"]
     comp = summary["comparability"]
     assert summary["complete"] and comp["model"] == "Llama-3.1-8B" and comp["framework"] == "goodput"
@@ -149,7 +143,7 @@ def test_sweep_stops_at_the_first_step_that_misses_the_slo(fleet, workload, tmp_
     rc = main(["loadtest", "run", "--target", fleet, "--workload", workload, "--pattern", "sweep", "--rate", "2",
                "--step-s", "1", "--slo", "ttft_p95=1ms", "--out", str(tmp_path / "run"), "--format", "json"])
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert rc == _exit_code(summary)
+    assert rc == run_exit(summary)
     (step,) = summary["steps"]  # 2 req/s already misses a 1 ms TTFT: no doubling, no bisection
     assert (step["offered_rate"], step["slo_met"], summary["knee"]) == (2.0, False, None)
     assert step["served_rate"] is not None and step["served_rate"] >= 0  # what the target completed in the window
@@ -166,7 +160,7 @@ def test_the_quick_start_needs_only_the_target(fleet, tmp_path, monkeypatch, cap
     assert f"writing the run to {run.relative_to(tmp_path)}" in captured.err
     summary = json.loads(captured.out)
     assert summary == json.loads((run / "summary.json").read_text())
-    assert rc == _exit_code(summary)
+    assert rc == run_exit(summary)
     comp = summary["comparability"]
     assert comp["model"] == "Llama-3.1-8B" and comp["workload"] == "prompt_tokens=256,output_tokens=128"
     assert comp["arrival"]["pattern"] == "poisson" and comp["arrival"]["rate"] == 2.0 and comp["slo"] == ""
@@ -184,4 +178,4 @@ def test_the_quick_start_needs_only_the_target(fleet, tmp_path, monkeypatch, cap
     runs = list((tmp_path / "loadtest-runs").iterdir())
     assert len(runs) == 2  # a second start in the same second: its own dir
     (second,) = set(runs) - {run}
-    assert rc == _exit_code(json.loads((second / "summary.json").read_text()))
+    assert rc == run_exit(json.loads((second / "summary.json").read_text()))
