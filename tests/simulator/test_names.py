@@ -104,7 +104,7 @@ def test_unreadable_config_files_are_one_line(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_model_config(tmp_path / "nope.json", None, "--model-config", "")
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="bad.json: not JSON"):
+    with pytest.raises(ConfigError, match="bad.json: line 1: not valid JSON"):
         load_model_config(tmp_path / "bad.json", None, "--model-config", "")
 
 
@@ -125,5 +125,5 @@ def test_a_fleet_file_takes_typed_names_and_a_model_config(tmp_path):
     assert b.budget.kv_bytes_per_token == 2 * 32 * 32 * 128 * 2  # no GQA: 32 KV heads
     fleet = Fleet(cfg)  # the simulated replicas run the config's architecture
     assert fleet.by_name["own"].roofline.flops_per_token == 2.0 * models()["CodeLlama-7B"].parameters
-    with pytest.raises(ConfigError, match=r"deployments\[1\]\.model_config: cannot read"):
+    with pytest.raises(ConfigError, match=r"deployments\[1\]\.model_config: .*missing\.json: cannot read"):
         parse_fleet(fleet_data([typed, dict(own, model_config="missing.json")]), str(tmp_path / "fleet.yaml"))
