@@ -138,6 +138,49 @@ def test_numbers_that_are_not_finite_are_one_line(tmp_path, fixture, path, value
     assert not (tmp_path / "out").exists()
 
 
+_FIRST_TOKEN = ("benchmarks", 0, "requests", "successful", 0, "info", "timings", "first_output_token_iteration")
+_MEASURED = ("benchmarks", 0, "scheduler_metrics")
+
+
+@pytest.mark.parametrize(("fixture", "path", "value", "says"), [
+    ("vllm_bench_serve_detailed.json", ("ttfts", 0), -0.1, "request 0: time to first token -0.1 s is negative"),
+    ("vllm_bench_serve_detailed.json", ("latencies", 0), -0.16, "request 0: end-to-end latency -0.16 s is negative"),
+    ("vllm_bench_serve_detailed.json", ("itls", 0, 0), -0.02, "request 0: itl"),
+    ("vllm_bench_serve_detailed.json", ("output_lens", 0), -4, "request 0: output_tokens: -4 is outside"),
+    ("vllm_bench_serve_detailed.json", ("start_times", 0), 1e30, "request 0: scheduled_s: 1e+30 s is not a time"),
+    ("vllm_bench_serve_detailed.json", ("duration",), 0, "step 0: lasts 0 s"),
+    ("vllm_bench_serve_detailed.json", ("duration",), -4.0, "step 0: lasts -4 s"),
+    ("vllm_bench_serve_detailed.json", ("duration",), 10**400, "(401 digits) is too large"),  # OverflowError before
+    ("vllm_bench_serve_summary.json", ("completed",), 10**400, "step 0: requests: 100000000000… (401 digits)"),
+    ("guidellm_report_constant.json", _FIRST_TOKEN, 1699999999.0, "request 0: time to first token"),
+    ("guidellm_report_constant.json", (*_MEASURED, "measure_end_time"), 1e30, "end_s: 1e+30 s is not a time"),
+    ("guidellm_report_constant.json", (*_MEASURED, "measure_end_time"), 1700000000.0, "step 0: lasts 0 s"),
+])
+def test_values_no_tool_could_measure_are_one_line_and_write_nothing(tmp_path, fixture, path, value, says):
+    """Each imported with exit 0 and a report before: negative latencies, steps of no length, clocks of 1e30 s,
+    counts of 401 digits. Now one line naming the request or step, and no run directory."""
+    data = json.loads((FIX / fixture).read_text())
+    node = data
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    f = tmp_path / "in.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as err:
+        import_run(f, tmp_path / "out", parse_slo("ttft_p50=1s"))
+    assert str(err.value).startswith(str(f)) and says in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_more_steps_than_any_run_has_are_refused_before_anything_is_written(tmp_path):
+    report = json.loads((FIX / "guidellm_report_constant.json").read_text())
+    f = tmp_path / "in.json"
+    f.write_text(json.dumps({**report, "benchmarks": report["benchmarks"][:1] * 2000}))
+    with pytest.raises(ConfigError, match="2000 steps .* more than the limit of 256"):
+        import_run(f, tmp_path / "out", parse_slo("ttft_p50=1s"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_malformed_guidellm_benchmark_is_one_line(tmp_path):
     report = json.loads((FIX / "guidellm_report_constant.json").read_text())
     report["benchmarks"][1]["config"]["strategy"]["rate"] = "fast"

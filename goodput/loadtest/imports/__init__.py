@@ -126,8 +126,9 @@ def import_run(path: str | Path, out_dir: str | Path, slo: Slo) -> dict:
             summary, records = _convert(tool, data, p, slo)
     except ConfigError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as e:
         raise ConfigError(str(p), "content", f"not the {tool} structure expected: {type(e).__name__}: {e}") from None
+    common.check_run(summary["steps"], records, str(p))
     summary["knee"] = verdict(summary["steps"])["knee"]
     # server | client where the file tells them apart; "tool" where it holds one count, as the tool recorded it
     summary["source"] = {"tool": tool, "file": p.name, "token_counts": "tool", **summary.get("source", {})}

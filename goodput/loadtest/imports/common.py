@@ -13,9 +13,13 @@ from goodput.foundation.yamlfile import decode, read_bytes
 from goodput.loadtest.patterns import Step
 
 __all__ = ["MAX_IMPORT_BYTES", "PERCENTILE_KEYS", "aggregate_step", "empty_distribution", "error_class", "http_class",
-           "num", "read_text"]
+           "check_run", "num", "read_text"]
 
-MAX_IMPORT_BYTES = 512 * 1024 * 1024  # checked before reading: a larger "report" is not one
+# checked before reading: parsed, a JSON report takes ~10x its size in memory (a 300 MB one took 3-4 GB)
+MAX_IMPORT_BYTES = 128 * 1024 * 1024
+MAX_STEPS = 256  # benchmarks / stages in one run: GuideLLM's sweep has 10, a long ladder a few dozen
+MAX_COUNT = 10**12  # requests or tokens in one step or request
+MAX_CLOCK_S = 1e10  # a time on a run's clock or the epoch (the year 2286): anything past it is corrupt
 PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
 
 _REASONS = {s.phrase.lower(): s.value for s in HTTPStatus}
@@ -54,7 +58,10 @@ def error_class(text: str | None) -> str:
 def num(value: object) -> float:
     """A number the tools wrote (int, float or numeric string); NaN, an infinity or anything else is a ValueError,
     which the importer reports as a malformed file instead of writing it on."""
-    x = float(value)  # type: ignore[arg-type]
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an integer of hundreds of digits
+        raise ValueError(f"{_short(value)} is too large") from None
     if not math.isfinite(x):
         raise ValueError(f"{value!r} is not a finite number")
     return x
@@ -91,3 +98,58 @@ def aggregate_step(step: Step, completed: int, failed: int, *, achieved_rate: fl
         "goodput_requests_per_s": None, "goodput_tokens_per_s": None,
         "tool_goodput_requests_per_s": tool_goodput, "per_tier": {}, "server": {},
     }
+
+
+def check_run(steps: list[dict], records: list | None, source: str) -> None:
+    """Refuse, in one line naming the step or request, an imported run no tool could have measured: more than
+    ``MAX_STEPS`` steps, a step of no or negative length, counts past ``MAX_COUNT``, negative latencies, clock
+    readings past ``MAX_CLOCK_S``. Checked before anything is written, so a corrupt or hostile file leaves nothing."""
+    if len(steps) > MAX_STEPS:
+        raise ConfigError(source, "steps", f"{len(steps)} steps (benchmarks, stages) is more than the limit of {MAX_STEPS}")
+    for r in records or ():  # first: a request's fault names the request, not the step it skews
+        _check_record(r, source)
+    for step in steps:
+        _check_step(step, source)
+
+
+def _check_step(step: dict, source: str) -> None:
+    where = f"step {step['index']}"
+    for key in ("start_s", "end_s"):
+        _clock(step[key], source, f"{where}: {key}")
+    if not step["end_s"] > step["start_s"]:
+        raise ConfigError(source, where, f"lasts {step['end_s'] - step['start_s']:g} s; a measured step lasts longer than 0 s")
+    for key in ("requests", "completed"):
+        if not 0 <= step[key] <= MAX_COUNT:
+            raise ConfigError(source, f"{where}: {key}", f"{_short(step[key])} is outside 0..{MAX_COUNT:,}")
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        for stat, value in step[key].items():
+            if stat != "count" and value is not None and value < 0:
+                raise ConfigError(source, f"{where}: {key} {stat}", f"{value:g} s is negative")
+
+
+def _check_record(r, source: str) -> None:
+    where = f"request {r.index}"
+    for key in ("scheduled_s", "sent_s", "first_token_s", "done_s"):
+        if getattr(r, key) is not None:
+            _clock(getattr(r, key), source, f"{where}: {key}")
+    for name, value in (("time to first token", r.ttft_s), ("end-to-end latency", r.e2e_s)):
+        if value is not None and value < 0:
+            raise ConfigError(source, where, f"{name} {value:g} s is negative (the response before the request)")
+    if r.first_token_s is not None and r.done_s is not None and r.done_s < r.first_token_s:
+        raise ConfigError(source, where, "its last token before its first")
+    if any(not math.isfinite(g) or g < 0 for g in r.itl_s):
+        raise ConfigError(source, f"{where}: itl", "an inter-token gap that is negative or not finite")
+    for key in ("input_tokens", "output_tokens"):
+        if not 0 <= getattr(r, key) <= MAX_COUNT:
+            raise ConfigError(source, f"{where}: {key}", f"{_short(getattr(r, key))} is outside 0..{MAX_COUNT:,}")
+
+
+def _clock(value: float, source: str, where: str) -> None:
+    if not (math.isfinite(value) and abs(value) <= MAX_CLOCK_S):
+        raise ConfigError(source, where, f"{_short(value)} s is not a time a run could record (limit ±{MAX_CLOCK_S:g} s)")
+
+
+def _short(value: object) -> str:
+    """A number as an error line can show it: a 400-digit integer cut to its length."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 24 else f"{text[:12]}… ({len(text)} digits)"
