@@ -33,6 +33,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">IB")
 MAX_BACKOFF_S = 60.0  # the longest wait between two tries of a failing sink
+SHUTDOWN_S = 20.0  # close's bound on the last flush: inside Kubernetes' 30 s grace, with room for the rest
+BEHIND_FRACTION = 0.8  # a buffer this full means the sink is not keeping up with what is accepted
 
 
 class StoreFull(Exception):
@@ -296,6 +299,9 @@ class TraceStore:
             return "trace store flush thread is not running"
         if self.error is not None:
             return f"trace store flush failing: {self.error}"
+        if self.buffered >= BEHIND_FRACTION * self.max_buffered:
+            return (f"trace store sink {self.sink} not keeping up: {self.buffered} of {self.max_buffered} spans "
+                    "buffered (new spans get 503 when it is full)")
         return None
 
     def start(self) -> TraceStore:
@@ -311,14 +317,22 @@ class TraceStore:
         self._thread.start()
         return self
 
-    def close(self) -> None:
-        """Refuse further spans, flush what was accepted, and remove the log if everything reached the sink."""
+    def close(self, within_s: float = SHUTDOWN_S) -> None:
+        """Refuse further spans, flush what was accepted, and remove the log if everything reached the sink.
+
+        Returns within about ``within_s``: the sink's writes are cut at that deadline (a stalled ClickHouse cannot
+        hold a pod past its grace period), and what they did not store stays in the log for the next start."""
+        deadline = time.monotonic() + within_s
         with self.lock:
             self._closed = True
         self._stop.set()
+        self.sink.stop_by(deadline)
         if self._thread is not None:
-            self._thread.join(timeout=self.flush_interval + 30)
-        self.flush()
+            self._thread.join(timeout=max(0.0, deadline - time.monotonic()) + 1)
+        if self._thread is not None and self._thread.is_alive():
+            self.error = self.error or f"{self.sink}: a flush still running at the shutdown deadline"
+        else:
+            self.flush()
         self._wal.close()
         self.sink.close()
         if self.error is None:
