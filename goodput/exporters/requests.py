@@ -51,7 +51,7 @@ from goodput.contracts.vocabulary import ROOT_SPANS as ROOT_SPANS
 from goodput.contracts.vocabulary import TIERS
 from goodput.exporters.exposition import fmt_float, labels, render
 from goodput.exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
-from goodput.exporters.trace_store import StoreClosed, StoreFull, TraceStore
+from goodput.exporters.trace_store import StoreClosed, StoreFull, TraceStore, encode_spans
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import Histogram, le_label
 from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
@@ -520,8 +520,9 @@ class TraceReceiver:
             return self._refuse("malformed", 400, f"bad OTLP payload: {e}")
         with self.lock:  # one payload at a time between the de-dup check and the log write
             new = self.metrics.fresh(spans)
+            logged, kind = (body, "P" if proto else "J") if len(new) == len(spans) else (encode_spans(new), "S")
             try:
-                self.store.accept(new, body, "P" if proto else "J")
+                self.store.accept(new, logged, kind)  # the log holds what the store holds: a replay cuts it alike
             except StoreClosed as e:
                 return self._refuse("shutting_down", 503, str(e), {"Retry-After": f"{int(e.retry_after)}"})
             except StoreFull as e:
@@ -585,6 +586,10 @@ def run_request_exporter(args) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
     metrics = RequestMetrics(max_tenants=args.max_tenants)
     store = open_store(args)
+    problem = store.sink.dedup_problem() if isinstance(store.sink, ClickHouseSink) else None
+    if problem:
+        print(f"request exporter: WARNING: {store.sink} may store a retried insert twice (after a lost reply or a "
+              f"kill): {problem}", file=sys.stderr, flush=True)
     store.start()
     recv = TraceReceiver(metrics, store)
 
@@ -597,10 +602,6 @@ def run_request_exporter(args) -> int:
               flush=True)
     print(f"request exporter: OTLP at {otlp.url}/v1/traces, metrics at {srv.url}/metrics, store {store.sink}",
           flush=True)
-    problem = store.sink.dedup_problem() if isinstance(store.sink, ClickHouseSink) else None
-    if problem:
-        print(f"request exporter: WARNING: {store.sink} may store a retried insert twice (after a lost reply or a "
-              f"kill): {problem}", file=sys.stderr, flush=True)
 
     def stop() -> None:
         otlp.stop(drain_s=STOP_DRAIN_S)  # new posts get 503 + Retry-After while those in flight finish and are logged

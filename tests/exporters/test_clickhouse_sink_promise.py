@@ -90,6 +90,9 @@ def _exporter(tmp_path, url: str, *extra: str) -> tuple[subprocess.Popen, int]:
                           "--wal", str(tmp_path / "wal"), "--port", str(port), "--otlp-port", str(otlp), *extra],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_answering(f"http://127.0.0.1:{otlp}/healthz", 60)
+    while "OTLP at" not in p.stdout.readline():  # the last line before it takes SIGTERM
+        assert p.poll() is None, p.stderr.read()
+    time.sleep(0.2)
     return p, otlp
 
 
@@ -182,3 +185,52 @@ def test_a_payload_acknowledged_is_in_the_log_whatever_clickhouse_said(tmp_path,
     again = _store(tmp_path, ch)
     again.close()
     _exactly_once(ch, spans)
+
+
+# ---------------------------------------------------------------------------------------------- SIGKILL
+
+
+def test_sigkill_mid_insert_then_a_restart_on_the_same_wal_stores_every_acknowledged_span_once(tmp_path, chdb):
+    """The insert is stored, its reply never comes, the process is killed while more spans arrive: the restart must
+    send the same insert again (same rows, same token, which ClickHouse recognises), not a batch cut afresh from
+    every leftover segment (which stored 3,850-7,800 spans twice in the probe)."""
+    ch = FakeClickHouse(chdb, stall_s=60)
+    ch.script = ["ok"] * 3 + ["late"]  # the fourth insert is stored and its reply withheld
+    acked: list = []
+    p, otlp = _exporter(tmp_path, ch.url, "--flush-interval", "0.2")
+    stop = threading.Event()
+
+    def load() -> None:
+        seed = 0
+        while not stop.is_set():
+            spans = _spans("acme", 50, seed)
+            seed += 1
+            try:
+                if httpx.post(f"http://127.0.0.1:{otlp}/v1/traces", content=_doc(spans)).status_code == 200:
+                    acked.extend(spans)
+            except httpx.HTTPError:
+                return  # killed: not acknowledged
+
+    t = threading.Thread(target=load)
+    try:
+        t.start()
+        while not any(what == "late" for what, _ in ch.seen):
+            time.sleep(0.02)
+        time.sleep(0.5)  # more spans are logged while the insert waits for its reply
+        p.kill()
+        p.wait(30)
+        stop.set()
+        t.join(30)
+        ch.release.set()
+        again, _ = _exporter(tmp_path, ch.url)  # the same --wal
+        again.send_signal(signal.SIGTERM)
+        out, err = again.communicate(timeout=60)
+        assert again.returncode == 0, err
+        _exactly_once(ch, acked)
+    finally:
+        stop.set()
+        for proc in (p,):
+            if proc.poll() is None:
+                proc.kill()
+        ch.close()
+    assert not list((tmp_path / "wal" / "_wal").glob("*.wal"))
