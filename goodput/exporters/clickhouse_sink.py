@@ -18,7 +18,6 @@ replayed after a hard kill is recognised the same way, in the table the sink cre
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
 import http.client
@@ -237,7 +236,7 @@ class ClickHouseSink:
         if not rows:
             return "it does not exist (yet)"
         engine, full = str(rows[0]["engine"]), str(rows[0]["engine_full"])
-        if engine.startswith("Replicated"):
+        if engine.startswith(("Replicated", "Shared")):  # a cluster's (or ClickHouse Cloud's) tables deduplicate
             return None
         if not engine.endswith("MergeTree"):
             return f"its engine {engine} does not deduplicate inserts"
@@ -248,22 +247,9 @@ class ClickHouseSink:
         return None
 
     def close(self) -> None:
-        """The last write is done. On chDB the process's session stays open for whoever shares it and is shut down
-        at exit, before the interpreter's teardown: left to the teardown, chDB's shutdown raced its own background
-        threads ('Exception in global_context->shutdown(): The ShutdownTablesThreadPool is not initialized' on
-        stderr, and at times a SIGSEGV for an exit code: 4 of 17 stops here, 0 of 19 after)."""
+        """The last write is done. A chDB session lives on for whoever shares it; ``goodput.foundation.clickhouse``
+        shuts it down at exit (``close_embedded``)."""
         self._con.close()
-        if self.kind == "chdb":
-            atexit.unregister(_close_chdb)  # once, however many sinks close
-            atexit.register(_close_chdb)
-
-
-def _close_chdb() -> None:
-    """Shut the process's chDB session down (``goodput.foundation.clickhouse`` keeps the one a process may have)."""
-    from goodput.foundation import clickhouse
-
-    while clickhouse._CHDB_SESSION:
-        clickhouse._CHDB_SESSION.pop()[1].close()
 
 
 def _row_problem(span: Span) -> Exception | None:
