@@ -24,7 +24,7 @@ less those the receiver had already seen; ``B``, and ``R`` from earlier versions
 
 Layout of DIR::
 
-    DIR/_wal/segment-<n>.wal          # [4-byte length][1-byte kind: J|P|R|S][payload] records
+    DIR/_wal/segment-<n>.wal          # [4-byte length][1-byte kind: J|P|S|B|X (R read)][payload] records
     DIR/_quarantine/spans-<pid>.jsonl # {"error", "span"} per span that could not be written
     DIR/_quarantine/wal-<segment>-<offset>.<json|pb>  # a logged payload that no longer decodes
 """
@@ -170,13 +170,13 @@ class TraceStore:
             for pos, kind, payload in _records(seg.read_bytes()):
                 try:
                     if kind == ord("X"):
-                        replaced.update(json.loads(payload))
+                        replaced.update(str(name) for name in json.loads(payload))
                     elif kind in (ord("B"), ord("R")):
                         rewritten.append(decode_spans(payload))
                     else:
                         spans.extend(decode_protobuf(payload) if kind == ord("P") else
                                      decode_spans(payload) if kind == ord("S") else decode_json(payload))
-                except ValueError as e:
+                except (ValueError, TypeError) as e:  # e.g. a damaged record
                     self._quarantine_payload(f"wal-{seg.stem}-{pos}.{'pb' if kind == ord('P') else 'json'}",
                                              payload, e)
         seen: set[tuple[tuple[str, str], ...]] = set()

@@ -6,6 +6,7 @@ Kubernetes' grace leaving what is owed in the log, a table that cannot deduplica
 from __future__ import annotations
 
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -234,3 +235,36 @@ def test_sigkill_mid_insert_then_a_restart_on_the_same_wal_stores_every_acknowle
                 proc.kill()
         ch.close()
     assert not list((tmp_path / "wal" / "_wal").glob("*.wal"))
+
+
+def test_segments_a_rewrite_replaced_are_skipped_if_a_crash_left_them(tmp_path, chdb):
+    """A crash between the rewritten segment's rename and the old segments' removal leaves both: replay takes the
+    rewrite (what is still owed) and skips what it names, which holds spans already stored (on a table without a
+    deduplication window, replaying them would store them twice)."""
+    plain = FakeClickHouse(chdb, dedup=False)
+    try:
+        spans = _spans("acme", 10)
+        store = _store(tmp_path, plain)
+        store.accept(spans, _doc(spans), "J")
+        wal = tmp_path / "wal" / "_wal"
+        before = {seg.name: seg.read_bytes() for seg in wal.glob("*.wal")}
+        plain.script = ["ok", "500"]
+        assert store.flush() == 4  # the log is rewritten to hold spans[4:]
+        for name, data in before.items():
+            (wal / name).write_bytes(data)  # ... and the crash kept the segment it replaced
+        del store
+        again = _store(tmp_path, plain)
+        assert again.recovered == 6
+        again.close()
+        _exactly_once(plain, spans)
+    finally:
+        plain.close()
+
+
+def test_a_damaged_rewrite_record_is_quarantined_not_a_crash(tmp_path, ch):
+    wal = tmp_path / "wal" / "_wal"
+    wal.mkdir(parents=True)
+    (wal / "segment-00000000.wal").write_bytes(struct.pack(">IB", 2, ord("X")) + b"17")
+    store = _store(tmp_path, ch)
+    assert store.quarantined_total == 1 and list((tmp_path / "wal" / "_quarantine").iterdir())
+    store.close()
