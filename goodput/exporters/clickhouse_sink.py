@@ -7,13 +7,12 @@ Collector's DDL when it is missing. Rows are the Collector's (``goodput.exporter
 statement; the store's write-ahead log stays on local disk either way.
 
 Each batch is inserted ``INSERT_ROWS`` spans at a time, each insert carrying an ``insert_deduplication_token`` made
-from the spans it holds. The store retries a failed write as the same batch (across a restart too), so the same
-spans are cut into the same inserts with the same tokens: when an insert succeeded but its reply was lost
-(connection reset, timeout), ClickHouse recognises the retry and stores nothing twice. ClickHouse honours the token
-on a Replicated*MergeTree table (what a cluster runs) and on a MergeTree table with
-``non_replicated_deduplication_window`` set; on any other table a lost reply can store a span twice (docs/collector.md).
-The token is in the statement (its SETTINGS clause, a bound parameter), over HTTP and on chDB alike: on chDB a batch
-replayed after a hard kill is recognised the same way, in the table the sink creates with a window.
+from the spans it holds. The store cuts every batch as its write-ahead log holds it, so a retry (after a failure, a
+restart or a SIGKILL) sends the same spans in the same inserts under the same tokens: when an insert succeeded but its
+reply was lost, ClickHouse recognises the retry and stores nothing twice. ClickHouse honours the token on a
+Replicated*MergeTree table (what a cluster runs) and on a MergeTree table with ``non_replicated_deduplication_window``
+set; ``dedup_problem`` names any other table at start (docs/collector.md). The token is in the statement (its SETTINGS
+clause, a bound parameter), over HTTP and on chDB alike; the table the sink creates on chDB has a window.
 """
 
 from __future__ import annotations
