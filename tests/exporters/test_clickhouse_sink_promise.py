@@ -191,6 +191,18 @@ def test_a_payload_acknowledged_is_in_the_log_whatever_clickhouse_said(tmp_path,
 # ---------------------------------------------------------------------------------------------- SIGKILL
 
 
+def _pour(otlp: int, stop: threading.Event, acked: list, seed: int, n: int) -> None:
+    """Post ``n`` spans at a time until ``stop`` or the exporter is gone, keeping those acknowledged in ``acked``."""
+    while not stop.is_set():
+        spans = _spans("acme", n, seed)
+        seed += 1
+        try:
+            if httpx.post(f"http://127.0.0.1:{otlp}/v1/traces", content=_doc(spans)).status_code == 200:
+                acked.extend(spans)
+        except httpx.HTTPError:
+            return  # killed: not acknowledged
+
+
 def test_sigkill_mid_insert_then_a_restart_on_the_same_wal_stores_every_acknowledged_span_once(tmp_path, chdb):
     """The insert is stored, its reply never comes, the process is killed while more spans arrive: the restart must
     send the same insert again (same rows, same token, which ClickHouse recognises), not a batch cut afresh from
@@ -200,19 +212,7 @@ def test_sigkill_mid_insert_then_a_restart_on_the_same_wal_stores_every_acknowle
     acked: list = []
     p, otlp = _exporter(tmp_path, ch.url, "--flush-interval", "0.2")
     stop = threading.Event()
-
-    def load() -> None:
-        seed = 0
-        while not stop.is_set():
-            spans = _spans("acme", 50, seed)
-            seed += 1
-            try:
-                if httpx.post(f"http://127.0.0.1:{otlp}/v1/traces", content=_doc(spans)).status_code == 200:
-                    acked.extend(spans)
-            except httpx.HTTPError:
-                return  # killed: not acknowledged
-
-    t = threading.Thread(target=load)
+    t = threading.Thread(target=_pour, args=(otlp, stop, acked, 0, 50))
     try:
         t.start()
         while not any(what == "late" for what, _ in ch.seen):
@@ -280,19 +280,7 @@ def test_sigkill_under_load_on_chdb_twice_then_a_stop_stores_every_acknowledged_
     for round_ in range(3):
         p, otlp = _exporter(tmp_path, store, "--flush-interval", "0.1")
         stop = threading.Event()
-
-        def load(seed0: int = round_ * 10_000) -> None:
-            seed = seed0
-            while not stop.is_set():
-                spans = _spans("acme", 100, seed)
-                seed += 1
-                try:
-                    if httpx.post(f"http://127.0.0.1:{otlp}/v1/traces", content=_doc(spans)).status_code == 200:
-                        acked.extend(spans)
-                except httpx.HTTPError:
-                    return
-
-        t = threading.Thread(target=load)
+        t = threading.Thread(target=_pour, args=(otlp, stop, acked, round_ * 10_000, 100))
         t.start()
         time.sleep(1.5 + round_ * 0.37)  # flushes are landing all the while
         if round_ < 2:
