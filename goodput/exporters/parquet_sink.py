@@ -89,6 +89,9 @@ class ParquetSink:
     def __str__(self) -> str:
         return f"parquet {self.root}"
 
+    def stop_by(self, deadline: float) -> None:
+        """A local write cannot be cut short: nothing to bound."""
+
     def write(self, spans: list[Span]) -> list[tuple[Span, Exception]]:
         parts: dict[int, list[Span]] = {}
         for s in spans:

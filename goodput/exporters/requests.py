@@ -35,6 +35,8 @@ import bisect
 import gc
 import json
 import math
+import os
+import sys
 import threading
 import zlib
 from collections import OrderedDict, defaultdict
@@ -49,7 +51,7 @@ from goodput.contracts.vocabulary import ROOT_SPANS as ROOT_SPANS
 from goodput.contracts.vocabulary import TIERS
 from goodput.exporters.exposition import fmt_float, labels, render
 from goodput.exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
-from goodput.exporters.trace_store import StoreClosed, StoreFull, TraceStore
+from goodput.exporters.trace_store import StoreClosed, StoreFull, TraceStore, encode_spans
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import Histogram, le_label
 from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
@@ -58,6 +60,7 @@ __all__ = ["DECODE_SLOTS", "OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMet
            "inflate", "open_store", "run_request_exporter"]
 
 EXPORTER = "requests"
+STOP_DRAIN_S = 5.0  # SIGTERM: posts in flight get this long, the store's last flush the rest of the 30 s grace
 OTLP_MAX_BODY_BYTES = 32 * 1024 * 1024
 DECODE_SLOTS = 2  # payloads inflated and decoded at once: what decoding may cost is this many times one payload's
 DECODE_WAIT_S = 10.0  # a payload that finds no decode slot this long is answered 503 with Retry-After
@@ -517,8 +520,9 @@ class TraceReceiver:
             return self._refuse("malformed", 400, f"bad OTLP payload: {e}")
         with self.lock:  # one payload at a time between the de-dup check and the log write
             new = self.metrics.fresh(spans)
+            logged, kind = (body, "P" if proto else "J") if len(new) == len(spans) else (encode_spans(new), "S")
             try:
-                self.store.accept(new, body, "P" if proto else "J")
+                self.store.accept(new, logged, kind)  # the log holds what the store holds: a replay cuts it alike
             except StoreClosed as e:
                 return self._refuse("shutting_down", 503, str(e), {"Retry-After": f"{int(e.retry_after)}"})
             except StoreFull as e:
@@ -539,24 +543,53 @@ class TraceReceiver:
 
 
 def open_store(args) -> TraceStore:
-    """The trace store ``--store`` names: a Parquet directory (its log inside), or ClickHouse with its log in ``--wal``."""
+    """The trace store ``--store`` names: a Parquet directory (its log inside), or ClickHouse with its log in ``--wal``.
+    A path that is a file or cannot be written is one line naming the flag (exit 2), not a traceback."""
     from goodput.exporters.clickhouse_sink import ClickHouseSink, parse_store
     from goodput.exporters.parquet_sink import ParquetSink
 
     target = parse_store(args.store)
-    if isinstance(target, Path):
-        return TraceStore(args.wal or target, sink=ParquetSink(target), max_buffered_spans=args.max_buffered_spans,
-                          flush_interval_s=args.flush_interval)
-    if args.wal is None:
+    if not isinstance(target, Path) and args.wal is None:
         raise ConfigError("--store", args.store, "a ClickHouse store needs --wal DIR for its write-ahead log")
-    return TraceStore(args.wal, sink=ClickHouseSink(target, timeout_s=args.insert_timeout),
-                      max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
+    flag, value = ("--wal", str(args.wal)) if args.wal is not None else ("--store", args.store)
+    try:
+        if isinstance(target, Path):
+            sink: ParquetSink | ClickHouseSink = ParquetSink(_writable_dir(target, "--store"))
+            wal = args.wal or target
+        else:
+            wal = args.wal
+            if target.kind == "chdb":
+                _writable_dir(Path(target.path), "--store")
+            sink = ClickHouseSink(target, timeout_s=args.insert_timeout)
+        return TraceStore(_writable_dir(wal, flag), sink=sink,
+                          max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
+    except OSError as e:
+        raise ConfigError(flag, value, f"cannot write there: {e.strerror or e}") from None
+
+
+def _writable_dir(path: Path, flag: str) -> Path:
+    """``path`` made if missing; ``ConfigError`` naming ``flag`` when it is a file or cannot be written."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(flag, str(path), "not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(flag, str(path), f"cannot make it: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(flag, str(path), "not writable")
+    return path
 
 
 def run_request_exporter(args) -> int:
+    from goodput.exporters.clickhouse_sink import ClickHouseSink
+
     gc.set_threshold(*GC_THRESHOLDS)
     metrics = RequestMetrics(max_tenants=args.max_tenants)
     store = open_store(args)
+    problem = store.sink.dedup_problem() if isinstance(store.sink, ClickHouseSink) else None
+    if problem:
+        print(f"request exporter: WARNING: {store.sink} may store a retried insert twice (after a lost reply or a "
+              f"kill): {problem}", file=sys.stderr, flush=True)
     store.start()
     recv = TraceReceiver(metrics, store)
 
@@ -571,7 +604,7 @@ def run_request_exporter(args) -> int:
           flush=True)
 
     def stop() -> None:
-        otlp.stop()  # new posts get 503 + Retry-After while those in flight finish and are logged
+        otlp.stop(drain_s=STOP_DRAIN_S)  # new posts get 503 + Retry-After while those in flight finish and are logged
         store.close()  # then the last flush, and the log goes only once everything is stored
         srv.stop()
         print(f"request exporter stopped; {store.flushed_total} spans in the store", flush=True)

@@ -27,11 +27,15 @@ class SinkFailed(Exception):
 
 class Sink(Protocol):
     """Where flushed spans go. ``write`` stores a batch, or raises ``SinkFailed`` with the unstored suffix;
-    it returns the spans that can never be stored (each with why), which the store quarantines.
+    it returns the spans that can never be stored (each with why), which the store quarantines. ``stop_by``
+    bounds the writes of a shutdown.
     ``kind`` names the sink in metrics; ``str(sink)`` names its destination in health and logs."""
 
     kind: str
 
     def write(self, spans: list[Span]) -> list[tuple[Span, Exception]]: ...
+
+    def stop_by(self, deadline: float) -> None:
+        """Shutdown: end every write by ``deadline`` (``time.monotonic``), stored or failed."""
 
     def close(self) -> None: ...

@@ -11,17 +11,20 @@ Nothing one record holds can stop the writer: a span the sink cannot take is wri
 ``DIR/_quarantine/spans-<pid>.jsonl`` (with the error) and the rest of its batch is stored; a logged
 payload that no longer decodes at replay is written aside whole. A write the sink's destination refuses
 (disk full, ClickHouse down or stalled) keeps its spans and their log segments; it is retried with
-exponential backoff, and ``health`` names the sink and the error until a write succeeds. The rows of a
-failed write are retried as the same batch, before anything newer, so a sink that names its inserts by
-their content (ClickHouse's deduplication token) can recognise an insert that succeeded but whose reply
-was lost. That holds across a restart too: after a failed write the closed log segments are rewritten as one
-holding only the spans still owed (``R``: the failed write's rows, replayed as the batch to retry first; ``S``: the
-rest), so a replay neither repeats what was stored nor cuts the retried batch differently. Log records are OTLP
-payloads (``J`` JSON, ``P`` protobuf) or, after such a rewrite, spans in the store's own JSON (``R``, ``S``).
+exponential backoff, and ``health`` names the sink and the error until a write succeeds.
+
+Exactly once, across a kill too: a sink that names its inserts by their content (ClickHouse's deduplication token)
+recognises an insert that succeeded but whose reply was lost, if it is sent again cut the same way. So every batch
+handed to the sink is fixed by the log: a flush writes the spans of one closed segment as one batch, and a replay
+writes each leftover segment as the batch it was. After a failed write the closed segments are rewritten as one
+holding only what is still owed, each batch as its own ``B`` record (the failed write's unstored rows first, cut at
+an insert's edge) and an ``X`` record naming the segments it replaces (skipped at replay should a crash leave them).
+Log records are OTLP payloads (``J`` JSON, ``P`` protobuf) or spans in the store's own JSON (``S``: a payload's spans
+less those the receiver had already seen; ``B``, and ``R`` from earlier versions: a batch of a rewrite).
 
 Layout of DIR::
 
-    DIR/_wal/segment-<n>.wal          # [4-byte length][1-byte kind: J|P|R|S][payload] records
+    DIR/_wal/segment-<n>.wal          # [4-byte length][1-byte kind: J|P|S|B|X (R read)][payload] records
     DIR/_quarantine/spans-<pid>.jsonl # {"error", "span"} per span that could not be written
     DIR/_quarantine/wal-<segment>-<offset>.<json|pb>  # a logged payload that no longer decodes
 """
@@ -33,6 +36,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +50,8 @@ log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">IB")
 MAX_BACKOFF_S = 60.0  # the longest wait between two tries of a failing sink
+SHUTDOWN_S = 20.0  # close's bound on the last flush: inside Kubernetes' 30 s grace, with room for the rest
+BEHIND_FRACTION = 0.8  # a buffer this full means the sink is not keeping up with what is accepted
 
 
 class StoreFull(Exception):
@@ -78,6 +84,30 @@ def decode_spans(payload: bytes) -> list[Span]:
         raise ValueError(f"not a span record: {e}") from None
 
 
+def _records(data: bytes):
+    """A log segment's whole records: (offset, kind, payload); a torn final record was never acknowledged."""
+    pos = 0
+    while pos + _HEADER.size <= len(data):
+        size, kind = _HEADER.unpack_from(data, pos)
+        payload = data[pos + _HEADER.size: pos + _HEADER.size + size]
+        if len(payload) < size:
+            return
+        yield pos, kind, payload
+        pos += _HEADER.size + size
+
+
+def _unique(spans: list[Span]) -> list[Span]:
+    """``spans`` less repeats of a (trace, span) id, in order: a payload logged twice is one batch's rows once."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for s in spans:
+        key = (s.trace_id, s.span_id)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
 def _quarantine_line(span: Span, error: Exception) -> str:
     """One JSON line for a span the store could not take: every field, anything odd as its repr."""
     fields = {f: getattr(span, f) for f in Span.__slots__}
@@ -105,8 +135,8 @@ class TraceStore:
         self.on_flush = on_flush
         self.lock = threading.Lock()
         self.flush_lock = threading.Lock()
-        self.buffer: list[Span] = []  # accepted, never handed to the sink
-        self._retry: list[Span] = []  # the unstored rows of a failed write: tried again first, as one batch
+        self.buffer: list[Span] = []  # accepted into the open log segment
+        self._batches: list[list[Span]] = []  # owed, each cut as the log has it: written in order, never merged
         self.flushed_total = 0
         self.quarantined_total = 0
         self.write_errors_total = 0
@@ -129,37 +159,36 @@ class TraceStore:
         return open(path, "ab", buffering=0), path
 
     def _recover(self, segments: list[Path]) -> int:
-        """Buffer the spans of leftover segments and flush them, each span once, a retried batch first as it was;
-        a payload that no longer decodes is quarantined."""
-        spans: list[Span] = []
+        """Queue the spans of leftover segments as the batches they were (a rewrite's batches, then each other
+        segment whole, its repeats dropped as a flush drops them) and flush them; a payload that no longer decodes
+        is quarantined."""
+        rewritten: list[list[Span]] = []
+        plain: dict[str, list[Span]] = {}
+        replaced: set[str] = set()
         for seg in segments:
-            data = seg.read_bytes()
-            pos = 0
-            while pos + _HEADER.size <= len(data):
-                size, kind = _HEADER.unpack_from(data, pos)
-                payload = data[pos + _HEADER.size: pos + _HEADER.size + size]
-                if len(payload) < size:
-                    break  # torn final record: it was never acknowledged
+            spans = plain.setdefault(seg.name, [])
+            for pos, kind, payload in _records(seg.read_bytes()):
                 try:
-                    if kind == ord("R"):
-                        self._retry.extend(decode_spans(payload))
+                    if kind == ord("X"):
+                        replaced.update(str(name) for name in json.loads(payload))
+                    elif kind in (ord("B"), ord("R")):
+                        rewritten.append(decode_spans(payload))
                     else:
                         spans.extend(decode_protobuf(payload) if kind == ord("P") else
                                      decode_spans(payload) if kind == ord("S") else decode_json(payload))
-                except ValueError as e:
+                except (ValueError, TypeError) as e:  # e.g. a damaged record
                     self._quarantine_payload(f"wal-{seg.stem}-{pos}.{'pb' if kind == ord('P') else 'json'}",
                                              payload, e)
-                pos += _HEADER.size + size
-        seen = {(s.trace_id, s.span_id) for s in self._retry}
-        for s in spans:  # a payload sent twice, or a segment left by a rewrite cut short, holds spans twice
-            key = (s.trace_id, s.span_id)
-            if key not in seen:
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        for batch in rewritten + [_unique(v) for k, v in plain.items() if k not in replaced]:
+            key = tuple((s.trace_id, s.span_id) for s in batch)
+            if batch and key not in seen:  # a rewrite cut short leaves its batches twice
                 seen.add(key)
-                self.buffer.append(s)
+                self._batches.append(batch)
         self._done_segments.extend(segments)
-        if spans or segments:
+        if segments:
             self.flush()
-        return len(seen)
+        return sum(len(key) for key in seen)
 
     # ------------------------------------------------------------------ quarantine
 
@@ -187,7 +216,7 @@ class TraceStore:
     @property
     def buffered(self) -> int:
         """Spans accepted and not yet stored, those waiting for a retry included."""
-        return len(self.buffer) + len(self._retry)
+        return len(self.buffer) + sum(len(b) for b in self._batches)
 
     def accept(self, spans: list[Span], payload: bytes, kind: str) -> None:
         """Log ``payload`` durably and buffer ``spans``; after this returns they will reach the sink."""
@@ -206,9 +235,9 @@ class TraceStore:
     def flush(self) -> int:
         """Hand everything buffered so far to the sink; returns the number of spans stored (not quarantined).
 
-        A failed write's rows are written first, as the batch they were; log segments are deleted only once all
-        their spans are stored. On a sink error the unstored spans are kept, ``error`` says why, and the next
-        flush tries again."""
+        The open log segment is closed and its spans queued as one batch; batches are written in order, each as the
+        log holds it. Log segments are deleted only once all their spans are stored. On a sink error the unstored
+        spans are kept (the log rewritten to hold only them), ``error`` says why, and the next flush tries again."""
         with self.flush_lock:
             with self.lock:
                 new_wal, new_path = self._open_segment()
@@ -217,30 +246,25 @@ class TraceStore:
                 self._done_segments.append(self._wal_path)
                 self._wal_path = new_path
             old_wal.close()
+            if batch:
+                self._batches.append(_unique(batch))
             stored = 0
-            for i, rows in enumerate((self._retry, batch)):
-                if not rows:
-                    continue
+            while self._batches:
+                rows = self._batches[0]
                 try:
                     rejected = self.sink.write(rows)
                 except SinkFailed as e:
                     self._quarantine_spans(e.rejected)
                     stored += len(rows) - len(e.rows) - len(e.rejected)
                     self.flushed_total += len(rows) - len(e.rows) - len(e.rejected)
-                    self._retry = e.rows
-                    owed = []
-                    if i == 0:  # the retry failed again: the new batch was never tried
-                        owed = batch
-                        with self.lock:
-                            self.buffer[:0] = batch
+                    self._batches[0] = e.rows  # cut at an insert's edge: its inserts are the ones tried
                     self._failed(e)
-                    self._rewrite_log(owed)
+                    self._rewrite_log()
                     return stored
                 self._quarantine_spans(rejected)
                 stored += len(rows) - len(rejected)
-                if i == 0:
-                    self._retry = []
                 self.flushed_total += len(rows) - len(rejected)
+                self._batches.pop(0)
             self.error, self._failures = None, 0
             for seg in self._done_segments:
                 seg.unlink(missing_ok=True)
@@ -249,21 +273,24 @@ class TraceStore:
                 self.on_flush(stored)
             return stored
 
-    def _rewrite_log(self, owed: list[Span]) -> None:
-        """Replace the closed log segments by one holding only what they still owe: the retry batch, then ``owed``.
+    def _rewrite_log(self) -> None:
+        """Replace the closed log segments by one holding only the batches still owed, each as its own record.
 
-        Written aside and renamed into place before the old segments go, so a crash leaves one or the other
-        (or both, which replay de-duplicates); if the disk refuses, the old segments stay, which is safe too."""
+        Written aside and renamed into place before the old segments go, with a record naming them, so a crash
+        leaves one or the other (or both, and replay skips the replaced); if the disk refuses, the old segments
+        stay, and replay cuts them as the flushes did, which is safe too."""
         with self.lock:
             path = self.wal_dir / f"segment-{self._segment_no:08d}.wal"
             self._segment_no += 1
         tmp = path.with_suffix(".tmp")
         try:
             with open(tmp, "wb") as f:
-                for kind, rows in (("R", self._retry), ("S", owed)):
+                names = json.dumps([seg.name for seg in self._done_segments]).encode()
+                f.write(_HEADER.pack(len(names), ord("X")) + names)
+                for rows in self._batches:
                     if rows:
                         payload = encode_spans(rows)
-                        f.write(_HEADER.pack(len(payload), ord(kind)) + payload)
+                        f.write(_HEADER.pack(len(payload), ord("B")) + payload)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -296,6 +323,9 @@ class TraceStore:
             return "trace store flush thread is not running"
         if self.error is not None:
             return f"trace store flush failing: {self.error}"
+        if self.buffered >= BEHIND_FRACTION * self.max_buffered:
+            return (f"trace store sink {self.sink} not keeping up: {self.buffered} of {self.max_buffered} spans "
+                    "buffered (new spans get 503 when it is full)")
         return None
 
     def start(self) -> TraceStore:
@@ -311,14 +341,22 @@ class TraceStore:
         self._thread.start()
         return self
 
-    def close(self) -> None:
-        """Refuse further spans, flush what was accepted, and remove the log if everything reached the sink."""
+    def close(self, within_s: float = SHUTDOWN_S) -> None:
+        """Refuse further spans, flush what was accepted, and remove the log if everything reached the sink.
+
+        Returns within about ``within_s``: the sink's writes are cut at that deadline (a stalled ClickHouse cannot
+        hold a pod past its grace period), and what they did not store stays in the log for the next start."""
+        deadline = time.monotonic() + within_s
         with self.lock:
             self._closed = True
         self._stop.set()
+        self.sink.stop_by(deadline)
         if self._thread is not None:
-            self._thread.join(timeout=self.flush_interval + 30)
-        self.flush()
+            self._thread.join(timeout=max(0.0, deadline - time.monotonic()) + 1)
+        if self._thread is not None and self._thread.is_alive():
+            self.error = self.error or f"{self.sink}: a flush still running at the shutdown deadline"
+        else:
+            self.flush()
         self._wal.close()
         self.sink.close()
         if self.error is None:

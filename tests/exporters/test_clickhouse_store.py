@@ -1,6 +1,7 @@
 """The request exporter's ClickHouse store: the insert path on the real ClickHouse engine (chDB), the failure paths
 against a real HTTP server that speaks ClickHouse's insert interface, backed by chDB, and misbehaves on cue."""
 
+import contextlib
 import itertools
 import json
 import signal
@@ -62,61 +63,25 @@ class FakeClickHouse:
     deduplicating as a user makes a plain MergeTree one). ``script`` says how each insert goes: ``ok``, ``500``
     (refused), ``reset`` (connection dropped, nothing stored), ``lost`` (stored, then the connection dropped before
     the reply), ``stall`` (no answer for ``stall_s``, nothing stored) or ``late`` (stored, then no answer for
-    ``stall_s``). Once the script is used up every insert is ``ok``."""
+    ``stall_s``); or it answers 200 and stores nothing: ``exception`` (an exception in its headers and body, as
+    ClickHouse does when a query fails after the 200 went out), ``short`` (a summary that wrote 0 rows), ``proxy``
+    (a bare 200, as a proxy that never reached ClickHouse), ``stream`` (``stream_mb`` of reply) or ``trickle`` (a
+    reply a byte at a time, for ever). Once the script is used up every insert is ``ok``, answered as ClickHouse
+    does (an empty body, ``X-ClickHouse-Summary`` with ``written_rows``). A SELECT is run and answered as
+    JSONEachRow. ``dedup=False`` leaves the table as the Collector makes it, without a deduplication window."""
 
-    def __init__(self, con, stall_s: float = 3.0) -> None:
+    def __init__(self, con, stall_s: float = 3.0, dedup: bool = True, stream_mb: int = 64) -> None:
         self.con, self.database = con, f"otel_fake_{next(_DB)}"
         create_table(con, TableSpec(database=self.database))
-        con.command(f"ALTER TABLE `{self.database}`.otel_traces MODIFY SETTING non_replicated_deduplication_window = 1000")
+        if dedup:
+            con.command(f"ALTER TABLE `{self.database}`.otel_traces MODIFY SETTING "
+                        "non_replicated_deduplication_window = 1000")
         self.script: list[str] = []
         self.seen: list[tuple[str, str]] = []  # (what happened, token)
         self.lock = threading.Lock()
         self.release = threading.Event()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                settings = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                form = BytesParser(policy=HTTP).parsebytes(
-                    f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + body)
-                fields = {part.get_param("name", header="content-disposition"): part.get_payload(decode=True).decode()
-                          for part in form.iter_parts()}
-                token = _unescape(fields.get("param_token", ""))
-                with fake.lock:
-                    what = fake.script.pop(0) if fake.script else "ok"
-                    fake.seen.append((what, token))
-                if what == "stall":
-                    fake.release.wait(stall_s)
-                    self.close_connection = True
-                    return
-                if what == "500":
-                    self.send_response(500)
-                    self.end_headers()
-                    self.wfile.write(b"Code: 242. DB::Exception: Table is in readonly mode. (TABLE_IS_READ_ONLY)\n")
-                    return
-                if what == "reset":
-                    self.connection.shutdown(2)
-                    self.close_connection = True
-                    return
-                assert settings["database"] == fake.database and fields["param_database"] == fake.database
-                params = {k.removeprefix("param_"): _unescape(v) for k, v in fields.items() if k.startswith("param_")}
-                with fake.lock:  # the statement carries its own token (its SETTINGS clause)
-                    fake.con.command(fields["query"], params)
-                if what == "late":
-                    fake.release.wait(stall_s)
-                if what in ("lost", "late"):
-                    self.connection.shutdown(2)
-                    self.close_connection = True
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.stall_s, self.stream_mb = stall_s, stream_mb
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_FakeHandler,), {"fake": self}))
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"clickhouse://127.0.0.1:{self.port}/{self.database}"
@@ -132,6 +97,89 @@ class FakeClickHouse:
         self.release.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+class _FakeHandler(BaseHTTPRequestHandler):
+    """``FakeClickHouse``'s request handler: ``fake`` is the server it plays."""
+
+    fake: FakeClickHouse
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        fake = self.fake
+        settings = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        form = BytesParser(policy=HTTP).parsebytes(
+            f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode() + body)
+        fields = {part.get_param("name", header="content-disposition"): part.get_payload(decode=True).decode()
+                  for part in form.iter_parts()}
+        token = _unescape(fields.get("param_token", ""))
+        params = {k.removeprefix("param_"): _unescape(v) for k, v in fields.items() if k.startswith("param_")}
+        if fields["query"].lstrip().startswith("SELECT"):
+            self.select(fields["query"], params)
+            return
+        with fake.lock:
+            what = fake.script.pop(0) if fake.script else "ok"
+            fake.seen.append((what, token))
+        if what == "stall":
+            fake.release.wait(fake.stall_s)
+            self.close_connection = True
+            return
+        if what == "500":
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(b"Code: 242. DB::Exception: Table is in readonly mode. (TABLE_IS_READ_ONLY)\n")
+            return
+        if what == "reset":
+            self.connection.shutdown(2)
+            self.close_connection = True
+            return
+        if what in ("exception", "short", "proxy", "stream", "trickle"):
+            self.lie(what)
+            return
+        assert settings["database"] == fake.database and fields["param_database"] == fake.database
+        with fake.lock:  # the statement carries its own token (its SETTINGS clause)
+            fake.con.command(fields["query"], params)
+        if what == "late":
+            fake.release.wait(fake.stall_s)
+        if what in ("lost", "late"):
+            self.connection.shutdown(2)
+            self.close_connection = True
+            return
+        self.send_response(200)
+        self.send_header("X-ClickHouse-Summary", json.dumps(
+            {"read_rows": "0", "written_rows": str(len(params["rows"].splitlines()))}))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def select(self, sql: str, params: dict[str, str]) -> None:
+        fake = self.fake
+        with fake.lock:
+            df = fake.con.query_df(sql.replace("FORMAT JSONEachRow", ""), params)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(df.to_json(orient="records", lines=True).encode())
+
+    def lie(self, what: str) -> None:
+        """Answer 200 to an insert that stored nothing."""
+        self.send_response(200)
+        if what == "exception":
+            self.send_header("X-ClickHouse-Exception-Code", "252")
+        if what == "short":
+            self.send_header("X-ClickHouse-Summary", '{"written_rows":"0"}')
+        self.end_headers()
+        if what == "exception":
+            self.wfile.write(b"Code: 252. DB::Exception: Too many parts (300). (TOO_MANY_PARTS)\n")
+        block = b"x" * (1 << 20)
+        with contextlib.suppress(OSError):  # the client hangs up: what a capped reader does
+            for _ in range(self.fake.stream_mb if what == "stream" else 0):
+                self.wfile.write(block)
+            while what == "trickle" and not self.fake.release.wait(0.05):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+        self.close_connection = True
 
 
 @pytest.fixture
