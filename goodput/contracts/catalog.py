@@ -62,6 +62,9 @@ E = ENGINE_LABELS
 ENGINE = (
     _m("llm_engine_up", "gauge", "", "1 when the last scrape of this replica's engine succeeded.", E),
     _m("llm_engine_scrape_duration_seconds", "gauge", "seconds", "Duration of the last scrape of this engine.", E),
+    _m("llm_replica_cold_start_seconds", "gauge", "seconds",
+       "From the engine process's start (process_start_time_seconds) to the exporter's first successful scrape of "
+       "it: the replica's cold start (weights load, engine start, warm-up), within one scrape interval.", E),
     _m("llm_requests_running", "gauge", "", "Sequences in the running batch.", E),
     _m("llm_requests_waiting", "gauge", "", "Requests queued in the engine.", E),
     _m("llm_kv_cache_usage_ratio", "gauge", "ratio", "Fraction of KV-cache blocks in use (0-1).", E),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -37,6 +38,8 @@ __all__ = ["EngineExporter", "TargetState"]
 EXPORTER = "engine"
 CONCURRENCY = 64  # scrapes in flight at once (and the connection pool's size)
 log = logging.getLogger(__name__)
+# the process collector's start time (vLLM, SGLang and TGI all publish it): a replica's cold start runs from it
+PROCESS_START = re.compile(r"^process_start_time_seconds(?:\{[^}]*\})?[ \t]+(\S+)", re.MULTILINE)
 
 
 @dataclass
@@ -49,6 +52,8 @@ class TargetState:
     lines: dict[str, list[str]] = field(default_factory=dict)
     samples_in: int = 0
     model: str = ""  # the target's model, else what the engine reports
+    process_start: float | None = None  # the engine process's start (unix s) as of the last good scrape
+    cold_start_s: float | None = None  # its start to this exporter's first successful scrape of that process
 
 
 class _TooLarge(Exception):
@@ -128,8 +133,22 @@ class EngineExporter:
                 st.samples_in = norm.samples_in
                 st.duration_s = time.perf_counter() - t0
                 st.model = model
+                self._note_start(st, text)
                 for kind, n in norm.errors.items():
                     self.errors[kind] += n
+
+    def _note_start(self, st: TargetState, text: str) -> None:
+        """A process start not seen before is a (re)started engine: its cold start ends with this first good scrape,
+        so it is measured once per process, to within a scrape interval, and a restart measures again."""
+        if (m := PROCESS_START.search(text)) is None:
+            return
+        try:
+            start = float(m.group(1))
+        except ValueError:
+            self.errors["parse"] += 1
+            return
+        if start != st.process_start:
+            st.process_start, st.cold_start_s = start, max(0.0, self.clock() - start)
 
     def _down(self, st: TargetState, kind: str, t0: float, detail: str = "") -> None:
         if detail and st.error != kind:  # once as the target goes down for this reason, not every round
@@ -218,6 +237,9 @@ class EngineExporter:
                 per_family["llm_engine_up"].append(f"llm_engine_up{{{prefix}}} {1.0 if st.up else 0.0}")
                 per_family["llm_engine_scrape_duration_seconds"].append(
                     f"llm_engine_scrape_duration_seconds{{{prefix}}} {fmt_float(st.duration_s)}")
+                if st.cold_start_s is not None:
+                    per_family["llm_replica_cold_start_seconds"].append(
+                        f"llm_replica_cold_start_seconds{{{prefix}}} {fmt_float(st.cold_start_s)}")
                 for fam, lines in st.lines.items():
                     per_family[fam].extend(lines)
         available: dict[str, int] = defaultdict(int)

@@ -322,3 +322,29 @@ def test_a_target_publishing_100000_models_is_down_at_the_series_cap_and_the_oth
     assert _errors(fams)["too_many_series"] == 2
     warned = [r.getMessage() for r in caplog.records if "chat-many" in r.getMessage()]
     assert len(warned) == 1 and f"more than {MAX_SERIES_PER_TARGET} series" in warned[0], warned  # once, not per round
+
+
+def test_cold_start_runs_from_the_process_start_to_the_first_good_scrape_and_a_restart_measures_again(engines):
+    now = [1_000_000.0]
+    body = 'vllm:num_requests_running{model_name="m"} 1\nprocess_start_time_seconds 999820.5\n'
+    BODIES["cold"] = body.encode()
+    exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/body/cold", "auto", "m"),), {}),
+                         timeout_s=10, clock=lambda: now[0])
+
+    def cold() -> list[tuple[dict, float]]:
+        fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+        return [(s.labels, s.value) for s in fams["llm_replica_cold_start_seconds"].samples]
+
+    exp.scrape_once()
+    assert cold() == [({"model": "m", "deployment": "chat", "replica": "chat-0"}, 179.5)]
+    now[0] += 3600  # later scrapes of the same process leave its cold start as it was
+    exp.scrape_once()
+    assert [v for _, v in cold()] == [179.5]
+    BODIES["cold"] = body.replace("999820.5", str(now[0] - 42)).encode()  # the engine restarted
+    exp.scrape_once()
+    assert [v for _, v in cold()] == [42]
+
+
+def test_an_engine_without_a_process_start_has_no_cold_start_series(engines):
+    exp, fams = _scrape(engines, "no-start", 'vllm:num_requests_running{model_name="m"} 1\n')
+    assert "llm_replica_cold_start_seconds" not in fams and "llm_replica_cold_start_seconds{" not in exp.render()
