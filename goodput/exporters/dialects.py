@@ -38,7 +38,10 @@ class Rule:
 R = Rule
 VLLM = (
     R("vllm:num_requests_running", "llm_requests_running", "gauge"),
-    R("vllm:num_requests_waiting", "llm_requests_waiting", "gauge"),
+    # newer vLLM splits the waiting queue by reason: only `capacity` waits are queue pressure; `deferred` ones (a P/D
+    # decode pool holding requests for their KV transfer) are not. The plain total stays the fallback for older versions.
+    R("vllm:num_requests_waiting_by_reason", "llm_requests_waiting", "gauge", priority=1, where='reason="capacity"'),
+    R("vllm:num_requests_waiting", "llm_requests_waiting", "gauge", priority=0),
     R("vllm:kv_cache_usage_perc", "llm_kv_cache_usage_ratio", "gauge", priority=1, agg="max"),
     R("vllm:gpu_cache_usage_perc", "llm_kv_cache_usage_ratio", "gauge", priority=0, agg="max"),  # <= 0.9
     R("vllm:cache_config_info", "llm_kv_cache_capacity_blocks", "info_capacity", blocks_label="num_gpu_blocks",

@@ -122,6 +122,20 @@ vllm:kv_cache_usage_perc{model_name="m"} 0.7
     assert v == {("llm_kv_cache_usage_ratio", ""): 0.7}
 
 
+def test_vllm_deferred_waits_of_a_decode_pool_are_not_queue():
+    """A P/D decode pool's requests deferred for their KV transfer leave the queue; older vLLM keeps the total."""
+    split = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 7.0
+# TYPE vllm:num_requests_waiting_by_reason gauge
+vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 2.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 5.0
+"""
+    v, _ = values(split)
+    assert v == {("llm_requests_waiting", ""): 2.0}
+    older, _ = values(split.split("# TYPE vllm:num_requests_waiting_by_reason")[0])
+    assert older == {("llm_requests_waiting", ""): 7.0}
+
+
 def test_counters_with_and_without_total():
     v1, _ = values('vllm:num_preemptions_total{model_name="m"} 3\n')
     v2, _ = values('vllm:num_preemptions{model_name="m"} 3\n')
