@@ -114,6 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--max-replicas", type=positive_int, default=None, help="override the policy's maximum")
     e.add_argument("--jobs", type=non_negative_int, default=0,
                    help="processes: the four policies replay in parallel (default 0: up to the cores; 1: in turn)")
+    e.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
     e.set_defaults(func=_evaluate)
 
     o = psub.add_parser(
@@ -231,13 +232,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     from goodput.plan.evaluate import evaluate
     from goodput.plan.planfile import load_plan_file
     from goodput.plan.policyfile import load_policy_file
+    from goodput.plan.prices import load_prices
     from goodput.plan.tables import render_evaluation
 
     planned = load_plan_file(args.plan)
     policies = load_policy_file(args.policy)
     with progress_bar(f"evaluate {args.scenario}", 4, unit="policies") as update:
         result = evaluate(planned, policies, args.scenario, deployment=args.deployment, duration_s=args.duration,
-                          seed=args.seed, max_replicas=args.max_replicas, progress=update, jobs=args.jobs)
+                          seed=args.seed, max_replicas=args.max_replicas, progress=update, jobs=args.jobs,
+                          prices=load_prices(args.prices))
     if args.report:
         from goodput.plan.report import write_evaluation_report
         write_evaluation_report(args.report, result)

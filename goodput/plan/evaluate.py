@@ -34,6 +34,7 @@ from goodput.foundation.errors import ConfigError
 from goodput.plan.fleetspec import fleet_config
 from goodput.plan.pareto import pareto, standing
 from goodput.plan.planfile import PlannedDeployment
+from goodput.plan.prices import Prices, load_prices
 from goodput.plan.scenarios import COLD_START_S, SCENARIOS, scenario
 from goodput.simulator.autoscaler import Autoscaler, ScalingPolicy
 from goodput.simulator.fleet import Fleet
@@ -106,7 +107,7 @@ def _outcomes(tally: SloTally, d: PlannedDeployment, t_d: float) -> dict[str, An
 
 
 def _run(d: PlannedDeployment, p: ScalingPolicy, workloads: list[dict], events: list[dict], duration_s: float,
-         t_d: float, seed: int, arrivals: Arrivals) -> dict[str, Any]:
+         t_d: float, seed: int, arrivals: Arrivals, usd_per_gpu_hour: float | None) -> dict[str, Any]:
     cfg = fleet_config(f"plan {d.name}", d.name, d.candidate, initial_replicas(d, p, workloads), workloads, events, seed)
     # a day is ~10^6 requests: count each as it finishes instead of keeping it
     fleet = Fleet(cfg, arrivals, keep_done=False)
@@ -120,6 +121,8 @@ def _run(d: PlannedDeployment, p: ScalingPolicy, workloads: list[dict], events: 
     samples = scaler.samples
     out.update({
         "gpu_hours": round(scaler.gpu_seconds / 3600.0, 2),
+        # dollars beside GPU-hours, from the unrounded GPU-seconds; None where the GPU has no price
+        "usd": None if usd_per_gpu_hour is None else round(scaler.gpu_seconds / 3600.0 * usd_per_gpu_hour, 2),
         "max_replicas": max((s.provisioned for s in samples), default=0),
         "timeline": {"t": [s.t for s in samples], "ready": [s.ready for s in samples],
                      "provisioned": [s.provisioned for s in samples], "desired": [s.desired for s in samples],
@@ -131,9 +134,9 @@ def _run(d: PlannedDeployment, p: ScalingPolicy, workloads: list[dict], events: 
 def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy], scenario_name: str, *,
              deployment: str | None = None, duration_s: float | None = None, seed: int = 0,
              max_replicas: int | None = None, progress: Callable[[float], None] | None = None,
-             policies_to_run: str | None = None, jobs: int = 1) -> dict[str, Any]:
+             policies_to_run: str | None = None, jobs: int = 1, prices: Prices | None = None) -> dict[str, Any]:
     """The scenario for each policy (or only ``policies_to_run``, one label), side by side; ``jobs`` processes
-    (0: one per policy, up to the cores)."""
+    (0: one per policy, up to the cores); each policy's dollars at ``prices`` (default: the shipped prices)."""
     if scenario_name not in SCENARIOS:
         raise ConfigError("--scenario", scenario_name, f"must be one of {', '.join(SCENARIOS)}")
     by_name = {d.name: d for d in planned}
@@ -157,7 +160,8 @@ def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy
     # every policy replays the same requests: the arrivals depend on the workloads and the seed, not the replicas
     probe = fleet_config(f"plan {d.name}", d.name, d.candidate, 1, workloads, events, seed)
     arrivals = generate(probe, duration, seed)
-    args = [(d, p, workloads, events, duration, t_d, seed, arrivals) for _, p in runs]
+    price = (prices or load_prices()).usd_per_gpu_hour(d.candidate.gpu)
+    args = [(d, p, workloads, events, duration, t_d, seed, arrivals, price) for _, p in runs]
     if jobs == 1 or len(runs) == 1:
         for i, ((label, _), a) in enumerate(zip(runs, args, strict=True)):
             results[label] = _run(*a)
@@ -172,7 +176,7 @@ def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy
                     progress(i + 1)
     out: dict[str, Any] = {"scenario": scenario_name, "deployment": name, "duration_s": duration, "disturbance_s": t_d,
            "cold_start_s": ours.cold_start_s, "slo_objectives": {t: d.slos[t].objective for t in d.demand.tiers()},
-           "policies": results, "headroom": d.headroom}
+           "gpu": d.candidate.gpu, "usd_per_gpu_hour": price, "policies": results, "headroom": d.headroom}
     if len(results) > 1:
         out["pareto"] = pareto(results)
         if "policy" in results:  # the claim: at least the baselines' attainment per tier, at no more GPU-hours

@@ -61,7 +61,7 @@ def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
     rows = []
     pareto = result.get("pareto", {})
     for name, r in result["policies"].items():
-        row = {"policy": name, "gpu_hours": r["gpu_hours"], "rejected": r["rejected"],
+        row = {"policy": name, "gpu_hours": r["gpu_hours"], "$": r["usd"], "rejected": r["rejected"],
                "time_to_recover_s": r["time_to_recover_s"], "max_replicas": r["max_replicas"]}
         row.update({f"{t} attainment": v for t, v in r["attainment"].items()})
         row.update({f"{t} min below": v for t, v in r["minutes_below_objective"].items()})

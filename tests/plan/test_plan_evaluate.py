@@ -18,7 +18,9 @@ from goodput.plan.fleetspec import fleet_config, meets_slo, stream_workload
 from goodput.plan.pareto import dominates, pareto
 from goodput.plan.planfile import load_plan_file
 from goodput.plan.policyfile import load_policy_file
+from goodput.plan.prices import Prices, load_prices
 from goodput.plan.scenarios import SCENARIOS, scenario
+from goodput.plan.tables import render_evaluation
 from goodput.simulator.autoscaler import Autoscaler, ScalingPolicy
 from goodput.simulator.fleet import Fleet
 from goodput.simulator.tally import ScrapeCounts
@@ -197,6 +199,22 @@ def test_the_lean_replay_equals_the_replay_that_keeps_every_request(chat):
     assert (lean["rejected"], lean["gpu_hours"], lean["max_replicas"]) == \
         (kept["rejected"], kept["gpu_hours"], kept["max_replicas"])
     assert lean["timeline"]["desired"] == kept["desired"]
+
+
+def test_dollars_are_the_replays_gpu_hours_at_the_gpus_price(chat, tmp_path):
+    """plan evaluate reports dollars beside GPU-hours, at the prices file's price for the candidate's GPU."""
+    d, policy = chat
+    (tmp_path / "prices.yaml").write_text(f"as_of: '2026-12'\ngpus:\n  {d.candidate.gpu}: "
+                                          "{usd_per_gpu_hour: 7.5, source: test}\n")
+    out = evaluate([d], {d.name: policy}, "burst", duration_s=1800.0, policies_to_run="policy",
+                   prices=load_prices(tmp_path / "prices.yaml"))
+    r = out["policies"]["policy"]
+    assert (out["gpu"], out["usd_per_gpu_hour"]) == (d.candidate.gpu, 7.5)
+    assert r["gpu_hours"] > 0 and r["usd"] == pytest.approx(r["gpu_hours"] * 7.5, abs=0.04)
+    assert "$" in render_evaluation(out)
+    unpriced = Prices({})  # a GPU with no price shows no cost rather than a guessed one
+    assert evaluate([d], {d.name: policy}, "burst", duration_s=1800.0, policies_to_run="policy",
+                    prices=unpriced)["policies"]["policy"]["usd"] is None
 
 
 def test_scrape_counts_equal_a_pass_over_the_requests_finished_since_the_last_scrape(chat):
