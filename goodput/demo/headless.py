@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from goodput.analyzer.completeness import arrival_count
@@ -57,6 +57,7 @@ SLACK_S = 60.0  # wall seconds for Prometheus, Alertmanager and the webhook on a
 RELEASE = "prompt_template rag-v3 -> rag-v4"
 ARRIVALS_WITHIN = 0.10  # the store's arrival rate against the fleet's true arrivals
 SETTLED_S = 120.0  # virtual seconds a minute needs behind it before its spans are in the console's database
+LAG_GRACE_S = 30.0  # real seconds the last check of arrivals waits for an ingest loop lagging on a loaded machine
 RECOVERY_METRICS = ("queue_s", "ttft_s", "e2e_s")
 T = TypeVar("T")
 
@@ -258,11 +259,29 @@ class Story:
         at = datetime.fromisoformat(value)
         return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() - self.demo.live.started
 
+    def _minutes_off(self, con: Any, upto_s: float, good: set[int], off: dict[int, str]) -> None:
+        """Judge each settled minute's arrivals in the store against the fleet's; a minute off is judged again on the
+        next sample, since on a loaded machine the ingest loop can lag past ``SETTLED_S`` (a lag, not a loss: only a
+        minute still off at the end counts)."""
+        for m in range(int((upto_s - SETTLED_S) // 60)):
+            if m in good:
+                continue
+            truth = self.true_arrivals(m * 60.0, m * 60.0 + 60.0)
+            seen = arrival_count(con, self.dep, self._store_time(m * 60.0), self._store_time(m * 60.0 + 60))
+            if truth >= 20 and abs(seen - truth) > ARRIVALS_WITHIN * truth:
+                off[m] = f"minute {m}: store {seen}, fleet {truth:.0f}"
+            else:
+                good.add(m)
+                off.pop(m, None)
+
     def watch_figures(self, stop: threading.Event) -> None:
         """Check 6, sampled every virtual minute until ``stop``: each minute's arrivals once it has settled, triage's
         two arrival rates, and no improvement verdict between the release and the replicas serving (a change point
         before the release is the warm-up's, not a recovery: a loaded machine once gave the first minutes a queue)."""
-        checked, misses, samples, recoveries = set(), [], 0, []
+        good: set[int] = set()
+        off: dict[int, str] = {}
+        misses: list[str] = []
+        samples, recoveries, last_s = 0, [], 0.0
         released = self._store_time(INCIDENT_AT_S)
         while not stop.wait(60.0 / self.demo.live.speed):
             now = self.demo.live.virtual_now()
@@ -270,14 +289,8 @@ class Story:
                 continue
             try:
                 with traces.snapshot(self.demo.db) as con:
-                    for m in range(int((now - SETTLED_S) // 60)):
-                        if m in checked:
-                            continue
-                        checked.add(m)
-                        truth = self.true_arrivals(m * 60.0, m * 60.0 + 60.0)
-                        seen = arrival_count(con, self.dep, self._store_time(m * 60.0), self._store_time(m * 60.0 + 60))
-                        if truth >= 20 and abs(seen - truth) > ARRIVALS_WITHIN * truth:
-                            misses.append(f"minute {m}: store {seen}, fleet {truth:.0f}")
+                    self._minutes_off(con, now, good, off)
+                    last_s = now
                     try:
                         t = triage(con, self.dep)
                     except ConfigError:  # no requests of the deployment final yet: no figure, not a failure
@@ -300,9 +313,19 @@ class Story:
                                        and r.time.replace(tzinfo=None) >= released]
             except (traces.StoreBusy, traces.StoreMissing):  # the ingest loop is replacing it: the next sample reads it
                 continue
-        self.say(not misses and len(checked) >= 10,
-                 f"arrival rate of {self.dep}: {len(checked)} minutes and {samples} triage windows against the fleet's "
-                 f"true arrivals, {len(misses)} off by more than {ARRIVALS_WITHIN:.0%}"
+        deadline = time.monotonic() + LAG_GRACE_S
+        while off and time.monotonic() < deadline:  # the minutes a lagging ingest left off, once more
+            try:
+                with traces.snapshot(self.demo.db) as con:
+                    self._minutes_off(con, last_s, good, off)
+            except (traces.StoreBusy, traces.StoreMissing):
+                pass
+            if off:
+                time.sleep(1.0)
+        misses = list(off.values()) + misses
+        self.say(not misses and len(good) + len(off) >= 10,
+                 f"arrival rate of {self.dep}: {len(good) + len(off)} minutes and {samples} triage windows against the "
+                 f"fleet's true arrivals, {len(misses)} off by more than {ARRIVALS_WITHIN:.0%}"
                  + (f" ({'; '.join(misses[:5])})" if misses else ""))
         self.say(not recoveries, "no improvement in queue wait, TTFT or E2E reported before the replicas serve"
                  + (f" (reported: {'; '.join(sorted(set(recoveries))[:5])})" if recoveries else ""))
