@@ -7,6 +7,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from goodput.contracts.catalog import ENGINE
+from goodput.contracts.vocabulary import FINISH_REASONS, REJECT_REASONS
+from goodput.exporters.dialects import DIALECTS
 from goodput.exporters.exposition import labels, render
 from goodput.exporters.normalize import UnknownDialect, normalize
 from tests.conftest import FIXTURES, REPO, require
@@ -272,6 +274,15 @@ def test_sglang_pd_decode_sample_gives_the_disaggregation_families():
     assert v[("llm_kv_transfer_seconds_bucket", 'le="0.05"')] == 3
     assert v[("llm_request_prompt_tokens_bucket", 'le="1000.0"')] == 3
     assert v[("llm_request_generation_tokens_sum", "")] == 1190
+
+
+def test_every_fixed_reason_a_dialect_writes_is_a_word_of_the_vocabulary():
+    """A refusal's reason is llm.reject_reason's word, a finish one llm.finish_reason's: rules and dashboards that
+    select them by value find every engine's."""
+    words = {"reason": set(REJECT_REASONS), "finished_reason": set(FINISH_REASONS)}
+    fixed = [(r.source, r.reason_label, r.reason) for rules in DIALECTS.values() for r in rules if r.reason]
+    assert ("vllm:admission_rejections", "reason", "queue_full") in fixed
+    assert all(reason in words[label] for _, label, reason in fixed), fixed
 
 
 def _golden(path):
