@@ -10,7 +10,9 @@ its own (inference-perf 0.7.0 requires Python >= 3.12, AIPerf 0.13.0 runs on 3.1
 
 The run: ``goodput fleet serve examples/fleet.yaml --traffic 0`` (no replayed traffic; the clients talk to its first
 replica), a byte-level BPE tokenizer of 8,000 tokens trained on local text with ``tokenizers`` in the tools' own
-Python (both clients want a Hugging Face tokenizer and would otherwise download the model's), then each client in
+Python (both clients want a Hugging Face tokenizer and would otherwise download the model's), given to the fleet too
+as its first deployment's ``tokenizer`` (the served model's tokenizer, as a real server counts with the tokenizer its
+clients are given; the fixtures were made before, when the fleet counted 157-208 for the clients' 256), then each client in
 turn, never at once: Poisson 4 req/s for 30 s, 256 prompt tokens and 128 output tokens (``ignore_eos``), streaming
 completions, the server's token counts asked for. ``--copy`` puts the small output files in
 ``tests/fixtures/loadtest/`` (the names ``tests/fixtures/SOURCES.md`` lists) and prints each tool's own medians
@@ -52,8 +54,16 @@ INFERENCE_PERF_FILES = ("summary_lifecycle_metrics.json", "stage_0_lifecycle_met
 AIPERF_FILES = ("profile_export.jsonl", "profile_export_aiperf.json", "profile_export_aiperf.csv")
 
 
-def start_fleet(port: int, targets: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "goodput", "fleet", "serve", str(REPO / "examples" / "fleet.yaml"),
+def fleet_file(tokenizer: Path, out: Path) -> Path:
+    """examples/fleet.yaml with its first deployment (the replica the clients talk to) counting by ``tokenizer``."""
+    doc = yaml.safe_load((REPO / "examples" / "fleet.yaml").read_text())
+    doc["deployments"][0]["tokenizer"] = str(tokenizer.resolve())
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def start_fleet(port: int, targets: Path, fleet: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "goodput", "fleet", "serve", str(fleet),
                              "--traffic", "0", "--base-port", str(port), "--targets", str(targets)], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
@@ -130,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (tokenizer / "tokenizer.json").is_file():
         subprocess.run([str(Path(args.inference_perf).parent / "python"), "-c", TOKENIZER, str(tokenizer)], check=True)
     port = free_port()
-    fleet = start_fleet(port, args.work / "targets.yaml")
+    fleet = start_fleet(port, args.work / "targets.yaml",
+                        fleet_file(tokenizer / "tokenizer.json", args.work / "fleet.yaml"))
     try:
         url = f"http://127.0.0.1:{port}"
         model = httpx.get(f"{url}/v1/models", timeout=5.0).json()["data"][0]["id"]

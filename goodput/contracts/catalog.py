@@ -85,6 +85,20 @@ ENGINE = (
        "Time to move a request's KV cache from its prefill replica to its decode replica (P/D disaggregation).", E),
     _m("llm_kv_transfer_bytes_total", "counter", "", "KV-cache bytes moved from prefill to decode replicas.", E),
     _m("llm_kv_transfer_failures_total", "counter", "", "KV-cache transfers that failed.", E),
+    # engine-side request shapes and refusals newer engines publish (vLLM 0.32, SGLang with P/D): kept together
+    _m("llm_requests_deferred", "gauge", "",
+       "Requests the engine holds outside its scheduling queue for something other than capacity: a P/D decode "
+       "replica's requests waiting for their KV cache to arrive, or for a LoRA slot (vLLM's reason=\"deferred\" waits, "
+       "SGLang's decode transfer queue). Not queue pressure: llm_requests_waiting leaves them out.", E),
+    _m("llm_engine_rejections_total", "counter", "",
+       "Requests the engine refused at admission, before queueing them (vLLM's --max-num-queued-reqs and "
+       "--max-num-queued-tokens answer 503), by reason in llm.reject_reason's words (queue_full).", E + ("reason",)),
+    _m("llm_request_prompt_tokens", "histogram", "tokens", "Prompt tokens of each finished request, engine-side.", E),
+    _m("llm_request_generation_tokens", "histogram", "tokens", "Tokens generated for each finished request, engine-side.",
+       E),
+    _m("llm_time_per_output_token_seconds", "histogram", "seconds",
+       "Each finished request's mean time per output token, engine-side (TPOT; the gaps themselves are "
+       "llm_inter_token_latency_seconds).", E),
     _m("llm_deployment_replicas", "gauge", "", "Replicas per deployment, desired and available.", ("deployment", "state")),
     _m("llm_capacity_replica_goodput_tokens_per_second", "gauge", "", "Per-replica SLO goodput from the capacity plan.",
        ("deployment",)),

@@ -4,7 +4,11 @@ Facts from shared/reference/engine-metrics.md (sections 1-5). Each ``Rule`` maps
 to one canonical family; ``priority`` decides between an engine's old and new names when both are
 exposed (vLLM 0.10 still emits ``gpu_cache_usage_perc`` beside ``kv_cache_usage_perc``); ``scale``
 converts units (Triton microseconds and milliseconds to seconds); ``where`` selects series by a
-label; ``reason`` fills the canonical ``finished_reason``.
+label; ``reason`` fills the canonical ``finished_reason`` (or, ``reason_label``, the label the target has for it).
+
+vLLM's names are checked against its ``vllm/v1/metrics/loggers.py`` and the v0.32 metrics page; docs/exporters.md
+lists the names each engine publishes that are left unmapped, and why. A name an engine dropped stays as the
+lower-priority fallback of its successor, commented with the versions that still publish it.
 
 Two front ends rename what they pass through: KServe's LLMInferenceService PodMonitor prefixes every engine
 name with ``kserve_`` (and adds ``llm_isvc_*`` target labels, dropped like any other label), so each engine's
@@ -29,6 +33,7 @@ class Rule:
     scale: float = 1.0
     where: str | None = None  # 'label="value"' that the series must carry
     reason: str | None = None  # fixed finished_reason (engines without that label)
+    reason_label: str = "finished_reason"  # the target's label ``reason`` is written to
     pass_reason: bool = False  # copy the engine's finished_reason label
     agg: str = "sum"  # how series that differ only in dropped labels combine: sum | max
     blocks_label: str = ""  # info_capacity: label holding the block count
@@ -42,21 +47,32 @@ VLLM = (
     # decode pool holding requests for their KV transfer) are not. The plain total stays the fallback for older versions.
     R("vllm:num_requests_waiting_by_reason", "llm_requests_waiting", "gauge", priority=1, where='reason="capacity"'),
     R("vllm:num_requests_waiting", "llm_requests_waiting", "gauge", priority=0),
+    # `deferred` waits: requests held for their KV transfer (a P/D decode pool) or a LoRA slot, not for capacity
+    R("vllm:num_requests_waiting_by_reason", "llm_requests_deferred", "gauge", where='reason="deferred"'),
+    # --max-num-queued-reqs / --max-num-queued-tokens refuse at admission with a 503; no `engine` label. Its own
+    # reason (which cap fired) is summed: both are a full queue in goodput's words
+    R("vllm:admission_rejections", "llm_engine_rejections_total", "counter", reason="queue_full", reason_label="reason"),
     R("vllm:kv_cache_usage_perc", "llm_kv_cache_usage_ratio", "gauge", priority=1, agg="max"),
-    R("vllm:gpu_cache_usage_perc", "llm_kv_cache_usage_ratio", "gauge", priority=0, agg="max"),  # <= 0.9
+    # gone: vLLM <= 0.10 (0.11 hid it behind --show-hidden-metrics-for-version; not in 0.32)
+    R("vllm:gpu_cache_usage_perc", "llm_kv_cache_usage_ratio", "gauge", priority=0, agg="max"),
     R("vllm:cache_config_info", "llm_kv_cache_capacity_blocks", "info_capacity", blocks_label="num_gpu_blocks",
       size_label="block_size"),
     R("vllm:num_preemptions", "llm_preemptions_total", "counter"),
     R("vllm:prompt_tokens", "llm_prompt_tokens_total", "counter"),
     R("vllm:generation_tokens", "llm_generation_tokens_total", "counter"),
     R("vllm:prefix_cache_queries", "llm_prefix_cache_queried_tokens_total", "counter", priority=1),
-    R("vllm:gpu_prefix_cache_queries", "llm_prefix_cache_queried_tokens_total", "counter", priority=0),
+    R("vllm:gpu_prefix_cache_queries", "llm_prefix_cache_queried_tokens_total", "counter", priority=0),  # gone: <= 0.10
     R("vllm:prefix_cache_hits", "llm_prefix_cache_hit_tokens_total", "counter", priority=1),
-    R("vllm:gpu_prefix_cache_hits", "llm_prefix_cache_hit_tokens_total", "counter", priority=0),
+    R("vllm:gpu_prefix_cache_hits", "llm_prefix_cache_hit_tokens_total", "counter", priority=0),  # gone: <= 0.10
     R("vllm:request_success", "llm_requests_finished_total", "counter", pass_reason=True),
     R("vllm:time_to_first_token_seconds", "llm_time_to_first_token_seconds", "histogram"),
     R("vllm:inter_token_latency_seconds", "llm_inter_token_latency_seconds", "histogram", priority=1),
-    R("vllm:time_per_output_token_seconds", "llm_inter_token_latency_seconds", "histogram", priority=0),  # <= 0.10
+    # gone: vLLM <= 0.10 (its per-gap histogram, renamed inter_token_latency_seconds)
+    R("vllm:time_per_output_token_seconds", "llm_inter_token_latency_seconds", "histogram", priority=0),
+    # per finished request: its mean time per output token, its prompt and generated lengths
+    R("vllm:request_time_per_output_token_seconds", "llm_time_per_output_token_seconds", "histogram"),
+    R("vllm:request_prompt_tokens", "llm_request_prompt_tokens", "histogram"),
+    R("vllm:request_generation_tokens", "llm_request_generation_tokens", "histogram"),
     R("vllm:e2e_request_latency_seconds", "llm_e2e_request_latency_seconds", "histogram"),
     R("vllm:request_queue_time_seconds", "llm_queue_time_seconds", "histogram"),
     R("vllm:request_prefill_time_seconds", "llm_prefill_time_seconds", "histogram"),
@@ -85,6 +101,15 @@ SGLANG = (
     R("sglang:time_per_output_token_seconds", "llm_inter_token_latency_seconds", "histogram", priority=0),
     R("sglang:e2e_request_latency_seconds", "llm_e2e_request_latency_seconds", "histogram"),
     R("sglang:queue_time_seconds", "llm_queue_time_seconds", "histogram"),
+    # with --collect-tokens-histogram
+    R("sglang:prompt_tokens_histogram", "llm_request_prompt_tokens", "histogram"),
+    R("sglang:generation_tokens_histogram", "llm_request_generation_tokens", "histogram"),
+    # P/D disaggregation (collector.py "PD disaggregation"): a decode server's requests whose KV is on its way
+    # (transfer queue; its prealloc queue waits for KV memory, capacity, and is left out) and its failed transfers
+    R("sglang:num_decode_transfer_queue_reqs", "llm_requests_deferred", "gauge"),
+    R("sglang:num_transfer_failed_reqs", "llm_kv_transfer_failures_total", "counter"),
+    # a histogram in newer SGLang; older ones publish the last transfer as a gauge, which has no distribution to read
+    R("sglang:kv_transfer_latency_ms", "llm_kv_transfer_seconds", "histogram", scale=1e-3),
 )
 
 TGI = (

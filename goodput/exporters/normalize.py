@@ -129,7 +129,7 @@ def _table(dialect: str) -> tuple[dict[str, tuple[_Op, ...]], tuple[tuple[str, i
             slots.append(key)
         slot = slots.index(key)
         extra = 'block_size="1"' if rule.kind == "tokens_capacity" else (
-            f'finished_reason="{rule.reason}"' if rule.reason else "")
+            f'{rule.reason_label}="{rule.reason}"' if rule.reason else "")
 
         def op(part: int, sample: str, rule=rule, slot=slot, extra=extra) -> _Op:
             return _Op(slot, sample, part, _SPECIAL.get(rule.kind, 0), rule.scale, rule.where, extra,

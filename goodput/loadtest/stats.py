@@ -88,11 +88,14 @@ def _group(records: Sequence[RequestRecord], slo: Slo, measured_s: float) -> dic
     }
 
 
-def summarize(records: Iterable[RequestRecord], slo: Slo, steps) -> list[dict]:
+def summarize(records: Iterable[RequestRecord], slo: Slo, steps, *, tool_assigned: bool = False) -> list[dict]:
     """One dict per step (summary.json's ``steps``), from the records of that step scheduled after its settle period.
 
     ``steps`` are ``patterns.Step``s (index, label, start_s, end_s, settle_s, offered_rate, concurrency).
     A step meets the SLO when every term holds (``slo_term_value`` ≤ threshold) and it had requests.
+    ``tool_assigned``: the records' steps were decided by the tool that measured them (an import), so each counts
+    even when scheduled before the step's window: GuideLLM 0.8.1 schedules its first request a few ms before its
+    ``measure_start_time`` and counts it in every figure it reports.
     """
     by_step: dict[int, list[RequestRecord]] = {}
     for r in records:
@@ -101,7 +104,8 @@ def summarize(records: Iterable[RequestRecord], slo: Slo, steps) -> list[dict]:
     for step in steps:
         measured_from = step.start_s + step.settle_s
         measured_s = max(0.0, step.end_s - measured_from)
-        mine = sorted((r for r in by_step.get(step.index, ()) if r.scheduled_s >= measured_from), key=lambda r: r.index)
+        mine = sorted((r for r in by_step.get(step.index, ()) if tool_assigned or r.scheduled_s >= measured_from),
+                      key=lambda r: r.index)
         terms = []
         for term in slo.terms:
             value = slo_term_value(term, mine)

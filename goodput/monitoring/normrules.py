@@ -92,7 +92,7 @@ def _plain(rule: Rule, dialect: str, suffix: str = "", part: str = "") -> str:
     expr = f"{rule.agg} by ({by}) ({inner})"
     if part not in ("_bucket", "_count"):  # counts of observations are not in the unit
         expr = _scaled(expr, rule.scale)
-    return _set(expr, "finished_reason", rule.reason) if rule.reason else expr
+    return _set(expr, rule.reason_label, rule.reason) if rule.reason else expr
 
 
 def _info_capacity(rule: Rule, dialect: str) -> str:
@@ -141,7 +141,7 @@ def _expressions(rule: Rule, dialect: str) -> dict[str, str]:
 
 
 def _fixed_labels(rule: Rule) -> tuple:
-    return rule.reason, rule.pass_reason, rule.kind in ("info_capacity", "tokens_capacity", "trt_capacity")
+    return rule.reason, rule.reason_label, rule.pass_reason, rule.kind in ("info_capacity", "tokens_capacity", "trt_capacity")
 
 
 def _samples(dialect: str) -> dict[str, str]:

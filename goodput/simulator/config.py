@@ -28,6 +28,7 @@ from goodput.simulator.catalog import (
 )
 from goodput.simulator.distributions import QuantileDistribution
 from goodput.simulator.memory import DEFAULT_ENGINE_VERSION, MemoryBudget, MemorySetup, memory_budget
+from goodput.simulator.tokenizer import load_tokenizer
 
 __all__ = [
     "BreakerConfig",
@@ -163,6 +164,7 @@ class DeploymentConfig:
     send_latency_ms: float = 1.0
     budget: MemoryBudget | None = None
     model_config: ModelSpec | None = None  # the fleet file's model_config (a Hugging Face config.json), if any
+    tokenizer: str | None = None  # the served model's tokenizer.json (checked): prompts counted by it, not the shipped BPE
     capabilities: Capabilities | None = None  # None: not declared (never checked, never a backup)
     disaggregation: DisaggConfig | None = None  # None: each replica prefills and decodes (aggregated)
 
@@ -385,10 +387,11 @@ def _disaggregation(r: Reader, parent: dict, prefill: DeploymentConfig) -> Disag
 
 
 def _deployment(r: Reader) -> DeploymentConfig:
-    r.unknown({"name", "model", "model_config", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms",
+    r.unknown({"name", "model", "model_config", "tokenizer", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms",
                "send_latency_ms", "capabilities", "disaggregation"})
     name = r.get("name", str)
     config_path = r.get("model_config", str, None)
+    tok_path = r.get("tokenizer", str, None)  # relative to the fleet file, as model_config
     if config_path is None:
         model = lookup_model(r.get("model", str), r.source, r.key("model"))
     else:  # relative to the fleet file
@@ -430,6 +433,7 @@ def _deployment(r: Reader) -> DeploymentConfig:
         send_latency_ms=r.get("send_latency_ms", float, 1.0, minimum=0.0),
         budget=budget,
         model_config=model if config_path is not None else None,
+        tokenizer=None if tok_path is None else load_tokenizer(Path(r.source).parent / tok_path, r.source, r.key("tokenizer")),
         capabilities=_capabilities(r.child("capabilities", None), engine.max_model_len),
     )
     dis = r.child("disaggregation", None)

@@ -93,6 +93,10 @@ class ReplicaServer:
     started: bool = False  # once served, a replica stays in the targets file (a dead one shows as down)
     error: str = ""  # why it could not be served (its port could not be had)
 
+    @property
+    def tokenizer(self) -> str | None:
+        return self.deployment.cfg.tokenizer
+
     def metrics(self) -> bytes:
         return generate_latest(self.registry)
 

@@ -75,6 +75,9 @@ class Backend(Protocol):
     created: int
     guard: LabelGuard
 
+    @property
+    def tokenizer(self) -> str | None: ...  # the served model's tokenizer.json (checked), or None: the shipped BPE
+
     def metrics(self) -> bytes: ...
 
     def submit(self, ticket: Ticket, gen: Generation, tier: str, meta: dict) -> None: ...
@@ -160,7 +163,7 @@ class _Api:
         b, path, headers = self.b, request.path, request.headers
         tier = b.guard.tier(headers)
         try:
-            gen = validate(path, parse_body(await self._body(request)), b.model, b.max_model_len)
+            gen = validate(path, parse_body(await self._body(request)), b.model, b.max_model_len, b.tokenizer)
             if tier is None:
                 raise ApiError(400, "x-tier: must be one of P0, P1, P2", "invalid_header", "x-tier")
         except ApiError as e:

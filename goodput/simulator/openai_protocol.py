@@ -86,9 +86,9 @@ def _in_range(body: dict, key: str, lo: float, hi: float, lo_open: bool = False)
         raise _bad(key, f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v}")
 
 
-def _content_tokens(content, where: str) -> int:
+def _content_tokens(content, where: str, tok: str | None) -> int:
     if content is None or isinstance(content, str):
-        return count_tokens(content or "")
+        return count_tokens(content or "", tok)
     if not isinstance(content, list):
         raise _bad(where, "must be a string or a list of content parts")
     text = []
@@ -99,10 +99,10 @@ def _content_tokens(content, where: str) -> int:
             if not isinstance(part.get("text"), str):
                 raise _bad(where, "a text part needs a string 'text'")
             text.append(part["text"])
-    return count_tokens(" ".join(text))
+    return count_tokens(" ".join(text), tok)
 
 
-def _chat_prompt(body: dict) -> int:
+def _chat_prompt(body: dict, tok: str | None) -> int:
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise _bad("messages", "must be a non-empty list")
@@ -114,16 +114,16 @@ def _chat_prompt(body: dict) -> int:
         role = m.get("role")
         if role not in ROLES:
             raise _bad(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {json.dumps(role)[:40]}")
-        total += 4 + _content_tokens(m.get("content"), f"{where}.content")
+        total += 4 + _content_tokens(m.get("content"), f"{where}.content", tok)
     return total
 
 
-def _completion_prompt(body: dict) -> int:
+def _completion_prompt(body: dict, tok: str | None) -> int:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return count_tokens(prompt)
+        return count_tokens(prompt, tok)
     if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
         return len(prompt)
     if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(x, str | list) for x in prompt):
@@ -132,13 +132,14 @@ def _completion_prompt(body: dict) -> int:
     raise _bad("prompt", "must be a string, a list of token ids, or a batch of one of them")
 
 
-def validate(path: str, body: dict, model: str, max_model_len: int) -> Generation:
-    """Check ``body`` for ``path`` against the served ``model``; raise ``ApiError`` as vLLM would refuse it."""
+def validate(path: str, body: dict, model: str, max_model_len: int, tokenizer: str | None = None) -> Generation:
+    """Check ``body`` for ``path`` against the served ``model``; raise ``ApiError`` as vLLM would refuse it.
+    Prompts are counted by the model's ``tokenizer`` (a checked ``tokenizer.json`` path), else the shipped BPE."""
     chat = path == CHAT
     name = _typed(body, "model", (str,), "a string")
     if name is not None and name != model:
         raise ApiError(404, f"The model `{name}` does not exist.", "model_not_found", "model")
-    prompt = _chat_prompt(body) if chat else _completion_prompt(body)
+    prompt = _chat_prompt(body, tokenizer) if chat else _completion_prompt(body, tokenizer)
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _typed(body, key, (int,), "an integer")
     if max_tokens is not None and max_tokens < 1:

@@ -7,6 +7,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from goodput.contracts.catalog import ENGINE
+from goodput.contracts.vocabulary import FINISH_REASONS, REJECT_REASONS
+from goodput.exporters.dialects import DIALECTS
 from goodput.exporters.exposition import labels, render
 from goodput.exporters.normalize import UnknownDialect, normalize
 from tests.conftest import FIXTURES, REPO, require
@@ -131,7 +133,7 @@ vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"}
 vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 5.0
 """
     v, _ = values(split)
-    assert v == {("llm_requests_waiting", ""): 2.0}
+    assert v == {("llm_requests_waiting", ""): 2.0, ("llm_requests_deferred", ""): 5.0}
     older, _ = values(split.split("# TYPE vllm:num_requests_waiting_by_reason")[0])
     assert older == {("llm_requests_waiting", ""): 7.0}
 
@@ -224,6 +226,63 @@ def test_vllm_nixl_connector_sample_gives_the_kv_transfer_families():
     assert v[("llm_kv_transfer_seconds_bucket", 'le="0.025"')] == 2
     assert v[("llm_kv_transfer_bytes_total", "")] == 1.5 * 2**20 + 12 * 2**20 + 24 * 2**20
     assert v[("llm_kv_transfer_failures_total", "")] == 1
+
+
+def test_vllm_0_32_sample_reads_the_current_names():
+    """vLLM 0.32: the queue split by reason, admission refusals, per-request token histograms and TPOT; none of
+    the four names gone since 0.10 is needed."""
+    v, n = values((SAMPLES / "vllm_v0_32_synthetic.txt").read_text())
+    assert n.dialect == "vllm" and n.model == "Qwen/Qwen3-8B" and not n.errors
+    assert v[("llm_requests_waiting", "")] == 3  # reason="capacity"; the plain total (8) counts the deferred too
+    assert v[("llm_requests_deferred", "")] == 5
+    assert v[("llm_engine_rejections_total", 'reason="queue_full"')] == 4 + 2  # both caps, no engine label
+    assert v[("llm_kv_cache_usage_ratio", "")] == 0.62  # kv_cache_usage_perc, no gpu_cache_usage_perc beside it
+    assert v[("llm_prefix_cache_hit_tokens_total", "")] == 4096
+    assert v[("llm_request_prompt_tokens_count", "")] == 10
+    assert v[("llm_request_prompt_tokens_sum", "")] == 14830
+    assert v[("llm_request_prompt_tokens_bucket", 'le="1000.0"')] == 6  # 120, 250, 250, 510, 900, 1000
+    assert v[("llm_request_generation_tokens_sum", "")] == 1401
+    assert v[("llm_request_generation_tokens_bucket", 'le="100.0"')] == 5
+    assert v[("llm_time_per_output_token_seconds_bucket", 'le="0.025"')] == 7
+    assert v[("llm_time_per_output_token_seconds_sum", "")] == pytest.approx(0.271)
+    assert ("llm_inter_token_latency_seconds_count", "") not in v  # TPOT per request is not the gaps
+
+
+@pytest.mark.parametrize("old, new", [
+    ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"),
+    ("vllm:gpu_prefix_cache_hits_total", "vllm:prefix_cache_hits_total"),
+])
+def test_a_name_gone_in_vllm_0_32_still_reads_an_older_server(old, new):
+    """The four names vLLM dropped stay as fallbacks: read alone (an older server), ignored beside their successor."""
+    target = "llm_kv_cache_usage_ratio" if "usage" in old else "llm_prefix_cache_hit_tokens_total"
+    older, _ = values(f'{old}{{engine="0",model_name="m"}} 0.25\n')
+    assert older == {(target, ""): 0.25}
+    both, _ = values(f'{old}{{engine="0",model_name="m"}} 0.25\n{new}{{engine="0",model_name="m"}} 0.5\n')
+    assert both == {(target, ""): 0.5}
+
+
+def test_sglang_pd_decode_sample_gives_the_disaggregation_families():
+    """An SGLang decode server: requests awaiting their KV are deferred, not queued; its failed transfers and its
+    transfer latency histogram (ms, to seconds); the token histograms; rank 0 only."""
+    v, n = values((SAMPLES / "sglang_pd_decode_synthetic.txt").read_text())
+    assert n.dialect == "sglang" and not n.errors
+    assert v[("llm_requests_waiting", "")] == 2 and v[("llm_requests_running", "")] == 24  # rank 1 not added
+    assert v[("llm_requests_deferred", "")] == 7  # the transfer queue; the prealloc queue (3) waits for memory
+    assert v[("llm_kv_transfer_failures_total", "")] == 1  # transfers; the bootstrap failure is not one
+    assert v[("llm_kv_transfer_seconds_count", "")] == 4
+    assert v[("llm_kv_transfer_seconds_sum", "")] == pytest.approx(0.347)
+    assert v[("llm_kv_transfer_seconds_bucket", 'le="0.05"')] == 3
+    assert v[("llm_request_prompt_tokens_bucket", 'le="1000.0"')] == 3
+    assert v[("llm_request_generation_tokens_sum", "")] == 1190
+
+
+def test_every_fixed_reason_a_dialect_writes_is_a_word_of_the_vocabulary():
+    """A refusal's reason is llm.reject_reason's word, a finish one llm.finish_reason's: rules and dashboards that
+    select them by value find every engine's."""
+    words = {"reason": set(REJECT_REASONS), "finished_reason": set(FINISH_REASONS)}
+    fixed = [(r.source, r.reason_label, r.reason) for rules in DIALECTS.values() for r in rules if r.reason]
+    assert ("vllm:admission_rejections", "reason", "queue_full") in fixed
+    assert all(reason in words[label] for _, label, reason in fixed), fixed
 
 
 def _golden(path):

@@ -36,6 +36,8 @@ DUMPS = {  # fixture -> dialect it is read as (by --engine auto too)
     "triton_first_response_ms_synthetic.txt": "triton",
     "vllm_v0_aibrix_runtime_doc.txt": "vllm",
     "vllm_v1_0_10_production_stack_issue_617.txt": "vllm",
+    "vllm_v0_32_synthetic.txt": "vllm",
+    "sglang_pd_decode_synthetic.txt": "sglang",
     "kserve_vllm_llmisvc_federated.txt": "kserve_vllm",
     "dynamo_frontend_metrics_example.txt": "dynamo",
     "../tgi_synthetic.txt": "tgi",
