@@ -202,7 +202,11 @@ def fleet_serve(tmp_path: Path, base_port: int, *extra: str) -> Iterator[tuple[s
         lines: list[str] = []
         deadline = time.monotonic() + 60
         while not any("Ctrl-C to stop." in ln for ln in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, f"fleet serve did not start: {lines}"
+            if proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is None:
+                    proc.kill()
+                out, err = proc.communicate()
+                raise AssertionError(f"fleet serve did not start (exit {proc.returncode}): {''.join(lines) + out}{err}")
             lines.append(proc.stdout.readline())
         yield proc, lines
     finally:
