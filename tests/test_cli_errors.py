@@ -156,6 +156,8 @@ CASES = {
     "rules bad threshold": ("rules generate --spec {spec_bad} --out {out}",
                             ["{spec_bad}: thresholds.capacity_redundancy", "'lots'"]),
     "rules --scale-durations nan": ("rules generate --scale-durations nan --check", ["--scale-durations", "finite"]),
+    "rules --scale-durations 1e308": ("rules generate --scale-durations 1e308 --out {out}",  # OverflowError before
+                                      ["--scale-durations", "at most 100"]),
     # analyze
     "analyze non-UTF-8 releases": ("analyze regressions --db {db} --releases {nonutf8}", ["{nonutf8}", "not UTF-8"]),
     "analyze --min-change nan": ("analyze regressions --db {db} --min-change nan", ["--min-change", "relative change >= 0"]),

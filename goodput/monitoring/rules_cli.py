@@ -7,11 +7,13 @@ import argparse
 import importlib
 from pathlib import Path
 
-from goodput.foundation.args import positive_number
+from goodput.foundation.args import positive_number_at_most
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.generated import report_stale
 
-__all__ = ["GENERATORS", "build", "register"]
+__all__ = ["GENERATORS", "MAX_DURATION_SCALE", "build", "register"]
+
+MAX_DURATION_SCALE = 100.0  # 30 d windows become 3,000 d: past that a factor is a typo, and 1e308 overflowed
 
 # Every generated rule file comes from one of these modules: each has ``build(spec, scale=1.0)`` -> {file name: text}
 # (``rules generate`` and ``--check``); the mixin takes its ``templates(spec)`` and ``knobs(spec)`` where it has them
@@ -33,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _spec_arg(g)
     g.add_argument("--out", type=Path, default=None, help="output directory (default: the spec's directory)")
     g.add_argument("--check", action="store_true", help="only compare; exit 1 when a file differs")
-    g.add_argument("--scale-durations", type=positive_number, default=1.0, metavar="FACTOR",
-                   help="multiply every range and `for` (test-only variants; keep 1 for real files)")
+    g.add_argument("--scale-durations", type=positive_number_at_most(MAX_DURATION_SCALE), default=1.0, metavar="FACTOR",
+                   help="multiply every range and `for` (test-only variants; keep 1 for real files; at most "
+                        f"{MAX_DURATION_SCALE:g}, every duration at least 1 s)")
     g.set_defaults(func=_generate)
     d = rsub.add_parser("mixin-data", help="write the monitoring mixin's data (mixin/generated/, config.libsonnet)",
                         description="Generate the mixin's templates of every rule file and dashboard, and its default "

@@ -21,7 +21,6 @@ from goodput.foundation.args import (
     output_dir,
     output_file,
     positive_int,
-    positive_number,
     positive_number_at_most,
     seed,
 )
@@ -34,7 +33,8 @@ __all__ = ["register"]
 
 MAX_JOBS = 256
 MAX_SIM_DURATION_S = 3600.0  # per knee probe: each probe simulates this long at one rate
-MAX_OVERLOAD_S = 21600.0  # per variant of `plan overload`: three replays of up to six hours
+MAX_EVALUATE_S = 172800.0  # per policy of `plan evaluate`: two days, the diurnal scenario twice over
+MAX_OVERLOAD_S = 7200.0  # per variant of `plan overload`: three replays of up to two hours (900 s take ~4 s)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -106,8 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="burst, diurnal (24 h), diurnal_peak (the 2 h ramp), release, replica_loss, prefill_surge "
                         "(long prompts), cold_start_10m (the burst with 10-minute cold starts)")
     e.add_argument("--deployment", default=None, help="which deployment of the plan (default: the first)")
-    e.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
-                   help="scenario length (default: 2 h; diurnal 24 h)")
+    e.add_argument("--duration", type=positive_number_at_most(MAX_EVALUATE_S), default=None, metavar="SECONDS",
+                   help=f"scenario length (default: 2 h; diurnal 24 h; at most {MAX_EVALUATE_S:g})")
     e.add_argument("--seed", type=seed, default=0)
     e.add_argument("--format", choices=("table", "json"), default="table")
     e.add_argument("--report", type=Path, default=None, metavar="FILE.html", help="write the HTML report")

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from goodput.contracts.vocabulary import TIERS
+from goodput.foundation.errors import ConfigError
 from goodput.plan.demand import TierSlo
 from goodput.plan.overload_scenarios import VARIANTS, disturbance, scenario, variants
 from goodput.plan.prices import Prices
@@ -235,6 +236,9 @@ def plan_overload(fleet: dict[str, Any], source: str, scenario_name: str, second
     """The scenario under every variant of ``VARIANTS``; ``fleet`` is the fleet file's mapping (from ``source``),
     ``progress`` is told the virtual seconds replayed over all variants (3 x ``seconds``)."""
     parse_fleet(fleet, source)  # the file as written must be valid before any scenario rewrites it
+    if not fleet.get("gateway"):
+        raise ConfigError(source, "gateway", "missing: without a gateway the three variants (no protection, quotas "
+                                             "only, as written) are one fleet; add one (examples/overload.yaml has one)")
     data = scenario(scenario_name, fleet, seconds, source, tenant=tenant, deployment=deployment)
     cfgs = {label: parse_fleet(v, source) for label, v in variants(data).items()}
     check_request_budget(cfgs["ladder"], seconds, "--seconds")

@@ -17,6 +17,11 @@ __all__ = ["load_policy_file"]
 _INTS = {"min_replicas", "max_replicas", "scale_up_replicas", "scale_down_replicas", "warm_pool"}
 _POSITIVE = {"goodput_tokens_per_s", "redundancy", "queue_target_s", "kv_target_ratio", "waiting_per_replica",
              "utilisation_target", "scrape_interval_s", "window_s", "scale_up_period_s", "scale_down_period_s"}
+# seconds the autoscaler steps through one scrape at a time: a scrape under a second (1e-9 spun for minutes) or
+# any period past a day (a typo: the scenarios last at most two) is refused
+_SECONDS = {"scrape_interval_s": (1.0, 86400.0), "window_s": (1.0, 86400.0)} | dict.fromkeys(
+    ("scale_up_stabilisation_s", "scale_up_period_s", "scale_down_stabilisation_s", "scale_down_period_s", "drain_s",
+     "cold_start_s", "warm_start_s"), (0.0, 86400.0))
 
 
 def _policy(src: str, key: str, d) -> ScalingPolicy:
@@ -39,6 +44,8 @@ def _policy(src: str, key: str, d) -> ScalingPolicy:
         elif isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0 or \
                 (name in _POSITIVE and v == 0):
             raise ConfigError(src, k, f"expected a finite number {'> 0' if name in _POSITIVE else '>= 0'}, got {v!r}")
+        if name in _SECONDS and not _SECONDS[name][0] <= v <= _SECONDS[name][1]:
+            raise ConfigError(src, k, f"expected seconds in {_SECONDS[name][0]:g}..{_SECONDS[name][1]:g}, got {v!r}")
         kw[name] = v
     for required in ("kind", "min_replicas", "max_replicas"):
         if required not in kw:

@@ -47,6 +47,18 @@ def _count(v: str | int | float) -> int:
     return n
 
 
+def _hash_ids(ids: object, input_tokens: int) -> tuple[int, ...]:
+    """A Mooncake request's prefix block ids: one per started ``MOONCAKE_BLOCK_TOKENS`` of its prompt, checked by length
+    before they are read (a million ids on one line held the memory a whole trace should)."""
+    if not isinstance(ids, list):
+        raise ValueError(f"hash_ids must be a list, got {type(ids).__name__}")
+    most = -(-input_tokens // MOONCAKE_BLOCK_TOKENS)
+    if len(ids) > most:
+        raise ValueError(f"{len(ids)} hash_ids for {input_tokens} input tokens (one per {MOONCAKE_BLOCK_TOKENS}-token "
+                         f"block: at most {most})")
+    return tuple(int(h) for h in ids)
+
+
 def _azure(path: Path) -> Trace:
     times, ins, outs = [], [], []
     reader = csv.reader(read_text(path).splitlines())
@@ -80,7 +92,7 @@ def _mooncake(path: Path) -> Trace:
             times.append(ts / 1000.0)
             ins.append(_count(rec["input_length"]))
             outs.append(_count(rec["output_length"]))
-            hashes.append(tuple(int(h) for h in rec.get("hash_ids", ())))
+            hashes.append(_hash_ids(rec.get("hash_ids", []), ins[-1]))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(str(path), f"line {lineno}", f"bad record: {e}") from None
     t = np.asarray(times)

@@ -147,6 +147,33 @@ def test_bad_policy_keys_are_named(planned, tmp_path, capsys):
     assert f"{bad}: deployments.rag.scale_up_replicaz: unknown key" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("scrape_interval_s", 1e-9, "expected seconds in 1..86400"),  # spun past 90 s before
+    ("window_s", 1e12, "expected seconds in 1..86400"),
+    ("cold_start_s", -1, "expected a finite number >= 0"),
+])
+def test_policy_times_no_autoscaler_could_run_are_refused_before_the_replay(planned, tmp_path, capsys, key, value,
+                                                                           says):
+    data = yaml.safe_load((planned / "policy.yaml").read_text())
+    data["deployments"]["rag"][key] = value
+    bad = tmp_path / "policy.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    assert main(["plan", "evaluate", "--plan", str(planned / "plan.yaml"), "--policy", str(bad),
+                 "--scenario", "burst"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: deployments.rag.{key}: {says}" in err and err.count("\n") == 1, err
+
+
+def test_a_scenario_longer_than_two_days_is_refused_when_the_command_line_is_read(planned, capsys):
+    """--duration 1e9 ended in a numpy allocation traceback."""
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "evaluate", "--plan", str(planned / "plan.yaml"), "--policy", str(planned / "policy.yaml"),
+              "--scenario", "burst", "--duration", "1e9"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--duration" in err and "at most 172800" in err and err.count("\n") == 1, err
+
+
 @pytest.fixture(scope="module")
 def chat(tmp_path_factory):
     """A two-tier chat pool (P0 chat, P1 code) on one candidate, planned and with its policy."""

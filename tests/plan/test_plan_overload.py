@@ -152,7 +152,8 @@ def test_a_burst_pushes_the_unprotected_fleet_below_its_objective_for_the_window
     dep = dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=1)
     wl = copy.deepcopy(BASE_WORKLOAD)
     wl["arrival"]["rate"] = 8.0  # one replica serves this within the P0 objective, not three times it
-    fleet = _write(tmp_path, fleet_data(deployments=[dep], workloads=[wl]))
+    gateway = {"max_in_flight_per_replica": 48}  # the variant read here, "none", drops it
+    fleet = _write(tmp_path, fleet_data(deployments=[dep], workloads=[wl], gateway=gateway))
     out = _overload(capsys, "--fleet", str(fleet), "--scenario", "burst", "--seconds", "540")
     objective = out["slos"]["P0"]["objective"]
     series = out["variants"]["none"]["timeline"]["slo_attainment"]["P0"]  # minutes 0-2 calm, 3-5 burst, 6-8 after
@@ -201,7 +202,8 @@ def test_a_flood_raises_one_tenant_to_five_times_its_share_and_leaves_the_others
 
 
 def test_a_lost_primary_rejects_only_in_its_window_and_costs_only_the_hours_it_ran(tmp_path, capsys):
-    fleet = _write(tmp_path, fleet_data())  # two replicas of chat on H100s
+    gateway = {"max_in_flight_per_replica": 48}  # the variant read here, "none", drops it
+    fleet = _write(tmp_path, fleet_data(gateway=gateway))  # two replicas of chat on H100s
     out = _overload(capsys, "--fleet", str(fleet), "--scenario", "primary_down", "--seconds", "360")
     none = out["variants"]["none"]
     assert set(none["tiers"]["P0"]["rejects"]) == {"overloaded"}  # no replica to route to
@@ -309,6 +311,7 @@ def test_the_html_report_is_one_file_with_every_name_escaped(tmp_path, capsys):
     (["--scenario", "nope"], ["--scenario", "invalid choice"]),
     (["--scenario", "tenant_flood", "--tenant", "nobody"], ["--tenant: nobody", "have a, b, c, flood"]),
     (["--scenario", "burst", "--seconds", "0"], ["--seconds"]),
+    (["--scenario", "burst", "--seconds", "21600"], ["--seconds", "at most 7200"]),  # ran past 120 s before
 ])
 def test_bad_flags_are_one_line_and_exit_2(argv, fragments):
     r = subprocess.run([sys.executable, "-m", "goodput", "plan", "overload", "--fleet", str(FLOOD), *argv],
@@ -327,6 +330,17 @@ def test_a_bad_fleet_file_is_one_line_naming_its_key(tmp_path, capsys):
     assert main(["plan", "overload", "--fleet", str(fleet), "--scenario", "burst"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{fleet}: workloads[0].arrival.rate" in err[0], err
+
+
+def test_a_fleet_without_a_gateway_is_refused_since_its_three_variants_are_one_fleet(tmp_path, capsys):
+    """Replayed three times and reported as three protections, exit 0, before."""
+    data = yaml.safe_load(FLOOD.read_text())
+    del data["gateway"]
+    fleet = _write(tmp_path, data)
+    capsys.readouterr()
+    assert main(["plan", "overload", "--fleet", str(fleet), "--scenario", "burst", "--seconds", "60"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{fleet}: gateway: missing" in err[0], err
 
 
 def test_a_bad_slo_file_is_one_line_naming_its_key(tmp_path, capsys):

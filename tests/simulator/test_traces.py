@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -35,6 +37,20 @@ def test_malformed_trace_names_file_and_line(tmp_path):
     bad2.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1}\n')
     with pytest.raises(ConfigError, match=r"bad.jsonl: line 2: bad record"):
         load_trace(bad2, "mooncake")
+
+
+@pytest.mark.parametrize(("ids", "says"), [
+    (list(range(1_000_000)), "1000000 hash_ids for 1024 input tokens (one per 512-token block: at most 2)"),
+    ("0123", "hash_ids must be a list, got str"),  # read as four block ids before
+])
+def test_a_mooncake_line_with_more_blocks_than_its_prompt_is_one_bad_record(tmp_path, ids, says):
+    """A million ids on one line held the memory of a whole trace (killed at the memory cap, with a few lines)."""
+    bad = tmp_path / "huge.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [0, 1]}\n'
+                   + json.dumps({"timestamp": 1, "input_length": 1024, "output_length": 1, "hash_ids": ids}) + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_trace(bad, "mooncake")
+    assert str(e.value) == f"{bad}: line 2: bad record: {says}"
 
 
 def test_trace_replay_workload_uses_trace_lengths_and_time_scale():
