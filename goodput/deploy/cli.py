@@ -18,24 +18,32 @@ from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
-MAX_LABEL = 63  # Kubernetes' limit on a namespace name and on a label value
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # RFC 1123 label: a namespace name
+# Helm's release names: a DNS-1123 subdomain of at most 53 characters (Helm derives 63-character names from it)
+_RELEASE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# the image reference grammar (distribution/reference): [domain[:port]/]path-component(/path-component)*[:tag][@digest]
+_HOST_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][-A-Za-z0-9]*[A-Za-z0-9])"
+_DOMAIN = rf"{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+MAX_LABEL = 63  # Kubernetes' limit on a namespace name
+MAX_RELEASE = 53  # Helm's limit on a release name
 MAX_IMAGE = 255
 
 
 def _checked(pattern: re.Pattern, limit: int, what: str):
+    """The whole value matches (``fullmatch``: a trailing newline is refused, which ``$`` would let through)."""
     def parse(text: str) -> str:
-        if len(text) > limit or not pattern.match(text):
+        if len(text) > limit or not pattern.fullmatch(text):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what} (at most {limit} characters)")
         return text
     return parse
 
 
 namespace = _checked(_DNS_LABEL, MAX_LABEL, "a namespace name (lower-case letters, digits and '-')")
-label_value = _checked(_LABEL_VALUE, MAX_LABEL, "a label value (letters, digits, '-', '_', '.')")
-image = _checked(_IMAGE, MAX_IMAGE, "a container image reference")
+release = _checked(_RELEASE, MAX_RELEASE, "a Helm release name (lower-case letters, digits, '-' and '.')")
+image = _checked(_IMAGE, MAX_IMAGE, "a container image reference ([registry[:port]/]name[:tag][@digest])")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--image", type=image, default=f"goodput:{__version__}",
                    help=f"the goodput image the exporters run (default goodput:{__version__}; docs/kubernetes.md "
                         f"builds it)")
-    k.add_argument("--release", type=label_value, default="kube-prometheus-stack", metavar="NAME",
+    k.add_argument("--release", type=release, default="kube-prometheus-stack", metavar="NAME",
                    help="kube-prometheus-stack's Helm release name: the `release` label its selectors match "
                         "(default kube-prometheus-stack)")
     k.add_argument("--rules", type=Path, default=Path("rules"), metavar="DIR",

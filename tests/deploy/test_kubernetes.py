@@ -348,6 +348,16 @@ def test_secure_defaults_on_every_pod(out):
     (["--namespace", "Bad_NS"], "argument --namespace"),
     (["--release", "-kps"], "argument --release"),
     (["--image", "has space"], "argument --image"),
+    # each accepted by a regex ending in `$` (which matches before a final newline), and refused by Kubernetes
+    (["--namespace", "obs\n"], "argument --namespace"),
+    (["--serving-namespace", "llm\n"], "argument --serving-namespace"),
+    (["--release", "kps\n"], "argument --release"),
+    (["--image", "registry.example.com/goodput:1.2.3\n"], "argument --image"),
+    (["--release", "k" * 54], "argument --release"),  # Helm's limit is 53
+    (["--release", "Kps"], "argument --release"),  # a label value, not a Helm release name
+    (["--image", "Registry.example.com/Goodput:1"], "argument --image"),  # a repository is lower-case
+    (["--image", "goodput:"], "argument --image"),
+    (["--image", "goodput@sha256:abc"], "argument --image"),  # a digest is at least 32 hex digits
     (["--prometheus", "prometheus:9090"], "argument --prometheus"),
     (["--rules", "no/such/dir"], "no/such/dir"),
     (["--targets", "TARGETS_LIST"], "targets.yaml: expected a file_sd list"),
@@ -367,6 +377,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, says):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and says in err and "Traceback" not in err
     assert not (tmp_path / "out" / "kustomization.yaml").exists()
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--release", "k" * 53), ("--release", "kps.prod-1"), ("--namespace", "n" * 63),
+    ("--image", "goodput:0.1.0"), ("--image", "localhost:5000/team/goodput:v1.2.3-rc.1"),
+    ("--image", "registry.example.com/a__b/goodput@sha256:" + "0" * 64),
+    ("--image", "ghcr.io/org/goodput:1.2@sha256:" + "ab" * 32),
+])
+def test_values_kubernetes_and_helm_take_are_accepted(tmp_path, flag, value):
+    assert _run(tmp_path, flag, value) == 0
 
 
 def test_a_dashboard_too_large_for_a_config_map_is_refused_before_anything_is_written(tmp_path, capsys):
