@@ -47,6 +47,9 @@ ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LL
 # alerts about a deployment's queue and latency, silenced while its engine or GPU is down
 SYMPTOMS = ("LLMQueueWaitRisingReplicasShort", "LLMTTFTSLOBreachWithRejects", "LLMKVCacheAllocationFailures",
             "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow")
+# the engines Prometheus scrapes itself (goodput deploy kubernetes' PodMonitors, or any scrape config that sets the
+# target labels the normalization rules need): liveness and replica counts where no engine exporter is in the path
+ENGINE_TARGETS = 'up{deployment!="", replica!=""}'
 RULE_FILES = ("llm.rules.yaml", "slo.rules.yaml", "gpu.rules.yaml", "alerts.rules.yaml")
 # SRE workbook multi-window, multi-burn-rate table (30-day budget): alert, severity, long and short window, burn
 # factor, `for`. A page also needs the burn over PAGE_RESET: it is for a burn that is happening now, and lets go five
@@ -346,8 +349,11 @@ def _llm_rules(b: _Builder) -> dict:
         b.record("deployment:llm_preemptions:rate5m", "sum by (deployment) (rate(llm_preemptions_total[5m]))"),
         b.record("deployment:llm_gateway_kv_capacity_rejections:rate5m",
                  'sum by (deployment) (rate(llm_gateway_rejections_total{reason="kv_capacity"}[5m]))'),
+        # the engine exporter's count where it is in the scrape path, else the engines Prometheus scrapes directly
+        # (a PodMonitor's targets carry deployment and replica) that answer: a pod still loading is not available
         b.record("deployment:llm_replicas_available:max",
-                 'max by (deployment) (llm_deployment_replicas{state="available"})'),
+                 'max by (deployment) (llm_deployment_replicas{state="available"})\nor\n'
+                 f"sum by (deployment) ({ENGINE_TARGETS})"),
         b.record("deployment:llm_replicas_required:ceil",
                  f"ceil(\n  {TOKENS_RATE}\n  / on (deployment)\n"
                  f"  max by (deployment) (llm_capacity_replica_goodput_tokens_per_second)\n"
@@ -549,9 +555,10 @@ def _alert_rules(b: _Builder) -> dict:
             'deployment:llm_replicas_required:ceil{deployment=%q}" $b $b | query }}{{ . | first | value }}'
             "{{ else }}unknown{{ end }} replicas over what its arrivals require{{ else }}no backup takes its traffic: "
             "{{ $value | humanize }} requests/s are refused (circuit_open){{ end }}."),
-        b.alert("LLMEngineDown", "llm_engine_up == 0", "2m", "page", "An inference engine does not answer its scrape.",
-                "Replica {{ $labels.replica }} of {{ $labels.deployment }} ({{ $labels.model }}) has not answered "
-                "the engine exporter for 2 minutes."),
+        b.alert("LLMEngineDown", f"llm_engine_up == 0\nor\n(\n  {ENGINE_TARGETS} == 0\n  unless on (deployment, replica)\n"
+                "  llm_engine_up\n)", "2m", "page", "An inference engine does not answer its scrape.",
+                "Replica {{ $labels.replica }} of {{ $labels.deployment }}{{ with $labels.model }} ({{ . }}){{ end }} "
+                "has not answered its scrape (the engine exporter's, or Prometheus' own) for 2 minutes."),
         b.alert("LLMExporterDown", f"up{{{mark('exporterSelector')}}} == 0", "5m", "ticket",
                 "A goodput exporter is down: its part of the fleet is invisible.",
                 "Prometheus cannot scrape {{ $labels.job }} at {{ $labels.instance }}."),
