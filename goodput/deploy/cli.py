@@ -60,9 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="namespace of goodput's objects (default goodput)")
     k.add_argument("--serving-namespace", type=namespace, default=None, metavar="NAMESPACE",
                    help="namespace of the engines' Deployments, where KEDA's ScaledObjects go (default: --namespace)")
-    k.add_argument("--image", type=image, default=f"goodput:{__version__}",
-                   help=f"the goodput image the exporters run (default goodput:{__version__}; docs/kubernetes.md "
-                        f"builds it)")
+    k.add_argument("--image", type=image, required=True,
+                   help=f"the goodput image the exporters run, in a registry the cluster pulls from (required: no "
+                        f"image is published; docs/kubernetes.md builds one, e.g. REGISTRY/goodput:{__version__})")
     k.add_argument("--release", type=release, default="kube-prometheus-stack", metavar="NAME",
                    help="kube-prometheus-stack's Helm release name: the `release` label its selectors match "
                         "(default kube-prometheus-stack)")
@@ -75,6 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="directory of the generated dashboard *.json (default dashboards/)")
     k.add_argument("--targets", type=Path, default=None, metavar="FILE",
                    help="engine exporter targets in Prometheus file_sd format, for its ConfigMap (default: none)")
+    k.add_argument("--plan", type=Path, default=None, metavar="plan.yaml",
+                   help="the capacity plan (`goodput plan replicas`) as a PrometheusRule recording each deployment's "
+                        "per-replica goodput: without it the replicas-short page cannot fire")
+    k.add_argument("--allow-loopback-receivers", action="store_true",
+                   help="write the AlertmanagerConfig even though its webhook receivers are loopback (which in the "
+                        "cluster is the Alertmanager pod itself: no notification leaves it)")
     k.add_argument("--policy", type=Path, default=None, metavar="policy.yaml",
                    help="write KEDA ScaledObjects for this policy (from `goodput plan autoscale`)")
     k.add_argument("--prometheus", type=http_url, default="http://prometheus-operated.monitoring.svc:9090", metavar="URL",
@@ -169,15 +175,23 @@ def _kubernetes(args: argparse.Namespace) -> int:
         from goodput.plan.autoscale import DeploymentPolicy
         from goodput.plan.policyfile import load_policy_file
         policies = [DeploymentPolicy(name, p) for name, p in load_policy_file(args.policy).items()]
+    loopback = _loopback_receivers(am)
+    if loopback and not args.allow_loopback_receivers:
+        raise ConfigError(str(am_path), "receivers", f"{', '.join(loopback)} are loopback, which in the cluster is the "
+                                                     f"Alertmanager pod itself: point them at your pager in "
+                                                     f"rules/slos.yaml and regenerate (or --allow-loopback-receivers)")
+    plan = None
+    if args.plan is not None:
+        from goodput.exporters.config import read_plan
+        plan = read_plan(args.plan)
     files = manifests(settings, rule_files, am, str(am_path), _dashboards(args.dashboards),
-                      _targets(args.targets), policies)
+                      _targets(args.targets), policies, plan)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, objects in files.items():
         (args.out / name).write_text(_dump(objects), encoding="utf-8")
-    loopback = _loopback_receivers(am)
-    if loopback:
-        print(f"goodput: warning: {am_path}: receivers {', '.join(loopback)} are loopback, which in the cluster is "
-              f"the Alertmanager pod itself; point them at your pager in rules/slos.yaml and regenerate",
+    if plan is None:
+        print("goodput: warning: no --plan: nothing in the cluster records llm_capacity_replica_goodput_tokens_per_second"
+              ", so deployment:llm_replicas_required:ceil is empty and LLMQueueWaitRisingReplicasShort cannot fire",
               file=sys.stderr)
     kinds = Counter(o["kind"] for objects in files.values() for o in objects)
     if args.format == "json":

@@ -16,12 +16,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from goodput.contracts.catalog import by_name
+from goodput.exporters.config import PlanEntry
 from goodput.foundation.errors import ConfigError
 from goodput.plan.autoscale import DeploymentPolicy, keda_manifest
 
 __all__ = ["DEPLOYMENT_LABEL", "ENGINES", "ENGINE_LABEL", "Engine", "JOB_LABEL", "MAX_CONFIG_MAP_BYTES",
-           "POD_RESOURCES_DIR", "Settings", "manifests",
-           "parse_matcher"]
+           "PLAN_GOODPUT", "PLAN_REPLICAS", "POD_RESOURCES_DIR", "Settings", "manifests", "parse_matcher", "plan_rule"]
 
 DEPLOYMENT_LABEL = "goodput.dev/deployment"  # on every engine pod: the serving pool it belongs to
 ENGINE_LABEL = "goodput.dev/engine"  # vllm, sglang, tgi or triton: which PodMonitor scrapes it
@@ -29,6 +30,8 @@ POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 TARGETS_MOUNT = "/etc/goodput/targets"
 TRACE_STORE_MOUNT = "/var/lib/goodput/traces"
 TRACE_STORE_SIZE = "50Gi"  # the request exporter's Parquet store and write-ahead log
+PLAN_GOODPUT = by_name("llm_capacity_replica_goodput_tokens_per_second").name
+PLAN_REPLICAS = by_name("llm_deployment_replicas").name
 UID = 65532  # the image's unprivileged user
 MAX_CONFIG_MAP_BYTES = 1_048_576  # Kubernetes refuses a larger ConfigMap (its data, as etcd stores it)
 
@@ -131,6 +134,22 @@ def service_monitor(s: Settings, exporter: _Exporter) -> dict[str, Any]:
         "spec": {"selector": {"matchLabels": _selector(exporter.name)}, "jobLabel": JOB_LABEL,
                  "namespaceSelector": {"matchNames": [s.namespace]}, "endpoints": [endpoint]},
     }
+
+
+def plan_rule(s: Settings, plan: list[PlanEntry]) -> dict[str, Any]:
+    """The capacity plan (``plan.yaml``) as recorded series, what the engine exporter publishes from ``--plan``:
+    per deployment ``llm_capacity_replica_goodput_tokens_per_second`` (``deployment:llm_replicas_required:ceil``
+    divides the demand by it) and, where the plan gives it, ``llm_deployment_replicas{state="desired"}``. Recorded
+    by Prometheus, they need no process in the scrape path; re-apply after ``goodput plan replicas`` changes the plan."""
+    rules: list[dict[str, Any]] = []
+    for e in plan:
+        rules.append({"record": PLAN_GOODPUT, "expr": f"vector({e.goodput_tokens_per_s!r})",
+                      "labels": {"deployment": e.name}})
+        if e.desired_replicas is not None:
+            rules.append({"record": PLAN_REPLICAS, "expr": f"vector({e.desired_replicas})",
+                          "labels": {"deployment": e.name, "state": "desired"}})
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": _meta(s, "goodput-plan", "rules"), "spec": {"groups": [{"name": "llm.plan", "rules": rules}]}}
 
 
 # --- Alertmanager --------------------------------------------------------------------------------------------
@@ -323,13 +342,15 @@ def gpu_exporter(s: Settings) -> list[dict[str, Any]]:
 # --- everything ----------------------------------------------------------------------------------------------
 
 def manifests(s: Settings, rule_files: dict[str, dict], alertmanager: dict, alertmanager_source: str,
-              dashboards: dict[str, str], targets: list, policies: list[DeploymentPolicy]) -> dict[str, list[dict]]:
+              dashboards: dict[str, str], targets: list, policies: list[DeploymentPolicy],
+              plan: list[PlanEntry] | None = None) -> dict[str, list[dict]]:
     """File name -> the objects it holds, in the order ``kubectl apply -k`` should see them; the
     kustomization.yaml lists every file (its own namespace field stays unset: each object names its own)."""
     files: dict[str, list[dict]] = {
         "namespace.yaml": [{"apiVersion": "v1", "kind": "Namespace",
                             "metadata": {"name": s.namespace, "labels": {"app.kubernetes.io/part-of": "goodput"}}}],
-        "prometheusrules.yaml": [prometheus_rule(s, name, doc) for name, doc in sorted(rule_files.items())],
+        "prometheusrules.yaml": [prometheus_rule(s, name, doc) for name, doc in sorted(rule_files.items())]
+        + ([plan_rule(s, plan)] if plan else []),
         "podmonitors.yaml": [pod_monitor(s, e) for e in ENGINES],
         "servicemonitors.yaml": [service_monitor(s, e) for e in (GPU, ENGINE, REQUESTS)],
         "alertmanagerconfig.yaml": [alertmanager_config(s, alertmanager, alertmanager_source)],
