@@ -157,7 +157,7 @@ def _fleet(n: Names) -> list[Panel]:
                         Query(f"{n.r('deployment:llm_replicas_required:ceil')}{_sel('deployment')}",
                               "required {{deployment}}"))),
         Panel(ids.FLEET_FIRING_ALERTS, "Firing alerts", "Alerts Prometheus evaluates as firing now, by name, "
-              "severity and deployment (Watchdog always fires: it proves the pipeline works).", "short",
+              "severity and deployment (GoodputWatchdog always fires: it proves the pipeline works).", "short",
               (Query('sum by (alertname, severity, deployment, tier) (ALERTS{alertstate="firing"})', ""),),
               kind="table"),
         Panel(ids.FLEET_EXPORTERS_UP, "Exporters up", "Prometheus's scrape health of goodput's exporters; 0 means "
@@ -385,7 +385,7 @@ def annotation_queries(n: Names) -> dict[str, str]:
     return {
         # Grafana takes the value as the event time in milliseconds ("series value as timestamp")
         "Releases": f'{n.r(RELEASE_RULE)}{{deployment=~"$deployment|\\\\*"}} * 1000',
-        "Firing alerts": 'ALERTS{alertstate="firing",alertname!="Watchdog",deployment=~"$deployment"}',
+        "Firing alerts": 'ALERTS{alertstate="firing",alertname!="GoodputWatchdog",deployment=~"$deployment"}',
     }
 
 

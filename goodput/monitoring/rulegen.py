@@ -38,12 +38,16 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.monitoring.placeholders import Knob, fill, mark, params
 
-__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "dump", "knobs", "load_spec", "templates", "write"]
+__all__ = ["ALERTS", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump", "knobs", "load_spec", "templates",
+           "write"]
 
+# always firing, to prove the pipeline works: named apart from kube-prometheus' own `Watchdog` (which its chart routes
+# to a null receiver), and of severity `none` as that one is, since its InfoInhibitor silences every `info` alert
+WATCHDOG = "GoodputWatchdog"
 ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
           "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow", "LLMEngineDown", "LLMExporterDown", "LLMGPULost",
           "LLMGPUXidErrors", "LLMTenantAtQuota", "LLMOverloadProtectionNotHoldingP0", "LLMOverloadProtectionEngaged",
-          "LLMCircuitOpen", "Watchdog")
+          "LLMCircuitOpen", WATCHDOG)
 # alerts about a deployment's queue and latency, silenced while its engine or GPU is down
 SYMPTOMS = ("LLMQueueWaitRisingReplicasShort", "LLMTTFTSLOBreachWithRejects", "LLMKVCacheAllocationFailures",
             "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow")
@@ -562,7 +566,7 @@ def _alert_rules(b: _Builder) -> dict:
         b.alert("LLMExporterDown", f"up{{{mark('exporterSelector')}}} == 0", "5m", "ticket",
                 "A goodput exporter is down: its part of the fleet is invisible.",
                 "Prometheus cannot scrape {{ $labels.job }} at {{ $labels.instance }}."),
-        b.alert("Watchdog", "vector(1)", "0m", "info", "Always firing: proves the alerting pipeline works.",
+        b.alert(WATCHDOG, "vector(1)", "0m", "none", "Always firing: proves the alerting pipeline works.",
                 "This alert fires all the time. If it stops arriving, Prometheus or Alertmanager is broken."),
     ]
     return {"groups": [{"name": "llm.alerts", "rules": alerts}]}
@@ -585,6 +589,7 @@ def _alertmanager(spec: Spec) -> dict:
                 {"matchers": ['severity="page"', 'tier="P2"'], "receiver": "ticket"},  # offline work does not wake anyone
                 {"matchers": ['severity="page"'], "receiver": "pager"},
                 {"matchers": ['severity="ticket"'], "receiver": "ticket"},
+                {"matchers": [f'alertname="{WATCHDOG}"'], "receiver": "log"},
                 {"matchers": ['severity="info"'], "receiver": "log"},
             ],
         },
