@@ -88,12 +88,24 @@ def _selector(component: str) -> dict[str, str]:
 
 # --- Prometheus: rules, engine PodMonitors, exporter ServiceMonitors -------------------------------------------
 
+def _in_namespace(rule: dict, namespace: str) -> dict:
+    """An alerting rule whose alerts carry ``namespace: <goodput's namespace>``: the operator's default matcher
+    strategy (OnNamespace) adds ``namespace="<the AlertmanagerConfig's namespace>"`` to its routes and inhibit rules,
+    so only alerts with that label reach goodput's receivers (and no other team's alert does). The engine pod's own
+    namespace, where an alert had one, gives way; its ``pod`` label still names it."""
+    if not isinstance(rule, dict) or "alert" not in rule:  # a recording rule (or a malformed one, for promtool)
+        return rule
+    return {**rule, "labels": {**(rule.get("labels") or {}), "namespace": namespace}}
+
+
 def prometheus_rule(s: Settings, file_name: str, rules: dict) -> dict[str, Any]:
     """One PrometheusRule per rule file (``llm.rules.yaml`` -> ``goodput-llm``, the mixin's
-    ``prometheus_alerts.yaml`` -> ``goodput-prometheus-alerts``), its groups verbatim."""
+    ``prometheus_alerts.yaml`` -> ``goodput-prometheus-alerts``), its groups verbatim but for the alerts' namespace."""
     stem = file_name.removesuffix(".yaml").removesuffix(".rules").replace("_", "-").lower()
+    groups = [{**g, "rules": [_in_namespace(r, s.namespace) for r in g["rules"]]}
+              if isinstance(g, dict) and isinstance(g.get("rules"), list) else g for g in rules["groups"]]
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-            "metadata": _meta(s, f"goodput-{stem}", "rules"), "spec": {"groups": rules["groups"]}}
+            "metadata": _meta(s, f"goodput-{stem}", "rules"), "spec": {"groups": groups}}
 
 
 def _target_relabelings() -> list[dict[str, Any]]:
