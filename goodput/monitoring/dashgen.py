@@ -372,9 +372,12 @@ PANELS: dict[ids.Board, Callable[[Names], list[Panel]]] = {
 def variable_queries(n: Names) -> dict[str, str]:
     """Template variable -> its ``label_values`` query, each chained on the ones before it."""
     gw = n.m("llm_gateway_requests_total")
+    # a family every engine dialect has, from the engine exporter or the normalization rules alike (llm_engine_up
+    # is the exporter's alone: on Kubernetes, engines scraped directly would leave the variables empty)
+    engines = n.m("llm_requests_waiting")
     return {
-        "model": f"label_values({n.m('llm_engine_up')}, model)",
-        "deployment": f'label_values({n.m("llm_engine_up")}{{model=~"$model"}}, deployment)',
+        "model": f"label_values({engines}, model)",
+        "deployment": f'label_values({engines}{{model=~"$model"}}, deployment)',
         "tier": f'label_values({gw}{{deployment=~"$deployment"}}, tier)',
         "tenant": f'label_values({gw}{{deployment=~"$deployment",tier=~"$tier"}}, tenant)',
         "route": f'label_values({gw}{{deployment=~"$deployment",tier=~"$tier"}}, route)',
