@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -371,6 +372,10 @@ def manifests(s: Settings, rule_files: dict[str, dict], alertmanager: dict, aler
         "request-exporter.yaml": request_exporter(s),
         "gpu-exporter.yaml": gpu_exporter(s),
     }
+    names = Counter(o["metadata"]["name"] for o in files["prometheusrules.yaml"])
+    if max(names.values()) > 1:  # a.b.yaml and a_b.yaml, or a plan.rules.yaml beside --plan: one would replace the other
+        raise ConfigError("--rules", "", f"two PrometheusRules would be named {names.most_common(1)[0][0]}; rename a "
+                                         f"rule file")
     if policies:
         files["keda-scaledobjects.yaml"] = [keda_manifest(p, s.serving_namespace, s.prometheus) for p in policies]
     files["kustomization.yaml"] = [{"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",

@@ -268,6 +268,19 @@ def test_loopback_receivers_are_refused_unless_allowed(tmp_path, capsys):
     assert main([*args, "--alertmanager", str(tmp_path / "am.yaml")]) == 0
 
 
+def test_two_rule_files_that_would_make_one_prometheus_rule_are_refused(tmp_path, capsys):
+    rules = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", rules, ignore=shutil.ignore_patterns("tests"))
+    shutil.copy(rules / "llm.rules.yaml", rules / "plan.rules.yaml")  # goodput-plan, as --plan's own
+    (tmp_path / "plan.yaml").write_text(PLAN)
+    assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(rules), "--image", IMAGE,
+                 "--dashboards", str(REPO / "dashboards"), "--allow-loopback-receivers",
+                 "--plan", str(tmp_path / "plan.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "two PrometheusRules would be named goodput-plan" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_image_is_required(tmp_path, capsys):
     """No goodput image is published: a default would be an image the cluster cannot pull."""
     with pytest.raises(SystemExit) as e:
