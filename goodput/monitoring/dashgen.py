@@ -215,10 +215,15 @@ def _deployment(n: Names) -> list[Panel]:
               "percentunit", (Query(f"{n.r('deployment_tier_reason:llm_gateway_rejections:ratio_rate5m')}{dt}",
                                     "{{reason}} {{deployment}} {{tier}}"),)),
         *_kv_transfer(n),
-        Panel(ids.DEPLOYMENT_ENGINES_UP, "Engines up and replicas", "Per replica, 1 when the engine exporter's last "
-              "scrape of it succeeded (LLMEngineDown); and the deployment's desired and available replicas.", "short",
+        Panel(ids.DEPLOYMENT_ENGINES_UP, "Engines up and replicas", "Per replica, 1 when the last scrape of its "
+              "engine succeeded, the engine exporter's or Prometheus' own where it scrapes the engines directly "
+              "(LLMEngineDown); and the deployment's desired (from the plan) and available replicas.", "short",
               (Query(f"{n.m('llm_engine_up')}{d}", "{{replica}} up"),
-               Query(f"max by (deployment, state) ({n.m('llm_deployment_replicas')}{d})", "{{state}} {{deployment}}"))),
+               Query(f'up{{deployment=~"$deployment",replica!=""}} unless on (deployment, replica) '
+                     f"{n.m('llm_engine_up')}", "{{replica}} up (scraped directly)"),
+               Query(f"max by (deployment) ({n.m('llm_deployment_replicas')}"
+                     f'{{state="desired",deployment=~"$deployment"}})', "desired {{deployment}}"),
+               Query(f"{n.r('deployment:llm_replicas_available:max')}{d}", "available {{deployment}}"))),
     ]
 
 
