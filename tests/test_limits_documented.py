@@ -25,7 +25,7 @@ LIMITS = {
                     disaggfile.MAX_LINK_LATENCY_MS],
     "loadtest.md": [loadtest_cli.MAX_IN_FLIGHT, loadtest_cli.MAX_DURATION_S, MAX_IMPORT_BYTES, jsonfile.MAX_JSON_BYTES,
                     jsonfile.MAX_DEPTH],
-    "kubernetes.md": [deploy_cli.MAX_LABEL, deploy_cli.MAX_IMAGE, kubernetes.MAX_CONFIG_MAP_BYTES],
+    "kubernetes.md": [deploy_cli.MAX_LABEL, deploy_cli.MAX_RELEASE, deploy_cli.MAX_IMAGE, kubernetes.MAX_CONFIG_MAP_BYTES],
     "metrics-stores.md": [promendpoint.MAX_SECRET_BYTES, promendpoint.MAX_HEADERS],
     "review.md": [week.MAX_WEEKS_BEFORE, week.MAX_TENANTS, week.MAX_TENANT_POINTS, promapi.MAX_ANSWER_BYTES,
                   promapi.CONNECT_TIMEOUT_S],

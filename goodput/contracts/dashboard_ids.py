@@ -66,7 +66,7 @@ ALERT_PANELS: dict[str, tuple[Board, int, tuple[str, ...]]] = {
     "LLMOverloadProtectionNotHoldingP0": (TENANTS, TENANTS_OVERLOAD_ACTIONS, ("deployment",)),
     "LLMOverloadProtectionEngaged": (TENANTS, TENANTS_OVERLOAD_ACTIONS, ("deployment",)),
     "LLMCircuitOpen": (TENANTS, TENANTS_FALLBACK_PATHS, ()),
-    "Watchdog": (FLEET, FLEET_FIRING_ALERTS, ()),
+    "GoodputWatchdog": (FLEET, FLEET_FIRING_ALERTS, ()),
 }
 
 

@@ -18,24 +18,32 @@ from goodput.foundation.errors import ConfigError
 
 __all__ = ["register"]
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
-MAX_LABEL = 63  # Kubernetes' limit on a namespace name and on a label value
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # RFC 1123 label: a namespace name
+# Helm's release names: a DNS-1123 subdomain of at most 53 characters (Helm derives 63-character names from it)
+_RELEASE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# the image reference grammar (distribution/reference): [domain[:port]/]path-component(/path-component)*[:tag][@digest]
+_HOST_PART = r"(?:[A-Za-z0-9]|[A-Za-z0-9][-A-Za-z0-9]*[A-Za-z0-9])"
+_DOMAIN = rf"{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+MAX_LABEL = 63  # Kubernetes' limit on a namespace name
+MAX_RELEASE = 53  # Helm's limit on a release name
 MAX_IMAGE = 255
 
 
 def _checked(pattern: re.Pattern, limit: int, what: str):
+    """The whole value matches (``fullmatch``: a trailing newline is refused, which ``$`` would let through)."""
     def parse(text: str) -> str:
-        if len(text) > limit or not pattern.match(text):
+        if len(text) > limit or not pattern.fullmatch(text):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what} (at most {limit} characters)")
         return text
     return parse
 
 
 namespace = _checked(_DNS_LABEL, MAX_LABEL, "a namespace name (lower-case letters, digits and '-')")
-label_value = _checked(_LABEL_VALUE, MAX_LABEL, "a label value (letters, digits, '-', '_', '.')")
-image = _checked(_IMAGE, MAX_IMAGE, "a container image reference")
+release = _checked(_RELEASE, MAX_RELEASE, "a Helm release name (lower-case letters, digits, '-' and '.')")
+image = _checked(_IMAGE, MAX_IMAGE, "a container image reference ([registry[:port]/]name[:tag][@digest])")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,10 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="namespace of goodput's objects (default goodput)")
     k.add_argument("--serving-namespace", type=namespace, default=None, metavar="NAMESPACE",
                    help="namespace of the engines' Deployments, where KEDA's ScaledObjects go (default: --namespace)")
-    k.add_argument("--image", type=image, default=f"goodput:{__version__}",
-                   help=f"the goodput image the exporters run (default goodput:{__version__}; docs/kubernetes.md "
-                        f"builds it)")
-    k.add_argument("--release", type=label_value, default="kube-prometheus-stack", metavar="NAME",
+    k.add_argument("--image", type=image, required=True,
+                   help=f"the goodput image the exporters run, in a registry the cluster pulls from (required: no "
+                        f"image is published; docs/kubernetes.md builds one, e.g. REGISTRY/goodput:{__version__})")
+    k.add_argument("--release", type=release, default="kube-prometheus-stack", metavar="NAME",
                    help="kube-prometheus-stack's Helm release name: the `release` label its selectors match "
                         "(default kube-prometheus-stack)")
     k.add_argument("--rules", type=Path, default=Path("rules"), metavar="DIR",
@@ -67,6 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="directory of the generated dashboard *.json (default dashboards/)")
     k.add_argument("--targets", type=Path, default=None, metavar="FILE",
                    help="engine exporter targets in Prometheus file_sd format, for its ConfigMap (default: none)")
+    k.add_argument("--plan", type=Path, default=None, metavar="plan.yaml",
+                   help="the capacity plan (`goodput plan replicas`) as a PrometheusRule recording each deployment's "
+                        "per-replica goodput: without it the replicas-short page cannot fire")
+    k.add_argument("--allow-loopback-receivers", action="store_true",
+                   help="write the AlertmanagerConfig even though its webhook receivers are loopback (which in the "
+                        "cluster is the Alertmanager pod itself: no notification leaves it)")
     k.add_argument("--policy", type=Path, default=None, metavar="policy.yaml",
                    help="write KEDA ScaledObjects for this policy (from `goodput plan autoscale`)")
     k.add_argument("--prometheus", type=http_url, default="http://prometheus-operated.monitoring.svc:9090", metavar="URL",
@@ -161,15 +175,23 @@ def _kubernetes(args: argparse.Namespace) -> int:
         from goodput.plan.autoscale import DeploymentPolicy
         from goodput.plan.policyfile import load_policy_file
         policies = [DeploymentPolicy(name, p) for name, p in load_policy_file(args.policy).items()]
+    loopback = _loopback_receivers(am)
+    if loopback and not args.allow_loopback_receivers:
+        raise ConfigError(str(am_path), "receivers", f"{', '.join(loopback)} are loopback, which in the cluster is the "
+                                                     f"Alertmanager pod itself: point them at your pager in "
+                                                     f"rules/slos.yaml and regenerate (or --allow-loopback-receivers)")
+    plan = None
+    if args.plan is not None:
+        from goodput.exporters.config import read_plan
+        plan = read_plan(args.plan)
     files = manifests(settings, rule_files, am, str(am_path), _dashboards(args.dashboards),
-                      _targets(args.targets), policies)
+                      _targets(args.targets), policies, plan)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, objects in files.items():
         (args.out / name).write_text(_dump(objects), encoding="utf-8")
-    loopback = _loopback_receivers(am)
-    if loopback:
-        print(f"goodput: warning: {am_path}: receivers {', '.join(loopback)} are loopback, which in the cluster is "
-              f"the Alertmanager pod itself; point them at your pager in rules/slos.yaml and regenerate",
+    if plan is None:
+        print("goodput: warning: no --plan: nothing in the cluster records llm_capacity_replica_goodput_tokens_per_second"
+              ", so deployment:llm_replicas_required:ceil is empty and LLMQueueWaitRisingReplicasShort cannot fire",
               file=sys.stderr)
     kinds = Counter(o["kind"] for objects in files.values() for o in objects)
     if args.format == "json":

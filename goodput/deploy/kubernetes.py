@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from goodput.contracts.catalog import by_name
+from goodput.exporters.config import PlanEntry
 from goodput.foundation.errors import ConfigError
 from goodput.plan.autoscale import DeploymentPolicy, keda_manifest
 
 __all__ = ["DEPLOYMENT_LABEL", "ENGINES", "ENGINE_LABEL", "Engine", "JOB_LABEL", "MAX_CONFIG_MAP_BYTES",
-           "POD_RESOURCES_DIR", "Settings", "manifests",
-           "parse_matcher"]
+           "PLAN_GOODPUT", "PLAN_REPLICAS", "POD_RESOURCES_DIR", "Settings", "manifests", "parse_matcher", "plan_rule"]
 
 DEPLOYMENT_LABEL = "goodput.dev/deployment"  # on every engine pod: the serving pool it belongs to
 ENGINE_LABEL = "goodput.dev/engine"  # vllm, sglang, tgi or triton: which PodMonitor scrapes it
@@ -29,6 +31,8 @@ POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 TARGETS_MOUNT = "/etc/goodput/targets"
 TRACE_STORE_MOUNT = "/var/lib/goodput/traces"
 TRACE_STORE_SIZE = "50Gi"  # the request exporter's Parquet store and write-ahead log
+PLAN_GOODPUT = by_name("llm_capacity_replica_goodput_tokens_per_second").name
+PLAN_REPLICAS = by_name("llm_deployment_replicas").name
 UID = 65532  # the image's unprivileged user
 MAX_CONFIG_MAP_BYTES = 1_048_576  # Kubernetes refuses a larger ConfigMap (its data, as etcd stores it)
 
@@ -85,12 +89,24 @@ def _selector(component: str) -> dict[str, str]:
 
 # --- Prometheus: rules, engine PodMonitors, exporter ServiceMonitors -------------------------------------------
 
+def _in_namespace(rule: dict, namespace: str) -> dict:
+    """An alerting rule whose alerts carry ``namespace: <goodput's namespace>``: the operator's default matcher
+    strategy (OnNamespace) adds ``namespace="<the AlertmanagerConfig's namespace>"`` to its routes and inhibit rules,
+    so only alerts with that label reach goodput's receivers (and no other team's alert does). The engine pod's own
+    namespace, where an alert had one, gives way; its ``pod`` label still names it."""
+    if not isinstance(rule, dict) or "alert" not in rule:  # a recording rule (or a malformed one, for promtool)
+        return rule
+    return {**rule, "labels": {**(rule.get("labels") or {}), "namespace": namespace}}
+
+
 def prometheus_rule(s: Settings, file_name: str, rules: dict) -> dict[str, Any]:
     """One PrometheusRule per rule file (``llm.rules.yaml`` -> ``goodput-llm``, the mixin's
-    ``prometheus_alerts.yaml`` -> ``goodput-prometheus-alerts``), its groups verbatim."""
+    ``prometheus_alerts.yaml`` -> ``goodput-prometheus-alerts``), its groups verbatim but for the alerts' namespace."""
     stem = file_name.removesuffix(".yaml").removesuffix(".rules").replace("_", "-").lower()
+    groups = [{**g, "rules": [_in_namespace(r, s.namespace) for r in g["rules"]]}
+              if isinstance(g, dict) and isinstance(g.get("rules"), list) else g for g in rules["groups"]]
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-            "metadata": _meta(s, f"goodput-{stem}", "rules"), "spec": {"groups": rules["groups"]}}
+            "metadata": _meta(s, f"goodput-{stem}", "rules"), "spec": {"groups": groups}}
 
 
 def _target_relabelings() -> list[dict[str, Any]]:
@@ -131,6 +147,22 @@ def service_monitor(s: Settings, exporter: _Exporter) -> dict[str, Any]:
         "spec": {"selector": {"matchLabels": _selector(exporter.name)}, "jobLabel": JOB_LABEL,
                  "namespaceSelector": {"matchNames": [s.namespace]}, "endpoints": [endpoint]},
     }
+
+
+def plan_rule(s: Settings, plan: list[PlanEntry]) -> dict[str, Any]:
+    """The capacity plan (``plan.yaml``) as recorded series, what the engine exporter publishes from ``--plan``:
+    per deployment ``llm_capacity_replica_goodput_tokens_per_second`` (``deployment:llm_replicas_required:ceil``
+    divides the demand by it) and, where the plan gives it, ``llm_deployment_replicas{state="desired"}``. Recorded
+    by Prometheus, they need no process in the scrape path; re-apply after ``goodput plan replicas`` changes the plan."""
+    rules: list[dict[str, Any]] = []
+    for e in plan:
+        rules.append({"record": PLAN_GOODPUT, "expr": f"vector({e.goodput_tokens_per_s!r})",
+                      "labels": {"deployment": e.name}})
+        if e.desired_replicas is not None:
+            rules.append({"record": PLAN_REPLICAS, "expr": f"vector({e.desired_replicas})",
+                          "labels": {"deployment": e.name, "state": "desired"}})
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": _meta(s, "goodput-plan", "rules"), "spec": {"groups": [{"name": "llm.plan", "rules": rules}]}}
 
 
 # --- Alertmanager --------------------------------------------------------------------------------------------
@@ -323,13 +355,15 @@ def gpu_exporter(s: Settings) -> list[dict[str, Any]]:
 # --- everything ----------------------------------------------------------------------------------------------
 
 def manifests(s: Settings, rule_files: dict[str, dict], alertmanager: dict, alertmanager_source: str,
-              dashboards: dict[str, str], targets: list, policies: list[DeploymentPolicy]) -> dict[str, list[dict]]:
+              dashboards: dict[str, str], targets: list, policies: list[DeploymentPolicy],
+              plan: list[PlanEntry] | None = None) -> dict[str, list[dict]]:
     """File name -> the objects it holds, in the order ``kubectl apply -k`` should see them; the
     kustomization.yaml lists every file (its own namespace field stays unset: each object names its own)."""
     files: dict[str, list[dict]] = {
         "namespace.yaml": [{"apiVersion": "v1", "kind": "Namespace",
                             "metadata": {"name": s.namespace, "labels": {"app.kubernetes.io/part-of": "goodput"}}}],
-        "prometheusrules.yaml": [prometheus_rule(s, name, doc) for name, doc in sorted(rule_files.items())],
+        "prometheusrules.yaml": [prometheus_rule(s, name, doc) for name, doc in sorted(rule_files.items())]
+        + ([plan_rule(s, plan)] if plan else []),
         "podmonitors.yaml": [pod_monitor(s, e) for e in ENGINES],
         "servicemonitors.yaml": [service_monitor(s, e) for e in (GPU, ENGINE, REQUESTS)],
         "alertmanagerconfig.yaml": [alertmanager_config(s, alertmanager, alertmanager_source)],
@@ -338,6 +372,10 @@ def manifests(s: Settings, rule_files: dict[str, dict], alertmanager: dict, aler
         "request-exporter.yaml": request_exporter(s),
         "gpu-exporter.yaml": gpu_exporter(s),
     }
+    names = Counter(o["metadata"]["name"] for o in files["prometheusrules.yaml"])
+    if max(names.values()) > 1:  # a.b.yaml and a_b.yaml, or a plan.rules.yaml beside --plan: one would replace the other
+        raise ConfigError("--rules", "", f"two PrometheusRules would be named {names.most_common(1)[0][0]}; rename a "
+                                         f"rule file")
     if policies:
         files["keda-scaledobjects.yaml"] = [keda_manifest(p, s.serving_namespace, s.prometheus) for p in policies]
     files["kustomization.yaml"] = [{"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",

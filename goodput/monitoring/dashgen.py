@@ -157,7 +157,7 @@ def _fleet(n: Names) -> list[Panel]:
                         Query(f"{n.r('deployment:llm_replicas_required:ceil')}{_sel('deployment')}",
                               "required {{deployment}}"))),
         Panel(ids.FLEET_FIRING_ALERTS, "Firing alerts", "Alerts Prometheus evaluates as firing now, by name, "
-              "severity and deployment (Watchdog always fires: it proves the pipeline works).", "short",
+              "severity and deployment (GoodputWatchdog always fires: it proves the pipeline works).", "short",
               (Query('sum by (alertname, severity, deployment, tier) (ALERTS{alertstate="firing"})', ""),),
               kind="table"),
         Panel(ids.FLEET_EXPORTERS_UP, "Exporters up", "Prometheus's scrape health of goodput's exporters; 0 means "
@@ -215,10 +215,15 @@ def _deployment(n: Names) -> list[Panel]:
               "percentunit", (Query(f"{n.r('deployment_tier_reason:llm_gateway_rejections:ratio_rate5m')}{dt}",
                                     "{{reason}} {{deployment}} {{tier}}"),)),
         *_kv_transfer(n),
-        Panel(ids.DEPLOYMENT_ENGINES_UP, "Engines up and replicas", "Per replica, 1 when the engine exporter's last "
-              "scrape of it succeeded (LLMEngineDown); and the deployment's desired and available replicas.", "short",
+        Panel(ids.DEPLOYMENT_ENGINES_UP, "Engines up and replicas", "Per replica, 1 when the last scrape of its "
+              "engine succeeded, the engine exporter's or Prometheus' own where it scrapes the engines directly "
+              "(LLMEngineDown); and the deployment's desired (from the plan) and available replicas.", "short",
               (Query(f"{n.m('llm_engine_up')}{d}", "{{replica}} up"),
-               Query(f"max by (deployment, state) ({n.m('llm_deployment_replicas')}{d})", "{{state}} {{deployment}}"))),
+               Query(f'up{{deployment=~"$deployment",replica!=""}} unless on (deployment, replica) '
+                     f"{n.m('llm_engine_up')}", "{{replica}} up (scraped directly)"),
+               Query(f"max by (deployment) ({n.m('llm_deployment_replicas')}"
+                     f'{{state="desired",deployment=~"$deployment"}})', "desired {{deployment}}"),
+               Query(f"{n.r('deployment:llm_replicas_available:max')}{d}", "available {{deployment}}"))),
     ]
 
 
@@ -372,9 +377,12 @@ PANELS: dict[ids.Board, Callable[[Names], list[Panel]]] = {
 def variable_queries(n: Names) -> dict[str, str]:
     """Template variable -> its ``label_values`` query, each chained on the ones before it."""
     gw = n.m("llm_gateway_requests_total")
+    # a family every engine dialect has, from the engine exporter or the normalization rules alike (llm_engine_up
+    # is the exporter's alone: on Kubernetes, engines scraped directly would leave the variables empty)
+    engines = n.m("llm_requests_waiting")
     return {
-        "model": f"label_values({n.m('llm_engine_up')}, model)",
-        "deployment": f'label_values({n.m("llm_engine_up")}{{model=~"$model"}}, deployment)',
+        "model": f"label_values({engines}, model)",
+        "deployment": f'label_values({engines}{{model=~"$model"}}, deployment)',
         "tier": f'label_values({gw}{{deployment=~"$deployment"}}, tier)',
         "tenant": f'label_values({gw}{{deployment=~"$deployment",tier=~"$tier"}}, tenant)',
         "route": f'label_values({gw}{{deployment=~"$deployment",tier=~"$tier"}}, route)',
@@ -385,7 +393,7 @@ def annotation_queries(n: Names) -> dict[str, str]:
     return {
         # Grafana takes the value as the event time in milliseconds ("series value as timestamp")
         "Releases": f'{n.r(RELEASE_RULE)}{{deployment=~"$deployment|\\\\*"}} * 1000',
-        "Firing alerts": 'ALERTS{alertstate="firing",alertname!="Watchdog",deployment=~"$deployment"}',
+        "Firing alerts": 'ALERTS{alertstate="firing",alertname!="GoodputWatchdog",deployment=~"$deployment"}',
     }
 
 

@@ -38,15 +38,22 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.monitoring.placeholders import Knob, fill, mark, params
 
-__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "dump", "knobs", "load_spec", "templates", "write"]
+__all__ = ["ALERTS", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump", "knobs", "load_spec", "templates",
+           "write"]
 
+# always firing, to prove the pipeline works: named apart from kube-prometheus' own `Watchdog` (which its chart routes
+# to a null receiver), and of severity `none` as that one is, since its InfoInhibitor silences every `info` alert
+WATCHDOG = "GoodputWatchdog"
 ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
           "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow", "LLMEngineDown", "LLMExporterDown", "LLMGPULost",
           "LLMGPUXidErrors", "LLMTenantAtQuota", "LLMOverloadProtectionNotHoldingP0", "LLMOverloadProtectionEngaged",
-          "LLMCircuitOpen", "Watchdog")
+          "LLMCircuitOpen", WATCHDOG)
 # alerts about a deployment's queue and latency, silenced while its engine or GPU is down
 SYMPTOMS = ("LLMQueueWaitRisingReplicasShort", "LLMTTFTSLOBreachWithRejects", "LLMKVCacheAllocationFailures",
             "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow")
+# the engines Prometheus scrapes itself (goodput deploy kubernetes' PodMonitors, or any scrape config that sets the
+# target labels the normalization rules need): liveness and replica counts where no engine exporter is in the path
+ENGINE_TARGETS = 'up{deployment!="", replica!=""}'
 RULE_FILES = ("llm.rules.yaml", "slo.rules.yaml", "gpu.rules.yaml", "alerts.rules.yaml")
 # SRE workbook multi-window, multi-burn-rate table (30-day budget): alert, severity, long and short window, burn
 # factor, `for`. A page also needs the burn over PAGE_RESET: it is for a burn that is happening now, and lets go five
@@ -346,8 +353,11 @@ def _llm_rules(b: _Builder) -> dict:
         b.record("deployment:llm_preemptions:rate5m", "sum by (deployment) (rate(llm_preemptions_total[5m]))"),
         b.record("deployment:llm_gateway_kv_capacity_rejections:rate5m",
                  'sum by (deployment) (rate(llm_gateway_rejections_total{reason="kv_capacity"}[5m]))'),
+        # the engine exporter's count where it is in the scrape path, else the engines Prometheus scrapes directly
+        # (a PodMonitor's targets carry deployment and replica) that answer: a pod still loading is not available
         b.record("deployment:llm_replicas_available:max",
-                 'max by (deployment) (llm_deployment_replicas{state="available"})'),
+                 'max by (deployment) (llm_deployment_replicas{state="available"})\nor\n'
+                 f"sum by (deployment) ({ENGINE_TARGETS})"),
         b.record("deployment:llm_replicas_required:ceil",
                  f"ceil(\n  {TOKENS_RATE}\n  / on (deployment)\n"
                  f"  max by (deployment) (llm_capacity_replica_goodput_tokens_per_second)\n"
@@ -549,13 +559,14 @@ def _alert_rules(b: _Builder) -> dict:
             'deployment:llm_replicas_required:ceil{deployment=%q}" $b $b | query }}{{ . | first | value }}'
             "{{ else }}unknown{{ end }} replicas over what its arrivals require{{ else }}no backup takes its traffic: "
             "{{ $value | humanize }} requests/s are refused (circuit_open){{ end }}."),
-        b.alert("LLMEngineDown", "llm_engine_up == 0", "2m", "page", "An inference engine does not answer its scrape.",
-                "Replica {{ $labels.replica }} of {{ $labels.deployment }} ({{ $labels.model }}) has not answered "
-                "the engine exporter for 2 minutes."),
+        b.alert("LLMEngineDown", f"llm_engine_up == 0\nor\n(\n  {ENGINE_TARGETS} == 0\n  unless on (deployment, replica)\n"
+                "  llm_engine_up\n)", "2m", "page", "An inference engine does not answer its scrape.",
+                "Replica {{ $labels.replica }} of {{ $labels.deployment }}{{ with $labels.model }} ({{ . }}){{ end }} "
+                "has not answered its scrape (the engine exporter's, or Prometheus' own) for 2 minutes."),
         b.alert("LLMExporterDown", f"up{{{mark('exporterSelector')}}} == 0", "5m", "ticket",
                 "A goodput exporter is down: its part of the fleet is invisible.",
                 "Prometheus cannot scrape {{ $labels.job }} at {{ $labels.instance }}."),
-        b.alert("Watchdog", "vector(1)", "0m", "info", "Always firing: proves the alerting pipeline works.",
+        b.alert(WATCHDOG, "vector(1)", "0m", "none", "Always firing: proves the alerting pipeline works.",
                 "This alert fires all the time. If it stops arriving, Prometheus or Alertmanager is broken."),
     ]
     return {"groups": [{"name": "llm.alerts", "rules": alerts}]}
@@ -578,6 +589,7 @@ def _alertmanager(spec: Spec) -> dict:
                 {"matchers": ['severity="page"', 'tier="P2"'], "receiver": "ticket"},  # offline work does not wake anyone
                 {"matchers": ['severity="page"'], "receiver": "pager"},
                 {"matchers": ['severity="ticket"'], "receiver": "ticket"},
+                {"matchers": [f'alertname="{WATCHDOG}"'], "receiver": "log"},
                 {"matchers": ['severity="info"'], "receiver": "log"},
             ],
         },

@@ -104,7 +104,7 @@ def test_overview_live_figures_equal_promql(monkeypatch, store, live):
     demand = table.loc["rag", "demand_tokens_per_s"]
     assert math.isclose(demand, TOKENS_PER_S[("rag", "P1", "rag")], rel_tol=0.2), demand
     alerts = frame(at, "alert", "runbook")
-    assert "Watchdog" in set(alerts["alert"])  # Alertmanager's API, read live
+    assert "GoodputWatchdog" in set(alerts["alert"])  # Alertmanager's API, read live
     down = alerts[alerts["alert"] == "LLMEngineDown"]
     assert list(down["runbook"]) == ["LLMEngineDown"]
     # the paging alert's runbook, from the repository, is open on the page

@@ -6,6 +6,7 @@ landing on every object; bad input refused in one line."""
 import copy
 import functools
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -50,13 +51,23 @@ deployments:
     waiting_per_replica: 6.5
     inflight_per_replica: 40.0
 """
+PLAN = """plan_version: 1
+deployments:
+  chat-8b: {replica_goodput_tokens_per_second: 5200, desired_replicas: 4}
+  rag-70b: {replica_goodput_tokens_per_second: 1250.5}
+"""
 TARGETS = [{"targets": ["vllm-0.llm-serving.svc:8000", "vllm-1.llm-serving.svc:8000"],
             "labels": {"deployment": "chat-8b", "engine": "vllm"}}]
 
 
+IMAGE = "registry.example.com/goodput:0.1.0"
+
+
 def _run(tmp, *extra):
+    """The repository's rules/alertmanager.yaml has the demo's loopback webhooks: allowed here, refused by default."""
+    image = [] if "--image" in extra else ["--image", IMAGE]
     return main(["deploy", "kubernetes", "--out", str(tmp), "--rules", str(REPO / "rules"),
-                 "--dashboards", str(REPO / "dashboards"), *extra])
+                 "--dashboards", str(REPO / "dashboards"), "--allow-loopback-receivers", *image, *extra])
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +75,10 @@ def out(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("k8s")
     (tmp / "policy.yaml").write_text(POLICY)
     (tmp / "targets.yaml").write_text(yaml.safe_dump(TARGETS))
+    (tmp / "plan.yaml").write_text(PLAN)
     assert _run(tmp / "out", "--namespace", FLAGS["namespace"], "--serving-namespace", FLAGS["serving"],
                 "--image", FLAGS["image"], "--release", FLAGS["release"], "--policy", str(tmp / "policy.yaml"),
-                "--targets", str(tmp / "targets.yaml")) == 0
+                "--targets", str(tmp / "targets.yaml"), "--plan", str(tmp / "plan.yaml")) == 0
     return tmp / "out"
 
 
@@ -140,14 +152,30 @@ def test_a_broken_object_fails_validation(out, kind, what, brk):
         validate(obj)
 
 
+def _as_generated(spec, namespace):
+    """A PrometheusRule's groups less the namespace label deploy adds to every alert (and only to alerts)."""
+    spec = copy.deepcopy(spec)
+    for g in spec["groups"]:
+        for r in g["rules"]:
+            if "alert" in r:
+                assert r["labels"].pop("namespace") == namespace, r["alert"]
+            else:
+                assert "namespace" not in r.get("labels", {}), r["record"]
+    return spec
+
+
 @needs("promtool")
 def test_each_prometheus_rule_passes_promtool_and_every_generated_rule_file_has_one(out, tmp_path):
     rules = {o["metadata"]["name"]: o["spec"] for o in _kind(out, "PrometheusRule")}
     files = sorted(p.name for p in (REPO / "rules").glob("*.rules.yaml"))
-    assert sorted(rules) == sorted(f"goodput-{f.removesuffix('.rules.yaml')}" for f in files)
+    assert sorted(rules) == sorted([f"goodput-{f.removesuffix('.rules.yaml')}" for f in files] + ["goodput-plan"])
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(rules["goodput-plan"]))
+    r = subprocess.run(["promtool", "check", "rules", str(tmp_path / "plan.yaml")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
     for f in files:
         spec = rules[f"goodput-{f.removesuffix('.rules.yaml')}"]
-        assert spec == yaml.safe_load((REPO / "rules" / f).read_text())  # the groups verbatim
+        assert _as_generated(spec, FLAGS["namespace"]) == yaml.safe_load((REPO / "rules" / f).read_text())
         path = tmp_path / f
         path.write_text(yaml.safe_dump(spec))
         r = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
@@ -161,8 +189,8 @@ def test_a_new_generated_rule_file_joins_with_no_change(tmp_path):
     (rules / "normalize.rules.yaml").write_text(yaml.safe_dump(
         {"groups": [{"name": "llm.normalize", "rules": [{"record": "llm_requests_waiting",
                                                          "expr": "vllm:num_requests_waiting"}]}]}))
-    assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(rules),
-                 "--dashboards", str(REPO / "dashboards")]) == 0
+    assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(rules), "--image", IMAGE,
+                 "--dashboards", str(REPO / "dashboards"), "--allow-loopback-receivers"]) == 0
     names = {o["metadata"]["name"] for o in _kind(tmp_path / "out", "PrometheusRule")}
     assert "goodput-normalize" in names and "goodput-llm" in names
 
@@ -179,14 +207,87 @@ def test_the_mixins_rendering_deploys_as_it_is(tmp_path):
                                                                               for g in d["groups"]]}))
     for p in (REPO / "dashboards").glob("*.json"):
         shutil.copy(p, mixin / "dashboards")
-    assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(mixin),
-                 "--dashboards", str(mixin / "dashboards"),
+    assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(mixin), "--image", IMAGE,
+                 "--dashboards", str(mixin / "dashboards"), "--allow-loopback-receivers",
                  "--alertmanager", str(REPO / "rules" / "alertmanager.yaml")]) == 0
     rules = {o["metadata"]["name"]: o for o in _kind(tmp_path / "out", "PrometheusRule")}
     assert sorted(rules) == ["goodput-prometheus-alerts", "goodput-prometheus-rules"]
-    assert rules["goodput-prometheus-alerts"]["spec"] == alerts
+    assert _as_generated(rules["goodput-prometheus-alerts"]["spec"], "goodput") == alerts
     for o in rules.values():
         validate(o)
+
+
+@needs("promtool")
+def test_the_plan_reaches_the_cluster_as_the_series_the_required_replicas_rule_reads(out, tmp_path):
+    """--plan: a PrometheusRule recording the plan's per-replica goodput and desired replicas; with the generated
+    llm rules, promtool computes the required replicas from it (no engine exporter anywhere)."""
+    [plan] = [o for o in _kind(out, "PrometheusRule") if o["metadata"]["name"] == "goodput-plan"]
+    (tmp_path / "plan.rules.yaml").write_text(yaml.safe_dump(plan["spec"]))
+    redundancy = yaml.safe_load((REPO / "rules" / "slos.yaml").read_text())["thresholds"]["capacity_redundancy"]
+    demand = {"chat-8b": 10_000.0, "rag-70b": 6_000.0}
+    required = {d: math.ceil(t / g * redundancy) for d, t, g in
+                (("chat-8b", demand["chat-8b"], 5200), ("rag-70b", demand["rag-70b"], 1250.5))}
+    assert len(set(required.values())) == 2  # the two deployments' plans are told apart
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({
+        "rule_files": [str(tmp_path / "plan.rules.yaml"), str(REPO / "rules" / "llm.rules.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m",
+                   "input_series": [{"series": f'deployment:llm_gateway_tokens:rate5m{{deployment="{d}"}}',
+                                     "values": f"{t}x5"} for d, t in demand.items()],
+                   "promql_expr_test": [
+                       {"expr": "deployment:llm_replicas_required:ceil", "eval_time": "2m",
+                        "exp_samples": [{"labels": f'deployment:llm_replicas_required:ceil{{deployment="{d}"}}',
+                                         "value": n} for d, n in required.items()]},
+                       {"expr": "llm_deployment_replicas", "eval_time": "2m",
+                        "exp_samples": [{"labels": 'llm_deployment_replicas{deployment="chat-8b",state="desired"}',
+                                         "value": 4}]}]}]}))
+    r = subprocess.run(["promtool", "test", "rules", str(tmp_path / "t.yaml")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
+def test_without_a_plan_it_says_the_replicas_short_page_cannot_fire(tmp_path, capsys):
+    assert _run(tmp_path / "out") == 0
+    err = capsys.readouterr().err
+    assert "no --plan" in err and "LLMQueueWaitRisingReplicasShort cannot fire" in err
+    assert "goodput-plan" not in (tmp_path / "out" / "prometheusrules.yaml").read_text()
+
+
+def test_loopback_receivers_are_refused_unless_allowed(tmp_path, capsys):
+    """The demo's webhooks on 127.0.0.1 are the Alertmanager pod itself in the cluster: no page would leave it."""
+    args = ["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(REPO / "rules"),
+            "--dashboards", str(REPO / "dashboards"), "--image", IMAGE]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "alertmanager.yaml: receivers: pager (http://127.0.0.1" in err
+    assert "--allow-loopback-receivers" in err and not (tmp_path / "out").exists()
+    am = yaml.safe_load((REPO / "rules" / "alertmanager.yaml").read_text())
+    for r in am["receivers"]:
+        r["webhook_configs"][0]["url"] = f"https://hooks.example.com/{r['name']}"
+    (tmp_path / "am.yaml").write_text(yaml.safe_dump(am))
+    assert main([*args, "--alertmanager", str(tmp_path / "am.yaml")]) == 0
+
+
+def test_two_rule_files_that_would_make_one_prometheus_rule_are_refused(tmp_path, capsys):
+    rules = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", rules, ignore=shutil.ignore_patterns("tests"))
+    shutil.copy(rules / "llm.rules.yaml", rules / "plan.rules.yaml")  # goodput-plan, as --plan's own
+    (tmp_path / "plan.yaml").write_text(PLAN)
+    assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(rules), "--image", IMAGE,
+                 "--dashboards", str(REPO / "dashboards"), "--allow-loopback-receivers",
+                 "--plan", str(tmp_path / "plan.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "two PrometheusRules would be named goodput-plan" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_image_is_required(tmp_path, capsys):
+    """No goodput image is published: a default would be an image the cluster cannot pull."""
+    with pytest.raises(SystemExit) as e:
+        main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(REPO / "rules"),
+              "--dashboards", str(REPO / "dashboards"), "--allow-loopback-receivers"])
+    assert e.value.code == 2
+    assert "--image" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
 def test_the_kustomization_lists_every_file_written(out):
@@ -348,18 +449,31 @@ def test_secure_defaults_on_every_pod(out):
     (["--namespace", "Bad_NS"], "argument --namespace"),
     (["--release", "-kps"], "argument --release"),
     (["--image", "has space"], "argument --image"),
+    # each accepted by a regex ending in `$` (which matches before a final newline), and refused by Kubernetes
+    (["--namespace", "obs\n"], "argument --namespace"),
+    (["--serving-namespace", "llm\n"], "argument --serving-namespace"),
+    (["--release", "kps\n"], "argument --release"),
+    (["--image", "registry.example.com/goodput:1.2.3\n"], "argument --image"),
+    (["--release", "k" * 54], "argument --release"),  # Helm's limit is 53
+    (["--release", "Kps"], "argument --release"),  # a label value, not a Helm release name
+    (["--image", "Registry.example.com/Goodput:1"], "argument --image"),  # a repository is lower-case
+    (["--image", "goodput:"], "argument --image"),
+    (["--image", "goodput@sha256:abc"], "argument --image"),  # a digest is at least 32 hex digits
     (["--prometheus", "prometheus:9090"], "argument --prometheus"),
     (["--rules", "no/such/dir"], "no/such/dir"),
     (["--targets", "TARGETS_LIST"], "targets.yaml: expected a file_sd list"),
     (["--targets", "TARGETS_NO_DEPLOYMENT"], "no_deployment.yaml: [0].labels.deployment: is required"),
     (["--rules", "RULES_BROKEN"], "x.rules.yaml: groups: expected a non-empty list"),
+    (["--plan", "PLAN_BAD"], "bad_plan.yaml: deployments.chat.replica_goodput_tokens_per_second: expected a finite"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, says):
     (tmp_path / "targets.yaml").write_text("targets: [a:1]\n")  # goodput's own mapping, not file_sd's list
     (tmp_path / "no_deployment.yaml").write_text("- targets: [a:1]\n  labels: {engine: vllm}\n")
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "x.rules.yaml").write_text("groups: []\n")
-    given = {"TARGETS_LIST": "targets.yaml", "TARGETS_NO_DEPLOYMENT": "no_deployment.yaml", "RULES_BROKEN": "rules"}
+    (tmp_path / "bad_plan.yaml").write_text("deployments:\n  chat: {replica_goodput_tokens_per_second: .nan}\n")
+    given = {"TARGETS_LIST": "targets.yaml", "TARGETS_NO_DEPLOYMENT": "no_deployment.yaml", "RULES_BROKEN": "rules",
+             "PLAN_BAD": "bad_plan.yaml"}
     extra = [str(tmp_path / given[a]) if a in given else a for a in extra]
     with pytest.raises(SystemExit) as e:
         raise SystemExit(_run(tmp_path / "out", *extra))
@@ -369,11 +483,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, says):
     assert not (tmp_path / "out" / "kustomization.yaml").exists()
 
 
+@pytest.mark.parametrize("flag, value", [
+    ("--release", "k" * 53), ("--release", "kps.prod-1"), ("--namespace", "n" * 63),
+    ("--image", "goodput:0.1.0"), ("--image", "localhost:5000/team/goodput:v1.2.3-rc.1"),
+    ("--image", "registry.example.com/a__b/goodput@sha256:" + "0" * 64),
+    ("--image", "ghcr.io/org/goodput:1.2@sha256:" + "ab" * 32),
+])
+def test_values_kubernetes_and_helm_take_are_accepted(tmp_path, flag, value):
+    assert _run(tmp_path, flag, value) == 0
+
+
 def test_a_dashboard_too_large_for_a_config_map_is_refused_before_anything_is_written(tmp_path, capsys):
     (tmp_path / "dashboards").mkdir()
     (tmp_path / "dashboards" / "huge.json").write_text(json.dumps({"title": "x" * MAX_CONFIG_MAP_BYTES}))
     assert main(["deploy", "kubernetes", "--out", str(tmp_path / "out"), "--rules", str(REPO / "rules"),
-                 "--dashboards", str(tmp_path / "dashboards")]) == 2
+                 "--image", IMAGE, "--dashboards", str(tmp_path / "dashboards"), "--allow-loopback-receivers"]) == 2
     assert "huge.json" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
@@ -383,7 +507,8 @@ def test_help_names_every_flag(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--out", "--namespace", "--serving-namespace", "--image", "--release", "--rules", "--alertmanager",
-                 "--dashboards", "--targets", "--policy", "--prometheus", "--format"):
+                 "--dashboards", "--targets", "--plan", "--allow-loopback-receivers", "--policy", "--prometheus",
+                 "--format"):
         assert flag in out
 
 
@@ -392,7 +517,7 @@ def test_json_format_counts_the_objects(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["files"][-1] == "kustomization.yaml"
     assert report["objects"]["PodMonitor"] == len(ENGINES)
-    assert report["objects"]["PrometheusRule"] == len(list((REPO / "rules").glob("*.rules.yaml")))
+    assert report["objects"]["PrometheusRule"] == len(list((REPO / "rules").glob("*.rules.yaml")))  # no plan
 
 
 def _snake(relabel):

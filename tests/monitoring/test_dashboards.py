@@ -171,7 +171,7 @@ def test_every_alert_links_to_a_panel_with_its_labels_as_variables():
             view = query.pop("viewPanel")
             panel = next((p for p in doc["panels"] if str(p["id"]) == view), None)
             assert panel, f"{a['alert']}: {url.geturl()} names no panel of {m[1]}"
-            # the panel shows what the alert watches (Watchdog watches nothing: it links to the firing alerts)
+            # the panel shows what the alert watches (GoodputWatchdog watches nothing: it links to the firing alerts)
             shown = {n for t in panel["targets"] for n in _metric_names(t["expr"])}
             watched = _metric_names(a["expr"])
             assert shown & watched or (not watched and "ALERTS" in shown), (a["alert"], panel["title"], watched)

@@ -102,8 +102,8 @@ def test_overload_pages_and_a_dead_engine_inhibits(tmp_path):
         # the dashboard link's template, rendered by the real Prometheus
         assert page["annotations"]["dashboard"] == ("/d/goodput-deployment/llm-deployment?viewPanel=1"
                                                     "&var-deployment=chat&var-tier=P0")
-        deadline.wait(lambda: hook.alerts("log", "Watchdog"), 20, "the watchdog at the log receiver")
-        assert not hook.alerts("pager", "Watchdog")  # info goes to the log only
+        deadline.wait(lambda: hook.alerts("log", "GoodputWatchdog"), 20, "the watchdog at the log receiver")
+        assert not hook.alerts("pager", "GoodputWatchdog")  # info goes to the log only
         assert not hook.alerts("pager", "LLMEngineDown")
 
         live.kill_replica("chat", 2)

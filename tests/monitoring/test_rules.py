@@ -64,14 +64,14 @@ def test_every_alert_has_a_firing_test_and_a_silent_one():
             for case in test.get("alert_rule_test", []):
                 (fired if case.get("exp_alerts") else silent).add(case["alertname"])
     assert fired >= set(ALERTS), set(ALERTS) - fired
-    assert silent >= set(ALERTS) - {"Watchdog"}, set(ALERTS) - silent
+    assert silent >= set(ALERTS) - {"GoodputWatchdog"}, set(ALERTS) - silent
 
 
 def test_every_alert_has_the_one_shape_and_a_runbook():
     alerts = [r for r in _rules() if "alert" in r]
     assert {a["alert"] for a in alerts} == set(ALERTS)
     for a in alerts:
-        assert a["labels"]["severity"] in ("page", "ticket", "info")
+        assert a["labels"]["severity"] in ("page", "ticket", "info", "none")  # none: the watchdog, as kube-prometheus
         assert set(a["annotations"]) == {"summary", "description", "runbook_url", "dashboard", "console"}
         assert a["annotations"]["runbook_url"].endswith(f"/docs/runbooks/{a['alert']}.md")
         assert "for" in a
@@ -162,7 +162,8 @@ def test_amtool_check_config():
     (["severity=page", "tier=P0", "alertname=LLMOverloadProtectionNotHoldingP0", "deployment=chat"], "pager"),
     (["severity=ticket", "alertname=LLMOverloadProtectionEngaged", "deployment=chat", "action=degraded"], "ticket"),
     (["severity=page", "alertname=LLMCircuitOpen", "deployment=chat", "backup=chat-small"], "pager"),
-    (["severity=info", "alertname=Watchdog"], "log"),
+    (["severity=none", "alertname=GoodputWatchdog"], "log"),
+    (["severity=info", "alertname=SomeInfo"], "log"),
     (["alertname=SomethingElse"], "log"),
 ])
 def test_amtool_routes(labels, receiver):

@@ -36,7 +36,7 @@ def test_every_name_the_review_reads_is_recorded_by_the_rules_or_in_the_catalog(
 def test_page_alerts_come_from_the_rule_files_with_their_for():
     rules = {a.name: a for a in alert_rules(RULE_FILES)}
     assert rules["LLMEngineDown"].for_s == 120 and rules["LLMKVCacheAllocationFailures"].for_s == 600
-    assert "Watchdog" not in rules and "LLMExporterDown" not in rules  # info and ticket, not pages
+    assert "GoodputWatchdog" not in rules and "LLMExporterDown" not in rules  # info and ticket, not pages
 
 
 def test_a_page_fires_once_its_condition_held_for_its_for_and_ends_with_the_condition():
