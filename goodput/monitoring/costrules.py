@@ -148,16 +148,19 @@ def rules(spec: Spec, scale: float = 1.0) -> dict:
         {"record": TOKENS,
          "expr": f"{rate(tokens_in, 'deployment, tier, route')}\n+ {rate(tokens_out, 'deployment, tier, route')}"},
         {"record": MET,  # the smaller of the two attainments: a request meets its SLO when it meets both
-         "expr": "deployment_tier_route:llm_slo_ttft:attainment_5m <= deployment_tier_route:llm_slo_tpot:attainment_5m"
-                 "\nor\ndeployment_tier_route:llm_slo_tpot:attainment_5m"},
+         # (each labelled by its SLI so ``or`` keeps both; one name-free answer whichever is smaller, as the
+         # backfill needs: it writes the answers of a rule under the rule's name)
+         "expr": "min by (deployment, tier, route) (\n" + "\n  or\n".join(
+             f'  label_replace(deployment_tier_route:llm_slo_{sli}:attainment_5m, "sli", "{sli}", "", "")'
+             for sli in ("ttft", "tpot")) + "\n)"},
         {"record": N.goodput,
          "expr": f"sum by (deployment) ({TOKENS} * on (deployment, tier, route) {MET})"},
         {"record": N.per_good_million,
          "expr": f"{per_s} / on (deployment) ({N.goodput} > 0)"},
-        {"record": N.idle,
-         "expr": f"{N.hourly} * on (deployment) (1 - clamp_max({N.goodput} / on (deployment) ({capacity} > 0), 1))\n"
-                 f"or\n{N.hourly} * on (deployment) (1 - {N.goodput} / on (deployment) "
-                 f"(sum by (deployment) ({TOKENS}) > 0))\nor\n{N.hourly}"},
+        {"record": N.idle,  # the first that has a figure: against the plan's capacity, the tokens served, none
+         "expr": f"max by (deployment) (\n  {N.hourly} * on (deployment) (1 - clamp_max({N.goodput} / on (deployment) "
+                 f"({capacity} > 0), 1))\n  or\n  {N.hourly} * on (deployment) (1 - {N.goodput} / on (deployment) "
+                 f"(sum by (deployment) ({TOKENS}) > 0))\n  or\n  {N.hourly}\n)"},
     ]
     return {"groups": [{"name": "llm.cost", "rules": rec}]}
 
