@@ -279,7 +279,8 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
                           "gpu_hours": round(replica_hours * gpr, 1) if gpr else None}
         entry["capacity"] = _capacity(plan, dep, tokens, available, redundancy, gpr, gpu_hour_cost)
         if (dep,) in cost_by["cost"]:
-            c = DeploymentCost(*(_grid(cost_by[k].get((dep,)), grid) for k in ("cost", "idle_cost", "goodput_tokens")),
+            hourly, idle, good = (_grid(cost_by[k].get((dep,)), grid) for k in ("cost", "idle_cost", "goodput_tokens"))
+            c = DeploymentCost(hourly, idle, good,
                                {t: _grid(s, grid) for (d, t), s in gpus_by_type.items() if d == dep}, prices)
             costs.append(c)
             entry["cost"] = deployment_cost(c, {(t, tn): _grid(s, grid) for (d, t, tn), s in tenant_cost.items()

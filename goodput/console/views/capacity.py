@@ -88,7 +88,8 @@ def _num(v: object) -> float | None:
 def review_cost_tables(review: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The review's cost per deployment (with the fleet's as "(fleet)"), per tenant, and the daily idle share per
     deployment (the waste's trend); a review from before the cost rules has none."""
-    deps = review.get("deployments") if isinstance(review.get("deployments"), dict) else {}
+    deps = review.get("deployments")
+    deps = deps if isinstance(deps, dict) else {}
     per = {d: e["cost"] for d, e in deps.items() if isinstance(e, dict) and isinstance(e.get("cost"), dict)}
     if isinstance(review.get("cost"), dict):
         per["(fleet)"] = review["cost"]
