@@ -28,7 +28,7 @@ from goodput.contracts.catalog import by_name
 from goodput.foundation.errors import ConfigError
 from goodput.monitoring.placeholders import Knob, fill, mark, params
 from goodput.monitoring.rulegen import Spec, dump
-from goodput.plan.prices import load_prices
+from goodput.plan.prices import Price, load_prices
 from goodput.simulator.catalog import gpu_names, gpus, resolve_gpu
 
 __all__ = ["DECODE_WEIGHT", "FILE", "build", "gpu_model_regex", "knobs", "templates"]
@@ -88,12 +88,21 @@ def _param(gpu_type: str) -> str:
     return "gpuHourlyCostUsd_" + re.sub(r"[^A-Za-z0-9]", "_", gpu_type)
 
 
+def _priced(spec: Spec) -> dict[str, Price]:
+    """The prices by GPU type; a type the GPU catalog does not know is refused (no model name would match it)."""
+    prices = load_prices(spec.prices).by_gpu
+    for g in prices:
+        if g not in gpus():
+            raise ConfigError(str(spec.prices), f"gpus.{g}", "not a GPU of goodput/simulator/data/gpus.yaml, whose "
+                              f"names and aliases map GPU models to prices; known: {', '.join(sorted(gpus()))}")
+    return dict(sorted(prices.items()))
+
+
 def knobs(spec: Spec) -> tuple[Knob, ...]:
     """Each priced GPU type's $/GPU-hour (the mixin's ``_config.gpuHourlyCostUsd``), and the decode token weight."""
-    prices = load_prices(spec.prices)
     return (*(Knob(_param(g), ("gpuHourlyCostUsd", g), "float", p.usd_per_gpu_hour,
                    f"{g}: US dollars per GPU-hour ({p.source}, {p.as_of})", _positive)
-              for g, p in sorted(prices.by_gpu.items()) if g in gpus()),
+              for g, p in _priced(spec).items()),
             Knob("costDecodeTokenWeight", ("costDecodeTokenWeight",), "float", DECODE_WEIGHT,
                  "the cost of a generated token in prompt tokens (attribution by phase and tenant)", _positive))
 
@@ -118,7 +127,7 @@ def _typed_gpus(priced: list[str]) -> str:
 def rules(spec: Spec, scale: float = 1.0) -> dict:
     w = _window(scale)
     weight = mark("costDecodeTokenWeight")
-    priced = [g for g in sorted(load_prices(spec.prices).by_gpu) if g in gpus()]
+    priced = list(_priced(spec))
     rate = lambda m, by: f"sum by ({by}) (rate({m}[{w}]))"  # noqa: E731
     per_s = f"{N.hourly} / 3600 * 1e6"  # dollars per second, per 1M tokens
     tokens_in, tokens_out = "llm_gateway_input_tokens_total", "llm_gateway_output_tokens_total"

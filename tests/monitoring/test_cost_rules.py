@@ -46,6 +46,9 @@ def test_a_spec_naming_a_prices_file_prices_from_it(tmp_path):
     prices = {r["labels"]["gpu_type"]: r["expr"] for r in rules if r["record"] == "llm_gpu_hourly_cost_usd"}
     assert prices["H100-80GB-SXM"] == "vector(2.5)" and prices["H200-141GB"] == "vector(4.0)"
     assert prices["L40S-48GB"] == "vector(0.79)"  # the defaults stay for the GPUs the file does not name
+    (tmp_path / "prices.yaml").write_text('as_of: "2026-12"\ngpus:\n  B300: {usd_per_gpu_hour: 9, source: "x"}\n')
+    with pytest.raises(ConfigError, match="gpus.B300: not a GPU of"):
+        build(load_spec(tmp_path / "slos.yaml"))
     (tmp_path / "slos.yaml").write_text((RULES / "slos.yaml").read_text() + "\nprices: 3\n")
     with pytest.raises(ConfigError, match="prices"):
         load_spec(tmp_path / "slos.yaml")
