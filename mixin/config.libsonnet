@@ -26,6 +26,8 @@
     dashboardUrlBase: "",
     // the triage console's URL (the console link exists when rules/slos.yaml names one)
     consoleUrlBase: "http://127.0.0.1:8501",
+    // the cost of a generated token in prompt tokens (attribution by phase and tenant)
+    costDecodeTokenWeight: 4.0,
     // the Prometheus data source of every query (default: the dashboard's Data source variable)
     datasourceUid: "${datasource}",
     // label matchers on the request exporter's series (llm_gateway_*), e.g. job="llm-requests"
@@ -43,6 +45,14 @@
       P1: 1.0,
       // LLMQueueWaitRisingReplicasShort: tier P2's queue wait threshold (s)
       P2: 30.0,
+    },
+    gpuHourlyCostUsd: {
+      // A100-80GB: US dollars per GPU-hour (midpoint of the $1.49-2.49 on-demand range (Lambda, CoreWeave, vast.ai, RunPod), early 2026: https://pricegpu.pages.dev/blog/h100-vs-a100-cloud-price, 2026-03)
+      "A100-80GB": 1.99,
+      // H100-80GB-SXM: US dollars per GPU-hour (midpoint of the $2.49-3.99 on-demand range (CoreWeave, Lambda, Crusoe, RunPod), early 2026: https://pricegpu.pages.dev/blog/h100-vs-a100-cloud-price, 2026-03)
+      "H100-80GB-SXM": 3.24,
+      // L40S-48GB: US dollars per GPU-hour (RunPod on-demand, March 2026: https://deploybase.ai/articles/nvidia-l40s-price, 2026-03)
+      "L40S-48GB": 0.79,
     },
   },
 }

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CATALOG",
+    "COST",
     "ENGINE",
     "GATEWAY",
     "GATEWAY_BUCKETS",
@@ -201,7 +202,35 @@ SELF = (
        "Spans (or replayed log payloads) the trace store could not write, set aside in DIR/_quarantine.", ("exporter",)),
 )
 
-CATALOG: tuple[MetricSpec, ...] = ENGINE + GATEWAY + GPU + SELF
+# Recorded, not scraped: rules/cost.rules.yaml (goodput/monitoring/costrules.py) records these from the GPU join, the
+# prices file and the token counters; the first two are OpenCost's inference names (docs/cost.md).
+COST = (
+    _m("llm_gpu_hourly_cost_usd", "gauge", "usd/hour",
+       "Price of one GPU-hour of gpu_type (the prices file's catalog name) at pricing (on_demand).",
+       ("gpu_type", "pricing")),
+    _m("llm_deployment_gpus", "gauge", "",
+       "GPUs a deployment holds, by gpu_type (replicas x GPUs per replica, counted from llm_gpu_deployment_info); "
+       "gpu_type is empty for a GPU model the prices file does not name.", ("deployment", "gpu_type")),
+    _m("llm_total_hourly_cost", "gauge", "usd/hour",
+       "What a deployment's GPUs cost per hour: its llm_deployment_gpus x llm_gpu_hourly_cost_usd (OpenCost's name).",
+       ("deployment",)),
+    _m("llm_cost_per_million_tokens", "gauge", "usd",
+       "Dollars per 1M tokens by phase (prompt, generation) over 5 minutes, a generation token weighing as many "
+       "prompt tokens as the cost rules' decode weight (OpenCost's name).", ("deployment", "phase")),
+    _m("llm_goodput_tokens_per_second", "gauge", "",
+       "Input and output tokens per second of requests that met their SLO: each tier and route's tokens x the "
+       "smaller of its TTFT and TPOT attainment over 5 minutes.", ("deployment",)),
+    _m("llm_cost_per_million_goodput_tokens", "gauge", "usd",
+       "Dollars per 1M goodput tokens: llm_total_hourly_cost over llm_goodput_tokens_per_second.", ("deployment",)),
+    _m("llm_tenant_hourly_cost", "gauge", "usd/hour",
+       "A tenant's share of its deployment's llm_total_hourly_cost, by its cost-weighted tokens (prompt + decode "
+       "weight x output) over 5 minutes; the shares of a deployment sum to its cost.", ("deployment", "tier", "tenant")),
+    _m("llm_idle_hourly_cost", "gauge", "usd/hour",
+       "The part of llm_total_hourly_cost that served no goodput: 1 - goodput tokens over the plan's goodput "
+       "capacity of the available replicas, else over the tokens served; all of it when none were.", ("deployment",)),
+)
+
+CATALOG: tuple[MetricSpec, ...] = ENGINE + GATEWAY + GPU + SELF + COST
 _BY_NAME = {m.name: m for m in CATALOG}
 
 

@@ -55,6 +55,8 @@ from goodput.exporters.trace_store import TraceStore
 from goodput.foundation.args import port, positive_number
 from goodput.foundation.http import Server, metrics_routes, serve_until_signal
 from goodput.foundation.yamlfile import load_mapping
+from goodput.monitoring.costrules import FILE as COST_FILE
+from goodput.monitoring.costrules import build as cost_rules
 from goodput.monitoring.rulegen import build, load_spec, write
 from goodput.simulator.config import load_fleet
 from goodput.simulator.live import LiveFleet
@@ -224,6 +226,7 @@ class Demo:
                 spec.alertmanager[key] = f"{max(1, round(default * scale))}s"
         rules = out / "rules"
         write(spec, rules, scale)
+        (rules / COST_FILE).write_text(cost_rules(spec, scale)[COST_FILE])  # the Capacity page's cost (docs/cost.md)
         (out / "alertmanager.yaml").write_text(build(spec)["alertmanager.yaml"])
         am = start_alertmanager(out / "alertmanager", a.alertmanager_port, out / "alertmanager.yaml", a.host)
         self.processes.append(am)

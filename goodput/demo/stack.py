@@ -17,6 +17,7 @@ import httpx
 import yaml
 
 from goodput.console.cli import REPO, streamlit_command
+from goodput.monitoring.costrules import FILE as COST_FILE
 from goodput.monitoring.rulegen import RULE_FILES
 
 __all__ = ["Process", "alertmanager_available", "prometheus_available", "start_alertmanager", "start_console",
@@ -78,7 +79,9 @@ def start_prometheus(workdir: Path, port: int, jobs: dict[str, list[str]], rules
     workdir.mkdir(parents=True, exist_ok=True)
     cfg = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "rule_files": [str((rules_dir / f).resolve()) for f in RULE_FILES],
+        # the cost rules where they were written beside the others (the demo writes them; docs/cost.md)
+        "rule_files": [str((rules_dir / f).resolve()) for f in (*RULE_FILES, COST_FILE)
+                       if f in RULE_FILES or (rules_dir / f).exists()],
         "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]} for job, targets in jobs.items()],
     }
     if remote_write:

@@ -364,6 +364,25 @@ def _capacity(n: Names) -> list[Panel]:
               "thresholds.autoscale_queue_target_seconds)." + QUANTILE_NOTE, "s",
               (Query(f"max by (deployment) ({n.r(QUEUE_WAIT_P95)}{d})", "{{deployment}}"),),
               threshold=float(th["autoscale_queue_target_seconds"])),
+        *_cost(n, d),
+    ]
+
+
+def _cost(n: Names, d: str) -> list[Panel]:
+    """The cost rules' series (rules/cost.rules.yaml, docs/cost.md) on the capacity dashboard."""
+    return [
+        Panel(6, "Cost per hour and idle", "What each deployment's GPUs cost per hour (their count x the prices "
+              "file's $/GPU-hour), and the part that served no goodput (idle).", "currencyUSD",
+              (Query(f"{n.m('llm_total_hourly_cost')}{d}", "$/hour {{deployment}}"),
+               Query(f"{n.m('llm_idle_hourly_cost')}{d}", "idle $/hour {{deployment}}"))),
+        Panel(7, "Cost per 1M tokens and per 1M goodput tokens", "Dollars per 1M prompt and generated tokens (a "
+              "generated token weighs the cost rules' decode weight in prompt tokens), and per 1M tokens of requests "
+              "that met their SLO.", "currencyUSD",
+              (Query(f"{n.m('llm_cost_per_million_tokens')}{d}", "{{phase}} {{deployment}}"),
+               Query(f"{n.m('llm_cost_per_million_goodput_tokens')}{d}", "goodput {{deployment}}"))),
+        Panel(8, "Cost per tenant", "Each tenant's share of its deployment's $/hour, by its cost-weighted tokens.",
+              "currencyUSD", (Query(f"sum by (deployment, tier, tenant) ({n.m('llm_tenant_hourly_cost')}{d})",
+                                    "{{tenant}} {{tier}} {{deployment}}"),)),
     ]
 
 

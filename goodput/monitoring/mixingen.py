@@ -91,6 +91,11 @@ def _rule_templates(spec: Spec, generators: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _field(name: str) -> str:
+    """A jsonnet object field's name: bare where it is an identifier, else quoted (a GPU type: H100-80GB-SXM)."""
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else json.dumps(name)
+
+
 def _config_text(ks: tuple[Knob, ...]) -> str:
     """config.libsonnet: ``_config`` with every knob's default, each under a comment saying what it sets."""
     lines: list[str] = []
@@ -101,7 +106,7 @@ def _config_text(ks: tuple[Knob, ...]) -> str:
         else:
             nested.setdefault(k.path[0], []).append(k)
     for key, group in nested.items():
-        fields = "".join(f"      // {k.help}\n      {k.path[1]}: {json.dumps(k.default)},\n" for k in group)
+        fields = "".join(f"      // {k.help}\n      {_field(k.path[1])}: {json.dumps(k.default)},\n" for k in group)
         lines.append(f"    {key}: {{\n{fields}    }},\n")
     return HEADER + "{\n  _config+:: {\n" + "".join(lines) + "  },\n}\n"
 

@@ -94,6 +94,7 @@ class Spec:
     thresholds: dict[str, Any]
     alertmanager: dict[str, Any]
     links: dict[str, str]
+    prices: Path | None = None  # the GPU prices file the cost rules price from (goodput/plan/prices.py), else the defaults
 
 
 def _number(v: Any, src: str, key: str) -> float:
@@ -123,7 +124,11 @@ def load_spec(path: str | Path) -> Spec:
     """The spec file, each section checked in turn; the first problem is a ConfigError naming its key."""
     src = str(path)
     data = load_mapping(path, "a mapping with slos, thresholds, alertmanager, links")
-    return Spec(_slos(data, src), _thresholds(data, src), _alertmanager_section(data, src), _links(data, src))
+    prices = data.get("prices")
+    if prices is not None and (not isinstance(prices, str) or not prices):
+        raise ConfigError(src, "prices", f"expected the path of a GPU prices file, got {prices!r}")
+    return Spec(_slos(data, src), _thresholds(data, src), _alertmanager_section(data, src), _links(data, src),
+                None if prices is None else Path(path).parent / prices)
 
 
 def _slos(data: dict, src: str) -> tuple[Slo, ...]:

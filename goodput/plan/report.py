@@ -99,7 +99,7 @@ def write_evaluation_report(path: Path, result: Mapping[str, Any]) -> Path:
     fig.update_layout(height=900, title=f"scenario {html.escape(result['scenario'], quote=False)}")
     head = go.Figure(go.Bar(x=list(result["headroom"]), y=list(result["headroom"].values())))
     head.update_layout(title="the plan's replicas per headroom term", yaxis_title="replicas")
-    rows = [{"policy": k, "gpu_hours": v["gpu_hours"], "rejected": v["rejected"],
+    rows = [{"policy": k, "gpu_hours": v["gpu_hours"], "usd": v["usd"], "rejected": v["rejected"],
              "time_to_recover_s": v["time_to_recover_s"], "max_replicas": v["max_replicas"],
              **{f"{t} attainment": a for t, a in v["attainment"].items()},
              **{f"{t} minutes below objective": m for t, m in v["minutes_below_objective"].items()},

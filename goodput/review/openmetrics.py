@@ -135,6 +135,21 @@ def _ttft_missed(w: _Writer, groups: dict[tuple[str, str, str], list[WorkloadSer
             w.series(name, _labels(deployment=dep, tier=tier, route=route, le=repr(le)), missed)
 
 
+def _gpus(w: _Writer, reps: list) -> None:
+    """The GPUs of each replica (its TP group) while it is up: their deployment, for GPU-hours, and their model, the
+    catalog's name, which the cost rules price them by."""
+    gpus = [(d, r, up, gpu) for gpu, (d, r, up) in enumerate((d, r, up) for d, r, up, _ in reps
+                                                               for _ in range(d.config.tp))]
+    w.family("llm_gpu_deployment_info")
+    for d, r, up, gpu in gpus:
+        w.series("llm_gpu_deployment_info", _labels(gpu=str(gpu), uuid=f"GPU-sim-{gpu:04d}", deployment=d.config.name,
+                                                     replica=f"{d.config.name}-{r}"), up.astype(float), mask=up)
+    w.family("llm_gpu_info")
+    for d, _, up, gpu in gpus:
+        w.series("llm_gpu_info", _labels(gpu=str(gpu), uuid=f"GPU-sim-{gpu:04d}", gpu_model=d.config.gpu,
+                                          driver_version="sim", hostname="sim"), up.astype(float), mask=up)
+
+
 def _engine(w: _Writer, model: WeekModel) -> None:
     reps = []  # (deployment series, replica index, mask of steps it is up, labels)
     for d in model.deployments.values():
@@ -166,13 +181,7 @@ def _engine(w: _Writer, model: WeekModel) -> None:
         w.family(name)
         for d, _, up, lab in reps:
             w.series(name, lab, np.cumsum(per_replica(d, up, fn(d))), mask=up)
-    w.family("llm_gpu_deployment_info")  # the GPUs of each replica (its TP group), for GPU-hours
-    gpu = 0
-    for d, r, up, _ in reps:
-        for _ in range(d.config.tp):
-            w.series("llm_gpu_deployment_info", _labels(gpu=str(gpu), uuid=f"GPU-sim-{gpu:04d}", deployment=d.config.name,
-                                                         replica=f"{d.config.name}-{r}"), up.astype(float), mask=up)
-            gpu += 1
+    _gpus(w, reps)
     w.family("llm_deployment_replicas")
     for d in model.deployments.values():
         w.series("llm_deployment_replicas", _labels(deployment=d.config.name, state="desired"),

@@ -45,6 +45,13 @@ RECORDED = {  # key -> recorded series (rules/*.rules.yaml)
     "preemptions": "deployment:llm_preemptions:rate5m",
     "kv_rejections": "deployment:llm_gateway_kv_capacity_rejections:rate5m",
     "available": "deployment:llm_replicas_available:max",
+    # rules/cost.rules.yaml (docs/cost.md)
+    "cost": "llm_total_hourly_cost",
+    "idle_cost": "llm_idle_hourly_cost",
+    "goodput_tokens": "llm_goodput_tokens_per_second",
+    "tenant_cost": "llm_tenant_hourly_cost",
+    "gpus_by_type": "llm_deployment_gpus",
+    "prices": "llm_gpu_hourly_cost_usd",
 }
 RAW = {  # catalog families the review reads directly
     "requests": "llm_gateway_requests_total",
@@ -134,6 +141,10 @@ def build_queries(start: float, history_weeks: int, rules: list[AlertRule],
         Query("history", f"sum by (deployment) (rate({raw['input']}[1h])) + sum by (deployment) (rate({raw['output']}[1h]))",
               start - history_weeks * WEEK_S + 3600, end, 3600.0),
         Query("alerts", 'ALERTS{alertstate="firing",severity="page"}', start, end, ALERT_STEP_S),
+        *(Query(k, f"sum by (deployment) ({r[k]})", start, end, STEP_S) for k in ("cost", "idle_cost", "goodput_tokens")),
+        Query("tenant_cost", f"sum by (deployment, tier, tenant) ({r['tenant_cost']})", start, end, STEP_S),
+        Query("gpus_by_type", f"sum by (deployment, gpu_type) ({r['gpus_by_type']})", start, end, STEP_S),
+        Query("prices", f"max by (gpu_type) ({r['prices']})", at, at),
     ]
     qs += [Query(f"alert:{i}", left_open(a.expr), start, end, ALERT_STEP_S) for i, a in enumerate(rules)]
     return qs

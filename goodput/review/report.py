@@ -165,11 +165,37 @@ def _sections(review: dict, dep: str) -> list[tuple[str, list[dict], list[str]]]
     regs = [{k: r.get(k) for k in ("tier", "metric", "time", "change", "segment", "cause", "release")}
             for r in e.get("regressions", [])]
     cols = lambda rows: list(dict.fromkeys(k for r in rows for k in r))  # noqa: E731
+    cost, tenants = _cost_rows(e.get("cost"))
     return [("Demand", demand, cols(demand)), ("SLO attainment and error budget", slo, cols(slo)),
-            ("Capacity", capacity, cols(capacity)), ("KV pressure", kv, cols(kv)),
+            ("Capacity", capacity, cols(capacity)), ("Cost", cost, cols(cost)),
+            ("Cost by tenant", tenants, cols(tenants) or ["tenant"]), ("KV pressure", kv, cols(kv)),
             ("Rejects, timeouts and latency", refused, cols(refused)),
             ("Pages", pages, cols(pages) or ["alert"]), ("Forecast of weekly peak demand", forecast, cols(forecast)),
             ("Regressions", regs, cols(regs) or ["metric"])]
+
+
+def _cost_rows(c: dict | None) -> tuple[list[dict], list[dict]]:
+    """The cost table (dollars, GPU-hours x price, per 1M goodput tokens, waste and its trend) and the tenants'."""
+    if c is None:
+        return [{"cost": "no cost series (load rules/cost.rules.yaml; docs/cost.md)"}], []
+    row = {"USD": c["usd"], "GPU-hours": ", ".join(f"{t or 'unpriced'} {h:,.1f}" for t, h in c["gpu_hours"].items()),
+           "$/GPU-hour": ", ".join(f"{t} {p:g}" for t, p in c["usd_per_gpu_hour"].items()),
+           "GPU-hours x price": c["gpu_hours_x_price_usd"],
+           "$ per 1M goodput tokens": c["usd_per_million_goodput_tokens"], "idle (waste) USD": c["idle_usd"],
+           "idle share": c["idle_share"], "idle share trend pp/day": c["idle_share_trend_pp_per_day"],
+           "daily idle share": ", ".join("-" if d["idle_share"] is None else f"{d['idle_share']:.2f}"
+                                         for d in c["daily"])}
+    return [row], [{"tier": t["tier"], "tenant": t["tenant"], "USD": t["usd"]} for t in c["tenants"]]
+
+
+def _fleet_cost(review: dict) -> list[dict]:
+    c = review.get("cost")
+    if not c:
+        return []
+    return [{"USD": c["usd"], "$ per 1M goodput tokens": c["usd_per_million_goodput_tokens"],
+             "idle (waste) USD": c["idle_usd"], "idle share": c["idle_share"],
+             "idle share trend pp/day": c["idle_share_trend_pp_per_day"],
+             **{f"day {d['day']} USD / idle": f"{d['usd']:,.2f} / {d['idle_usd']:,.2f}" for d in c["daily"]}}]
 
 
 CSS = ("body{font-family:sans-serif;margin:24px;max-width:1200px}table{border-collapse:collapse;margin:6px 0 14px}"
@@ -207,6 +233,11 @@ def write_review(review: dict, out: Path) -> dict[str, Path]:
     th, tm = _table(recs, ["deployment", "action", "reason", "numbers"])
     h.append(f"<h2>Recommendations</h2>{th if recs else '<p>none</p>'}")
     md.append("\n## Recommendations\n\n" + (tm if recs else "none\n"))
+    fleet = _fleet_cost(review)
+    if fleet:
+        th, tm = _table(fleet, list(fleet[0]))
+        h.append(f"<h2>Fleet cost</h2>{th}")
+        md.append("\n## Fleet cost\n\n" + tm)
     rel_rows = [{"time": r["time"], "deployment": r["deployment"], "kind": r["kind"], "from": r["from"], "to": r["to"],
                  "note": r["note"]} for r in review.get("releases", [])]
     th, tm = _table(rel_rows, ["time", "deployment", "kind", "from", "to", "note"])

@@ -25,6 +25,7 @@ import numpy as np
 
 from goodput.contracts.catalog import by_name
 from goodput.foundation.histogram import bounded
+from goodput.review.cost import DeploymentCost, deployment_cost, fleet_cost
 from goodput.review.forecast import forecast_peaks
 from goodput.review.prom import Series
 from goodput.review.queries import STEP_S, WEEK_S, Page, pages_from_series
@@ -206,6 +207,11 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
     per_dep = {k: _by(raw.get(k, []), "deployment") for k in ("tokens", "kv_max", "preemptions", "kv_rejections",
                                                                "available", "desired", "running")}
     history = _by(raw["history"], "deployment")
+    cost_by = {k: _by(raw.get(k, []), "deployment") for k in ("cost", "idle_cost", "goodput_tokens")}
+    gpus_by_type, tenant_cost = _by(raw.get("gpus_by_type", []), "deployment", "gpu_type"), \
+        _by(raw.get("tenant_cost", []), "deployment", "tier", "tenant")
+    prices = {t: v for (t,), v in _scalar(raw.get("prices", []), "gpu_type").items()}
+    costs = []
     gpus = defaultdict(list)
     for s in raw["gpus"]:
         gpus[s.labels.get("deployment", "")].append(float(np.median(s.values)) if len(s.values) else 0.0)
@@ -272,6 +278,13 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
         entry["usage"] = {"replica_hours": round(replica_hours, 1), "gpus_per_replica": gpr,
                           "gpu_hours": round(replica_hours * gpr, 1) if gpr else None}
         entry["capacity"] = _capacity(plan, dep, tokens, available, redundancy, gpr, gpu_hour_cost)
+        if (dep,) in cost_by["cost"]:
+            hourly, idle, good = (_grid(cost_by[k].get((dep,)), grid) for k in ("cost", "idle_cost", "goodput_tokens"))
+            c = DeploymentCost(hourly, idle, good,
+                               {t: _grid(s, grid) for (d, t), s in gpus_by_type.items() if d == dep}, prices)
+            costs.append(c)
+            entry["cost"] = deployment_cost(c, {(t, tn): _grid(s, grid) for (d, t, tn), s in tenant_cost.items()
+                                                if d == dep}, grid, el, STEP_S)
         h = history.get((dep,))
         fc = forecast_peaks(h.times, h.values, origin=start - 4 * WEEK_S) if h is not None else None
         entry["forecast"] = None if fc is None else {
@@ -282,6 +295,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
                        "replicas_needed": None if plan is None or dep not in plan.goodput else
                        int(np.ceil(w.high * redundancy / plan.goodput[dep]))} for w in fc.weeks]}
         review["deployments"][dep] = entry
+    review["cost"] = fleet_cost(costs, grid, el, STEP_S) if costs else None
     review["pages"] = sorted(({"alert": p.alert, "labels": p.labels, "start": _iso(p.start), "end": _iso(p.end),
                                "duration_s": round(p.duration_s)} for p in pages), key=lambda p: p["start"])
     return review

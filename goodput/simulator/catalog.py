@@ -32,6 +32,7 @@ __all__ = [
     "MXFP4_BYTES",
     "Match",
     "ModelSpec",
+    "gpu_names",
     "gpus",
     "kv_bytes_per_token",
     "load_model_config",
@@ -232,6 +233,11 @@ def gpus() -> dict[str, GpuSpec]:
         )
         for name, d in _load("gpus.yaml").items()
     }
+
+
+def gpu_names(name: str) -> tuple[str, ...]:
+    """A catalog GPU's name and its declared aliases (the names a GPU's model string is matched against)."""
+    return (name, *_load("gpus.yaml")[name].get("aliases", ()))
 
 
 @cache

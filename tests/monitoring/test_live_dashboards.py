@@ -23,6 +23,7 @@ import yaml
 from goodput.cli import build_parser
 from goodput.demo.cli import Demo
 from goodput.demo.stack import PROMETHEUS, Process
+from goodput.monitoring.costrules import FILE as COST_FILE
 from goodput.monitoring.rulegen import RULE_FILES
 from tests.conftest import REPO, free_port_block, needs
 from tests.monitoring.dashboards_fixtures import expressions
@@ -127,7 +128,7 @@ def test_every_panel_query_returns_series_from_the_live_stack(tmp_path):
         hp = lambda s: s.url.removeprefix("http://")  # noqa: E731
         (workdir / "prometheus.yml").write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(REPO / "rules" / f) for f in RULE_FILES] + [str(rules)],
+            "rule_files": [str(REPO / "rules" / f) for f in (*RULE_FILES, COST_FILE)] + [str(rules)],
             "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [hp(srv)]}]} for job, srv in (
                 ("llm-gpu", demo.gpu_srv), ("llm-engine", demo.eng_srv), ("llm-requests", demo.req_srv))]}))
         log = workdir / "prometheus.log"

@@ -19,6 +19,7 @@ from goodput.plan.pareto import dominates, pareto
 from goodput.plan.planfile import load_plan_file
 from goodput.plan.policyfile import load_policy_file
 from goodput.plan.prices import Prices, load_prices
+from goodput.plan.report import write_evaluation_report
 from goodput.plan.scenarios import SCENARIOS, scenario
 from goodput.plan.tables import render_evaluation
 from goodput.simulator.autoscaler import Autoscaler, ScalingPolicy
@@ -239,6 +240,8 @@ def test_dollars_are_the_replays_gpu_hours_at_the_gpus_price(chat, tmp_path):
     assert (out["gpu"], out["usd_per_gpu_hour"]) == (d.candidate.gpu, 7.5)
     assert r["gpu_hours"] > 0 and r["usd"] == pytest.approx(r["gpu_hours"] * 7.5, abs=0.04)
     assert "$" in render_evaluation(out)
+    html = write_evaluation_report(tmp_path / "r.html", out).read_text()  # the HTML table has the dollars too
+    assert "<th>gpu_hours</th><th>usd</th>" in html and f"<td>{r['gpu_hours']}</td><td>{r['usd']}</td>" in html
     unpriced = Prices({})  # a GPU with no price shows no cost rather than a guessed one
     assert evaluate([d], {d.name: policy}, "burst", duration_s=1800.0, policies_to_run="policy",
                     prices=unpriced)["policies"]["policy"]["usd"] is None

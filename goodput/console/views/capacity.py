@@ -1,6 +1,8 @@
-"""Capacity: the plan against live demand, a what-if (demand, per-replica goodput, redundancy -> replicas; model,
-GPU, TP, dtypes -> memory budget) that starts from the selected deployment's own model, GPU, TP and dtypes (the
-fleet file), the load-test runs' goodput curves, and the weekly review when one exists."""
+"""Capacity: the plan against live demand, what the fleet costs now (the cost rules' series: $/hour, $ per 1M tokens
+and per 1M goodput tokens, idle), a what-if (demand, per-replica goodput, redundancy -> replicas; model, GPU, TP,
+dtypes -> memory budget) that starts from the selected deployment's own model, GPU, TP and dtypes (the fleet file),
+the load-test runs' goodput curves, and the weekly review when one exists, with its cost, cost per good token, waste
+and its trend."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from goodput.console.columns import show
 from goodput.console.palette import plain
 from goodput.console.ui import Context, esc, prom_down
 from goodput.console.whatif import kv_budget, plan_terms, required_replicas
+from goodput.contracts.catalog import by_name
 from goodput.exporters.config import load_plan
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.jsonfile import load_json
@@ -26,12 +29,21 @@ from goodput.simulator.catalog import gpus, models
 from goodput.simulator.config import DeploymentConfig, EngineConfig, load_fleet
 from goodput.simulator.memory import LINEAR_BYTES
 
-__all__ = ["latest_review", "plan_table", "render", "runs"]
+__all__ = ["COST_QUERIES", "cost_table", "latest_review", "plan_table", "render", "review_cost_tables", "runs"]
 
 MAX_RUNS = 50
 DEFAULT = DeploymentConfig("", "Llama-3.1-8B", "H100-80GB-SXM", 1, 1, "", EngineConfig())  # no fleet entry
 ASSUMED_DEMAND = 10_000.0  # tokens/s, when Prometheus has no demand for the deployment
 TP = (1, 2, 4, 8)
+# the live cost columns: each a catalog family recorded by rules/cost.rules.yaml, per deployment (docs/cost.md)
+_PER_M = by_name("llm_cost_per_million_tokens").name
+COST_QUERIES = {
+    "$/hour": f"sum by (deployment) ({by_name('llm_total_hourly_cost').name})",
+    "$ per 1M goodput tokens": f"max by (deployment) ({by_name('llm_cost_per_million_goodput_tokens').name})",
+    "$ per 1M prompt tokens": f'max by (deployment) ({_PER_M}{{phase="prompt"}})',
+    "$ per 1M generated tokens": f'max by (deployment) ({_PER_M}{{phase="generation"}})',
+    "idle $/hour": f"sum by (deployment) ({by_name('llm_idle_hourly_cost').name})",
+}
 
 
 def _index(options: list[str], preferred: str) -> int:
@@ -54,6 +66,90 @@ def plan_table(goodput: dict[str, float], desired: dict[str, int], demand: dict[
                      "available": available.get(dep), "demand tok/s": d,
                      "required now": required_replicas(d, g, redundancy) if d is not None and not math.isnan(d) else None})
     return pd.DataFrame(rows)
+
+
+def cost_table(figures: dict[str, dict[str, float]]) -> pd.DataFrame:
+    """One row per deployment of the live cost figures (``COST_QUERIES``' columns), with the idle share of the
+    spend; a figure Prometheus has not recorded is empty."""
+    deps = sorted({d for col in figures.values() for d in col})
+    rows = []
+    for dep in deps:
+        row: dict = {"deployment": dep, **{k: figures.get(k, {}).get(dep) for k in COST_QUERIES}}
+        hourly, idle = row["$/hour"], row["idle $/hour"]
+        row["idle share"] = idle / hourly if hourly and idle is not None else None
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["deployment", *COST_QUERIES, "idle share"])
+
+
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def review_cost_tables(review: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The review's cost per deployment (with the fleet's as "(fleet)"), per tenant, and the daily idle share per
+    deployment (the waste's trend); a review from before the cost rules has none."""
+    deps = review.get("deployments")
+    deps = deps if isinstance(deps, dict) else {}
+    per = {d: e["cost"] for d, e in deps.items() if isinstance(e, dict) and isinstance(e.get("cost"), dict)}
+    if isinstance(review.get("cost"), dict):
+        per["(fleet)"] = review["cost"]
+    rows, tenants, daily = [], [], []
+    for dep, c in per.items():
+        rows.append({"deployment": dep, "USD": _num(c.get("usd")),
+                     "$ per 1M goodput tokens": _num(c.get("usd_per_million_goodput_tokens")),
+                     "idle USD": _num(c.get("idle_usd")), "idle share": _num(c.get("idle_share")),
+                     "idle trend pp/day": _num(c.get("idle_share_trend_pp_per_day")),
+                     "GPU-hours": sum(v for v in (c.get("gpu_hours") or {}).values() if _num(v) is not None) or None})
+        tenants += [{"deployment": dep, "tier": str(t.get("tier")), "tenant": str(t.get("tenant")),
+                     "USD": _num(t.get("usd"))} for t in c.get("tenants") or [] if isinstance(t, dict)]
+        daily += [{"deployment": dep, "day": d.get("day"), "idle share": _num(d.get("idle_share")),
+                   "$ per 1M goodput tokens": _num(d.get("usd_per_million_goodput_tokens"))}
+                  for d in c.get("daily") or [] if isinstance(d, dict)]
+    return (pd.DataFrame(rows, columns=["deployment", "USD", "$ per 1M goodput tokens", "idle USD", "idle share",
+                                        "idle trend pp/day", "GPU-hours"]),
+            pd.DataFrame(tenants, columns=["deployment", "tier", "tenant", "USD"]),
+            pd.DataFrame(daily, columns=["deployment", "day", "idle share", "$ per 1M goodput tokens"]))
+
+
+def _live_cost(ctx: Context) -> pd.DataFrame | None:
+    """The live cost figures per deployment; None when Prometheus does not answer (the page's banner says so once)."""
+    at = ctx.prom_window()[1]
+    try:
+        figures = {k: {x.labels["deployment"]: x.value for x in data.prom_instant(ctx.settings.prometheus, q, at)
+                       if "deployment" in x.labels and math.isfinite(x.value)} for k, q in COST_QUERIES.items()}
+    except PromError:
+        st.caption("No live cost: Prometheus did not answer.")
+        return None
+    return cost_table(figures)
+
+
+def _cost_section(ctx: Context) -> None:
+    st.subheader("Cost")
+    cost = _live_cost(ctx)
+    if cost is not None and cost.empty:
+        st.info("Prometheus has no cost series: load rules/cost.rules.yaml (`goodput rules generate`; the prices "
+                "file is rules/slos.yaml's `prices:`, docs/cost.md).")
+    elif cost is not None:
+        show(cost, "cost", ("deployment", "$/hour", "$ per 1M goodput tokens", "idle $/hour", "idle share"))
+        st.caption("idle: GPU time that served no goodput (tokens of requests that met their SLO); a generated token "
+                   "costs as many prompt tokens as the cost rules' decode weight")
+
+
+def _review_cost(review: dict) -> None:
+    costs, tenants, daily = review_cost_tables(review)
+    if costs.empty:
+        st.info("This review has no cost (reviewed without rules/cost.rules.yaml).")
+        return
+    st.markdown("**The week's cost, cost per good token and waste**")
+    show(costs, "review_cost", ("deployment", "USD", "$ per 1M goodput tokens", "idle USD", "idle share"))
+    show(tenants, "review_tenant_cost", ("deployment", "tier", "tenant", "USD"))
+    trend = go.Figure()
+    for dep, rows in daily.groupby("deployment", sort=True):
+        trend.add_trace(go.Scatter(x=rows["day"].tolist(), y=rows["idle share"].tolist(), mode="lines+markers",
+                                   name=plain(str(dep))))
+    trend.update_layout(title="waste: the share of each day's spend that served no goodput", height=300,
+                        xaxis_title="day of the week", yaxis_tickformat=".0%", margin={"t": 40, "b": 20})
+    st.plotly_chart(trend, width="stretch", key="review_waste")
 
 
 def latest_review(root: Path) -> Path | None:
@@ -115,6 +211,8 @@ def render(ctx: Context) -> None:
         show(plan_table(plan.goodput, plan.desired, demand, avail, redundancy), "plan",
              ("deployment", "demand tok/s", "required now", "available", "desired (plan)"))
     fleet_deps = fleet(s.fleet)
+
+    _cost_section(ctx)
 
     st.subheader("What if")
     c1, c2 = st.columns(2)
@@ -218,3 +316,4 @@ def render(ctx: Context) -> None:
                         "numbers": ", ".join(f"{k} {v}" for k, v in numbers.items())
                         if isinstance(numbers := r.get("numbers") or {}, dict) else str(numbers)}
                        for r in recs], columns=["deployment", "action", "reason", "numbers"]), "review_recs")
+    _review_cost(review)
