@@ -325,11 +325,12 @@ def test_a_target_publishing_100000_models_is_down_at_the_series_cap_and_the_oth
 
 
 def test_cold_start_runs_from_the_process_start_to_the_first_good_scrape_and_a_restart_measures_again(engines):
-    now = [1_000_000.0]
+    now = [999_000.0]
     body = 'vllm:num_requests_running{model_name="m"} 1\nprocess_start_time_seconds 999820.5\n'
     BODIES["cold"] = body.encode()
     exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/body/cold", "auto", "m"),), {}),
                          timeout_s=10, clock=lambda: now[0])
+    now[0] = 1_000_000.0
 
     def cold() -> list[tuple[dict, float]]:
         fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
@@ -348,3 +349,17 @@ def test_cold_start_runs_from_the_process_start_to_the_first_good_scrape_and_a_r
 def test_an_engine_without_a_process_start_has_no_cold_start_series(engines):
     exp, fams = _scrape(engines, "no-start", 'vllm:num_requests_running{model_name="m"} 1\n')
     assert "llm_replica_cold_start_seconds" not in fams and "llm_replica_cold_start_seconds{" not in exp.render()
+
+
+def test_a_process_older_than_the_exporter_has_no_cold_start_its_uptime_is_not_one(engines):
+    now = [1_000_000.0]
+    BODIES["old"] = b'vllm:num_requests_running{model_name="m"} 1\nprocess_start_time_seconds 990000\n'
+    exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/body/old", "auto", "m"),), {}),
+                         timeout_s=10, clock=lambda: now[0])
+    exp.scrape_once()
+    assert "llm_replica_cold_start_seconds{" not in exp.render()
+    now[0] += 600  # the engine restarts while this exporter watches: that start is measured
+    BODIES["old"] = f'vllm:num_requests_running{{model_name="m"}} 1\nprocess_start_time_seconds {now[0] - 90}\n'.encode()
+    exp.scrape_once()
+    fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+    assert [s.value for s in fams["llm_replica_cold_start_seconds"].samples] == [90]
