@@ -145,7 +145,8 @@ class Demo:
             lambda: self.engine.heartbeat.problem() if self.engine else None))
         self.sampler: Sampler | None = None
         plan = load_plan(self.plan_path) if self.plan_path is not None else None
-        self.plan = plan and Plan({d: g * args.speed for d, g in plan.goodput.items()}, plan.desired)
+        # goodput per wall second; the cold start stays in virtual seconds, as the replicas publish it
+        self.plan = plan and Plan({d: g * args.speed for d, g in plan.goodput.items()}, plan.desired, plan.cold_start)
         self.db = out / "analyzer.duckdb"
         self.ingester = IngestLoop(out / "traces", self.db, interval_s=10.0 / min(args.speed, 5.0))
         self.alerts_log = out / "alerts.log"

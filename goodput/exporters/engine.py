@@ -263,6 +263,9 @@ class EngineExporter:
             for dep, g in sorted(self.plan.goodput.items()):
                 per_family["llm_capacity_replica_goodput_tokens_per_second"].append(
                     f'llm_capacity_replica_goodput_tokens_per_second{{deployment="{dep}"}} {fmt_float(g)}')
+            for dep, c in sorted(self.plan.cold_start.items()):
+                per_family["llm_capacity_cold_start_seconds"].append(
+                    f'llm_capacity_cold_start_seconds{{deployment="{dep}"}} {fmt_float(c)}')
         per_family.update(self_metrics(EXPORTER, self.last_duration, self.last_success, errors))
         return render((spec, per_family.get(spec.name, ())) for spec in (*ENGINE, *SELF_COLLECTION))
 

@@ -363,3 +363,19 @@ def test_a_process_older_than_the_exporter_has_no_cold_start_its_uptime_is_not_o
     exp.scrape_once()
     fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
     assert [s.value for s in fams["llm_replica_cold_start_seconds"].samples] == [90]
+
+
+def test_the_plans_cold_start_is_published_beside_its_goodput(engines, tmp_path):
+    p = tmp_path / "plan.yaml"
+    p.write_text("plan_version: 1\ndeployments:\n"
+                 "  chat: {replica_goodput_tokens_per_second: 4100, cold_start_s: 240}\n"
+                 "  rag: {replica_goodput_tokens_per_second: 900, headroom_inputs: {cold_start_s: 600, burst_factor: 2}}\n"
+                 "  batch: {replica_goodput_tokens_per_second: 700}\n")
+    plan = load_plan(p)
+    assert plan.cold_start == {"chat": 240.0, "rag": 600.0}  # the key plan replicas writes, or one typed beside it
+    exp = EngineExporter(Targets((), {}), plan)
+    fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+    assert {s.labels["deployment"]: s.value for s in fams["llm_capacity_cold_start_seconds"].samples} == plan.cold_start
+    p.write_text("plan_version: 1\ndeployments:\n  chat: {replica_goodput_tokens_per_second: 1, cold_start_s: -5}\n")
+    with pytest.raises(ConfigError, match=r"deployments\.chat\.cold_start_s"):
+        load_plan(p)
