@@ -47,8 +47,8 @@ def _series(replicas: dict[str, list[float]], dep: str, first: float) -> list[st
     for i, (replica, values) in enumerate(replicas.items()):
         for j, v in enumerate(values):
             t0 = first + i * 7200 + j * 3600
-            lines += [f'llm_replica_cold_start_seconds{{deployment="{dep}",model="m",replica="{replica}"}} {v} {t0 + k * 60:.0f}\n'
-                      for k in range(60)]
+            name = f'llm_replica_cold_start_seconds{{deployment="{dep}",model="m",replica="{replica}"}}'
+            lines += [f"{name} {v} {t0 + k * 60:.0f}\n" for k in range(60)]
     return lines
 
 
