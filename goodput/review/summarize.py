@@ -25,6 +25,7 @@ import numpy as np
 
 from goodput.contracts.catalog import by_name
 from goodput.foundation.histogram import bounded
+from goodput.review.cold_start import cold_starts
 from goodput.review.forecast import forecast_peaks
 from goodput.review.prom import Series
 from goodput.review.queries import STEP_S, WEEK_S, Page, pages_from_series
@@ -206,6 +207,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
     per_dep = {k: _by(raw.get(k, []), "deployment") for k in ("tokens", "kv_max", "preemptions", "kv_rejections",
                                                                "available", "desired", "running")}
     history = _by(raw["history"], "deployment")
+    cold = cold_starts(raw.get("cold_starts", []), raw.get("cold_start_plan", []), plan)
     gpus = defaultdict(list)
     for s in raw["gpus"]:
         gpus[s.labels.get("deployment", "")].append(float(np.median(s.values)) if len(s.values) else 0.0)
@@ -272,6 +274,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
         entry["usage"] = {"replica_hours": round(replica_hours, 1), "gpus_per_replica": gpr,
                           "gpu_hours": round(replica_hours * gpr, 1) if gpr else None}
         entry["capacity"] = _capacity(plan, dep, tokens, available, redundancy, gpr, gpu_hour_cost)
+        entry["cold_start"] = cold.get(dep)
         h = history.get((dep,))
         fc = forecast_peaks(h.times, h.values, origin=start - 4 * WEEK_S) if h is not None else None
         entry["forecast"] = None if fc is None else {
