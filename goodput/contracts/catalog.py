@@ -103,6 +103,9 @@ ENGINE = (
     _m("llm_deployment_replicas", "gauge", "", "Replicas per deployment, desired and available.", ("deployment", "state")),
     _m("llm_capacity_replica_goodput_tokens_per_second", "gauge", "", "Per-replica SLO goodput from the capacity plan.",
        ("deployment",)),
+    _m("llm_capacity_cold_start_seconds", "gauge", "seconds",
+       "The cold start the capacity plan's cold-start buffer and autoscaling policy were sized on (the plan's "
+       "cold_start_s).", ("deployment",)),
 )
 
 C, H = GATEWAY_COUNTER_LABELS, GATEWAY_HIST_LABELS

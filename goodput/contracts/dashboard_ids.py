@@ -50,6 +50,7 @@ TENANTS_OVERLOAD_ACTIONS = 10
 TENANTS_FALLBACK_PATHS = 11
 GPUS_LOST = 1
 GPUS_XID = 6
+CAPACITY_COLD_START = 20  # apart from the capacity board's other panels, which may grow
 
 # alert -> (dashboard, panel, the alert labels passed on as template variables when the alert has them)
 ALERT_PANELS: dict[str, tuple[Board, int, tuple[str, ...]]] = {
@@ -66,6 +67,7 @@ ALERT_PANELS: dict[str, tuple[Board, int, tuple[str, ...]]] = {
     "LLMOverloadProtectionNotHoldingP0": (TENANTS, TENANTS_OVERLOAD_ACTIONS, ("deployment",)),
     "LLMOverloadProtectionEngaged": (TENANTS, TENANTS_OVERLOAD_ACTIONS, ("deployment",)),
     "LLMCircuitOpen": (TENANTS, TENANTS_FALLBACK_PATHS, ()),
+    "LLMColdStartAbovePlan": (CAPACITY, CAPACITY_COLD_START, ("deployment",)),
     "GoodputWatchdog": (FLEET, FLEET_FIRING_ALERTS, ()),
 }
 

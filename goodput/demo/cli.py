@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -47,10 +46,11 @@ from goodput.demo.stack import (
 )
 from goodput.demo.timeline import Timeline, alert_line
 from goodput.demo.webhook import WebhookReceiver
-from goodput.exporters.config import Plan, load_plan, load_targets
+from goodput.exporters.config import Plan, load_plan
 from goodput.exporters.engine import EngineExporter
 from goodput.exporters.gpu import GpuCollector, Sampler
 from goodput.exporters.requests import OTLP_MAX_BODY_BYTES, RequestMetrics, TraceReceiver
+from goodput.exporters.targets_file import TargetsFile
 from goodput.exporters.trace_store import TraceStore
 from goodput.foundation.args import port, positive_number
 from goodput.foundation.http import Server, metrics_routes, serve_until_signal
@@ -146,9 +146,9 @@ class Demo:
             lambda: self.engine.render() if self.engine else "",
             lambda: self.engine.heartbeat.problem() if self.engine else None))
         self.sampler: Sampler | None = None
-        self._watch = threading.Event()
         plan = load_plan(self.plan_path) if self.plan_path is not None else None
-        self.plan = plan and Plan({d: g * args.speed for d, g in plan.goodput.items()}, plan.desired)
+        # goodput per wall second; the cold start stays in virtual seconds, as the replicas publish it
+        self.plan = plan and Plan({d: g * args.speed for d, g in plan.goodput.items()}, plan.desired, plan.cold_start)
         self.db = out / "analyzer.duckdb"
         self.ingester = IngestLoop(out / "traces", self.db, interval_s=10.0 / min(args.speed, 5.0))
         self.alerts_log = out / "alerts.log"
@@ -163,14 +163,16 @@ class Demo:
         for s in (self.otlp, self.req_srv, self.gpu_srv, self.eng_srv):
             s.start()
         self.live.start()
-        self.engine = EngineExporter(load_targets(self.targets_path), self.plan, interval_s=2.0)
+        # replicas come and go (lost, added after a cold start): the exporter follows the targets file, keeping each
+        # replica's state (its measured cold start among it) across reloads
+        tf = TargetsFile(self.targets_path)
+        self.engine = EngineExporter(tf.targets, self.plan, interval_s=2.0, targets_file=tf)
         self.engine.start()
         self.gpu.init()
         self.hook.start()
         if not self.args.no_prometheus and prometheus_available() and alertmanager_available():
             self._start_prometheus()
         self.sampler = Sampler(self.gpu, 2.0).start()
-        threading.Thread(target=self._follow_targets, daemon=True).start()
         self.ingester.start()
         if not self.args.no_console and not self.args.headless:
             self._start_console()
@@ -197,19 +199,6 @@ class Demo:
         console = start_console(a.out / "console", a.console_port, env, a.host)
         self.processes.append(console)
         console.ready("/_stcore/health", timeout=60)
-
-    def _follow_targets(self) -> None:
-        """Replicas come and go (lost, added after a cold start): keep the engine exporter's targets current."""
-        seen = self.targets_path.stat().st_mtime_ns
-        while not self._watch.wait(1.0):
-            now = self.targets_path.stat().st_mtime_ns
-            if now != seen:
-                seen = now
-                old = self.engine
-                self.engine = EngineExporter(load_targets(self.targets_path), self.plan, interval_s=2.0)
-                self.engine.start()
-                if old is not None:  # started before this thread, so always there
-                    old.stop()
 
     def _start_prometheus(self) -> None:
         """Prometheus with the committed rules; Alertmanager with routes whose webhooks reach the demo's receiver."""
@@ -267,7 +256,6 @@ class Demo:
         return urls
 
     def stop(self) -> None:
-        self._watch.set()
         for proc in self.processes:
             proc.stopping = True
         self.timeline.stop()

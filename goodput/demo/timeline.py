@@ -93,8 +93,8 @@ class Timeline:
                 elif ev.kind == "replica_lost":
                     told.append((ev.at, "LOST", f"{ev.deployment} replica {ev.replica}"))
             for (dep, at), n in added.items():
-                cold = max((e.cold_start_s for e in applied if e.kind == "replica_added" and e.deployment == dep
-                            and e.at == at), default=0.0)
+                cold = max((c.total_s for (d, _, _), (asked, c) in fleet.cold_starts.items()
+                            if fleet.deployments[d].cfg.name == dep and asked == at), default=0.0)
                 now = sizes.get(dep, n)
                 told.append((at, "SCALE-OUT", f"{dep} {now - n} -> {now} replicas ({n} added, cold start "
                                               f"{cold:g} s)"))

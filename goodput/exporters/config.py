@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -177,17 +177,20 @@ def _unique(src: str, targets: list[tuple[str, Target]]) -> tuple[Target, ...]:
 
 @dataclass(frozen=True)
 class Plan:
-    """A capacity plan: per deployment the per-replica SLO goodput (tokens/s) and, optionally, desired replicas.
+    """A capacity plan: per deployment the per-replica SLO goodput (tokens/s) and, optionally, desired replicas and
+    the cold start it was sized on (``cold_start_s``, else ``headroom_inputs.cold_start_s`` as `plan replicas`
+    writes it).
 
     File format (YAML)::
 
         plan_version: 1
         deployments:
-          chat-8b-h100: {replica_goodput_tokens_per_second: 5200, desired_replicas: 4}
+          chat-8b-h100: {replica_goodput_tokens_per_second: 5200, desired_replicas: 4, cold_start_s: 180}
     """
 
     goodput: dict[str, float]
     desired: dict[str, int]
+    cold_start: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -227,5 +230,20 @@ def read_plan(path: str | Path) -> list[PlanEntry]:
 def load_plan(path: str | Path) -> Plan:
     """The engine exporter's view of a plan: per deployment its goodput and, where given, its desired replicas."""
     entries = read_plan(path)
+    cold = {e.name: c for e in entries if (c := plan_cold_start(str(path), e)) is not None}
     return Plan({e.name: e.goodput_tokens_per_s for e in entries},
-                {e.name: e.desired_replicas for e in entries if e.desired_replicas is not None})
+                {e.name: e.desired_replicas for e in entries if e.desired_replicas is not None}, cold)
+
+
+def plan_cold_start(src: str, e: PlanEntry) -> float | None:
+    """The cold start (s) ``e`` was sized on: its ``cold_start_s``, else its ``headroom_inputs.cold_start_s``."""
+    inputs = e.fields.get("headroom_inputs")
+    if "cold_start_s" in e.fields:
+        key, v = f"{e.key}.cold_start_s", e.fields["cold_start_s"]
+    elif isinstance(inputs, dict) and "cold_start_s" in inputs:
+        key, v = f"{e.key}.headroom_inputs.cold_start_s", inputs["cold_start_s"]
+    else:
+        return None
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        raise ConfigError(src, key, f"expected a finite number of seconds >= 0, got {v!r}")
+    return float(v)

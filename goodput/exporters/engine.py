@@ -54,6 +54,7 @@ class TargetState:
     model: str = ""  # the target's model, else what the engine reports
     process_start: float | None = None  # the engine process's start (unix s) as of the last good scrape
     cold_start_s: float | None = None  # its start to this exporter's first successful scrape of that process
+    listed_at_start: bool = False  # in the targets this exporter started with: its first process may predate it
 
 
 class _TooLarge(Exception):
@@ -71,7 +72,8 @@ class EngineExporter:
         self.plan = plan
         self.timeout_s, self.max_bytes, self.interval_s = timeout_s, max_bytes, interval_s
         self.clock = clock
-        self.states = [TargetState(t) for t in targets.targets]
+        self.started = clock()  # a process older than this exporter may have ended its cold start unseen
+        self.states = [TargetState(t, listed_at_start=True) for t in targets.targets]
         self.lock = threading.Lock()
         self.errors: dict[str, int] = defaultdict(int)
         self.last_duration = 0.0
@@ -139,7 +141,9 @@ class EngineExporter:
 
     def _note_start(self, st: TargetState, text: str) -> None:
         """A process start not seen before is a (re)started engine: its cold start ends with this first good scrape,
-        so it is measured once per process, to within a scrape interval, and a restart measures again."""
+        so it is measured once per process, to within a scrape interval, and a restart measures again. A process that
+        started before this exporter did is not measured: its first scrape here says how long it has been up (an
+        exporter restart), not how long it took to start; a target listed later (a replica added) is measured."""
         if (m := PROCESS_START.search(text)) is None:
             return
         try:
@@ -148,7 +152,9 @@ class EngineExporter:
             self.errors["parse"] += 1
             return
         if start != st.process_start:
-            st.process_start, st.cold_start_s = start, max(0.0, self.clock() - start)
+            older = st.process_start is None and st.listed_at_start and start < self.started
+            st.process_start = start
+            st.cold_start_s = None if older else max(0.0, self.clock() - start)
 
     def _down(self, st: TargetState, kind: str, t0: float, detail: str = "") -> None:
         if detail and st.error != kind:  # once as the target goes down for this reason, not every round
@@ -257,6 +263,9 @@ class EngineExporter:
             for dep, g in sorted(self.plan.goodput.items()):
                 per_family["llm_capacity_replica_goodput_tokens_per_second"].append(
                     f'llm_capacity_replica_goodput_tokens_per_second{{deployment="{dep}"}} {fmt_float(g)}')
+            for dep, c in sorted(self.plan.cold_start.items()):
+                per_family["llm_capacity_cold_start_seconds"].append(
+                    f'llm_capacity_cold_start_seconds{{deployment="{dep}"}} {fmt_float(c)}')
         per_family.update(self_metrics(EXPORTER, self.last_duration, self.last_success, errors))
         return render((spec, per_family.get(spec.name, ())) for spec in (*ENGINE, *SELF_COLLECTION))
 

@@ -364,6 +364,13 @@ def _capacity(n: Names) -> list[Panel]:
               "thresholds.autoscale_queue_target_seconds)." + QUANTILE_NOTE, "s",
               (Query(f"max by (deployment) ({n.r(QUEUE_WAIT_P95)}{d})", "{{deployment}}"),),
               threshold=float(th["autoscale_queue_target_seconds"])),
+        Panel(ids.CAPACITY_COLD_START, "Cold start vs plan", "Replicas' cold start (process start to the engine "
+              "exporter's first answered scrape): the p90 over the last day and each replica's, against the cold start "
+              "the capacity plan was sized on. LLMColdStartAbovePlan opens a ticket when the p90 is over the plan's.",
+              "s", (Query(f"{n.r('deployment:llm_replica_cold_start_seconds:p90_1d')}{d}", "p90 {{deployment}}"),
+                    Query(f"{n.m('llm_replica_cold_start_seconds')}{d}", "{{replica}}"),
+                    Query(f"max by (deployment) ({n.m('llm_capacity_cold_start_seconds')}{d})",
+                          "plan {{deployment}}"))),
         *_cost(n, d),
     ]
 

@@ -47,7 +47,7 @@ WATCHDOG = "GoodputWatchdog"
 ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
           "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow", "LLMEngineDown", "LLMExporterDown", "LLMGPULost",
           "LLMGPUXidErrors", "LLMTenantAtQuota", "LLMOverloadProtectionNotHoldingP0", "LLMOverloadProtectionEngaged",
-          "LLMCircuitOpen", WATCHDOG)
+          "LLMCircuitOpen", "LLMColdStartAbovePlan", WATCHDOG)
 # alerts about a deployment's queue and latency, silenced while its engine or GPU is down
 SYMPTOMS = ("LLMQueueWaitRisingReplicasShort", "LLMTTFTSLOBreachWithRejects", "LLMKVCacheAllocationFailures",
             "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow")
@@ -65,6 +65,9 @@ BURN_WINDOWS = (
     ("LLMSLOBurnRateSlow", "ticket", "3d", "6h", 1.0, "3h"),
 )
 PAGE_RESET = "5m"
+COLD_START = "llm_replica_cold_start_seconds"
+COLD_START_WINDOW = "1d"
+COLD_START_P90 = "deployment:llm_replica_cold_start_seconds:p90_1d"
 SLIS = {"ttft": "llm_gateway_time_to_first_token_seconds", "tpot": "llm_gateway_time_per_output_token_seconds"}
 # the gateway's refusals for a tenant's own limits (goodput/contracts/vocabulary.py QUOTA_REASONS, as the spans carry them)
 QUOTA_REJECTIONS = "deployment_tenant:llm_gateway_quota_rejections:ratio_rate5m"
@@ -574,7 +577,27 @@ def _alert_rules(b: _Builder) -> dict:
         b.alert(WATCHDOG, "vector(1)", "0m", "none", "Always firing: proves the alerting pipeline works.",
                 "This alert fires all the time. If it stops arriving, Prometheus or Alertmanager is broken."),
     ]
-    return {"groups": [{"name": "llm.alerts", "rules": alerts}]}
+    return {"groups": [{"name": "llm.alerts", "rules": alerts}, {"name": "llm.cold_start", "rules": _cold_start(b)}]}
+
+
+def _cold_start(b: _Builder) -> list[dict]:
+    """Replicas starting slower than the capacity plan assumed: its cold-start buffer and the autoscaling policy's
+    warm pool were sized on that figure, so scale-outs now arrive after the burst they were for."""
+    plan = "max by (deployment) (llm_capacity_cold_start_seconds)"
+    return [
+        # every replica started in the window counts once (its longest start), gone ones included
+        b.record(COLD_START_P90, f"quantile by (deployment) (0.9, max_over_time({COLD_START}[{COLD_START_WINDOW}]))"),
+        b.alert(
+            "LLMColdStartAbovePlan", f"{COLD_START_P90}\n  > on (deployment)\n{plan}", "15m", "ticket",
+            "Replicas start slower than the capacity plan assumes.",
+            "{{ $labels.deployment }}: the p90 cold start of its replicas over the last "
+            f"{_dur(COLD_START_WINDOW, b.scale)} is {{{{ $value | humanizeDuration }}}} (process start to first "
+            "answered scrape), above the plan's "
+            '{{ with printf "max(llm_capacity_cold_start_seconds{deployment=%q})" $labels.deployment | query }}'
+            "{{ . | first | value | humanizeDuration }}{{ end }} that its cold-start buffer and autoscaling policy "
+            "were sized on: scale-outs arrive late. Re-plan with `goodput plan replicas --cold-start-from` or make "
+            "starts faster (cached weights, pre-pulled images, a warm pool)."),
+    ]
 
 
 def _alertmanager(spec: Spec) -> dict:

@@ -90,8 +90,15 @@ def derive(d: PlannedDeployment, cold_start_s: float) -> ScalingPolicy:
     )
 
 
-def derive_policies(planned: list[PlannedDeployment], cold_start_s: float) -> list[DeploymentPolicy]:
-    return [DeploymentPolicy(d.name, derive(d, cold_start_s)) for d in planned]
+def derive_policies(planned: list[PlannedDeployment], cold_start_s: float | None,
+                    measured: dict[str, float] | None = None) -> list[DeploymentPolicy]:
+    """Each deployment's policy on its ``measured`` cold start, else ``cold_start_s``, else the one its plan was
+    sized on (its headroom's)."""
+    measured = measured or {}
+
+    def cold(d: PlannedDeployment) -> float:
+        return measured.get(d.name, d.demand.headroom.cold_start_s if cold_start_s is None else cold_start_s)
+    return [DeploymentPolicy(d.name, derive(d, cold(d))) for d in planned]
 
 
 def _behavior(p: ScalingPolicy) -> dict[str, Any]:

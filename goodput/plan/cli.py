@@ -60,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--until", default=None, metavar="ISO_TIME",
                    help="--demand-from: end of the window, e.g. 2026-11-30T00:00:00Z (default: now, to the hour)")
     promendpoint.add_arguments(r, "--demand-from prometheus:URL")
+    _cold_start_from(r, "the demand file's headroom cold_start_s of each deployment measured")
     r.add_argument("--growth", type=positive_number_at_most(MAX_GROWTH), default=None, metavar="G",
                    help="growth multiplier applied to the peaks (default: the demand file's growth)")
     src = r.add_mutually_exclusive_group(required=True)
@@ -84,8 +85,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "rules' desired-replica series), thresholds, stabilisation windows, scale-down cooldown and "
                     "drain, warm-pool size; written as policy.yaml, a KEDA ScaledObject and an HPA v2 manifest.")
     a.add_argument("--plan", type=Path, required=True, metavar="plan.yaml")
-    a.add_argument("--cold-start", type=duration, required=True, metavar="DURATION",
-                   help="time from scale-up to a serving replica, e.g. 180s")
+    a.add_argument("--cold-start", type=duration, default=None, metavar="DURATION",
+                   help="time from scale-up to a serving replica, e.g. 180s (default: the one the plan was sized on)")
+    _cold_start_from(a, "--cold-start for each deployment measured")
+    a.add_argument("--until", default=None, metavar="ISO_TIME",
+                   help="--cold-start-from: end of the window (default: now, to the hour)")
+    promendpoint.add_arguments(a, "--cold-start-from prometheus:URL")
     a.add_argument("--out", type=output_dir, default=Path("autoscale"), metavar="DIR",
                    help="output directory (default autoscale/)")
     a.add_argument("--namespace", default="llm-serving", help="Kubernetes namespace of the manifests")
@@ -165,6 +170,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.set_defaults(func=_disagg)
 
 
+def _cold_start_from(p: argparse.ArgumentParser, replaces: str) -> None:
+    p.add_argument("--cold-start-from", default=None, metavar="prometheus:URL",
+                   help=f"the p90 measured cold start per deployment (llm_replica_cold_start_seconds) replaces {replaces}")
+    p.add_argument("--cold-start-window", type=duration, default="7d", metavar="DURATION",
+                   help="--cold-start-from: the window measured (default 7d)")
+
+
+def _measured_cold_starts(args: argparse.Namespace) -> dict:
+    """The measured cold starts ``--cold-start-from`` names (empty without it), printed to stderr as they replace."""
+    if args.cold_start_from is None:
+        return {}
+    from goodput.foundation.errors import ConfigError
+    from goodput.plan.cold_start import measure_cold_starts
+    from goodput.plan.measured import parse_until
+
+    if args.cold_start_window < 1:
+        raise ConfigError("--cold-start-window", f"{args.cold_start_window:g} s", "must be at least 1 s")
+    got = measure_cold_starts(args.cold_start_from, f"{int(args.cold_start_window)}s", parse_until(args.until),
+                              lambda url: promendpoint.from_args(url, args))
+    for m in got.values():
+        print(f"{m.deployment}: cold start p90 {m.p90_s:.0f} s measured over {m.replicas} replica starts in the "
+              f"{args.cold_start_window:g} s before the window's end", file=sys.stderr)
+    return got
+
+
 def _replicas(args: argparse.Namespace) -> int:
     import yaml
 
@@ -184,6 +214,10 @@ def _replicas(args: argparse.Namespace) -> int:
             args.growth)
     elif args.growth is not None:
         demand = dataclasses.replace(demand, growth=args.growth)
+    cold = _measured_cold_starts(args)
+    if cold:
+        from goodput.plan.cold_start import apply_cold_starts
+        demand = apply_cold_starts(demand, cold)
     prices = load_prices(args.prices)
     runs = load_runs(parse_run_args(args.runs), args.allow_mixed) if args.runs else None
     n = sum(len(d.candidates) for d in demand.deployments)
@@ -193,6 +227,9 @@ def _replicas(args: argparse.Namespace) -> int:
     plan = plan_dict(demand, plans)
     if measured is not None:
         plan["measured_demand"] = measured
+    if cold:
+        plan["measured_cold_start"] = {"source": args.cold_start_from, "window_s": args.cold_start_window,
+                                       "deployments": {d: m.as_dict() for d, m in cold.items()}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("# written by `goodput plan replicas`; the engine exporter reads it with --plan\n"
                         + yaml.safe_dump(plan, sort_keys=False), encoding="utf-8")
@@ -214,7 +251,8 @@ def _autoscale(args: argparse.Namespace) -> int:
     from goodput.plan.planfile import load_plan_file
 
     planned = load_plan_file(args.plan)
-    policies = derive_policies(planned, args.cold_start)
+    cold = _measured_cold_starts(args)
+    policies = derive_policies(planned, args.cold_start, {d: m.p90_s for d, m in cold.items()})
     paths = write_outputs(policies, args.out, namespace=args.namespace, prometheus=args.prometheus)
     if args.format == "json":
         print(json.dumps({"policies": [p.as_dict() for p in policies], "files": [str(p) for p in paths]}, indent=2))

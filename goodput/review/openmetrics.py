@@ -26,6 +26,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 HIST_SIGMA = {"llm_gateway_queue_wait_seconds": SIGMA["queue"], "llm_gateway_time_to_first_token_seconds": 0.45,
               "llm_gateway_time_per_output_token_seconds": SIGMA["tpot"], "llm_gateway_e2e_latency_seconds": 0.35}
 GOODPUT_SHARE = 0.85  # the capacity gauge: SLO goodput is this share of a replica's modelled throughput
+PLANNED_COLD_START_S = 180.0  # the cold start the week's plan assumes (a demand file's default headroom)
 
 
 def _escape(v: str) -> str:
@@ -191,6 +192,25 @@ def _engine(w: _Writer, model: WeekModel) -> None:
     for d in model.deployments.values():
         w.series("llm_capacity_replica_goodput_tokens_per_second", _labels(deployment=d.config.name),
                  np.full(len(model.times), d.replica_capacity_tokens * GOODPUT_SHARE), 1)
+    _cold_starts(w, model, reps)
+
+
+def _cold_starts(w: _Writer, model: WeekModel, reps: list) -> None:
+    """The lost replica comes back as a new engine process: from the loss's end the exporter publishes its cold
+    start, the in-process part of its deployment's ``cold_start`` (medians; none without one); and the plan's."""
+    w.family("llm_replica_cold_start_seconds")
+    loss = model.loss
+    for d, r, _, lab in reps:
+        cs, budget = d.config.cold_start, d.config.budget
+        if loss is None or d.lost_replica != r or cs is None or budget is None:
+            continue
+        back = w.week & (model.times > loss["end"])
+        w.series("llm_replica_cold_start_seconds", lab,
+                 np.full(len(model.times), cs.median(budget.weights * d.config.tp).in_process_s), 1, back)
+    w.family("llm_capacity_cold_start_seconds")
+    for d in model.deployments.values():
+        w.series("llm_capacity_cold_start_seconds", _labels(deployment=d.config.name),
+                 np.full(len(model.times), PLANNED_COLD_START_S))
 
 
 def write_openmetrics(model: WeekModel, path: Path, history_step_s: int = 300) -> int:

@@ -7,7 +7,7 @@ shortfall or within the hour after it; a KV cache near full with preemptions ask
 (fewer sequences share the cache); queueing with KV room to spare asks for a larger ``max_num_seqs`` when the
 busiest replica ran at its most sequences through most of the queueing (the sequence limit binds), else for a
 larger ``max_num_batched_tokens``; a tenant with more than half of a tier that missed its SLO is the one to
-rate-limit or move.
+rate-limit or move; a p90 cold start over the plan's asks to re-plan on the measured one.
 """
 
 from __future__ import annotations
@@ -116,9 +116,18 @@ def _tenants(dep: str, e: dict) -> list[dict]:
     return out
 
 
+def _cold_start(dep: str, e: dict) -> list[dict]:
+    cs = e.get("cold_start")
+    if not cs or not cs["p90_over_plan"]:
+        return []
+    return [_rec(dep, "re-plan on the measured cold start (plan replicas / autoscale --cold-start-from), or make "
+                      "starts faster", "replicas started slower than the plan's cold-start buffer and warm pool assume",
+                 cold_start_p90_s=cs["p90_s"], plan_s=cs["plan_s"], replicas=cs["replicas"])]
+
+
 def recommend(review: dict) -> list[dict]:
     out = []
     for dep, e in review["deployments"].items():
-        for fn in (_replicas, _warm_pool, _engine, _tenants):
+        for fn in (_replicas, _warm_pool, _engine, _tenants, _cold_start):
             out += fn(dep, e)
     return out

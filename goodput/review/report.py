@@ -150,6 +150,11 @@ def _sections(review: dict, dep: str) -> list[tuple[str, list[dict], list[str]]]
                 | {"replica-hours used": e["usage"]["replica_hours"], "GPU-hours used": e["usage"]["gpu_hours"]}] \
         if cap.get("plan") else [{"capacity": cap["note"], "replica-hours used": e["usage"]["replica_hours"],
                                   "GPU-hours used": e["usage"]["gpu_hours"]}]
+    cs = e.get("cold_start")
+    cold = [{"replicas started": cs["replicas"], "p50 s": cs["p50_s"], "p90 s": cs["p90_s"], "max s": cs["max_s"],
+             "plan s": cs["plan_s"] if cs["plan_s"] is not None else "no plan",
+             "p90 over plan": {True: "yes: LLMColdStartAbovePlan", False: "no", None: "-"}[cs["p90_over_plan"]]}] \
+        if cs else []
     kv = [{"KV usage p95": e["kv"]["usage_p95"], "preemptions": e["kv"]["preemptions"],
            "allocation failures": e["kv"]["allocation_failures"]}]
     refused = [{"tier": t, "timeouts": v["timeouts"], **{f"rejected: {r}": n for r, n in v["rejections"].items()},
@@ -168,7 +173,8 @@ def _sections(review: dict, dep: str) -> list[tuple[str, list[dict], list[str]]]
     cost, tenants = _cost_rows(e.get("cost"))
     return [("Demand", demand, cols(demand)), ("SLO attainment and error budget", slo, cols(slo)),
             ("Capacity", capacity, cols(capacity)), ("Cost", cost, cols(cost)),
-            ("Cost by tenant", tenants, cols(tenants) or ["tenant"]), ("KV pressure", kv, cols(kv)),
+            ("Cost by tenant", tenants, cols(tenants) or ["tenant"]),
+            ("Cold starts against the plan", cold, cols(cold) or ["replicas started"]), ("KV pressure", kv, cols(kv)),
             ("Rejects, timeouts and latency", refused, cols(refused)),
             ("Pages", pages, cols(pages) or ["alert"]), ("Forecast of weekly peak demand", forecast, cols(forecast)),
             ("Regressions", regs, cols(regs) or ["metric"])]

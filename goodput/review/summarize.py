@@ -25,6 +25,7 @@ import numpy as np
 
 from goodput.contracts.catalog import by_name
 from goodput.foundation.histogram import bounded
+from goodput.review.cold_start import cold_starts
 from goodput.review.cost import DeploymentCost, deployment_cost, fleet_cost
 from goodput.review.forecast import forecast_peaks
 from goodput.review.prom import Series
@@ -212,6 +213,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
         _by(raw.get("tenant_cost", []), "deployment", "tier", "tenant")
     prices = {t: v for (t,), v in _scalar(raw.get("prices", []), "gpu_type").items()}
     costs = []
+    cold = cold_starts(raw.get("cold_starts", []), raw.get("cold_start_plan", []), plan)
     gpus = defaultdict(list)
     for s in raw["gpus"]:
         gpus[s.labels.get("deployment", "")].append(float(np.median(s.values)) if len(s.values) else 0.0)
@@ -285,6 +287,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
             costs.append(c)
             entry["cost"] = deployment_cost(c, {(t, tn): _grid(s, grid) for (d, t, tn), s in tenant_cost.items()
                                                 if d == dep}, grid, el, STEP_S)
+        entry["cold_start"] = cold.get(dep)
         h = history.get((dep,))
         fc = forecast_peaks(h.times, h.values, origin=start - 4 * WEEK_S) if h is not None else None
         entry["forecast"] = None if fc is None else {

@@ -16,7 +16,7 @@ import yaml
 
 from goodput.foundation.errors import ConfigError
 from goodput.review.backfill import backfill, rule_names
-from goodput.review.openmetrics import GOODPUT_SHARE, write_openmetrics
+from goodput.review.openmetrics import GOODPUT_SHARE, PLANNED_COLD_START_S, write_openmetrics
 from goodput.review.queries import RECORDED, alert_rules
 from goodput.simulator.config import FleetConfig
 from goodput.simulator.week import WeekModel, WeekSpec, simulate_week
@@ -27,7 +27,8 @@ __all__ = ["demo_week", "plan_of", "write_week"]
 def plan_of(model: WeekModel) -> dict:
     return {"plan_version": 1, "deployments": {
         name: {"replica_goodput_tokens_per_second": round(d.replica_capacity_tokens * GOODPUT_SHARE),
-               "desired_replicas": d.config.replicas} for name, d in model.deployments.items()}}
+               "desired_replicas": d.config.replicas, "cold_start_s": PLANNED_COLD_START_S}
+        for name, d in model.deployments.items()}}
 
 
 def write_week(fleet: FleetConfig, spec: WeekSpec, out: Path, backfill_port: int | None = None,

@@ -17,7 +17,7 @@ event loop that serves the replicas.
 
     GET  /admin/replicas                          every replica: deployment, index, name, url, alive
     POST /admin/replicas/{deployment}/lose        ?replica=N (default: the highest-numbered alive one)
-    POST /admin/replicas/{deployment}/add         ?cold_start_s=S (default 0)
+    POST /admin/replicas/{deployment}/add         ?cold_start_s=S (default: drawn from the deployment's cold_start, else 0)
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class AdminBackend(Protocol):
 
     def lose_replica(self, deployment: str, index: int | None) -> dict: ...
 
-    def add_replica(self, deployment: str, cold_start_s: float) -> dict: ...
+    def add_replica(self, deployment: str, cold_start_s: float | None) -> dict: ...
 
 
 def is_loopback(peer: str | None) -> bool:
@@ -128,12 +128,12 @@ def make_admin_app(backend: AdminBackend, bind_host: str = "127.0.0.1", token: s
         return web.json_response(await run(backend.lose_replica, request.match_info["deployment"], index))
 
     async def add(request: web.Request) -> web.Response:
-        raw = request.query.get("cold_start_s", "0")
+        raw = request.query.get("cold_start_s")
         try:
-            cold = float(raw)
+            cold = None if raw is None else float(raw)
         except ValueError:
             cold = math.nan
-        if not math.isfinite(cold) or cold < 0:
+        if cold is not None and (not math.isfinite(cold) or cold < 0):
             return _error(400, f"cold_start_s: must be a number >= 0, got {raw!r}")
         return web.json_response(await run(backend.add_replica, request.match_info["deployment"], cold))
 

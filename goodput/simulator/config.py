@@ -26,6 +26,7 @@ from goodput.simulator.catalog import (
     lookup_model,
     models,
 )
+from goodput.simulator.cold_start import ColdStartModel
 from goodput.simulator.distributions import QuantileDistribution
 from goodput.simulator.memory import DEFAULT_ENGINE_VERSION, MemoryBudget, MemorySetup, memory_budget
 from goodput.simulator.tokenizer import load_tokenizer
@@ -69,6 +70,7 @@ ROUTERS = ("round-robin", "least-outstanding", "kv-aware")
 # Upper bounds checked when the file is read, before any work (docs/simulator.md#limits): each far above a real
 # fleet's, each far below what grows until the OOM killer (``replicas: 9223372036854775808``, ``rate: 1000000``).
 MAX_REPLICAS = 1024  # per deployment
+MAX_COLD_START_S = 86400.0  # per phase, and an event's
 MAX_RATE = 10_000.0  # requests/s of one workload (a step's too)
 MAX_BURST_FACTOR = 1000.0
 MAX_BATCH = 1_000_000  # requests in one batch
@@ -167,6 +169,7 @@ class DeploymentConfig:
     tokenizer: str | None = None  # the served model's tokenizer.json (checked): prompts counted by it, not the shipped BPE
     capabilities: Capabilities | None = None  # None: not declared (never checked, never a backup)
     disaggregation: DisaggConfig | None = None  # None: each replica prefills and decodes (aggregated)
+    cold_start: ColdStartModel | None = None  # None: an added replica's cold start is its event's (0 by default)
 
     @property
     def spec(self) -> ModelSpec:
@@ -226,7 +229,7 @@ class EventConfig:
     kind: str
     deployment: str
     replica: int | None = None
-    cold_start_s: float = 0.0
+    cold_start_s: float | None = None  # None: the deployment's cold_start model (none: 0)
     release_kind: str = ""
     from_version: str = ""
     to_version: str = ""
@@ -387,8 +390,8 @@ def _disaggregation(r: Reader, parent: dict, prefill: DeploymentConfig) -> Disag
 
 
 def _deployment(r: Reader) -> DeploymentConfig:
-    r.unknown({"name", "model", "model_config", "tokenizer", "gpu", "tp", "replicas", "router", "engine", "gateway_latency_ms",
-               "send_latency_ms", "capabilities", "disaggregation"})
+    r.unknown({"name", "model", "model_config", "tokenizer", "gpu", "tp", "replicas", "router", "engine",
+               "gateway_latency_ms", "send_latency_ms", "capabilities", "disaggregation", "cold_start"})
     name = r.get("name", str)
     config_path = r.get("model_config", str, None)
     tok_path = r.get("tokenizer", str, None)  # relative to the fleet file, as model_config
@@ -435,9 +438,23 @@ def _deployment(r: Reader) -> DeploymentConfig:
         model_config=model if config_path is not None else None,
         tokenizer=None if tok_path is None else load_tokenizer(Path(r.source).parent / tok_path, r.source, r.key("tokenizer")),
         capabilities=_capabilities(r.child("capabilities", None), engine.max_model_len),
+        cold_start=_cold_start(r.child("cold_start", None)),
     )
     dis = r.child("disaggregation", None)
     return dep if dis is None else replace(dep, disaggregation=_disaggregation(dis, r.data, dep))
+
+
+def _cold_start(r: Reader | None) -> ColdStartModel | None:
+    if r is None:
+        return None
+    r.unknown(set(ColdStartModel.__dataclass_fields__))
+    seconds = {k: r.get(k, float, 0.0, minimum=0.0, maximum=MAX_COLD_START_S)
+               for k in ("scheduling_s", "image_pull_s", "engine_start_s")}
+    return ColdStartModel(
+        **seconds, weights_cached=r.get("weights_cached", bool, True),
+        cache_gb_per_s=r.get("cache_gb_per_s", float, 2.0, minimum=0.01, maximum=1000.0),
+        remote_gb_per_s=r.get("remote_gb_per_s", float, 0.4, minimum=0.01, maximum=1000.0),
+        spread=r.get("spread", float, 0.0, minimum=0.0, maximum=2.0))
 
 
 def _capabilities(r: Reader | None, max_model_len: int) -> Capabilities | None:
@@ -567,7 +584,7 @@ def _event(r: Reader, deployments: dict[str, DeploymentConfig], workloads: set[s
         r.fail("workload", f"no workload named {wl!r}")
     return EventConfig(
         at=r.get("at", float, minimum=0.0), kind=kind, deployment=dep, replica=replica,
-        cold_start_s=r.get("cold_start_s", float, 0.0, minimum=0.0),
+        cold_start_s=r.get("cold_start_s", float, None, minimum=0.0, maximum=MAX_COLD_START_S),
         release_kind=r.get("release_kind", str, "config" if kind == "release" else "", choices=RELEASE_KINDS + ("",)),
         from_version=str(r.get("from", (str, int, float), "")), to_version=str(r.get("to", (str, int, float), "")),
         note=r.get("note", str, ""), effects=effects, workload=wl,

@@ -21,11 +21,11 @@ cdef class Deployment:  # a dataclass: its __init__ takes the fields in the orde
 
 
 cdef class Fleet:
-    cdef public object cfg, observer_factory, arrivals, _cols_for, gateway
+    cdef public object cfg, observer_factory, arrivals, _cols_for, gateway, cold_rng
     cdef public long max_run_steps, next_arrival, next_event, next_rid
     cdef public ReplicaQueue queue
     cdef public list done, deployments, events, releases, workload_deployment, workload_tier
-    cdef public dict by_name
+    cdef public dict by_name, cold_starts
     cdef public double now
     cdef public tuple _cols
     cdef public bint keep_done

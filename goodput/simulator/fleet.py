@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from math import inf
 
+import numpy as np
+
 from goodput.contracts.vocabulary import SCALE_KIND
 from goodput.simulator.catalog import gpus
+from goodput.simulator.cold_start import ColdStart
 from goodput.simulator.config import DeploymentConfig, EventConfig, FleetConfig
 from goodput.simulator.gateway import Gateway
 from goodput.simulator.replica import Replica
@@ -73,6 +76,9 @@ class Fleet:
         self.sinks: list = []
         self.observer_factory = observer_factory
         self.deployments: list[Deployment] = []
+        # (deployment, role, replica) -> (asked for at, its cold start): the replicas added after the start
+        self.cold_starts: dict[tuple[int, str, int], tuple[float, ColdStart]] = {}
+        self.cold_rng = np.random.default_rng((cfg.seed, 36))  # apart from the arrivals' draws
         self.by_name: dict[str, Deployment] = {}
         self.transfers: list = []  # KV caches on the link: heap of (arrival, rid, request, decode replica)
         for i, d in enumerate(cfg.deployments):
@@ -154,6 +160,20 @@ class Fleet:
             t = self.now if t is None else t
             wait = available_from - t
             self.record_scale(dep, t, before, f"{note}, serving after {wait:g} s" if wait > 0 else note)
+        return rep
+
+    def start_replica(self, dep: Deployment, t: float, cold_start_s: float | None = None,
+                      note: str = "replica added") -> Replica:
+        """A replica of ``dep`` asked for at ``t``, serving after its cold start: ``cold_start_s`` when given (all of it
+        after its process starts), else drawn from the deployment's ``cold_start`` model (none: 0)."""
+        model = dep.cfg.cold_start
+        if cold_start_s is not None or model is None:
+            cold = ColdStart.in_process(cold_start_s or 0.0)
+        else:
+            assert dep.cfg.budget is not None, "parse_fleet sizes every deployment's memory"
+            cold = model.sample(dep.cfg.budget.weights * dep.cfg.tp, self.cold_rng)
+        rep = self.add_replica(dep, t + cold.total_s, t, note)
+        self.cold_starts[(dep.index, dep.role, rep.index)] = (t, cold)
         return rep
 
     def drain_replica(self, dep: Deployment, index: int, t: float, note: str = "replica drained") -> None:
@@ -283,7 +303,7 @@ class Fleet:
             if ev.replica < len(deps[0].replicas):  # an event may name a replica the fleet never grew to
                 self.lose_replica(deps[0], ev.replica, t)
         elif ev.kind == "replica_added":
-            self.add_replica(deps[0], t + ev.cold_start_s, t)
+            self.start_replica(deps[0], t, ev.cold_start_s)
         elif ev.kind == "release":
             for dep in (p for d in deps for p in ((d,) if d.decode is None else (d, d.decode))):
                 dep.step_scale *= ev.effect("step_time_scale")

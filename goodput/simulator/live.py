@@ -26,6 +26,7 @@ from prometheus_client.exposition import generate_latest
 
 from goodput.foundation.errors import ConfigError
 from goodput.simulator.admin_api import AdminError, is_loopback, make_admin_app
+from goodput.simulator.cold_start import ColdStart
 from goodput.simulator.config import FleetConfig
 from goodput.simulator.distributions import QuantileDistribution
 from goodput.simulator.fleet import Deployment, Fleet
@@ -177,6 +178,7 @@ class LiveFleet:
                     continue
                 m = self._metrics[(dep.index, dep.role, rep.index)]
                 m.replica = rep
+                m.process_start = self._process_start(dep, rep)
                 rs = ReplicaServer(self, dep, rep, m, self.base_port + len(self.servers), dep.cfg.model,
                                    dep.cfg.engine.max_model_len, replica_id(dep.cfg.name, dep.role, rep.index),
                                    self.guard, created, m.registry())
@@ -287,9 +289,20 @@ class LiveFleet:
         return dep
 
     def _describe(self, rs: ReplicaServer) -> dict:
-        return {"deployment": rs.deployment.cfg.name, "index": rs.replica.index, "name": rs.name,
-                "url": f"http://{self.host}:{rs.port}", "alive": bool(rs.replica.alive),
-                "available_from_s": rs.replica.available_from, "error": rs.error}
+        out = {"deployment": rs.deployment.cfg.name, "index": rs.replica.index, "name": rs.name,
+               "url": f"http://{self.host}:{rs.port}", "alive": bool(rs.replica.alive),
+               "available_from_s": rs.replica.available_from, "error": rs.error}
+        if (started := self.fleet.cold_starts.get((rs.deployment.index, rs.deployment.role, rs.replica.index))):
+            out["cold_start"] = {"asked_at_s": started[0], **started[1].as_dict()}
+        return out
+
+    def _process_start(self, dep: Deployment, rep: Replica) -> float:
+        """The unix time ``rep``'s engine process started, as its ``process_start_time_seconds`` says: the cold start's
+        in-process part before the wall instant it serves from. At ``speed`` 1 that is its start (after scheduling and
+        image pull); faster, the in-process part stays in virtual seconds, as the replica's latency histograms are, so
+        the engine exporter measures the configured cold start at any speed. The fleet's first replicas start with it."""
+        _, cold = self.fleet.cold_starts.get((dep.index, dep.role, rep.index), (0.0, ColdStart()))
+        return self.started + max(0.0, rep.available_from) / self.speed - cold.in_process_s
 
     def replicas(self) -> list[dict]:
         with self.lock:
@@ -313,12 +326,13 @@ class LiveFleet:
         self.http.settle()  # answer once its port is closed
         return lost
 
-    def add_replica(self, deployment: str, cold_start_s: float = 0.0) -> dict:
-        """A new replica of ``deployment`` that serves after ``cold_start_s`` virtual seconds, on the next port."""
+    def add_replica(self, deployment: str, cold_start_s: float | None = None) -> dict:
+        """A new replica of ``deployment`` on the next port that serves after ``cold_start_s`` virtual seconds (None:
+        a cold start drawn from the deployment's ``cold_start`` model, 0 without one)."""
         with self.lock:
             dep = self._deployment(deployment)
             now = self.advance()
-            self.fleet.add_replica(dep, now + cold_start_s)  # the fleet's replica_added path
+            self.fleet.start_replica(dep, now, cold_start_s)  # the fleet's replica_added path
             self._sync_servers()
             rs = self.servers[-1]
             if rs.error:

@@ -70,6 +70,9 @@ class VllmMetrics:
         self.num_blocks = num_blocks
         self.replica: Replica | None = None  # set by the live fleet; read for gauges
         self.created = now
+        # the process collector's start time, as vLLM's prometheus_client publishes it (the live fleet sets it to
+        # the replica's own start); the engine exporter measures the cold start from it
+        self.process_start = now
         tok = _one_two_five(max_model_len)
         self.h = {
             "ttft": Histogram(TTFT_BUCKETS, now),
@@ -159,6 +162,8 @@ class VllmMetrics:
 
     def collect(self) -> Iterable[Metric]:
         labels, values = ["engine", "model_name"], ["0", self.model_name]
+        yield GaugeMetricFamily("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+                                value=self.process_start)
         rep = self.replica
         running = len(rep.running) if rep else 0
         waiting = rep.n_waiting if rep else 0

@@ -325,11 +325,12 @@ def test_a_target_publishing_100000_models_is_down_at_the_series_cap_and_the_oth
 
 
 def test_cold_start_runs_from_the_process_start_to_the_first_good_scrape_and_a_restart_measures_again(engines):
-    now = [1_000_000.0]
+    now = [999_000.0]
     body = 'vllm:num_requests_running{model_name="m"} 1\nprocess_start_time_seconds 999820.5\n'
     BODIES["cold"] = body.encode()
     exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/body/cold", "auto", "m"),), {}),
                          timeout_s=10, clock=lambda: now[0])
+    now[0] = 1_000_000.0
 
     def cold() -> list[tuple[dict, float]]:
         fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
@@ -348,3 +349,33 @@ def test_cold_start_runs_from_the_process_start_to_the_first_good_scrape_and_a_r
 def test_an_engine_without_a_process_start_has_no_cold_start_series(engines):
     exp, fams = _scrape(engines, "no-start", 'vllm:num_requests_running{model_name="m"} 1\n')
     assert "llm_replica_cold_start_seconds" not in fams and "llm_replica_cold_start_seconds{" not in exp.render()
+
+
+def test_a_process_older_than_the_exporter_has_no_cold_start_its_uptime_is_not_one(engines):
+    now = [1_000_000.0]
+    BODIES["old"] = b'vllm:num_requests_running{model_name="m"} 1\nprocess_start_time_seconds 990000\n'
+    exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/body/old", "auto", "m"),), {}),
+                         timeout_s=10, clock=lambda: now[0])
+    exp.scrape_once()
+    assert "llm_replica_cold_start_seconds{" not in exp.render()
+    now[0] += 600  # the engine restarts while this exporter watches: that start is measured
+    BODIES["old"] = f'vllm:num_requests_running{{model_name="m"}} 1\nprocess_start_time_seconds {now[0] - 90}\n'.encode()
+    exp.scrape_once()
+    fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+    assert [s.value for s in fams["llm_replica_cold_start_seconds"].samples] == [90]
+
+
+def test_the_plans_cold_start_is_published_beside_its_goodput(engines, tmp_path):
+    p = tmp_path / "plan.yaml"
+    p.write_text("plan_version: 1\ndeployments:\n"
+                 "  chat: {replica_goodput_tokens_per_second: 4100, cold_start_s: 240}\n"
+                 "  rag: {replica_goodput_tokens_per_second: 900, headroom_inputs: {cold_start_s: 600, burst_factor: 2}}\n"
+                 "  batch: {replica_goodput_tokens_per_second: 700}\n")
+    plan = load_plan(p)
+    assert plan.cold_start == {"chat": 240.0, "rag": 600.0}  # the key plan replicas writes, or one typed beside it
+    exp = EngineExporter(Targets((), {}), plan)
+    fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+    assert {s.labels["deployment"]: s.value for s in fams["llm_capacity_cold_start_seconds"].samples} == plan.cold_start
+    p.write_text("plan_version: 1\ndeployments:\n  chat: {replica_goodput_tokens_per_second: 1, cold_start_s: -5}\n")
+    with pytest.raises(ConfigError, match=r"deployments\.chat\.cold_start_s"):
+        load_plan(p)

@@ -19,7 +19,8 @@ start_time: "2026-11-23T00:00:00Z"
 seed: 3
 deployments:
   - {name: chat-8b-h100, model: Llama-3.1-8B, gpu: H100-80GB-SXM, tp: 1, replicas: 3, router: least-outstanding,
-     engine: {max_num_seqs: 128, max_num_batched_tokens: 8192, max_waiting_requests: 512, max_queue_time_s: 20}}
+     engine: {max_num_seqs: 128, max_num_batched_tokens: 8192, max_waiting_requests: 512, max_queue_time_s: 20},
+     cold_start: {scheduling_s: 20, weights_cached: false, engine_start_s: 200}}
   - {name: batch-32b-a100, model: Qwen2.5-32B, gpu: A100-80GB, tp: 2, replicas: 2, router: round-robin,
      engine: {max_num_seqs: 256, max_num_batched_tokens: 16384, max_waiting_requests: 4096, max_queue_time_s: 1800}}
 workloads:

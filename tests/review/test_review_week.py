@@ -109,6 +109,27 @@ def test_capacity_forecast_and_recommendations_follow_the_plan(review, week):
     assert batch["capacity"]["cost"]["used"] == pytest.approx(2 * 2 * 168 * 2.0, rel=0.01)
 
 
+def test_the_weeks_cold_starts_are_shown_against_the_plan(review, week, tmp_path):
+    """The replica lost on Thursday comes back as a new engine process after its cold start: the fleet's chat pool
+    loads its weights from the remote store (16 GB at 0.4 GB/s) and starts its engine in 200 s, over the plan's 180."""
+    from goodput.review.openmetrics import PLANNED_COLD_START_S
+    from goodput.simulator.config import load_fleet
+
+    dep = next(d for d in load_fleet(week[2]["truth"].parent / "fleet.yaml").deployments if d.name == "chat-8b-h100")
+    assert dep.cold_start is not None and dep.budget is not None
+    configured = dep.cold_start.median(dep.budget.weights * dep.tp).in_process_s
+    chat = review["deployments"]["chat-8b-h100"]["cold_start"]
+    assert chat["replicas"] == 1 and chat["p90_s"] == chat["max_s"] == pytest.approx(configured, abs=0.1)
+    assert chat["plan_s"] == PLANNED_COLD_START_S and chat["p90_over_plan"] is True
+    batch = review["deployments"]["batch-32b-a100"]["cold_start"]  # no start in the week: the plan's figure alone
+    assert batch == {"replicas": 0, "p50_s": None, "p90_s": None, "max_s": None, "plan_s": PLANNED_COLD_START_S,
+                     "p90_over_plan": None}
+    rec = [r for r in review["recommendations"] if r["numbers"].get("cold_start_p90_s") is not None]
+    assert [r["deployment"] for r in rec] == ["chat-8b-h100"]
+    md = write_review(review, tmp_path)["md"].read_text()
+    assert "### Cold starts against the plan" in md and "yes: LLMColdStartAbovePlan" in md
+
+
 def test_without_a_plan_capacity_says_so_and_the_rest_is_written(week, tmp_path):
     url = week[0]
     review = prometheus_review(url, WEEK)
