@@ -23,7 +23,7 @@ from goodput.monitoring import dashgen
 from goodput.monitoring.placeholders import Knob, check, mark
 from goodput.monitoring.rulegen import Spec
 
-__all__ = ["CONFIG", "DATA", "SELECTORS", "data", "knobs", "render", "with_selectors"]
+__all__ = ["CONFIG", "DATA", "SELECTORS", "data", "knobs", "overridden", "render", "with_selectors"]
 
 DATA = "generated"  # the mixin's generated data, under its directory
 CONFIG = "config.libsonnet"
@@ -142,7 +142,8 @@ def _evaluate(mixin_dir: Path, overrides: Path | None, fields: str, src: str) ->
 
 def render(mixin_dir: Path, spec: Spec, generators: tuple[str, ...], overrides: Path | None = None) -> dict[str, Any]:
     """The mixin evaluated (``ruleFiles``, ``prometheusRules``, ``prometheusAlerts``, ``grafanaDashboards``), with
-    ``overrides`` (a jsonnet file, ``{ _config+:: {...} }``) applied; its ``_config`` is checked before it is used."""
+    ``overrides`` (a jsonnet file, ``{ _config+:: {...} }``) applied, and the keys it ``overridden``; its ``_config``
+    is checked before it is used."""
     if not (mixin_dir / "mixin.libsonnet").is_file():
         raise ConfigError(str(mixin_dir), "", "no mixin.libsonnet here (give the mixin's directory, --mixin-dir)")
     src = str(overrides or mixin_dir / CONFIG)
@@ -151,6 +152,18 @@ def render(mixin_dir: Path, spec: Spec, generators: tuple[str, ...], overrides: 
     config = _evaluate(mixin_dir, overrides, "config: m._config", src)["config"]
     if not isinstance(config, dict):
         raise ConfigError(src, "_config", f"expected an object, got {config!r}")
-    check(knobs(spec, generators), config, src)
-    return _evaluate(mixin_dir, overrides, "ruleFiles: m.ruleFiles, prometheusRules: m.prometheusRules, "
-                     "prometheusAlerts: m.prometheusAlerts, grafanaDashboards: m.grafanaDashboards", src)
+    ks = knobs(spec, generators)
+    check(ks, config, src)
+    out = _evaluate(mixin_dir, overrides, "ruleFiles: m.ruleFiles, prometheusRules: m.prometheusRules, "
+                    "prometheusAlerts: m.prometheusAlerts, grafanaDashboards: m.grafanaDashboards", src)
+    return {**out, "overridden": overridden(ks, config)}
+
+
+def overridden(ks: tuple[Knob, ...], config: dict[str, Any]) -> list[str]:
+    """The ``_config`` keys whose value is not the default (what to blame when the output is refused)."""
+    def at(path: tuple[str, ...]) -> Any:
+        value = config
+        for key in path:
+            value = value[key]
+        return value
+    return ["_config." + ".".join(k.path) for k in ks if at(k.path) != k.default]

@@ -36,7 +36,7 @@ from goodput.contracts.vocabulary import QUOTA_REASONS, TIERS
 from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
-from goodput.monitoring.placeholders import Knob, fill, mark, params
+from goodput.monitoring.placeholders import Knob, fill, mark, params, re2_problem
 
 __all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "dump", "knobs", "load_spec", "templates", "write"]
 
@@ -203,11 +203,6 @@ def _label_name(v: Any, src: str, key: str) -> str:
     return v
 
 
-# RE2 (Prometheus' regex engine) has no lookaround and no backreferences, which Python's re would accept (numbered
-# ones need a backslash, refused anyway)
-_NOT_RE2 = re.compile(r"\(\?(?:<?[=!]|P=)")
-
-
 def _regex(v: Any, src: str, key: str) -> str:
     """A regular expression copied into a PromQL string: it compiles (Python's re, a fair first check of RE2: what
     RE2 lacks, lookaround and backreferences, is refused too) and holds no quote or backslash that would end or
@@ -216,12 +211,8 @@ def _regex(v: Any, src: str, key: str) -> str:
         raise ConfigError(src, key, "expected a job-name regular expression (a string)")
     if '"' in v or "\\" in v or "\n" in v:
         raise ConfigError(src, key, f"must not hold a quote, backslash or newline (it is copied into PromQL): {v!r}")
-    try:
-        re.compile(v)
-    except re.error as e:
-        raise ConfigError(src, key, f"not a regular expression ({e}): {v!r}") from None
-    if _NOT_RE2.search(v):
-        raise ConfigError(src, key, f"uses lookaround or a backreference, which Prometheus' RE2 has not: {v!r}")
+    if problem := re2_problem(v):
+        raise ConfigError(src, key, f"{problem}: {v!r}")
     return v
 
 

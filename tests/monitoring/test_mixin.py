@@ -154,7 +154,13 @@ def test_the_rendered_mixin_with_overrides_passes_promtool(tmp_path):
     ({"preemptionsPerSecond": "fast"}, "_config.preemptionsPerSecond: expected a finite number"),
     ({"dcgmUuidLabel": "GPU UUID"}, "_config.dcgmUuidLabel: expected a Prometheus label name"),
     ("{ _config+:: { preemptionsPerSecond: } }", "overrides.libsonnet"),
-], ids=["link", "selector", "number", "label", "syntax"])
+    ({"engineSelector": "namespace=llm"}, "_config.engineSelector: expected label matchers"),
+    ({"requestSelector": 'job="a" or vector(1)'}, "_config.requestSelector: expected label matchers"),
+    ({"exporterSelector": 'job=~"(("'}, "_config.exporterSelector: the regex of job=~: not a regular expression"),
+    ({"gpuSelector": 'gpu="\\q"'}, "_config.gpuSelector: \"\\q\" is not a PromQL string"),
+    pytest.param({"engineSelector": 'pod=~"a*+"'}, "_config.engineSelector: promtool rejects the rendered rules: "
+                 "prometheus_alerts.yaml:", marks=needs_promtool),  # Python's re takes a*+, RE2 does not
+], ids=["link", "selector", "number", "label", "syntax", "unquoted", "promql", "regex", "escape", "re2"])
 def test_a_bad_override_is_one_line_and_exit_2(tmp_path, config, says):
     r = _cli("mixin", "--out", str(tmp_path / "out"), "--config", str(_overrides_file(tmp_path, config)))
     assert r.returncode == 2 and says in r.stderr, r.stderr
