@@ -20,14 +20,20 @@
     dcgmUuidLabel: "UUID",
     // dcgm-exporter's label holding the XID code
     dcgmXidLabel: "err_code",
-    // runbook_url = this + ALERTNAME.md
-    runbookUrlBase: "https://github.com/goodput-dev/goodput/blob/main/docs/runbooks/",
+    // runbook_url: this with %s replaced by the alert name
+    runbookURLPattern: "https://github.com/goodput-dev/goodput/blob/main/docs/runbooks/%s.md",
     // Grafana's root URL for the dashboard links (empty: relative)
     dashboardUrlBase: "",
     // the triage console's URL (the console link exists when rules/slos.yaml names one)
     consoleUrlBase: "http://127.0.0.1:8501",
     // the Prometheus data source of every query (default: the dashboard's Data source variable)
     datasourceUid: "${datasource}",
+    // put before every dashboard's title (e.g. 'Team / ')
+    dashboardNamePrefix: "",
+    // every dashboard's tags; the dashboards menu of each lists those with the first
+    dashboardTags: ["goodput", "llm"],
+    // every dashboard's refresh interval ('' for off)
+    refresh: "30s",
     // label matchers on the request exporter's series (llm_gateway_*), e.g. job="llm-requests"
     requestSelector: "",
     // label matchers on the engine exporter's series (llm_engine_up, llm_kv_*, llm_requests_*, ...)

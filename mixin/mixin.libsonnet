@@ -15,12 +15,24 @@ local groups(files, alerts) = [
   if (std.length([r for r in g.rules if std.objectHas(r, 'alert')]) > 0) == alerts
 ];
 
+// a dashboard with _config's tags, its dashboards menu listing those with the first
+local tagged(d, tags) = d {
+  tags: tags,
+  links: [l + (if std.objectHas(l, 'tags') then { tags: tags[0:1] } else {}) for l in d.links],
+};
+
 (import 'config.libsonnet') + {
+  assert !std.objectHas($._config, 'runbookUrlBase') :
+         '_config.runbookUrlBase is gone: set runbookURLPattern, the runbook URL with %s for the alert name '
+         + '(runbookUrlBase + "%s.md")',
   local params = render.params(knobs, $._config),
 
   // every generated rule file, by its name in rules/
   ruleFiles:: render.fill(rules, params),
   prometheusAlerts+:: { groups+: groups(render.fill(rules, params), true) },
   prometheusRules+:: { groups+: groups(render.fill(rules, params), false) },
-  grafanaDashboards+:: render.fill(dashboards, params),
+  // keyed goodput-NAME.json (NAME.json in dashboards/), beside other mixins' dashboards
+  grafanaDashboards+::
+    local filled = render.fill(dashboards, params);
+    { ['goodput-' + name]: tagged(filled[name], $._config.dashboardTags) for name in std.objectFields(filled) },
 }

@@ -21,7 +21,8 @@ from goodput.foundation.errors import ConfigError
 __all__ = ["KINDS", "Knob", "check", "fill", "mark", "matchers", "params", "re2_problem", "render"]
 
 # how a value is written into text; mixin/lib/render.libsonnet implements each the same way
-KINDS = ("text", "url", "number", "float", "alternation", "selector")
+# "strings" has no placeholder: the mixin sets it on the documents themselves (mixin/mixin.libsonnet)
+KINDS = ("text", "url", "number", "float", "alternation", "selector", "pattern", "strings")
 _MARK = re.compile("\x00([A-Za-z][A-Za-z0-9_]*)\x01")
 
 
@@ -77,6 +78,11 @@ def render(kind: str, value: Any) -> dict[str, str]:
         return {"": "|".join(_number(v) for v in value)}
     if kind == "selector":  # label matchers, for a selector of its own or beside others
         return {"": value, "_braced": "{" + value + "}" if value else "", "_comma": "," + value if value else ""}
+    if kind == "pattern":  # a string with one %s, written around what the template puts between _pre and _post
+        pre, post = value.split("%s")
+        return {"_pre": pre, "_post": post}
+    if kind == "strings":
+        return {}
     raise ValueError(f"unknown knob kind {kind!r}")
 
 
@@ -107,6 +113,10 @@ _KIND_OK: dict[str, tuple[Callable[[Any], bool], str]] = {
     # copied between braces of PromQL: a brace or newline there would end or break the selector
     "selector": (lambda v: isinstance(v, str) and not re.search(r"[{}\n]", v),
                  'label matchers without braces (job="x",namespace=~"y"), or ""'),
+    "pattern": (lambda v: isinstance(v, str) and "\n" not in v and v.count("%s") == 1 and v.count("%") == 1,
+                "a string with one %s (and no other %)"),
+    "strings": (lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) and x and "\n" not in x for x in v),
+                "a list of one or more strings"),
 }
 
 

@@ -231,6 +231,12 @@ def _link(v: Any, src: str, key: str) -> str:
     return v
 
 
+def _link_pattern(v: str, src: str, key: str) -> str:
+    """A link with ``%s`` where the alert's name goes (kubernetes-mixin's ``runbookURLPattern``), a link otherwise."""
+    _link(v.replace("%s", "ALERT"), src, key)
+    return v
+
+
 # ---------------------------------------------------------------------- helpers
 
 def _dur(d: str, scale: float) -> str:
@@ -251,7 +257,7 @@ class _Builder:
     def alert(self, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
               labels: dict[str, str] | None = None) -> dict:
         annotations = {"summary": summary, "description": description,
-                       "runbook_url": f"{mark('runbookUrlBase')}{name}.md",
+                       "runbook_url": f"{mark('runbookURLPattern_pre')}{name}{mark('runbookURLPattern_post')}",
                        "dashboard": alert_link(mark("dashboardUrlBase"), name)}
         if self.spec.links["console_base"]:  # the triage console's Overview, the alert's deployment and tier its filters
             annotations["console"] = mark("consoleUrlBase") + "/?range=1h" + (
@@ -624,8 +630,8 @@ def knobs(spec: Spec) -> tuple[Knob, ...]:
              _label_name),
         Knob("dcgmXidLabel", ("dcgmXidLabel",), "text", "err_code", "dcgm-exporter's label holding the XID code",
              _label_name),
-        Knob("runbookUrlBase", ("runbookUrlBase",), "text", links["runbook_base"],
-             "runbook_url = this + ALERTNAME.md", _link),
+        Knob("runbookURLPattern", ("runbookURLPattern",), "pattern", links["runbook_base"] + "%s.md",
+             "runbook_url: this with %s replaced by the alert name", _link_pattern),
         Knob("dashboardUrlBase", ("dashboardUrlBase",), "url", links["dashboard_base"],
              "Grafana's root URL for the dashboard links (empty: relative)", _link),
         Knob("consoleUrlBase", ("consoleUrlBase",), "url", links["console_base"],

@@ -21,7 +21,10 @@ SPEC = load_spec(RULES / "slos.yaml")
 OVERRIDES = {  # one of each kind: a threshold, a selector, a URL base, a label name, the data source
     "preemptionsPerSecond": 0.2,
     "engineSelector": 'namespace="llm"',
-    "runbookUrlBase": "https://wiki.example.com/rb/",
+    "runbookURLPattern": "https://wiki.example.com/rb/%s",
+    "dashboardNamePrefix": "Team / ",
+    "dashboardTags": ["team", "serving"],
+    "refresh": "1m",
     "dcgmUuidLabel": "gpu_uuid",
     "datasourceUid": "prom-main",
 }
@@ -72,7 +75,7 @@ def _newline_exprs(doc: dict) -> dict:
 def test_the_default_mixin_equals_the_generated_files(default):
     for name, doc in default["ruleFiles"].items():
         assert doc == _newline_exprs(yaml.safe_load((RULES / name).read_text())), name
-    assert default["grafanaDashboards"] == {p.name: json.loads(p.read_text()) for p in DASHBOARDS.glob("*.json")}
+    assert default["grafanaDashboards"] == {f"goodput-{p.name}": json.loads(p.read_text()) for p in DASHBOARDS.glob("*.json")}
     groups = [g for name in sorted(default["ruleFiles"]) for g in default["ruleFiles"][name]["groups"]]
     alerts, recording = default["prometheusAlerts"]["groups"], default["prometheusRules"]["groups"]
     assert sorted(alerts + recording, key=json.dumps) == sorted(groups, key=json.dumps)
@@ -98,8 +101,10 @@ ENGINE_SERIES = re.compile(r"(?<![\w:])(" + "|".join(m.name + ("(?:_bucket|_sum|
 
 def _undo(text: str) -> str:
     """An overridden string with each override taken back out, as the default has it."""
-    return (text.replace(',namespace="llm"', "").replace('{namespace="llm"}', "").replace('"gpu_uuid"', '"UUID"')
-            .replace("> 0.2\n", "> 0.05\n").replace("https://wiki.example.com/rb/", SPEC.links["runbook_base"])
+    text = {"team": "goodput", "serving": "llm", "1m": "30s"}.get(text, text)
+    text = re.sub(r"^https://wiki\.example\.com/rb/(\w+)$", lambda m: SPEC.links["runbook_base"] + m.group(1) + ".md", text)
+    return (text.replace("Team / ", "").replace(',namespace="llm"', "").replace('{namespace="llm"}', "")
+            .replace('"gpu_uuid"', '"UUID"').replace("> 0.2\n", "> 0.05\n")
             .replace("prom-main", "${datasource}"))
 
 
@@ -115,7 +120,9 @@ def test_an_overridden_config_changes_what_it_names_and_nothing_else(default, ov
     def expected(p, old) -> bool:
         if not isinstance(old, str):
             return False
-        if p[-1] == "runbook_url":
+        if p[-1] == "runbook_url" or p[0] == "grafanaDashboards" and len(p) == 3 and p[-1] in ("title", "refresh"):
+            return True
+        if p[0] == "grafanaDashboards" and "tags" in p:  # the dashboard's, and its menu's (the first)
             return True
         if p[-1] == "uid":
             return old == "${datasource}"
@@ -128,7 +135,7 @@ def test_an_overridden_config_changes_what_it_names_and_nothing_else(default, ov
         if p[-1] in ("expr", "query"):
             assert after[p].count('namespace="llm"') == len(ENGINE_SERIES.findall(before[p])), p
     kinds = {p[-1] for p in changed}
-    assert kinds == {"runbook_url", "uid", "expr", "query"}
+    assert kinds == {"runbook_url", "uid", "expr", "query", "title", "refresh", 0, 1}
     assert sum(p[-1] == "runbook_url" for p in changed) == sum(p[-1] == "runbook_url" for p in before)
 
 
@@ -145,11 +152,11 @@ def test_the_rendered_mixin_with_overrides_passes_promtool(tmp_path):
         assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
     assert 'namespace="llm"' in (tmp_path / "out" / "prometheus_rules.yaml").read_text()
     boards = {p.name for p in (tmp_path / "out" / "dashboards").glob("*.json")}
-    assert boards == {p.name for p in DASHBOARDS.glob("*.json")}
+    assert boards == {f"goodput-{p.name}" for p in DASHBOARDS.glob("*.json")}
 
 
 @pytest.mark.parametrize(("config", "says"), [
-    ({"runbookUrlBase": "javascript:alert(1)"}, "_config.runbookUrlBase: only http(s) links"),
+    ({"runbookURLPattern": "javascript:alert(%s)"}, "_config.runbookURLPattern: only http(s) links"),
     ({"engineSelector": 'job="a"} or vector(1) or up{'}, "_config.engineSelector: expected label matchers"),
     ({"preemptionsPerSecond": "fast"}, "_config.preemptionsPerSecond: expected a finite number"),
     ({"dcgmUuidLabel": "GPU UUID"}, "_config.dcgmUuidLabel: expected a Prometheus label name"),
@@ -160,7 +167,12 @@ def test_the_rendered_mixin_with_overrides_passes_promtool(tmp_path):
     ({"gpuSelector": 'gpu="\\q"'}, "_config.gpuSelector: \"\\q\" is not a PromQL string"),
     pytest.param({"engineSelector": 'pod=~"a*+"'}, "_config.engineSelector: promtool rejects the rendered rules: "
                  "prometheus_alerts.yaml:", marks=needs_promtool),  # Python's re takes a*+, RE2 does not
-], ids=["link", "selector", "number", "label", "syntax", "unquoted", "promql", "regex", "escape", "re2"])
+    ({"runbookURLPattern": "https://wiki/rb/"}, "_config.runbookURLPattern: expected a string with one %s"),
+    ({"runbookUrlBase": "https://wiki/rb/"}, "_config.runbookUrlBase is gone: set runbookURLPattern"),
+    ({"refresh": "soon"}, "_config.refresh: expected a Grafana refresh interval"),
+    ({"dashboardTags": "goodput"}, "_config.dashboardTags: expected a list of one or more strings"),
+], ids=["link", "selector", "number", "label", "syntax", "unquoted", "promql", "regex", "escape", "re2", "pattern",
+        "old-runbook", "refresh", "tags"])
 def test_a_bad_override_is_one_line_and_exit_2(tmp_path, config, says):
     r = _cli("mixin", "--out", str(tmp_path / "out"), "--config", str(_overrides_file(tmp_path, config)))
     assert r.returncode == 2 and says in r.stderr, r.stderr
@@ -173,4 +185,4 @@ def test_the_example_renders_its_overrides():
     alerts = files["prometheus_alerts.yaml"]
     kv = next(r for g in alerts["groups"] for r in g["rules"] if r.get("alert") == "LLMKVCacheAllocationFailures")
     assert "> 0.02\n" in kv["expr"] and kv["annotations"]["runbook_url"].startswith("https://wiki.example.com/")
-    assert {f"dashboards/{p.name}" for p in DASHBOARDS.glob("*.json")} <= set(files)
+    assert {f"dashboards/goodput-{p.name}" for p in DASHBOARDS.glob("*.json")} <= set(files)
