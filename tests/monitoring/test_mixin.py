@@ -1,8 +1,10 @@
 """The monitoring mixin: fresh data, default output equal to the generated rule files and dashboards, every rule file
 in it through the one registry, an overridden _config changing what it names and nothing else, valid for promtool."""
 
+import importlib.util
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -186,3 +188,39 @@ def test_the_example_renders_its_overrides():
     kv = next(r for g in alerts["groups"] for r in g["rules"] if r.get("alert") == "LLMKVCacheAllocationFailures")
     assert "> 0.02\n" in kv["expr"] and kv["annotations"]["runbook_url"].startswith("https://wiki.example.com/")
     assert {f"dashboards/goodput-{p.name}" for p in DASHBOARDS.glob("*.json")} <= set(files)
+
+
+# kubernetes-mixin's way: YAML from jsonnet itself, the costly path under C++ jsonnet (docs/mixin.md, Speed)
+AS_USERS_RENDER = ("local m = import 'mixin.libsonnet';\n"
+                   "{ rules: std.manifestYamlDoc(m.prometheusRules), alerts: std.manifestYamlDoc(m.prometheusAlerts),"
+                   " dashboards: m.grafanaDashboards }")
+
+
+def _python_module(name: str):
+    def run(tmp_path) -> str:
+        mod = pytest.importorskip(name) if name == "_gojsonnet" else _jsonnet
+        return mod.evaluate_snippet("render", AS_USERS_RENDER, jpathdir=[str(MIXIN)])
+    return run
+
+
+def _command(tmp_path) -> str:
+    program = tmp_path / "render.jsonnet"
+    program.write_text(AS_USERS_RENDER)
+    return subprocess.run([shutil.which("jsonnet") or "jsonnet", "-J", str(MIXIN), str(program)], capture_output=True,
+                          text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("evaluate", [
+    _python_module("_jsonnet"),  # C++ jsonnet, the package goodput renders with
+    pytest.param(_python_module("_gojsonnet"), marks=pytest.mark.skipif(
+        importlib.util.find_spec("_gojsonnet") is None, reason="go-jsonnet's Python module (gojsonnet) absent")),
+    pytest.param(_command, marks=needs("jsonnet")),  # Debian's C++ jsonnet
+], ids=["cpp-module", "go-jsonnet", "jsonnet-command"])
+def test_every_interpreter_renders_the_mixin_as_users_render_it(default, tmp_path, evaluate):
+    out = json.loads(evaluate(tmp_path))
+    assert yaml.safe_load(out["rules"]) == default["prometheusRules"]
+    assert yaml.safe_load(out["alerts"]) == default["prometheusAlerts"]
+    assert out["dashboards"] == default["grafanaDashboards"]
+    exprs = [r["expr"] for g in default["prometheusRules"]["groups"] for r in g["rules"]]
+    assert all(e.endswith("\n") for e in exprs)  # YAML blocks: what keeps C++ jsonnet's manifestYamlDoc fast
+    assert re.search(r'^ *- "?expr"?: \|$', out["rules"], re.M)
