@@ -42,6 +42,10 @@
     gpuSelector: "",
     // label matchers on dcgm-exporter's series (DCGM_FI_*)
     dcgmSelector: "",
+    // rules aggregate and join by clusterLabel too (one ruler over many clusters' series)
+    showMultiCluster: false,
+    // the label naming a series' cluster
+    clusterLabel: "cluster",
     queueWaitThresholdSeconds: {
       // LLMQueueWaitRisingReplicasShort: tier P0's queue wait threshold (s)
       P0: 0.25,

@@ -25,7 +25,10 @@ local tagged(d, tags) = d {
   assert !std.objectHas($._config, 'runbookUrlBase') :
          '_config.runbookUrlBase is gone: set runbookURLPattern, the runbook URL with %s for the alert name '
          + '(runbookUrlBase + "%s.md")',
-  local params = render.params(knobs, $._config),
+  // clusterGrouping: the label rules aggregate and join by first, with showMultiCluster
+  local params = render.params(knobs, $._config {
+    clusterGrouping: if $._config.showMultiCluster then $._config.clusterLabel else '',
+  }),
 
   // every generated rule file, by its name in rules/
   ruleFiles:: render.fill(rules, params),

@@ -21,9 +21,9 @@ from goodput.contracts import catalog
 from goodput.foundation.errors import ConfigError
 from goodput.monitoring import dashgen
 from goodput.monitoring.placeholders import Knob, check, mark
-from goodput.monitoring.rulegen import Spec
+from goodput.monitoring.rulegen import Spec, label_name
 
-__all__ = ["CONFIG", "DATA", "SELECTORS", "data", "knobs", "overridden", "render", "with_selectors"]
+__all__ = ["CLUSTER", "CONFIG", "DATA", "SELECTORS", "data", "knobs", "overridden", "render", "with_cluster", "with_selectors"]
 
 DATA = "generated"  # the mixin's generated data, under its directory
 CONFIG = "config.libsonnet"
@@ -37,6 +37,13 @@ SELECTORS = (
          "label matchers on the engine exporter's series (llm_engine_up, llm_kv_*, llm_requests_*, ...)"),
     Knob("gpuSelector", ("gpuSelector",), "selector", "", "label matchers on the GPU exporter's series (llm_gpu_*)"),
     Knob("dcgmSelector", ("dcgmSelector",), "selector", "", "label matchers on dcgm-exporter's series (DCGM_FI_*)"),
+)
+CLUSTER = (
+    Knob("showMultiCluster", ("showMultiCluster",), "bool", False,
+         "rules aggregate and join by clusterLabel too (one ruler over many clusters' series)"),
+    Knob("clusterLabel", ("clusterLabel",), "text", "cluster", "the label naming a series' cluster", label_name),
+    Knob("clusterGrouping", ("clusterGrouping",), "grouping", "", "clusterLabel with showMultiCluster, else ''",
+         derived=True),
 )
 _SOURCE = {m.name: sel for metrics, sel in ((catalog.ENGINE, "engineSelector"), (catalog.GATEWAY, "requestSelector"),
                                             (catalog.GPU, "gpuSelector")) for m in metrics}
@@ -65,6 +72,49 @@ def with_selectors(expr: str) -> str:
     return _SERIES.sub(one, expr)
 
 
+# a grouping list (by, on), and what an on's right operand starts with: a name, or a parenthesis
+_GROUPING = re.compile(r"\b(by|on)\s*\((?=[^()]*\))")
+_RIGHT = re.compile(r"[^()]*\)\s*(?:group_(?:left|right)\s*(?:\([^()]*\))?)?\s*")
+
+
+def _operand(expr: str, at: int) -> str:
+    """The operand starting at ``at``: up to its closing parenthesis, or its first token."""
+    if not expr.startswith("(", at):
+        return re.match(r"[\w:]*", expr[at:]).group(0)  # type: ignore[union-attr]
+    depth = 0
+    for i in range(at, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[i], 0)
+        if depth == 0:
+            return expr[at:i + 1]
+    return expr[at:]
+
+
+def _cluster_less(operand: str) -> bool:
+    """Whether every series ``operand`` reads is a ``:config`` constant (recorded from ``vector()``: no cluster)."""
+    names = [n for n in re.findall(r"[A-Za-z_][\w:]*", operand) if ":" in n or _selector_of(n)]
+    return bool(names) and all(n.endswith(":config") for n in names)
+
+
+def with_cluster(expr: str) -> str:
+    """``expr`` (a rule) with the cluster grouping placeholder first in every ``by`` and ``on`` list, except an ``on``
+    joining to ``:config`` constants only, which have no cluster label to match."""
+    def one(m: re.Match) -> str:
+        if m.group(1) == "on":
+            right = _RIGHT.match(expr, m.end())
+            if right and _cluster_less(_operand(expr, right.end())):
+                return m.group(0)
+        return m.group(0) + mark("clusterGrouping")
+    return _GROUPING.sub(one, expr)
+
+
+def _clustered(doc: Any) -> Any:
+    """A rule file with ``with_cluster`` on every ``expr``."""
+    for group in doc.get("groups", []):
+        for rule in group.get("rules", []):
+            rule["expr"] = with_cluster(rule["expr"])
+    return doc
+
+
 def _queries(doc: Any) -> Any:
     """``doc`` with every PromQL string (an ``expr``, a dashboard variable's ``query``) given its selectors."""
     if isinstance(doc, dict):
@@ -89,7 +139,7 @@ def _block(doc: Any) -> Any:
 def knobs(spec: Spec, generators: tuple[str, ...]) -> tuple[Knob, ...]:
     """Every knob of the mixin, once each: the rule generators', the dashboards', the selectors."""
     found = [k for mod in map(importlib.import_module, generators) if hasattr(mod, "knobs") for k in mod.knobs(spec)]
-    return tuple({k.param: k for k in (*found, *dashgen.KNOBS, *SELECTORS)}.values())
+    return tuple({k.param: k for k in (*found, *dashgen.KNOBS, *SELECTORS, *CLUSTER)}.values())
 
 
 def _rule_templates(spec: Spec, generators: tuple[str, ...]) -> dict[str, Any]:
@@ -98,7 +148,7 @@ def _rule_templates(spec: Spec, generators: tuple[str, ...]) -> dict[str, Any]:
     for mod in map(importlib.import_module, generators):
         docs = mod.templates(spec) if hasattr(mod, "templates") else {
             name: yaml.safe_load(text) for name, text in mod.build(spec).items()}
-        out.update({name: _block(_queries(doc)) for name, doc in docs.items() if name.endswith(".rules.yaml")})
+        out.update({name: _block(_clustered(_queries(doc))) for name, doc in docs.items() if name.endswith(".rules.yaml")})
     return out
 
 
@@ -106,7 +156,7 @@ def _config_text(ks: tuple[Knob, ...]) -> str:
     """config.libsonnet: ``_config`` with every knob's default, each under a comment saying what it sets."""
     lines: list[str] = []
     nested: dict[str, list[Knob]] = {}
-    for k in ks:
+    for k in (k for k in ks if not k.derived):
         if len(k.path) == 1:
             lines.append(f"    // {k.help}\n    {k.path[0]}: {json.dumps(k.default)},\n")
         else:
@@ -166,4 +216,4 @@ def overridden(ks: tuple[Knob, ...], config: dict[str, Any]) -> list[str]:
         for key in path:
             value = value[key]
         return value
-    return ["_config." + ".".join(k.path) for k in ks if at(k.path) != k.default]
+    return ["_config." + ".".join(k.path) for k in ks if not k.derived and at(k.path) != k.default]

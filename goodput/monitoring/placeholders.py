@@ -22,7 +22,7 @@ __all__ = ["KINDS", "Knob", "check", "fill", "mark", "matchers", "params", "re2_
 
 # how a value is written into text; mixin/lib/render.libsonnet implements each the same way
 # "strings" has no placeholder: the mixin sets it on the documents themselves (mixin/mixin.libsonnet)
-KINDS = ("text", "url", "number", "float", "alternation", "selector", "pattern", "strings")
+KINDS = ("text", "url", "number", "float", "alternation", "selector", "pattern", "strings", "bool", "grouping")
 _MARK = re.compile("\x00([A-Za-z][A-Za-z0-9_]*)\x01")
 
 
@@ -36,6 +36,7 @@ class Knob:
     default: Any
     help: str
     check: Callable[[Any, str, str], Any] | None = None  # (value, source, key): raises ConfigError when it is bad
+    derived: bool = False  # set by mixin/mixin.libsonnet from other fields: not in config.libsonnet, not checked
 
 
 def mark(param: str) -> str:
@@ -81,8 +82,10 @@ def render(kind: str, value: Any) -> dict[str, str]:
     if kind == "pattern":  # a string with one %s, written around what the template puts between _pre and _post
         pre, post = value.split("%s")
         return {"_pre": pre, "_post": post}
-    if kind == "strings":
+    if kind in ("strings", "bool"):
         return {}
+    if kind == "grouping":  # a label first in a grouping list, by (LABEL, a, b), or nothing
+        return {"": f"{value}, " if value else ""}
     raise ValueError(f"unknown knob kind {kind!r}")
 
 
@@ -117,6 +120,8 @@ _KIND_OK: dict[str, tuple[Callable[[Any], bool], str]] = {
                 "a string with one %s (and no other %)"),
     "strings": (lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) and x and "\n" not in x for x in v),
                 "a list of one or more strings"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "grouping": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"|[A-Za-z_][A-Za-z0-9_]*", v)), "a label name or \"\""),
 }
 
 
@@ -174,7 +179,7 @@ def matchers(v: str, src: str, key: str) -> str:
 
 def check(knobs: tuple[Knob, ...], config: dict[str, Any], src: str) -> None:
     """Refuse a ``_config`` whose value for a knob is missing or not of its kind (``ConfigError`` naming the key)."""
-    for k in knobs:
+    for k in (k for k in knobs if not k.derived):
         key = "_config"
         value: Any = config
         for part in k.path:

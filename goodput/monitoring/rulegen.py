@@ -38,7 +38,7 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.monitoring.placeholders import Knob, fill, mark, params, re2_problem
 
-__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "dump", "knobs", "load_spec", "templates", "write"]
+__all__ = ["ALERTS", "RULE_FILES", "Spec", "build", "dump", "knobs", "label_name", "load_spec", "templates", "write"]
 
 ALERTS = ("LLMQueueWaitRisingReplicasShort", "LLMKVCacheAllocationFailures", "LLMTTFTSLOBreachWithRejects",
           "LLMSLOBurnRateFast", "LLMSLOBurnRateSlow", "LLMEngineDown", "LLMExporterDown", "LLMGPULost",
@@ -197,7 +197,7 @@ def _xids(v: Any, src: str, key: str) -> list[int]:
     return v
 
 
-def _label_name(v: Any, src: str, key: str) -> str:
+def label_name(v: Any, src: str, key: str) -> str:
     if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
         raise ConfigError(src, key, f"expected a Prometheus label name, got {v!r}")
     return v
@@ -627,9 +627,9 @@ def knobs(spec: Spec) -> tuple[Knob, ...]:
         Knob("exporterSelector", ("exporterSelector",), "selector", f'job=~"{th["exporter_jobs"]}"',
              "LLMExporterDown: the scrape targets of goodput's exporters"),
         Knob("dcgmUuidLabel", ("dcgmUuidLabel",), "text", "UUID", "dcgm-exporter's label holding the GPU UUID",
-             _label_name),
+             label_name),
         Knob("dcgmXidLabel", ("dcgmXidLabel",), "text", "err_code", "dcgm-exporter's label holding the XID code",
-             _label_name),
+             label_name),
         Knob("runbookURLPattern", ("runbookURLPattern",), "pattern", links["runbook_base"] + "%s.md",
              "runbook_url: this with %s replaced by the alert name", _link_pattern),
         Knob("dashboardUrlBase", ("dashboardUrlBase",), "url", links["dashboard_base"],

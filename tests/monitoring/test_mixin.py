@@ -224,3 +224,38 @@ def test_every_interpreter_renders_the_mixin_as_users_render_it(default, tmp_pat
     exprs = [r["expr"] for g in default["prometheusRules"]["groups"] for r in g["rules"]]
     assert all(e.endswith("\n") for e in exprs)  # YAML blocks: what keeps C++ jsonnet's manifestYamlDoc fast
     assert re.search(r'^ *- "?expr"?: \|$', out["rules"], re.M)
+
+
+@needs_promtool
+def test_multi_cluster_rules_aggregate_each_cluster_apart(tmp_path):
+    """showMultiCluster: the same deployment in two clusters stays two series (a real promtool evaluates them), every
+    aggregation and join is by the cluster label first, except a join to a cluster-less :config constant."""
+    config = _overrides_file(tmp_path, {"showMultiCluster": True, "clusterLabel": "k8s_cluster"})
+    r = _cli("mixin", "--out", str(tmp_path / "out"), "--config", str(config))
+    assert r.returncode == 0, r.stderr
+    text = "\n".join((tmp_path / "out" / n).read_text() for n in ("prometheus_rules.yaml", "prometheus_alerts.yaml"))
+    exprs = [r["expr"] for n in ("prometheus_rules.yaml", "prometheus_alerts.yaml")
+             for g in yaml.safe_load((tmp_path / "out" / n).read_text())["groups"] for r in g["rules"]]
+    for e in exprs:
+        assert all(m.group(1).startswith("k8s_cluster, ") for m in re.finditer(r"\bby \(([^)]*)\)", e)), e
+        # a join without the cluster reads a constant first: the next recorded name after it is a :config one
+        for m in re.finditer(r"\bon \(([^)]*)\)\s*(group_left\s*(\([^)]*\))?)?[^:]*?\b(\w+:[\w:]+)", e):
+            assert m.group(1).startswith("k8s_cluster, ") or m.group(4).endswith(":config"), (m.group(0), e)
+    joins = [m.group(1) for e in exprs for m in re.finditer(r"\bon \(([^)]*)\)", e)]
+    assert any(j.startswith("k8s_cluster") for j in joins) and not all(j.startswith("k8s_cluster") for j in joins)
+    assert "k8s_cluster" in text
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["out/prometheus_rules.yaml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": [
+            {"series": 'llm_requests_waiting{k8s_cluster="a",deployment="d",replica="r1"}', "values": "3x5"},
+            {"series": 'llm_requests_waiting{k8s_cluster="b",deployment="d",replica="r1"}', "values": "5x5"}],
+            "promql_expr_test": [{"expr": "deployment:llm_requests_waiting:sum", "eval_time": "2m", "exp_samples": [
+                {"labels": 'deployment:llm_requests_waiting:sum{k8s_cluster="a",deployment="d"}', "value": 3},
+                {"labels": 'deployment:llm_requests_waiting:sum{k8s_cluster="b",deployment="d"}', "value": 5}]}]}]}))
+    p = subprocess.run(["promtool", "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_one_cluster_by_default(default):
+    """Without showMultiCluster no rule names the cluster label: the committed rule files, unchanged."""
+    assert "cluster" not in json.dumps(default["ruleFiles"])
