@@ -21,13 +21,42 @@ local tagged(d, tags) = d {
   links: [l + (if std.objectHas(l, 'tags') then { tags: tags[0:1] } else {}) for l in d.links],
 };
 
+// with showMultiCluster, a dashboard's cluster variable, after its data source
+local clustered(d, c) = if !c.showMultiCluster then d else d {
+  templating+: {
+    list: [super.list[0], {
+      type: 'query',
+      name: 'cluster',
+      label: c.clusterLabel,
+      datasource: { type: 'prometheus', uid: c.datasourceUid },
+      query: { query: 'label_values(up{%s}, %s)' % [c.exporterSelector, c.clusterLabel], refId: 'var-cluster' },
+      refresh: 2,
+      sort: 1,
+      multi: false,
+      includeAll: false,
+    }] + super.list[1:],
+  },
+};
+
 (import 'config.libsonnet') + {
   assert !std.objectHas($._config, 'runbookUrlBase') :
          '_config.runbookUrlBase is gone: set runbookURLPattern, the runbook URL with %s for the alert name '
          + '(runbookUrlBase + "%s.md")',
+  local c = $._config,
   // clusterGrouping: the label rules aggregate and join by first, with showMultiCluster
-  local params = render.params(knobs, $._config {
-    clusterGrouping: if $._config.showMultiCluster then $._config.clusterLabel else '',
+  local params = render.params(knobs, c {
+    clusterGrouping: if c.showMultiCluster then c.clusterLabel else '',
+    clusterMatcher: '',
+  }),
+  // the dashboards': with showMultiCluster, every series selects the cluster variable's cluster
+  local matcher = if c.showMultiCluster then c.clusterLabel + '="$cluster"' else '',
+  local dashParams = render.params(knobs, c {
+    clusterGrouping: '',
+    clusterMatcher: matcher,
+  } + {
+    [k.path[0]]: std.join(',', [v for v in [c[k.path[0]], matcher] if v != ''])
+    for k in knobs
+    if k.kind == 'selector' && k.param != 'clusterMatcher'
   }),
 
   // every generated rule file, by its name in rules/
@@ -36,6 +65,6 @@ local tagged(d, tags) = d {
   prometheusRules+:: { groups+: groups(render.fill(rules, params), false) },
   // keyed goodput-NAME.json (NAME.json in dashboards/), beside other mixins' dashboards
   grafanaDashboards+::
-    local filled = render.fill(dashboards, params);
-    { ['goodput-' + name]: tagged(filled[name], $._config.dashboardTags) for name in std.objectFields(filled) },
+    local filled = render.fill(dashboards, dashParams);
+    { ['goodput-' + name]: clustered(tagged(filled[name], c.dashboardTags), c) for name in std.objectFields(filled) },
 }

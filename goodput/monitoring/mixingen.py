@@ -23,7 +23,8 @@ from goodput.monitoring import dashgen
 from goodput.monitoring.placeholders import Knob, check, mark
 from goodput.monitoring.rulegen import Spec, label_name
 
-__all__ = ["CLUSTER", "CONFIG", "DATA", "SELECTORS", "data", "knobs", "overridden", "render", "with_cluster", "with_selectors"]
+__all__ = ["CLUSTER", "CONFIG", "DATA", "SELECTORS", "data", "knobs", "overridden", "render", "with_cluster",
+           "with_cluster_matcher", "with_selectors"]
 
 DATA = "generated"  # the mixin's generated data, under its directory
 CONFIG = "config.libsonnet"
@@ -44,7 +45,11 @@ CLUSTER = (
     Knob("clusterLabel", ("clusterLabel",), "text", "cluster", "the label naming a series' cluster", label_name),
     Knob("clusterGrouping", ("clusterGrouping",), "grouping", "", "clusterLabel with showMultiCluster, else ''",
          derived=True),
+    Knob("clusterMatcher", ("clusterMatcher",), "selector", "",
+         "the dashboards' clusterLabel=\"$cluster\" with showMultiCluster, else ''", derived=True),
 )
+# a recorded series (level:metric:operation) or ALERTS, with its matchers if it has them
+_RECORDED = re.compile(r"(?<![\w:])([A-Za-z_]\w*:[\w:]+|ALERTS)(?![\w:(])(\{[^{}]*\})?")
 _SOURCE = {m.name: sel for metrics, sel in ((catalog.ENGINE, "engineSelector"), (catalog.GATEWAY, "requestSelector"),
                                             (catalog.GPU, "gpuSelector")) for m in metrics}
 _HISTOGRAM = {m.name for m in catalog.CATALOG if m.type == "histogram"}
@@ -105,6 +110,28 @@ def with_cluster(expr: str) -> str:
                 return m.group(0)
         return m.group(0) + mark("clusterGrouping")
     return _GROUPING.sub(one, expr)
+
+
+def with_cluster_matcher(expr: str) -> str:
+    """``expr`` (a dashboard query) with the cluster matcher placeholder on every recorded series (but ``:config``
+    constants) and ALERTS; the catalog's series get it through their source's selector (mixin/mixin.libsonnet)."""
+    def one(m: re.Match) -> str:
+        if m.group(1).endswith(":config"):  # a constant, in no cluster
+            return m.group(0)
+        if m.group(2):
+            return f"{m.group(1)}{m.group(2)[:-1]}{mark('clusterMatcher_comma')}}}"
+        return m.group(1) + mark("clusterMatcher_braced")
+    return _RECORDED.sub(one, expr)
+
+
+def _dashboard_queries(doc: Any) -> Any:
+    """A dashboard with every PromQL string given its selectors and the cluster matcher."""
+    if isinstance(doc, dict):
+        return {k: with_cluster_matcher(with_selectors(v)) if k in ("expr", "query") and isinstance(v, str)
+                else _dashboard_queries(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_dashboard_queries(v) for v in doc]
+    return doc
 
 
 def _clustered(doc: Any) -> Any:
@@ -173,7 +200,7 @@ def data(spec: Spec, generators: tuple[str, ...]) -> dict[str, str]:
     dump = lambda doc: json.dumps(doc, indent=1, sort_keys=True) + "\n"  # noqa: E731
     return {
         f"{DATA}/rules.json": dump(_rule_templates(spec, generators)),
-        f"{DATA}/dashboards.json": dump({name: _queries(doc) for name, doc in dashgen.templates(spec).items()}),
+        f"{DATA}/dashboards.json": dump({name: _dashboard_queries(doc) for name, doc in dashgen.templates(spec).items()}),
         f"{DATA}/knobs.json": dump([{"param": k.param, "path": list(k.path), "kind": k.kind} for k in ks]),
         CONFIG: _config_text(ks),
     }

@@ -259,3 +259,38 @@ def test_multi_cluster_rules_aggregate_each_cluster_apart(tmp_path):
 def test_one_cluster_by_default(default):
     """Without showMultiCluster no rule names the cluster label: the committed rule files, unchanged."""
     assert "cluster" not in json.dumps(default["ruleFiles"])
+
+
+def _queries_of(doc) -> list[str]:
+    return [v for p, v in _leaves(doc) if p[-1] in ("expr", "query") and isinstance(v, str)]
+
+
+@needs_promtool
+def test_multi_cluster_dashboards_select_the_cluster_variable(tmp_path, default):
+    """showMultiCluster: each dashboard gains a cluster variable after its data source, and every series a query reads
+    (the catalog's, recorded ones, ALERTS, up) selects it, but :config constants; each query still parses."""
+    config = _overrides_file(tmp_path, {"showMultiCluster": True, "clusterLabel": "k8s_cluster"})
+    multi = render(MIXIN, SPEC, GENERATORS, config)
+    catalog_names = {m.name for m in ENGINE} | {n for p, v in _leaves(default["grafanaDashboards"])
+                                                 if isinstance(v, str) for n in re.findall(r"\bllm_\w+|\bDCGM_FI_\w+", v)}
+    series = re.compile(r"(?<![\w:\"$])([A-Za-z_][\w:]*)(\{[^{}]*\})?(?![\w:(])")
+    checked, exprs = 0, []
+    for name, board in multi["grafanaDashboards"].items():
+        variables = board["templating"]["list"]
+        assert [v["name"] for v in variables[:2]] == ["datasource", "cluster"], name
+        assert "k8s_cluster" in variables[1]["query"]["query"]
+        assert [v["name"] for v in variables[2:]] == [
+            v["name"] for v in default["grafanaDashboards"][name]["templating"]["list"][1:]]
+        for q in _queries_of(board["panels"]) + _queries_of(variables[2:]):
+            for m in series.finditer(q):
+                n = m.group(1)
+                if (":" in n and not n.endswith(":config")) or n in catalog_names or n in ("ALERTS", "up"):
+                    assert 'k8s_cluster="$cluster"' in (m.group(2) or ""), (n, q)
+                    checked += 1
+            if not q.startswith("label_values("):
+                exprs.append(q.replace("$__rate_interval", "5m"))
+    assert checked > 100
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump({"groups": [{"name": "q", "rules": [
+        {"record": f"q:{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
+    p = subprocess.run(["promtool", "check", "rules", str(tmp_path / "q.yaml")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
