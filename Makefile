@@ -44,6 +44,8 @@ deps-debian:
 		echo "installing prometheus and prometheus-alertmanager (Debian packages)"; \
 		apt-get update -qq && $(APT) install prometheus prometheus-alertmanager >/dev/null; \
 	fi
+	@command -v jsonnet >/dev/null || { echo "installing jsonnet (Debian package: C++ jsonnet, tests/monitoring/test_mixin.py)"; \
+		apt-get update -qq && $(APT) install jsonnet >/dev/null; }
 
 # the tests also open pages in headless Chromium (tests/loadtest/test_report.py) and read a long-term metrics store,
 # VictoriaMetrics (tests/victoria.py; docs/metrics-stores.md)

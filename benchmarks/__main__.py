@@ -15,6 +15,7 @@ from benchmarks import (
     ingest_otlp,
     loadtest_client,
     loadtest_sweep,
+    mixin_render,
     plan,
     review,
     rules_scale,
@@ -25,7 +26,8 @@ BENCHMARKS = {"sim_speed": sim_speed.main, "exporters": exporters.main, "analyze
               "analyzer_scale": analyzer_scale.main,
               "fleet_server": fleet_server.main, "cli_startup": cli_startup.main, "loadtest_client": loadtest_client.main,
               "loadtest_sweep": loadtest_sweep.main, "plan": plan.main, "review": review.main, "console": console.main,
-              "rules_scale": rules_scale.main, "ingest_otlp": ingest_otlp.main}
+              "rules_scale": rules_scale.main, "ingest_otlp": ingest_otlp.main,
+              "mixin_render": mixin_render.main}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,

@@ -20,8 +20,8 @@
     dcgmUuidLabel: "UUID",
     // dcgm-exporter's label holding the XID code
     dcgmXidLabel: "err_code",
-    // runbook_url = this + ALERTNAME.md
-    runbookUrlBase: "https://github.com/goodput-dev/goodput/blob/main/docs/runbooks/",
+    // runbook_url: this with %s replaced by the alert name
+    runbookURLPattern: "https://github.com/goodput-dev/goodput/blob/main/docs/runbooks/%s.md",
     // Grafana's root URL for the dashboard links (empty: relative)
     dashboardUrlBase: "",
     // the triage console's URL (the console link exists when rules/slos.yaml names one)
@@ -30,6 +30,12 @@
     costDecodeTokenWeight: 4.0,
     // the Prometheus data source of every query (default: the dashboard's Data source variable)
     datasourceUid: "${datasource}",
+    // put before every dashboard's title (e.g. 'Team / ')
+    dashboardNamePrefix: "",
+    // every dashboard's tags; the dashboards menu of each lists those with the first
+    dashboardTags: ["goodput", "llm"],
+    // every dashboard's refresh interval ('' for off)
+    refresh: "30s",
     // label matchers on the request exporter's series (llm_gateway_*), e.g. job="llm-requests"
     requestSelector: "",
     // label matchers on the engine exporter's series (llm_engine_up, llm_kv_*, llm_requests_*, ...)
@@ -38,6 +44,10 @@
     gpuSelector: "",
     // label matchers on dcgm-exporter's series (DCGM_FI_*)
     dcgmSelector: "",
+    // rules aggregate and join by clusterLabel too (one ruler over many clusters' series)
+    showMultiCluster: false,
+    // the label naming a series' cluster
+    clusterLabel: "cluster",
     queueWaitThresholdSeconds: {
       // LLMQueueWaitRisingReplicasShort: tier P0's queue wait threshold (s)
       P0: 0.25,

@@ -4,7 +4,7 @@
     engineSelector: 'namespace="llm"',
     requestSelector: 'namespace="llm"',
     preemptionsPerSecond: 0.02,
-    runbookUrlBase: 'https://wiki.example.com/runbooks/',
+    runbookURLPattern: 'https://wiki.example.com/runbooks/%s',  // %s: the alert's name
     datasourceUid: 'prometheus',
   },
 }

@@ -21,9 +21,10 @@ from goodput.contracts import catalog
 from goodput.foundation.errors import ConfigError
 from goodput.monitoring import dashgen
 from goodput.monitoring.placeholders import Knob, check, mark
-from goodput.monitoring.rulegen import Spec
+from goodput.monitoring.rulegen import Spec, label_name
 
-__all__ = ["CONFIG", "DATA", "SELECTORS", "data", "knobs", "render", "with_selectors"]
+__all__ = ["CLUSTER", "CONFIG", "DATA", "SELECTORS", "data", "knobs", "overridden", "render", "with_cluster",
+           "with_cluster_matcher", "with_selectors"]
 
 DATA = "generated"  # the mixin's generated data, under its directory
 CONFIG = "config.libsonnet"
@@ -38,6 +39,17 @@ SELECTORS = (
     Knob("gpuSelector", ("gpuSelector",), "selector", "", "label matchers on the GPU exporter's series (llm_gpu_*)"),
     Knob("dcgmSelector", ("dcgmSelector",), "selector", "", "label matchers on dcgm-exporter's series (DCGM_FI_*)"),
 )
+CLUSTER = (
+    Knob("showMultiCluster", ("showMultiCluster",), "bool", False,
+         "rules aggregate and join by clusterLabel too (one ruler over many clusters' series)"),
+    Knob("clusterLabel", ("clusterLabel",), "text", "cluster", "the label naming a series' cluster", label_name),
+    Knob("clusterGrouping", ("clusterGrouping",), "grouping", "", "clusterLabel with showMultiCluster, else ''",
+         derived=True),
+    Knob("clusterMatcher", ("clusterMatcher",), "selector", "",
+         "the dashboards' clusterLabel=\"$cluster\" with showMultiCluster, else ''", derived=True),
+)
+# a recorded series (level:metric:operation) or ALERTS, with its matchers if it has them
+_RECORDED = re.compile(r"(?<![\w:])([A-Za-z_]\w*:[\w:]+|ALERTS)(?![\w:(])(\{[^{}]*\})?")
 _SOURCE = {m.name: sel for metrics, sel in ((catalog.ENGINE, "engineSelector"), (catalog.GATEWAY, "requestSelector"),
                                             (catalog.GPU, "gpuSelector")) for m in metrics}
 _HISTOGRAM = {m.name for m in catalog.CATALOG if m.type == "histogram"}
@@ -65,6 +77,71 @@ def with_selectors(expr: str) -> str:
     return _SERIES.sub(one, expr)
 
 
+# a grouping list (by, on), and what an on's right operand starts with: a name, or a parenthesis
+_GROUPING = re.compile(r"\b(by|on)\s*\((?=[^()]*\))")
+_RIGHT = re.compile(r"[^()]*\)\s*(?:group_(?:left|right)\s*(?:\([^()]*\))?)?\s*")
+
+
+def _operand(expr: str, at: int) -> str:
+    """The operand starting at ``at``: up to its closing parenthesis, or its first token."""
+    if not expr.startswith("(", at):
+        return re.match(r"[\w:]*", expr[at:]).group(0)  # type: ignore[union-attr]
+    depth = 0
+    for i in range(at, len(expr)):
+        depth += {"(": 1, ")": -1}.get(expr[i], 0)
+        if depth == 0:
+            return expr[at:i + 1]
+    return expr[at:]
+
+
+def _cluster_less(operand: str) -> bool:
+    """Whether every series ``operand`` reads is a ``:config`` constant (recorded from ``vector()``: no cluster)."""
+    names = [n for n in re.findall(r"[A-Za-z_][\w:]*", operand) if ":" in n or _selector_of(n)]
+    return bool(names) and all(n.endswith(":config") for n in names)
+
+
+def with_cluster(expr: str) -> str:
+    """``expr`` (a rule) with the cluster grouping placeholder first in every ``by`` and ``on`` list, except an ``on``
+    joining to ``:config`` constants only, which have no cluster label to match."""
+    def one(m: re.Match) -> str:
+        if m.group(1) == "on":
+            right = _RIGHT.match(expr, m.end())
+            if right and _cluster_less(_operand(expr, right.end())):
+                return m.group(0)
+        return m.group(0) + mark("clusterGrouping")
+    return _GROUPING.sub(one, expr)
+
+
+def with_cluster_matcher(expr: str) -> str:
+    """``expr`` (a dashboard query) with the cluster matcher placeholder on every recorded series (but ``:config``
+    constants) and ALERTS; the catalog's series get it through their source's selector (mixin/mixin.libsonnet)."""
+    def one(m: re.Match) -> str:
+        if m.group(1).endswith(":config"):  # a constant, in no cluster
+            return m.group(0)
+        if m.group(2):
+            return f"{m.group(1)}{m.group(2)[:-1]}{mark('clusterMatcher_comma')}}}"
+        return m.group(1) + mark("clusterMatcher_braced")
+    return _RECORDED.sub(one, expr)
+
+
+def _dashboard_queries(doc: Any) -> Any:
+    """A dashboard with every PromQL string given its selectors and the cluster matcher."""
+    if isinstance(doc, dict):
+        return {k: with_cluster_matcher(with_selectors(v)) if k in ("expr", "query") and isinstance(v, str)
+                else _dashboard_queries(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_dashboard_queries(v) for v in doc]
+    return doc
+
+
+def _clustered(doc: Any) -> Any:
+    """A rule file with ``with_cluster`` on every ``expr``."""
+    for group in doc.get("groups", []):
+        for rule in group.get("rules", []):
+            rule["expr"] = with_cluster(rule["expr"])
+    return doc
+
+
 def _queries(doc: Any) -> Any:
     """``doc`` with every PromQL string (an ``expr``, a dashboard variable's ``query``) given its selectors."""
     if isinstance(doc, dict):
@@ -75,10 +152,21 @@ def _queries(doc: Any) -> Any:
     return doc
 
 
+def _block(doc: Any) -> Any:
+    """A rule file with every ``expr`` ending in a newline, as kubernetes-mixin writes them (``|||``): C++ jsonnet's
+    ``std.manifestYamlDoc`` writes such a string as a YAML block, line by line, and quotes any other one a character
+    at a time in jsonnet code, which took 112 s and 8 GiB for the rules (docs/mixin.md, benchmarks/mixin_render.py)."""
+    for group in doc.get("groups", []):
+        for rule in group.get("rules", []):
+            if not rule["expr"].endswith("\n"):
+                rule["expr"] += "\n"
+    return doc
+
+
 def knobs(spec: Spec, generators: tuple[str, ...]) -> tuple[Knob, ...]:
     """Every knob of the mixin, once each: the rule generators', the dashboards', the selectors."""
     found = [k for mod in map(importlib.import_module, generators) if hasattr(mod, "knobs") for k in mod.knobs(spec)]
-    return tuple({k.param: k for k in (*found, *dashgen.KNOBS, *SELECTORS)}.values())
+    return tuple({k.param: k for k in (*found, *dashgen.KNOBS, *SELECTORS, *CLUSTER)}.values())
 
 
 def _rule_templates(spec: Spec, generators: tuple[str, ...]) -> dict[str, Any]:
@@ -87,7 +175,7 @@ def _rule_templates(spec: Spec, generators: tuple[str, ...]) -> dict[str, Any]:
     for mod in map(importlib.import_module, generators):
         docs = mod.templates(spec) if hasattr(mod, "templates") else {
             name: yaml.safe_load(text) for name, text in mod.build(spec).items()}
-        out.update({name: _queries(doc) for name, doc in docs.items() if name.endswith(".rules.yaml")})
+        out.update({name: _block(_clustered(_queries(doc))) for name, doc in docs.items() if name.endswith(".rules.yaml")})
     return out
 
 
@@ -100,7 +188,7 @@ def _config_text(ks: tuple[Knob, ...]) -> str:
     """config.libsonnet: ``_config`` with every knob's default, each under a comment saying what it sets."""
     lines: list[str] = []
     nested: dict[str, list[Knob]] = {}
-    for k in ks:
+    for k in (k for k in ks if not k.derived):
         if len(k.path) == 1:
             lines.append(f"    // {k.help}\n    {k.path[0]}: {json.dumps(k.default)},\n")
         else:
@@ -117,7 +205,7 @@ def data(spec: Spec, generators: tuple[str, ...]) -> dict[str, str]:
     dump = lambda doc: json.dumps(doc, indent=1, sort_keys=True) + "\n"  # noqa: E731
     return {
         f"{DATA}/rules.json": dump(_rule_templates(spec, generators)),
-        f"{DATA}/dashboards.json": dump({name: _queries(doc) for name, doc in dashgen.templates(spec).items()}),
+        f"{DATA}/dashboards.json": dump({name: _dashboard_queries(doc) for name, doc in dashgen.templates(spec).items()}),
         f"{DATA}/knobs.json": dump([{"param": k.param, "path": list(k.path), "kind": k.kind} for k in ks]),
         CONFIG: _config_text(ks),
     }
@@ -136,7 +224,8 @@ def _evaluate(mixin_dir: Path, overrides: Path | None, fields: str, src: str) ->
 
 def render(mixin_dir: Path, spec: Spec, generators: tuple[str, ...], overrides: Path | None = None) -> dict[str, Any]:
     """The mixin evaluated (``ruleFiles``, ``prometheusRules``, ``prometheusAlerts``, ``grafanaDashboards``), with
-    ``overrides`` (a jsonnet file, ``{ _config+:: {...} }``) applied; its ``_config`` is checked before it is used."""
+    ``overrides`` (a jsonnet file, ``{ _config+:: {...} }``) applied, and the keys it ``overridden``; its ``_config``
+    is checked before it is used."""
     if not (mixin_dir / "mixin.libsonnet").is_file():
         raise ConfigError(str(mixin_dir), "", "no mixin.libsonnet here (give the mixin's directory, --mixin-dir)")
     src = str(overrides or mixin_dir / CONFIG)
@@ -145,6 +234,18 @@ def render(mixin_dir: Path, spec: Spec, generators: tuple[str, ...], overrides: 
     config = _evaluate(mixin_dir, overrides, "config: m._config", src)["config"]
     if not isinstance(config, dict):
         raise ConfigError(src, "_config", f"expected an object, got {config!r}")
-    check(knobs(spec, generators), config, src)
-    return _evaluate(mixin_dir, overrides, "ruleFiles: m.ruleFiles, prometheusRules: m.prometheusRules, "
-                     "prometheusAlerts: m.prometheusAlerts, grafanaDashboards: m.grafanaDashboards", src)
+    ks = knobs(spec, generators)
+    check(ks, config, src)
+    out = _evaluate(mixin_dir, overrides, "ruleFiles: m.ruleFiles, prometheusRules: m.prometheusRules, "
+                    "prometheusAlerts: m.prometheusAlerts, grafanaDashboards: m.grafanaDashboards", src)
+    return {**out, "overridden": overridden(ks, config)}
+
+
+def overridden(ks: tuple[Knob, ...], config: dict[str, Any]) -> list[str]:
+    """The ``_config`` keys whose value is not the default (what to blame when the output is refused)."""
+    def at(path: tuple[str, ...]) -> Any:
+        value = config
+        for key in path:
+            value = value[key]
+        return value
+    return ["_config." + ".".join(k.path) for k in ks if not k.derived and at(k.path) != k.default]

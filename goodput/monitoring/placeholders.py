@@ -9,6 +9,7 @@ from two copies of the generator.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -17,10 +18,11 @@ from typing import Any
 
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["KINDS", "Knob", "check", "fill", "mark", "params", "render"]
+__all__ = ["KINDS", "Knob", "check", "fill", "mark", "matchers", "params", "re2_problem", "render"]
 
 # how a value is written into text; mixin/lib/render.libsonnet implements each the same way
-KINDS = ("text", "url", "number", "float", "alternation", "selector")
+# "strings" has no placeholder: the mixin sets it on the documents themselves (mixin/mixin.libsonnet)
+KINDS = ("text", "url", "number", "float", "alternation", "selector", "pattern", "strings", "bool", "grouping")
 _MARK = re.compile("\x00([A-Za-z][A-Za-z0-9_]*)\x01")
 
 
@@ -34,6 +36,7 @@ class Knob:
     default: Any
     help: str
     check: Callable[[Any, str, str], Any] | None = None  # (value, source, key): raises ConfigError when it is bad
+    derived: bool = False  # set by mixin/mixin.libsonnet from other fields: not in config.libsonnet, not checked
 
 
 def mark(param: str) -> str:
@@ -76,6 +79,13 @@ def render(kind: str, value: Any) -> dict[str, str]:
         return {"": "|".join(_number(v) for v in value)}
     if kind == "selector":  # label matchers, for a selector of its own or beside others
         return {"": value, "_braced": "{" + value + "}" if value else "", "_comma": "," + value if value else ""}
+    if kind == "pattern":  # a string with one %s, written around what the template puts between _pre and _post
+        pre, post = value.split("%s")
+        return {"_pre": pre, "_post": post}
+    if kind in ("strings", "bool"):
+        return {}
+    if kind == "grouping":  # a label first in a grouping list, by (LABEL, a, b), or nothing
+        return {"": f"{value}, " if value else ""}
     raise ValueError(f"unknown knob kind {kind!r}")
 
 
@@ -106,13 +116,72 @@ _KIND_OK: dict[str, tuple[Callable[[Any], bool], str]] = {
     # copied between braces of PromQL: a brace or newline there would end or break the selector
     "selector": (lambda v: isinstance(v, str) and not re.search(r"[{}\n]", v),
                  'label matchers without braces (job="x",namespace=~"y"), or ""'),
+    "pattern": (lambda v: isinstance(v, str) and "\n" not in v and v.count("%s") == 1 and v.count("%") == 1,
+                "a string with one %s (and no other %)"),
+    "strings": (lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) and x and "\n" not in x for x in v),
+                "a list of one or more strings"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "grouping": (lambda v: isinstance(v, str) and bool(re.fullmatch(r"|[A-Za-z_][A-Za-z0-9_]*", v)), "a label name or \"\""),
 }
+
+
+# RE2 (Prometheus' regex engine) has no lookaround and no backreferences, which Python's re would accept (numbered
+# ones need a backslash)
+_NOT_RE2 = re.compile(r"\(\?(?:<?[=!]|P=)")
+
+
+def re2_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is no RE2 regex Prometheus compiles, as far as Python's re can tell (promtool has the last word:
+    ``goodput rules mixin`` runs it on what it writes), or None."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        return f"not a regular expression ({e})"
+    if _NOT_RE2.search(pattern):
+        return "uses lookaround or a backreference, which Prometheus' RE2 has not"
+    return None
+
+
+# one PromQL label matcher: a label name, an operator, a string in double, single or back quotes
+_MATCHER = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"
+                      r"(\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|`[^`]*`)\s*(,|$)")
+
+
+def _unquote(lit: str) -> str | None:
+    """A PromQL string literal's value (JSON's escapes, a subset of Go's), or None when it is not one."""
+    if lit[0] == "`":
+        return lit[1:-1]
+    inner = lit[1:-1] if lit[0] == '"' else lit[1:-1].replace("\\'", "'").replace('"', '\\"')
+    try:
+        return json.loads(f'"{inner}"')
+    except ValueError:
+        return None
+
+
+def matchers(v: str, src: str, key: str) -> str:
+    """Label matchers copied between the braces of every selector of a source: ``name="v"`` (``=``, ``!=``, ``=~``,
+    ``!~``) separated by commas, each string a PromQL string and each regex one RE2 compiles; ``""`` for none."""
+    pos = 0
+    while pos < len(v) and v[pos:].strip():
+        m = _MATCHER.match(v, pos)
+        if m is None or (m.group(4) == "," and not v[m.end():].strip()):
+            raise ConfigError(src, key, f'expected label matchers (name="value", op one of = != =~ !~, comma-separated) '
+                                        f"at character {pos + 1}: {v!r}")
+        value = _unquote(m.group(3))
+        if value is None:
+            raise ConfigError(src, key, f"{m.group(3)} is not a PromQL string (bad escape): {v!r}")
+        problem = re2_problem(value) if m.group(2) in ("=~", "!~") else None
+        if problem:
+            raise ConfigError(src, key, f"the regex of {m.group(1)}{m.group(2)}: {problem}: {value!r}")
+        pos = m.end()
+    return v
 
 
 def check(knobs: tuple[Knob, ...], config: dict[str, Any], src: str) -> None:
     """Refuse a ``_config`` whose value for a knob is missing or not of its kind (``ConfigError`` naming the key)."""
-    for k in knobs:
-        key, value = "_config", config
+    for k in (k for k in knobs if not k.derived):
+        key = "_config"
+        value: Any = config
         for part in k.path:
             key += f".{part}"
             if not isinstance(value, dict) or part not in value:
@@ -121,5 +190,7 @@ def check(knobs: tuple[Knob, ...], config: dict[str, Any], src: str) -> None:
         ok, expected = _KIND_OK[k.kind]
         if not ok(value):
             raise ConfigError(src, key, f"expected {expected}, got {value!r}")
+        if k.kind == "selector":
+            matchers(value, src, key)
         if k.check is not None:
             k.check(value, src, key)

@@ -36,10 +36,10 @@ from goodput.contracts.vocabulary import QUOTA_REASONS, TIERS
 from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
-from goodput.monitoring.placeholders import Knob, fill, mark, params
+from goodput.monitoring.placeholders import Knob, fill, mark, params, re2_problem
 
-__all__ = ["ALERTS", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump", "knobs", "load_spec", "templates",
-           "write"]
+__all__ = ["ALERTS", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump", "knobs", "label_name",
+           "load_spec", "templates", "write"]
 
 # always firing, to prove the pipeline works: named apart from kube-prometheus' own `Watchdog` (which its chart routes
 # to a null receiver), and of severity `none` as that one is, since its InfoInhibitor silences every `info` alert
@@ -212,15 +212,10 @@ def _xids(v: Any, src: str, key: str) -> list[int]:
     return v
 
 
-def _label_name(v: Any, src: str, key: str) -> str:
+def label_name(v: Any, src: str, key: str) -> str:
     if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
         raise ConfigError(src, key, f"expected a Prometheus label name, got {v!r}")
     return v
-
-
-# RE2 (Prometheus' regex engine) has no lookaround and no backreferences, which Python's re would accept (numbered
-# ones need a backslash, refused anyway)
-_NOT_RE2 = re.compile(r"\(\?(?:<?[=!]|P=)")
 
 
 def _regex(v: Any, src: str, key: str) -> str:
@@ -231,12 +226,8 @@ def _regex(v: Any, src: str, key: str) -> str:
         raise ConfigError(src, key, "expected a job-name regular expression (a string)")
     if '"' in v or "\\" in v or "\n" in v:
         raise ConfigError(src, key, f"must not hold a quote, backslash or newline (it is copied into PromQL): {v!r}")
-    try:
-        re.compile(v)
-    except re.error as e:
-        raise ConfigError(src, key, f"not a regular expression ({e}): {v!r}") from None
-    if _NOT_RE2.search(v):
-        raise ConfigError(src, key, f"uses lookaround or a backreference, which Prometheus' RE2 has not: {v!r}")
+    if problem := re2_problem(v):
+        raise ConfigError(src, key, f"{problem}: {v!r}")
     return v
 
 
@@ -252,6 +243,12 @@ def _link(v: Any, src: str, key: str) -> str:
         raise ConfigError(src, key, f"expected http(s)://HOST..., got {v!r}")
     if v.startswith("//") or re.search(r"\s|\{\{|\}\}|[\"<>]", v):
         raise ConfigError(src, key, f"must not hold whitespace, quotes, <, >, '{{{{' or '}}}}', or start with //: {v!r}")
+    return v
+
+
+def _link_pattern(v: str, src: str, key: str) -> str:
+    """A link with ``%s`` where the alert's name goes (kubernetes-mixin's ``runbookURLPattern``), a link otherwise."""
+    _link(v.replace("%s", "ALERT"), src, key)
     return v
 
 
@@ -275,7 +272,7 @@ class _Builder:
     def alert(self, name: str, expr: str, for_: str, severity: str, summary: str, description: str,
               labels: dict[str, str] | None = None) -> dict:
         annotations = {"summary": summary, "description": description,
-                       "runbook_url": f"{mark('runbookUrlBase')}{name}.md",
+                       "runbook_url": f"{mark('runbookURLPattern_pre')}{name}{mark('runbookURLPattern_post')}",
                        "dashboard": alert_link(mark("dashboardUrlBase"), name)}
         if self.spec.links["console_base"]:  # the triage console's Overview, the alert's deployment and tier its filters
             annotations["console"] = mark("consoleUrlBase") + "/?range=1h" + (
@@ -670,11 +667,11 @@ def knobs(spec: Spec) -> tuple[Knob, ...]:
         Knob("exporterSelector", ("exporterSelector",), "selector", f'job=~"{th["exporter_jobs"]}"',
              "LLMExporterDown: the scrape targets of goodput's exporters"),
         Knob("dcgmUuidLabel", ("dcgmUuidLabel",), "text", "UUID", "dcgm-exporter's label holding the GPU UUID",
-             _label_name),
+             label_name),
         Knob("dcgmXidLabel", ("dcgmXidLabel",), "text", "err_code", "dcgm-exporter's label holding the XID code",
-             _label_name),
-        Knob("runbookUrlBase", ("runbookUrlBase",), "text", links["runbook_base"],
-             "runbook_url = this + ALERTNAME.md", _link),
+             label_name),
+        Knob("runbookURLPattern", ("runbookURLPattern",), "pattern", links["runbook_base"] + "%s.md",
+             "runbook_url: this with %s replaced by the alert name", _link_pattern),
         Knob("dashboardUrlBase", ("dashboardUrlBase",), "url", links["dashboard_base"],
              "Grafana's root URL for the dashboard links (empty: relative)", _link),
         Knob("consoleUrlBase", ("consoleUrlBase",), "url", links["console_base"],

@@ -120,5 +120,35 @@ def _mixin(args: argparse.Namespace) -> int:
              "prometheus_rules.yaml": yaml.safe_dump(out["prometheusRules"], sort_keys=False, width=120),
              **{f"dashboards/{name}": json.dumps(doc, indent=2, sort_keys=True) + "\n"
                 for name, doc in out["grafanaDashboards"].items()}}
+    _promtool_check({n: t for n, t in files.items() if n.endswith(".yaml")}, str(args.config or args.mixin_dir),
+                    ", ".join(out["overridden"]) or "_config")
     _write(files, args.out)
     return 0
+
+
+def _promtool_check(files: dict[str, str], src: str, key: str) -> None:
+    """Refuse rules Prometheus would not load: ``promtool check rules`` on them before anything is written (a
+    ``_config`` value the checks let through, an RE2 regex Python's re cannot judge), blaming the overridden ``key``;
+    a note when promtool is absent."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if (promtool := shutil.which("promtool")) is None:
+        print("note: promtool is not on PATH: the rendered rules are not checked by it", file=sys.stderr)
+        return
+    with tempfile.TemporaryDirectory(prefix="goodput-mixin-") as tmp:
+        paths = []
+        for name, text in files.items():
+            paths.append(Path(tmp) / name)
+            paths[-1].write_text(text)
+        try:
+            p = subprocess.run([promtool, "check", "rules", *map(str, paths)], capture_output=True, text=True,
+                               timeout=120)
+        except subprocess.TimeoutExpired:
+            raise ConfigError(src, "", "promtool check rules took over 120 s on the rendered rules") from None
+    if p.returncode != 0:
+        errors = [line.strip().replace(tmp + "/", "") for line in (p.stdout + p.stderr).splitlines()
+                  if line.strip() and not line.lstrip().startswith(("Checking", "FAILED", "SUCCESS"))]
+        raise ConfigError(src, key, "promtool rejects the rendered rules: " + (errors[0] if errors else "no reason"))

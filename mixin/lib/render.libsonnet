@@ -20,6 +20,13 @@ local jsonText(s) = local e = std.escapeStringJson(s); std.substr(e, 1, std.leng
       _braced: if v == '' then '' else '{' + v + '}',
       _comma: if v == '' then '' else ',' + v,
     }
+    else if kind == 'pattern' then {
+      local at = std.findSubstr('%s', v)[0],
+      _pre: std.substr(v, 0, at),
+      _post: std.substr(v, at + 2, std.length(v) - at - 2),
+    }
+    else if kind == 'strings' || kind == 'bool' then {}
+    else if kind == 'grouping' then { '': if v == '' then '' else v + ', ' }
     else error 'unknown knob kind ' + kind,
 
   // placeholder -> text for every knob, its value read from config at the knob's path
