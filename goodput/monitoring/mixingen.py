@@ -48,8 +48,11 @@ CLUSTER = (
     Knob("clusterMatcher", ("clusterMatcher",), "selector", "",
          "the dashboards' clusterLabel=\"$cluster\" with showMultiCluster, else ''", derived=True),
 )
-# a recorded series (level:metric:operation) or ALERTS, with its matchers if it has them
-_RECORDED = re.compile(r"(?<![\w:])([A-Za-z_]\w*:[\w:]+|ALERTS)(?![\w:(])(\{[^{}]*\})?")
+# recorded from ``vector()`` (a :config threshold, a GPU's price): in no cluster, so neither grouped nor matched by it
+_CONSTANTS = frozenset({catalog.by_name("llm_gpu_hourly_cost_usd").name})
+# a recorded series (level:metric:operation, or the cost rules' OpenCost-style names), ALERTS or up, with matchers
+_PLAIN_RECORDED = "|".join(m.name for m in catalog.COST if m.name not in _CONSTANTS)
+_RECORDED = re.compile(rf"(?<![\w:])([A-Za-z_]\w*:[\w:]+|ALERTS|up|{_PLAIN_RECORDED})(?![\w:(])(\{{[^{{}}]*\}})?")
 _SOURCE = {m.name: sel for metrics, sel in ((catalog.ENGINE, "engineSelector"), (catalog.GATEWAY, "requestSelector"),
                                             (catalog.GPU, "gpuSelector")) for m in metrics}
 _HISTOGRAM = {m.name for m in catalog.CATALOG if m.type == "histogram"}
@@ -83,11 +86,13 @@ _RIGHT = re.compile(r"[^()]*\)\s*(?:group_(?:left|right)\s*(?:\([^()]*\))?)?\s*"
 
 
 def _operand(expr: str, at: int) -> str:
-    """The operand starting at ``at``: up to its closing parenthesis, or its first token."""
-    if not expr.startswith("(", at):
+    """The operand starting at ``at``: a parenthesised one, an aggregation or call with its arguments
+    (``max by (gpu_type) (price)``), or a bare series name."""
+    head = re.match(r"[\w:]*\s*(?:(?:by|without)\s*\([^()]*\)\s*)?", expr[at:]).group(0)  # type: ignore[union-attr]
+    if not expr.startswith("(", at + len(head)):
         return re.match(r"[\w:]*", expr[at:]).group(0)  # type: ignore[union-attr]
     depth = 0
-    for i in range(at, len(expr)):
+    for i in range(at + len(head), len(expr)):
         depth += {"(": 1, ")": -1}.get(expr[i], 0)
         if depth == 0:
             return expr[at:i + 1]
@@ -95,9 +100,13 @@ def _operand(expr: str, at: int) -> str:
 
 
 def _cluster_less(operand: str) -> bool:
-    """Whether every series ``operand`` reads is a ``:config`` constant (recorded from ``vector()``: no cluster)."""
-    names = [n for n in re.findall(r"[A-Za-z_][\w:]*", operand) if ":" in n or _selector_of(n)]
-    return bool(names) and all(n.endswith(":config") for n in names)
+    """Whether every series ``operand`` reads is a constant (recorded from ``vector()``: no cluster)."""
+    names = [n for n in re.findall(r"[A-Za-z_][\w:]*", operand) if ":" in n or _selector_of(n) or n in _CONSTANTS]
+    return bool(names) and all(_constant(n) for n in names)
+
+
+def _constant(name: str) -> bool:
+    return name.endswith(":config") or name in _CONSTANTS
 
 
 def with_cluster(expr: str) -> str:
@@ -113,10 +122,13 @@ def with_cluster(expr: str) -> str:
 
 
 def with_cluster_matcher(expr: str) -> str:
-    """``expr`` (a dashboard query) with the cluster matcher placeholder on every recorded series (but ``:config``
-    constants) and ALERTS; the catalog's series get it through their source's selector (mixin/mixin.libsonnet)."""
+    """``expr`` (a dashboard query) with the cluster matcher placeholder on every recorded series (but constants),
+    ALERTS and an ``up`` with no knob's selector (engines scraped directly); the catalog's series, and ``up`` with
+    exporterSelector, get it through that selector (mixin/mixin.libsonnet)."""
     def one(m: re.Match) -> str:
-        if m.group(1).endswith(":config"):  # a constant, in no cluster
+        if _constant(m.group(1)):  # in no cluster
+            return m.group(0)
+        if m.group(1) == "up" and "\x00" in (m.group(2) or ""):  # a knob's selector, which carries the cluster's
             return m.group(0)
         if m.group(2):
             return f"{m.group(1)}{m.group(2)[:-1]}{mark('clusterMatcher_comma')}}}"

@@ -49,7 +49,8 @@ FLEET = {
     "events": [{"at": RELEASE_AT_S, "kind": "release", "deployment": "chat", "release_kind": "framework",
                 "from": "vllm-0.10.1", "to": "vllm-0.10.2", "note": "test release"}],
 }
-PLAN = {"plan_version": 1, "deployments": {"chat": {"replica_goodput_tokens_per_second": 3000, "desired_replicas": 2}}}
+PLAN = {"plan_version": 1, "deployments": {"chat": {"replica_goodput_tokens_per_second": 3000, "desired_replicas": 2,
+                                                   "cold_start_s": 180}}}
 
 # Queries that may rightly return nothing on a healthy minute of this fleet; each is checked another way.
 EXEMPT = {
@@ -72,6 +73,10 @@ EXEMPT = {
     "tenants.json panel 10 A": "degraded and fallen-back share per deployment",
     "tenants.json panel 11 A": "fallback paths",
     "tenants.json panel 11 B": "fallbacks from an open circuit",
+    # a cold start is measured for a replica that starts while the engine exporter watches (one already running when
+    # the exporter starts has no measurable start): this fleet adds none; tests/monitoring/test_live_cold_start.py
+    # measures the demo's scale-out in a real Prometheus through the same recorded p90, and the ticket on it
+    **{f"capacity.json panel 20 {ref}": "replica cold starts" for ref in "AB"},
 }
 BUDGET_S = 150
 
