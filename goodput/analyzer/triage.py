@@ -178,29 +178,31 @@ def _latency_split(w: Window) -> tuple[Step | None, str, bool]:
 def _workload(w: Window) -> Step:
     """Step 2: did more requests arrive (counted by arrival, finished or in flight, never only the finished), or did
     the prompts grow; either is a cause. The recent period is compared with the period of equal length just before
-    it (a start-up minute against a quarter hour, or a day against an hour, is no shift), each side with at least
-    ``MIN_OK`` finished requests; when there are not, the step says so and names nothing."""
+    it (a start-up minute against a quarter hour, or a day against an hour, is no shift); request lengths only where
+    each side has ``MIN_OK`` finished requests. What it cannot compare it says, and names no cause from it."""
     end = min(w.until, w.last) if w.until else w.last
     length = end - w.split
     start = max(w.split - length, w.since or w.first, w.first)
     rel = backend(w.con).rows("triage", {"deployment": w.deployment, "since": start, "until": w.until, "split": w.split})
     sides = {row[0]: dict(zip(rel.columns, row, strict=True)) for row in rel.rows}
     now, before = sides.get("recent", {}), sides.get("before", {})
-    short = (f"not enough before to compare: {(w.split - start).total_seconds():.0f} s and {before.get('ok') or 0} "
-             f"finished requests before the recent {length.total_seconds():.0f} s (needs as long, with {MIN_OK})")
     facts: dict[str, dict] = {"arrival_rate": {"from": start.isoformat(), "split": w.split.isoformat(),
                                                 "until": end.isoformat()}}
-    if start > w.split - length or (before.get("ok") or 0) < MIN_OK or (now.get("ok") or 0) < MIN_OK:
-        return Step("2. workload", short, facts=facts)
+    if start > w.split - length:
+        return Step("2. workload", f"not enough before to compare: {(w.split - start).total_seconds():.0f} s before the "
+                    f"recent {length.total_seconds():.0f} s", facts=facts)
     rate_b = arrival_count(w.con, w.deployment, start, w.split) / max((w.split - start).total_seconds(), 1)
     rate_n = arrival_count(w.con, w.deployment, w.split, end) / max(length.total_seconds(), 1)
-    rate, inp = _chg(rate_b, rate_n), _chg(before.get("input_tokens"), now.get("input_tokens"))
-    outp = _chg(before.get("output_tokens"), now.get("output_tokens"))
-    burst = now.get("burstiness") or 0
+    rate, burst = _chg(rate_b, rate_n), now.get("burstiness") or 0
     facts["arrival_rate"].update(before=rate_b, recent=rate_n)
+    few = [f"{n} finished requests {side}" for side, n in (("before", before.get("ok") or 0),
+                                                           ("recent", now.get("ok") or 0)) if n < MIN_OK]
+    inp = None if few else _chg(before.get("input_tokens"), now.get("input_tokens"))
+    outp = None if few else _chg(before.get("output_tokens"), now.get("output_tokens"))
+    lengths = (f"request lengths not compared (only {' and '.join(few)}; needs {MIN_OK} each)" if few
+               else f"input tokens {_pct(inp)}, output tokens {_pct(outp)}")
     step = Step("2. workload", f"against the {length.total_seconds() / 60:.0f} min before: arrival rate {_pct(rate)} "
-                f"({rate_b:.2f} -> {rate_n:.2f} req/s), input tokens {_pct(inp)}, output tokens {_pct(outp)}, "
-                f"peak-minute / mean {burst:.1f}", facts=facts)
+                f"({rate_b:.2f} -> {rate_n:.2f} req/s), {lengths}, peak-minute / mean {burst:.1f}", facts=facts)
     if inp is not None and abs(inp) >= 0.2:
         step.causes.append(Cause(2, f"request lengths changed: input tokens {_pct(inp)}"))
     if rate is not None and rate >= 0.5 or burst >= 3:

@@ -68,9 +68,9 @@ def render(ctx: Context) -> None:
     table = verdict_table(found, f.tier)
     st.subheader("The analyzer's verdicts")
     blamed = table[table["blamed"].fillna(False).astype(bool)]
-    # the releases' verdicts first; a scale event is capacity changing, said after them and never as a release
-    blamed = blamed.iloc[(blamed["direction"] == "scale").to_numpy().argsort(kind="stable")]
-    for _, r in blamed.head(3).iterrows():
+    # the releases' verdicts first (three at most), then a scale event's (one): capacity changing, never a release
+    scale_rows = (blamed["direction"] == "scale").to_numpy()
+    for _, r in pd.concat([blamed[~scale_rows].head(3), blamed[scale_rows].head(1)]).iterrows():
         banner, icon = BANNER.get(r["direction"], REGRESSION)
         scale = r["direction"] == "scale"
         word = "" if not r["direction"] or scale else f" ({r['direction']})"
