@@ -41,13 +41,14 @@ from tests.conftest import REPO
 from tests.console.test_pages import app, frame, no_exception, show
 
 RUN_S = 2400.0
-T11, T20, T28 = INCIDENT_AT_S + 660.0, INCIDENT_AT_S + 1200.0, INCIDENT_AT_S + 1680.0
+T0, T11, T20, T28 = 30.0, INCIDENT_AT_S + 660.0, INCIDENT_AT_S + 1200.0, INCIDENT_AT_S + 1680.0
 REL = 1e-9
 
 
 @pytest.fixture(scope="module")
 def incident(tmp_path_factory):
-    """The run (its config and every request, drained), and the stores: ``final``, ``t11``, ``t20``, ``t28`` (each a directory
+    """The run (its config and every request, drained), and the stores: ``final``, ``t0`` (30 s in), ``t11``, ``t20``,
+    ``t28`` (each a directory
     with db.duckdb and the releases.yaml of the events up to its moment)."""
     tmp = tmp_path_factory.mktemp("incident")
     fleet = incident_fleet(yaml.safe_load((REPO / "examples" / "fleet.yaml").read_text()), "examples/fleet.yaml",
@@ -57,7 +58,7 @@ def incident(tmp_path_factory):
     run.run(RUN_S)
     run.drain(6000.0)
     stores = {}
-    for name, cut in (("final", float("inf")), ("t11", T11), ("t20", T20), ("t28", T28)):
+    for name, cut in (("final", float("inf")), ("t0", T0), ("t11", T11), ("t20", T20), ("t28", T28)):
         d = tmp / name
         d.mkdir()
         write_releases([r for r in run.releases if r.time <= cut], cfg.start_time, d / "releases.yaml")
@@ -281,13 +282,26 @@ def test_at_t28_the_releases_page_says_the_release_first_and_the_scale_event_as_
 
 
 def test_workload_compares_like_windows_and_says_when_there_is_not_enough(incident, monkeypatch):
+    """Now against before: the last quarter of the final part of the range against the quarter just before it, the
+    arrival rates the simulator's; a store a few seconds old has not enough to compare, and says so."""
     cfg, done, stores = incident
-    at = show(app(monkeypatch, stores["t11"], range="all"), "workload")
+    db = stores["t11"]
+    at = show(app(monkeypatch, db, range="all"), "workload")
     no_exception(at)
-    shift = frame(at, "measure", "before", "now")
+    shift = frame(at, "measure", "before", "now").set_index("measure")
     assert shift["before"].notna().all() and shift["now"].notna().all(), shift
-    heading = next(h.value for h in at.subheader if h.value.startswith("Now"))
-    assert "min before" in heading
-    at = show(app(monkeypatch, stores["t11"], range="5m"), "workload")  # the last 5 minutes: nothing final before
+    with traces.open_store(db) as con:
+        first = traces.query(con, "bounds", {})["first"].iloc[0]
+        _, final_until, _ = verdict_window(con, cfg.deployments[0].name, _window(db)["until"])
+    length = (pd.Timestamp(final_until) - first) / 4
+    start = pd.Timestamp(cfg.start_time)
+    arrived = [start + pd.Timedelta(seconds=r.arrival) for r in done]
+    for period, lo in (("before", final_until - 2 * length), ("now", final_until - length)):
+        n = sum(1 for a in arrived if lo <= a < lo + length)
+        got = shift.loc["arrival rate (req/s)", period] * length.total_seconds()
+        assert abs(got - n) <= 1, (period, got, n)  # one request either way: a bucket edge rounded to microseconds
+
+    at = show(app(monkeypatch, stores["t0"], range="all"), "workload")
     no_exception(at)
-    assert any("Not enough to compare" in i.value for i in at.info) or frame(at, "measure")["before"].notna().all()
+    assert any("Not enough to compare" in i.value for i in at.info), [i.value for i in at.info]
+    assert not [d for d in at.dataframe if "measure" in d.value.columns]
