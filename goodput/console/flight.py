@@ -7,6 +7,7 @@ that are not final dotted, apart from the final line (goodput/analyzer/completen
 from __future__ import annotations
 
 import pandas as pd
+import plotly.colors
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -16,6 +17,7 @@ from goodput.console.ui import Context
 
 __all__ = ["KEYS", "lines", "mark", "say"]
 
+COLOURS = plotly.colors.qualitative.Plotly  # Plotly's own sequence: a chart reads as it did before
 KEYS = ("deployment", "tier", "tenant", "bucket")  # what a row may name that the in-flight count follows
 
 
@@ -44,14 +46,18 @@ def say(ctx: Context, df: pd.DataFrame, what: str) -> None:
                "requests finish (the queue's slowest last).", icon=":material/hourglass_top:")
 
 
-def lines(x: pd.Series, y: pd.Series, final: pd.Series, name: str, **kw) -> list[go.Scatter]:
-    """One series as a solid line over its final points and a dotted one from the last final point over the rest
-    (named "not final"), so a partial bucket never reads as a recovery or a drop."""
+def lines(x: pd.Series, y: pd.Series, final: pd.Series, name: str, index: int) -> list[go.Scatter]:
+    """One series (the ``index``-th of its chart: its colour) as a solid line over its final points and a dotted one,
+    in the same colour, from the last final point over the rest (named "not final"), so a partial bucket never reads
+    as a recovery or a drop."""
+    colour = COLOURS[index % len(COLOURS)]
     done = final.to_numpy(dtype=bool)
-    out = [go.Scatter(x=x.iloc[done], y=y.iloc[done], name=name, mode="lines", legendgroup=name, **kw)]
+    out = [go.Scatter(x=x.iloc[done], y=y.iloc[done], name=name, mode="lines", legendgroup=name,
+                      line={"color": colour})]
     if not done.all():
         last = [i for i, d in enumerate(done) if d][-1:]
         idx = last + [i for i, d in enumerate(done) if not d]
         out.append(go.Scatter(x=x.iloc[idx], y=y.iloc[idx], name=f"{name} (not final)", mode="lines+markers",
-                              line={"dash": "dot"}, marker={"symbol": "circle-open"}, legendgroup=name, **kw))
+                              line={"dash": "dot", "color": colour}, marker={"symbol": "circle-open", "size": 8},
+                              legendgroup=name))
     return out

@@ -25,10 +25,10 @@ def render(ctx: Context) -> None:
     df = flight.mark(ctx, df, bucket)
     flight.say(ctx, df, f"Preemptions per {bucket}")
     fig = go.Figure()
-    for dep, g in df.groupby("deployment", sort=True):
+    for i, (dep, g) in enumerate(df.groupby("deployment", sort=True)):
         final = g["final"] == "final"
         fig.add_traces(flight.lines(g["bucket"], g["preemptions"] / g["requests"], final,
-                                    plain(f"{dep} preemptions/request")))
+                                    plain(f"{dep} preemptions/request"), i))
         fig.add_trace(go.Bar(x=g["bucket"], y=g["kv_rejections"], name=plain(f"{dep} KV rejections"), yaxis="y2",
                              opacity=0.4, marker_pattern_shape=["" if f else "/" for f in final]))
     fig.update_layout(title=f"preemptions per request and KV-capacity rejections (per {bucket}; open circles, hatched: "

@@ -21,8 +21,8 @@ from goodput.foundation.errors import ConfigError
 
 __all__ = ["render"]
 
-VERDICT_FIRST = ("release", "direction", "change", "metric", "deployment", "tier", "time", "before_p95_s",
-                 "after_p95_s", "segment", "blamed", "cause")
+VERDICT_FIRST = ("release", "direction", "change", "metric", "blamed", "cause", "deployment", "tier", "time",
+                 "before_p95_s", "after_p95_s", "segment")
 BANNER = {"improvement": (st.success, ":material/trending_down:"), "scale": (st.info, ":material/stacks:")}
 REGRESSION = (st.error, ":material/trending_up:")  # the analyzer's word, or none (then a blamed change is one)
 METRIC = {"e2e_s": "E2E", "ttft_s": "TTFT", "tpot_s": "TPOT"}  # the others are segments: queue_s -> queue
@@ -52,10 +52,10 @@ def render(ctx: Context) -> None:
     series = flight.mark(ctx, series, bucket)
     flight.say(ctx, series, f"p95 per {bucket}")
     fig = go.Figure()
-    for (dep, tier), g in series.groupby(["deployment", "tier"], sort=True):
-        for metric in ("e2e_s", "ttft_s"):
+    for i, ((dep, tier), g) in enumerate(series.groupby(["deployment", "tier"], sort=True)):
+        for j, metric in enumerate(("e2e_s", "ttft_s")):
             fig.add_traces(flight.lines(g["bucket"], g[metric], g["final"] == "final",
-                                        plain(f"{dep} {tier} p95 {metric[:-2]}")))
+                                        plain(f"{dep} {tier} p95 {metric[:-2]}"), 2 * i + j))
     shown = [r for r in releases if (not f.deployment or r.deployment in (f.deployment, "*"))
              and (since is None or r.time >= since) and r.time < until]
     mark(ctx, fig, since, until)

@@ -66,8 +66,9 @@ def render(ctx: Context) -> None:
     mark(ctx, fig, since, until)
     st.plotly_chart(fig, width="stretch", key="arrivals")
     series = flight.mark(ctx, series, bucket)
-    lengths = go.Figure([t for c in ("input_p50", "input_p95", "output_p50", "output_p95")
-                         for t in flight.lines(series["bucket"], series[c], series["final"] == "final", c.replace("_", " "))])
+    lengths = go.Figure([t for i, c in enumerate(("input_p50", "input_p95", "output_p50", "output_p95"))
+                         for t in flight.lines(series["bucket"], series[c], series["final"] == "final",
+                                               c.replace("_", " "), i)])
     if cut is not None and cut < end:
         lengths.add_vrect(x0=cut, x1=end, fillcolor="grey", opacity=0.2, line_width=0,
                           annotation_text=f"incomplete: {n_open} in flight", annotation_position="top left")
