@@ -192,24 +192,26 @@ def skew(df: pd.DataFrame, scale_events: Mapping[str, str] | None = None) -> pd.
     """Per deployment: replicas, max/min of requests and of p95 queue wait, share retried. A replica first seen over
     ``ADDED_AFTER`` after its deployment's first request of the range was added (a scale-out): it started empty
     while the old ones held the backlog, so requests and queue waits are compared within the old and within the
-    added, never across, and ``scale`` names the event (``scale_events``' line for the deployment, from the releases
-    file, else the replicas added and when)."""
+    added, never across; ``scale`` names the event (``scale_events``' line for the deployment, from the releases
+    file, else the replicas added and when) and ``scale_note`` says why it is no skew."""
     rows = []
     for dep, g in df.groupby("deployment", sort=True):
         added = g["first_seen"] > g["first_seen"].min() + ADDED_AFTER
         parts = [p for p in (g[~added], g[added]) if len(p) > 1]
         waits = [p["queue_p95_s"].dropna() for p in parts]
-        scale = ""
+        scale = note = ""
         if added.any():
             event = (scale_events or {}).get(dep) or (f"{int(added.sum())} replicas first seen from "
                                                       f"{g.loc[added, 'first_seen'].min():%H:%M}")
-            scale = (f"scale-out ({event}): the added replicas started empty while the old held the backlog (p95 queue "
-                     f"wait old {g.loc[~added, 'queue_p95_s'].max():.2f} s, added {g.loc[added, 'queue_p95_s'].max():.2f} s)"
-                     "; max/min compared within each")
+            scale = f"scale-out ({event})"
+            note = (f"{scale}: the added replicas started empty while the old held the backlog (p95 queue wait old "
+                    f"{g.loc[~added, 'queue_p95_s'].max():.2f} s, added {g.loc[added, 'queue_p95_s'].max():.2f} s); "
+                    "max/min compared within each")
         rows.append({"deployment": dep, "replicas": len(g),
                      "requests max/min": max((p["requests"].max() / max(p["requests"].min(), 1) for p in parts),
                                              default=1.0),
                      "p95 queue wait max/min": max((q.max() / max(q.min(), 1e-3) for q in waits if len(q) > 1),
                                                    default=1.0),
-                     "retried share": g["retried"].sum() / max(g["requests"].sum(), 1), "scale": scale})
+                     "retried share": g["retried"].sum() / max(g["requests"].sum(), 1), "scale": scale,
+                     "scale_note": note})
     return pd.DataFrame(rows)

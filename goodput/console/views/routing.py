@@ -45,10 +45,10 @@ def render(ctx: Context) -> None:
         else:
             table = flight.mark(ctx, skew(df, _scale_events(ctx)))
             flight.say(ctx, table, "Per replica")
-            for dep, scale in zip(table["deployment"], table["scale"], strict=True):
-                if scale:
-                    st.info(esc(f"{dep}: {scale}. Not a routing skew."), icon=":material/stacks:")
-            show(table, "skew", ("deployment", "final", "replicas", "scale"))
+            for dep, note in zip(table["deployment"], table["scale_note"], strict=True):
+                if note:
+                    st.info(esc(f"{dep}: {note}. Not a routing skew."), icon=":material/stacks:")
+            show(table.drop(columns="scale_note"), "skew", ("deployment", "final", "replicas", "scale"))
             label = (df["deployment"] + " / " + df["replica"]).map(plain)
             fig = go.Figure([go.Bar(x=label, y=df["requests"], name="requests"),
                              go.Scatter(x=label, y=df["queue_p95_s"], name="p95 queue wait (s)", yaxis="y2",
