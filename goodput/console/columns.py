@@ -37,7 +37,7 @@ class Col:
 
 
 def _signed_share(v: float) -> str:
-    return f"{v:+.0%}"
+    return f"{round(v, 2) + 0.0:+.0%}"  # rounded first: -0.1% is "+0%", never "-0%"
 
 
 def _bounds(histogram: str) -> tuple[float, ...]:
