@@ -177,7 +177,8 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _decompose(args: argparse.Namespace) -> int:
     from goodput.analyzer.backend import open_backend
-    from goodput.analyzer.decompose import decompose
+    from goodput.analyzer.completeness import in_flight_rows, not_final
+    from goodput.analyzer.decompose import BUCKETS, decompose
     from goodput.analyzer.report import render
 
     since, until = _window_of(args)
@@ -189,6 +190,9 @@ def _decompose(args: argparse.Namespace) -> int:
     if not rows:
         print(f"goodput: no requests {_window(args)}", file=sys.stderr)
         return NOTHING
+    counts = in_flight_rows(con, rows, since=since, until=until, bucket=BUCKETS.get(args.bucket or ""))
+    for r, n in zip(rows, counts, strict=True):  # a row whose requests are not all finished will change: say so
+        r["in_flight"], r["final"] = n, not_final(n) or "final"
     columns = None
     if args.format == "table":
         e2e = [k for k in rows[0] if re.fullmatch(r"e2e_p[0-9_]+_s", k)]
@@ -196,9 +200,19 @@ def _decompose(args: argparse.Namespace) -> int:
         pct = [*e2e, "ttft_p95_s" if "ttft_p95_s" in ttft else ttft[-1]]
         kv = ["kv_transfer_s"] if any(r.get("kv_transfer_s") for r in rows) else []  # P/D disaggregated groups only
         columns = [*d.group_columns(), "requests", *pct, "gateway_s", "queue_s", "prefill_s", *kv, "decode_s", "send_s",
-                   "other_s", "e2e_p95_top_segment"]
+                   "other_s", "e2e_p95_top_segment", "final"]
     print(render(rows, args.format, title="latency decomposition (seconds; segments are means)", columns=columns))
+    if args.format == "table" and any(n != 0 for n in counts):
+        print(f"not final: requests still in flight are not in these figures yet ({_flight(con)}); they will change")
     return 0
+
+
+def _flight(con) -> str:
+    """What is in flight, per deployment that has any, one line."""
+    from goodput.analyzer.completeness import completeness
+
+    return "; ".join(f"{d}: {c.describe()}" for d, c in completeness(con).items()
+                     if c.in_flight != 0 or c.basis == "bound")
 
 
 def _window(args: argparse.Namespace) -> str:
