@@ -37,9 +37,9 @@ from goodput.foundation.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SCHEMA_VERSION", "SETTINGS", "SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result", "backend",
-           "clickhouse_sql", "db_text", "interval_us", "model_sql", "open_backend", "prepared_version", "server_errors",
-           "statement"]
+__all__ = ["SCHEMA_VERSION", "SETTINGS", "SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result",
+           "backend", "clickhouse_sql", "db_text", "interval_us", "model_sql", "open_backend", "open_clickhouse",
+           "prepared_version", "server_errors", "statement"]
 
 # spans read around a window: a request's spans start up to this long before its arrival time (the gateway's) or
 # end after it; a request longer than this at the window's edge is read without its outer spans
@@ -321,11 +321,8 @@ def _read_prepared(con: Connection, target: Target, flag: str) -> bool:
     return False
 
 
-def open_backend(db: str | Path, flag: str = "--db") -> Backend:
-    """What ``--db`` names, opened for reading: a ``clickhouse://`` URL or ``chdb:DIR`` (its table must exist), or
-    the analyzer's DuckDB file."""
-    if not is_clickhouse(db):
-        return DuckDBBackend(connect(db, read_only=True))
+def open_clickhouse(db: str | Path, flag: str = "--db") -> Connection:
+    """The ClickHouse ``db`` names, its spans' table checked to exist (one line naming ``flag`` if not)."""
     target = parse_target(str(db), flag)
     con = connect_clickhouse(target, flag)
     try:
@@ -337,4 +334,13 @@ def open_backend(db: str | Path, flag: str = "--db") -> Backend:
     if not int(found["n"].iloc[0]):
         raise ConfigError(flag, str(target), f"no table {target.database}.{target.table} (the Collector's "
                                              "clickhouseexporter creates it; docs/clickhouse.md)")
-    return ClickHouseBackend(con, prepared=_read_prepared(con, target, flag))
+    return con
+
+
+def open_backend(db: str | Path, flag: str = "--db") -> Backend:
+    """What ``--db`` names, opened for reading: a ``clickhouse://`` URL or ``chdb:DIR`` (its table must exist; its
+    prepared tables read when there), or the analyzer's DuckDB file."""
+    if not is_clickhouse(db):
+        return DuckDBBackend(connect(db, read_only=True))
+    con = open_clickhouse(db, flag)
+    return ClickHouseBackend(con, prepared=_read_prepared(con, con.target, flag))
