@@ -3,8 +3,8 @@
 Beside the Collector's ``otel_traces`` it makes ``goodput_spans`` (the narrow rows the model reads, by trace),
 ``goodput_requests``, ``goodput_early`` and ``goodput_admission`` (the model's tables, ReplacingMergeTrees keeping each
 row's newest version) and the materialized views that fill them from every insert, then backfills them from the
-spans already stored, in chunks of hours within ``SPANS_PER_PASS`` spans each, and records the schema version in
-``goodput_meta`` last, so a reader takes the tables for ready only once they hold everything (docs/clickhouse.md).
+spans already stored, in chunks of hours within ``BACKFILL_SPANS_PER_PASS`` spans a statement, and records the
+schema version in ``goodput_meta`` last, so a reader takes the tables for ready only once they hold everything (docs/clickhouse.md).
 The model is ``clickhouse/model.sql``, the text read time uses too (``goodput.analyzer.backend.model_sql``).
 """
 
@@ -30,9 +30,12 @@ from goodput.analyzer.backend import (
 from goodput.foundation.clickhouse import Connection, Target, ident
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["Layout", "Plan", "backfill", "ddl", "prepare"]
+__all__ = ["BACKFILL_SPANS_PER_PASS", "Layout", "Plan", "backfill", "ddl", "prepare"]
 
 _TABLES = ("spans", "requests", "early", "admission")
+# spans one backfill statement reads: fewer than read time's SPANS_PER_PASS, as each chunk also reads an hour either
+# side and dedups its spans (LIMIT 1 BY); 10M in one pass would use 3.78 GiB, over a 4 GB cap's 3.73 (benchmark, 10M)
+BACKFILL_SPANS_PER_PASS = SPANS_PER_PASS * 3 // 10
 _MARGIN_NS = int(SPAN_MARGIN.total_seconds()) * 1_000_000_000
 # Distributed tables' sharding keys on a cluster: a trace's rows on one shard, as its spans are (docs/clickhouse.md)
 _SHARD_BY = {"spans": "cityHash64(trace_id)", "requests": "cityHash64(trace_id)", "early": "cityHash64(trace_id)",
@@ -121,18 +124,24 @@ class Plan:
 
 
 def _chunks(hours: list[tuple[int, int]]) -> Iterator[Plan]:
-    """Consecutive hours grouped while their spans fit one pass; an hour over it alone, in passes."""
+    """Consecutive hours grouped while their spans fit one pass; an hour over it alone, in passes (of
+    ``BACKFILL_SPANS_PER_PASS`` spans, counting the hour either side each chunk reads)."""
     start: int | None = None
     spans = end = 0
     for hour_ns, n in hours:
-        if start is not None and (spans + n > SPANS_PER_PASS or hour_ns != end):
-            yield Plan(start, end, spans, max(1, math.ceil(spans / SPANS_PER_PASS)))
+        if start is not None and (spans + n > BACKFILL_SPANS_PER_PASS or hour_ns != end):
+            yield _plan(start, end, spans, hours)
             start, spans = None, 0
         if start is None:
             start = hour_ns
         spans, end = spans + n, hour_ns + 3_600_000_000_000
     if start is not None:
-        yield Plan(start, end, spans, max(1, math.ceil(spans / SPANS_PER_PASS)))
+        yield _plan(start, end, spans, hours)
+
+
+def _plan(start: int, end: int, spans: int, hours: list[tuple[int, int]]) -> Plan:
+    read = sum(n for h, n in hours if start - 3_600_000_000_000 <= h < end + 3_600_000_000_000)
+    return Plan(start, end, spans, max(1, math.ceil(read / BACKFILL_SPANS_PER_PASS)))
 
 
 def backfill(con: Connection, layout: Layout, progress: Callable[[int, int], None] | None = None) -> int:
