@@ -12,17 +12,20 @@ from benchmarks import (
     console,
     exporters,
     fleet_server,
+    ingest_otlp,
     loadtest_client,
     loadtest_sweep,
     plan,
     review,
+    rules_scale,
     sim_speed,
 )
 
 BENCHMARKS = {"sim_speed": sim_speed.main, "exporters": exporters.main, "analyzer": analyzer.main,
               "analyzer_scale": analyzer_scale.main,
               "fleet_server": fleet_server.main, "cli_startup": cli_startup.main, "loadtest_client": loadtest_client.main,
-              "loadtest_sweep": loadtest_sweep.main, "plan": plan.main, "review": review.main, "console": console.main}
+              "loadtest_sweep": loadtest_sweep.main, "plan": plan.main, "review": review.main, "console": console.main,
+              "rules_scale": rules_scale.main, "ingest_otlp": ingest_otlp.main}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,

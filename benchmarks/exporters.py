@@ -5,9 +5,13 @@
    ``goodput exporter engine normalize`` of one ~232k-sample dump with many distinct series (the fleet's replicas
    as one vLLM's data-parallel engines) against a prometheus_client script parsing and re-exposing the same file,
    wall and CPU time (user + system: the fair figure on a shared machine). Goal: 20x.
-2. One scrape of the engine exporter's /metrics (real HTTP) while it serves those 200 replicas.
-3. OTLP receiver: sustained spans per second into the Parquet store, receiver pinned to one core,
-   client on the other, and a check that every acknowledged span is in the store.
+2. One scrape of the engine exporter's /metrics (real HTTP) while it serves those 200 replicas; and
+   ``goodput exporter engine`` pinned to one core scraping 200 and 1,000 targets (each a vLLM /metrics text on
+   its own local port) every 15 s: round time, CPU per interval, its own /metrics answer time. Goal: 1,000 in 15 s.
+3. OTLP receiver (``goodput exporter requests``, Parquet store on): sustained spans per second, receiver pinned to
+   one core, two clients on the other, JSON and protobuf, on the simulator's request spans and on spans of 20
+   attributes (the Collector's published test); spans per receiver CPU-second beside the Collector's published
+   per-core figure, and a check that every acknowledged span is in the store. Goal: no slower.
 4. The trace store's flush, the same spans through each sink: Parquet (the baseline) and ClickHouse's
    ``otel_traces`` on chDB (the engine in-process: mapping, JSON rows, the INSERT), with a check of the row count.
 """
@@ -15,6 +19,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import base64
+import json
+import multiprocessing
 import os
 import resource
 import socket
@@ -24,11 +32,15 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import duckdb
 import httpx
+import yaml
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -218,13 +230,159 @@ def scrape_200(dumps: list[str], scrapes: int = 20) -> dict:
             "scrape_ms_max": round(max(times) * 1e3, 1), "background_round_s": round(round_s, 2)}
 
 
-def _free_port() -> int:
+class _Answer(asyncio.Protocol):
+    """Answers every request on its connection with ``body()`` (a GET has no body of its own to read)."""
+
+    def __init__(self, body: Callable[[], bytes]) -> None:
+        self.body, self.buf = body, b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0 and self.transport is not None:
+            self.buf = self.buf[end + 4:]
+            body = self.body()
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def _serve(bodies: Sequence[Callable[[], bytes]], conn, cpu: int | None) -> None:
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        servers = [await loop.create_server(lambda b=b: _Answer(b), "127.0.0.1", 0, backlog=1024) for b in bodies]
+        conn.send([srv.sockets[0].getsockname()[1] for srv in servers])
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+class MetricsStub:
+    """Targets on local sockets, one port each, in a process of their own (pinned to ``cpu``): port ``i`` answers
+    any GET with ``bodies[i]()``, as a replica's engine answers ``/metrics``. A raw asyncio protocol, so the
+    targets cost little next to what scrapes them."""
+
+    def __init__(self, bodies: Sequence[Callable[[], bytes]], cpu: int | None = None) -> None:
+        ctx = multiprocessing.get_context("fork")
+        mine, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(bodies, theirs, cpu), daemon=True)
+        self.proc.start()
+        self.ports: list[int] = mine.recv()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.join(10)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _sample(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def engine_fleet(dumps: list[str], sizes: tuple[int, ...] = (200, 1000), interval_s: float = 15.0,
+                 rounds: int = 3) -> dict:
+    """``goodput exporter engine`` pinned to one core (``taskset -c 0``) scraping ``n`` targets, each a vLLM's
+    /metrics text on its own local port (the stub on the other core), every ``interval_s``: each round's duration as
+    the exporter reports it, its CPU per interval, and how long its own /metrics takes to answer, polled every 3 s.
+    Goal: every one of 1,000 targets up within the interval."""
+    bodies = [dumps[i % len(dumps)].encode() for i in range(max(sizes))]
+    stub = MetricsStub([lambda b=b: b for b in bodies], cpu=1 if (os.cpu_count() or 1) > 1 else None)
+    out: dict = {"interval_s": interval_s, "target_body_bytes": round(statistics.mean(map(len, bodies)))}
+    try:
+        for n in sizes:
+            out[f"targets_{n}"] = _engine_run(stub.ports[:n], interval_s, rounds)
+    finally:
+        stub.stop()
+    return out
+
+
+def _engine_run(ports: list[int], interval_s: float, rounds: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="goodput-bench-engine-") as tmp:
+        path = Path(tmp) / "targets.yaml"
+        path.write_text(yaml.safe_dump({"targets": [
+            {"deployment": f"chat-{i // 20}", "replica": f"chat-{i // 20}-{i % 20}", "model": "Llama-3.1-8B",
+             "engine": "vllm", "url": f"http://127.0.0.1:{port}/metrics"} for i, port in enumerate(ports)]}))
+        port = free_port()
+        proc = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "goodput", "exporter", "engine",
+                                 "--targets", str(path), "--port", str(port), "--interval", str(interval_s),
+                                 "--timeout", "10"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        url = f"http://127.0.0.1:{port}/metrics"
+        durations: dict[float, float] = {}
+        answer_s: list[float] = []
+        up = series = size = 0
+        try:
+            with httpx.Client(timeout=30) as client:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:  # the first round: connections, imports, warm-up
+                    try:
+                        if (_sample(client.get(url).text, "llm_exporter_last_success_timestamp_seconds") or 0) > 0:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    time.sleep(0.5)
+                cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
+                while len(durations) < rounds + 1 and time.monotonic() < t0 + (rounds + 2) * interval_s:
+                    time.sleep(3)
+                    t = time.perf_counter()
+                    r = client.get(url)
+                    answer_s.append(time.perf_counter() - t)
+                    last = _sample(r.text, "llm_exporter_last_success_timestamp_seconds") or 0.0
+                    durations[last] = _sample(r.text, "llm_exporter_collection_duration_seconds") or 0.0
+                    up = r.text.count("} 1.0\n", r.text.find("# TYPE llm_engine_up"),
+                                      r.text.find("# HELP", r.text.find("# TYPE llm_engine_up")))
+                    series = sum(1 for ln in r.text.splitlines() if ln and ln[0] != "#")
+                    size = len(r.content)
+                cpu, wall = _cpu_s(proc.pid) - cpu0, time.monotonic() - t0
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=30)
+    rounds_s = list(durations.values())[1:] or list(durations.values())  # after the first (warm-up) round
+    return {"targets": len(ports), "targets_up": up, "series": series, "metrics_bytes": size,
+            "round_s_max": round(max(rounds_s), 2), "round_s_median": round(statistics.median(rounds_s), 2),
+            "cpu_s_per_interval": round(cpu / wall * interval_s, 2), "one_core_share": round(cpu / wall, 2),
+            "metrics_answer_ms_median": round(statistics.median(answer_s) * 1e3, 1),
+            "metrics_answer_ms_max": round(max(answer_s) * 1e3, 1), "goal_round_s": interval_s}
+
+
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def otlp_throughput(requests: int = 20_000) -> dict:
+# The OpenTelemetry Collector's published per-core figure for traces, OTLP in and out (20 attributes a span, 1 CPU,
+# 2 GB): ~12K spans/s sustained, 10K recommended; github.com/open-telemetry/opentelemetry-collector, docs/performance.md.
+COLLECTOR_SPANS_PER_CORE = {"sustained": 12_000, "recommended_max": 10_000}
+
+
+def _protobuf(doc: str) -> bytes:
+    """An OTLP JSON document as OTLP protobuf (ids are hex in OTLP JSON, base64 in protobuf's own JSON mapping)."""
+    d = json.loads(doc)
+    for rs in d["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                for k in ("traceId", "spanId", "parentSpanId"):
+                    if sp.get(k):
+                        sp[k] = base64.b64encode(bytes.fromhex(sp[k])).decode()
+    return json_format.ParseDict(d, ExportTraceServiceRequest()).SerializeToString()
+
+
+def otlp_payloads(requests: int = 20_000) -> tuple[list[str], int]:
+    """The spans of ``requests`` simulated chat requests (20 tenants, 8 replicas) as OTLP JSON documents of 256
+    requests each (~1,500 spans, the shape ``goodput simulate --spans`` writes), and how many spans they hold."""
     from goodput.simulator.run import simulate
 
     cfg = parse_fleet({
@@ -236,43 +394,84 @@ def otlp_throughput(requests: int = 20_000) -> dict:
                        "output_tokens": {"p50": 150, "p95": 500, "p99": 700, "max": 1000},
                        "arrival": {"process": "poisson", "rate": 40.0}}],
     }, "bench")
-    res = simulate(cfg, requests / 40.0)
-    table: RequestTable = res.table
+    table: RequestTable = simulate(cfg, requests / 40.0).table
     docs = list(span_documents(table))
-    spans_sent = sum(doc.count('"spanId"') for doc in docs)
+    return docs, sum(doc.count('"spanId"') for doc in docs)
+
+
+def collector_payloads(spans: int = 120_000, per_payload: int = 1_000) -> tuple[list[str], int]:
+    """Spans shaped as in the Collector's published test: 20 string attributes each (its Synthetic Load Generator's
+    spans), traces of 10 spans, ``per_payload`` spans a post, as OTLP JSON documents."""
+    docs, t0 = [], 1_795_424_400 * 10**9
+    for first in range(0, spans, per_payload):
+        out = []
+        for i in range(first, min(first + per_payload, spans)):
+            parent = f'"parentSpanId":"{i - i % 10 + 1:016x}",' if i % 10 else ""
+            attrs = ",".join(f'{{"key":"attr.{k:02d}","value":{{"stringValue":"value-{k}-{i % 97}"}}}}' for k in range(20))
+            out.append(f'{{"traceId":"{i // 10 + 1:032x}","spanId":"{i + 1:016x}",{parent}"name":"op-{i % 10}",'
+                       f'"kind":2,"startTimeUnixNano":"{t0 + i * 10**6}","endTimeUnixNano":"{t0 + i * 10**6 + 5 * 10**6}",'
+                       f'"attributes":[{attrs}]}}')
+        docs.append('{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"load"}}]},'
+                    '"scopeSpans":[{"scope":{"name":"bench"},"spans":[' + ",".join(out) + "]}]}]}")
+    return docs, spans
+
+
+def otlp_throughput(docs: list[str], spans_sent: int, encoding: str = "json", clients: int = 2) -> dict:
+    """``goodput exporter requests`` pinned to one core (``taskset -c 0``), its Parquet store on, posted every
+    document by ``clients`` connections at once from the other core (a 503's Retry-After honoured): spans per second
+    acknowledged (wall), spans per CPU-second of the receiver (from ready to exit, its last flush included), and a
+    check that every acknowledged span is in the store."""
+    proto = encoding == "protobuf"
+    bodies = [_protobuf(d) for d in docs] if proto else [d.encode() for d in docs]
+    content_type = "application/x-protobuf" if proto else "application/json"
     store = Path(tempfile.mkdtemp(prefix="goodput-bench-store-"))
-    port, otlp = _free_port(), _free_port()  # other benchmarks and servers may share this machine
+    port, otlp = free_port(), free_port()  # other benchmarks and servers may share this machine
     cmd = ["taskset", "-c", "0", sys.executable, "-m", "goodput", "exporter", "requests", "--store", str(store),
            "--port", str(port), "--otlp-port", str(otlp), "--flush-interval", "2"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {1} if os.cpu_count() and os.cpu_count() > 1 else {0})
+        os.sched_setaffinity(0, {1} if (os.cpu_count() or 1) > 1 else {0})
     url = f"http://127.0.0.1:{otlp}/v1/traces"
-    with httpx.Client(timeout=30) as client:
-        for _ in range(100):
+    retries = [0]
+    with httpx.Client(timeout=30) as probe:
+        for _ in range(200):
             try:
-                client.get(f"http://127.0.0.1:{otlp}/healthz")
+                probe.get(f"http://127.0.0.1:{otlp}/healthz")
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        retries = 0
-        t0 = time.perf_counter()
-        for doc in docs:
-            while True:
-                r = client.post(url, content=doc, headers={"Content-Type": "application/json"})
-                if r.status_code == 200:
-                    break
-                retries += 1
-                time.sleep(float(r.headers.get("Retry-After", "1")))
-        accepted_s = time.perf_counter() - t0
+    ready_cpu = _cpu_s(proc.pid)
+
+    def post(share: list[bytes]) -> None:
+        with httpx.Client(timeout=30) as client:
+            for body in share:
+                while (r := client.post(url, content=body, headers={"Content-Type": content_type})).status_code != 200:
+                    retries[0] += 1
+                    time.sleep(float(r.headers.get("Retry-After", "1")))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=post, args=(bodies[i::clients],)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    accepted_s = time.perf_counter() - t0
     proc.terminate()
     proc.communicate(timeout=120)
     total_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime - ready_cpu
     stored = duckdb.sql(f"SELECT count(*) FROM (SELECT DISTINCT trace_id, span_id FROM "
                         f"read_parquet('{store}/**/*.parquet', hive_partitioning=true))").fetchall()[0][0]
-    return {"spans_sent": spans_sent, "spans_in_store": stored, "retries_after_503": retries,
-            "accept_s": round(accepted_s, 2), "spans_per_s_acknowledged": round(spans_sent / accepted_s),
-            "spans_per_s_including_final_flush": round(spans_sent / total_s)}
+    assert stored == spans_sent, (stored, spans_sent)
+    return {"encoding": encoding, "payload_bytes_mean": round(statistics.mean(map(len, bodies))),
+            "spans_sent": spans_sent, "spans_in_store": stored, "retries_after_503": retries[0],
+            "accept_s": round(accepted_s, 2), "receiver_cpu_s": round(cpu, 2),
+            "spans_per_s_acknowledged": round(spans_sent / accepted_s),
+            "spans_per_s_including_final_flush": round(spans_sent / total_s),
+            "spans_per_receiver_cpu_s": round(spans_sent / cpu),
+            "collector_spans_per_core": COLLECTOR_SPANS_PER_CORE}
 
 
 def store_sinks(n: int = 200_000) -> dict:
@@ -319,7 +518,11 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "normalization_whole_process_232k_samples": whole_process(dumps),
         "engine_exporter_scrape_200_replicas": scrape_200(dumps),
-        "otlp_receiver_one_core": otlp_throughput(),
+        "engine_exporter_fleet_one_core": engine_fleet(dumps),
+        "otlp_receiver_one_core": {f"{shape}_{enc}": otlp_throughput(docs, spans, enc)
+                                   for shape, (docs, spans) in (("llm_requests", otlp_payloads()),
+                                                                ("20_attributes", collector_payloads()))
+                                   for enc in ("json", "protobuf")},
         "trace_store_flush_by_sink": store_sinks(),
     }
     return emit("exporter benchmarks", out, args.json)

@@ -54,6 +54,7 @@ from benchmarks.fleet_server import FLEET, MODEL, REPO, free_port, stop
 from benchmarks.loadtest_client import wait_healthy
 from benchmarks.report import emit
 from goodput.cli import main as goodput
+from goodput.loadtest.cli import EXIT_INVALID
 
 GUIDELLM_ENV = "GOODPUT_GUIDELLM"
 TRAIN_TOKENIZER = """
@@ -197,7 +198,7 @@ def run_ours(args: list[str], out_dir: Path, stats_url: str | None = None) -> tu
     """``goodput loadtest run ARGS --out OUT_DIR`` in a process of its own; (its summary, CPU sampler, wall seconds)."""
     res, sampler, wall = _watched([sys.executable, "-m", "goodput", "loadtest", "run", *args, "--slo", SLO,
                                    "--server-metrics", "none", "--out", str(out_dir)], stats_url, cwd=REPO)
-    if res.returncode != 0:
+    if res.returncode not in (0, EXIT_INVALID):  # an INVALID run is reported as such, from its summary
         raise SystemExit(f"goodput loadtest run exited {res.returncode}:\n{res.stderr[-3000:] or res.stdout[-3000:]}")
     return json.loads((out_dir / "summary.json").read_text()), sampler, wall
 

@@ -4,8 +4,9 @@ Formats: OTLP JSON (one export document per file, or the Collector file exporter
 line), OTLP protobuf (one ExportTraceServiceRequest, or the Collector's 4-byte length-prefixed
 stream), the request exporter's Parquet trace store (a directory or files), and the simulator's
 ``requests.parquet``; a directory is read file by file (by extension). Parquet is read by DuckDB itself
-(streamed, out of core); JSON and protobuf are decoded in batches, so memory stays bounded whatever the
-file size. A malformed span is quarantined with its file, line and reason and the rest of its document
+(streamed, out of core), and so are OTLP JSON lines whose every record DuckDB reads as the Python decoder
+would (no Python per span); other JSON, and protobuf, are decoded in Python in batches, so memory stays
+bounded whatever the file size. A malformed span is quarantined with its file, line and reason and the rest of its document
 is kept; a request whose early spans (``llm.gateway``, ``llm.queue``) came without its root is in flight,
 kept in ``in_flight`` until a later run brings the root; spans of other services are context, counted as
 ignored; ingesting the same data twice adds nothing.
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from goodput.analyzer.store import sql
+from goodput.analyzer.sqlfiles import sql
 from goodput.exporters.otlp import OtlpError, Span, decode_json, decode_protobuf
 from goodput.exporters.parquet_sink import spans_to_arrow
 from goodput.foundation.errors import ConfigError
@@ -200,6 +201,61 @@ def _json_docs(path: Path, quarantine: Quarantine, read: Callable[[int], None]) 
                 yield where, _json_spans(line, where, quarantine)
 
 
+# ---------------------------------------------------------------------- OTLP JSON, read by DuckDB
+
+_INT = ("UBIGINT", "BIGINT")
+_STR = ("VARCHAR",)
+_EMPTY = ["NULL"]  # json_structure of an empty list
+# Numbers or decimal strings, both as OTLP JSON allows: json_structure says "JSON" where a field is both
+# (otlp_json.sql checks the text of each; a fraction is `suspect`)
+_DECIMAL = (*_STR, *_INT, "JSON")
+# The JSON types decode_json reads each field as (lists as one-element lists, objects as dicts); other fields of an
+# object are ignored by both, but an AnyValue holds exactly one of these (array, kvlist and bytes values are
+# decoded in Python, which writes them as their repr). A status is "JSON" where some are {} and others not.
+_VALUE = {"stringValue": _STR, "intValue": _DECIMAL, "doubleValue": ("DOUBLE", *_INT), "boolValue": ("BOOLEAN",)}
+_KV = [{"key": _STR, "value": _VALUE}]
+_STATUS = {"code": _DECIMAL, "message": _STR}
+_SHAPE = {"resourceSpans": [{"resource": {"attributes": _KV}, "scopeSpans": [{"spans": [{
+    "traceId": _STR, "spanId": _STR, "parentSpanId": _STR, "name": _STR, "kind": _DECIMAL,
+    "startTimeUnixNano": _DECIMAL, "endTimeUnixNano": _DECIMAL, "status": _STATUS, "attributes": _KV}]}]}]}
+
+
+def _fits(shape, want) -> bool:
+    """Whether a json_structure ``shape`` is one ``want`` (a _SHAPE node) allows."""
+    if isinstance(want, tuple):
+        return isinstance(shape, str) and shape in want
+    if isinstance(want, list):
+        return shape == _EMPTY or isinstance(shape, list) and len(shape) == 1 and _fits(shape[0], want[0])
+    if want is _STATUS and shape == "JSON":
+        return True  # its fields' text is checked by otlp_json.sql, and `suspect` holds any status not an object
+    if not isinstance(shape, dict):
+        return False
+    if want is _VALUE and not shape.keys() <= want.keys():
+        return False
+    return all(_fits(v, want[k]) for k, v in shape.items() if k in want)
+
+
+def _json_by_duckdb(con: duckdb.DuckDBPyConnection, path: Path, source: str) -> bool:
+    """Stage the OTLP JSON lines of ``path`` read by DuckDB (goodput/analyzer/sql/otlp_json.sql); False, with nothing
+    staged, when any document is one that only the Python decoder reads right (malformed, or odd)."""
+    *macros, docs, spans = _statements(sql("otlp_json"))  # the documents' shapes, then their spans
+    try:
+        for stmt in macros:
+            con.execute(stmt)
+        suspect, shapes = con.execute(docs, {"path": str(path)}).fetchall()[0]
+        if suspect or not all(_fits(json.loads(s), _SHAPE) for s in shapes or []):
+            return False
+        con.execute(spans, {"path": str(path)})
+        if _count(con, "SELECT count(*) FROM otlp_spans WHERE ok IS NOT true"):
+            return False
+        _stage_src(con, con.table("otlp_spans"), source)
+        return True
+    except duckdb.Error:  # not JSON lines, a duplicate attribute key: the Python decoder says what and where
+        return False
+    finally:
+        con.execute("DROP TABLE IF EXISTS otlp_spans")
+
+
 # ---------------------------------------------------------------------- OTLP protobuf
 
 
@@ -342,6 +398,23 @@ def _count(con: duckdb.DuckDBPyConnection, query: str, params: list | None = Non
     return con.execute(query, params or []).fetchall()[0][0]
 
 
+def _stage_otlp(con: duckdb.DuckDBPyConnection, kind: str, path: Path, source: str, quarantine: Quarantine,
+                read: Callable[[int], None]) -> None:
+    """Stage an OTLP file: JSON lines read by DuckDB when it reads them as the Python decoder would, otherwise (and
+    protobuf) decoded in Python in batches, each bad record quarantined."""
+    if kind == "json" and _json_by_duckdb(con, path, source):
+        read(path.stat().st_size)
+        return
+    batch = _Batch()
+    for where, spans in (_json_docs if kind == "json" else _proto_docs)(path, quarantine, read):
+        batch.add(where, spans)
+        if len(batch.spans) >= BATCH_SPANS:
+            _stage_src(con, batch.table(quarantine), source)
+            batch = _Batch()
+    if batch.spans:
+        _stage_src(con, batch.table(quarantine), source)
+
+
 # ---------------------------------------------------------------------- ingest
 
 
@@ -387,15 +460,7 @@ def ingest(con: duckdb.DuckDBPyConnection, paths: list[Path],
                 con.execute(sql("normalize_simulator"))
                 sim_added += _count(con, "SELECT count(*) FROM requests") - before_sim
             else:
-                docs = (_json_docs if kind == "json" else _proto_docs)(files[0], quarantine, read)
-                batch = _Batch()
-                for where, spans in docs:
-                    batch.add(where, spans)
-                    if len(batch.spans) >= BATCH_SPANS:
-                        _stage_src(con, batch.table(quarantine), src)
-                        batch = _Batch()
-                if batch.spans:
-                    _stage_src(con, batch.table(quarantine), src)
+                _stage_otlp(con, kind, files[0], src, quarantine, read)
             if kind.endswith("parquet"):
                 read(sum(f.stat().st_size for f in files))
     span_dups = _normalize_spans(con, out)

@@ -2,31 +2,30 @@
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import duckdb
 
+from goodput.analyzer.sqlfiles import sql
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["StoreLocked", "connect", "sql"]
+__all__ = ["StoreLocked", "connect", "in_place", "sql"]
 
 
 class StoreLocked(ConfigError):
     """Another process holds the database's lock: worth a retry, unlike a file that is not a database."""
 
 
-@cache
-def sql(name: str) -> str:
-    """The text of ``goodput/analyzer/sql/<name>.sql``."""
-    return resources.files("goodput.analyzer").joinpath("sql", f"{name}.sql").read_text()
-
-
 def connect(path: str | Path, read_only: bool = False, threads: int | None = None,
             memory_limit: str = "2GB") -> duckdb.DuckDBPyConnection:
-    """Open (creating when writable) an analyzer database with its schema."""
+    """Open (creating when writable) an analyzer database with its schema; a directory is the request exporter's
+    trace store, read in place (``in_place``)."""
     p = Path(path)
+    if p.is_dir():
+        if not read_only:
+            raise ConfigError(str(p), "--db", "a trace store directory is read in place, never written: ingest into "
+                                              "a DuckDB file (--db F.duckdb)")
+        return in_place(p, threads, memory_limit)
     if read_only and not p.exists():
         raise ConfigError(str(p), "--db", "no such database; run `goodput analyze ingest ... --db` first")
     try:
@@ -50,4 +49,16 @@ def connect(path: str | Path, read_only: bool = False, threads: int | None = Non
     elif not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'in_flight'").fetchall()[0][0]:
         # a database made before in-flight requests were kept: read it as one with none (temp tables, nothing written)
         con.execute(sql("schema_in_flight").replace("CREATE TABLE IF NOT EXISTS", "CREATE TEMP TABLE"))
+    return con
+
+
+def in_place(store: Path, threads: int | None = None, memory_limit: str = "2GB") -> duckdb.DuckDBPyConnection:
+    """The request model of a trace store's span Parquet (``DIR/date=…/hour=…/*.parquet``), built in memory by one
+    DuckDB scan of its files and the ingest's set-based SQL: no copy of the spans, the same tables as an ingest of
+    the store. Built whole at each open, a request whose spans were written by different flushes comes out whole,
+    and one whose root is not stored yet is in flight (its early spans) or quarantined as partial, as ingest has it."""
+    from goodput.analyzer.ingest import ingest  # here, not at the top: most commands never open a store in place
+
+    con = connect(":memory:", threads=threads, memory_limit=memory_limit)
+    ingest(con, [store])
     return con

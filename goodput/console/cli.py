@@ -59,7 +59,19 @@ def environment(args: argparse.Namespace, base: dict[str, str] | None = None) ->
         if key in PATHS and env.get(ENV[key]):
             env[ENV[key]] = _absolute(env[ENV[key]])
     env.update(promendpoint.arguments_env(args))
+    if not env.get(ENV["plan"]) and (plan := demo_plan(env.get(ENV["db"]) or str(REPO / DEFAULTS["db"]))):
+        env[ENV["plan"]] = str(plan)
     return env
+
+
+def demo_plan(db: str) -> Path | None:
+    """The ``plan.yaml`` beside a database file, as ``goodput demo --out DIR`` writes them (DIR/analyzer.duckdb,
+    DIR/plan.yaml: its RAG pool's own row): the plan of the run whose traces the console reads, when no plan is
+    given. A ClickHouse store has no directory of its own to look in."""
+    if is_clickhouse(db):
+        return None
+    plan = Path(db).parent / "plan.yaml"
+    return plan.resolve() if plan.is_file() else None
 
 
 def _absolute(value: str) -> str:
@@ -76,6 +88,8 @@ def _console(args: argparse.Namespace) -> int:
     # must reach the server, not leave it serving behind a dead parent
     os.chdir(REPO)
     env = environment(args)
+    print(f"  plan: {env.get(ENV['plan']) or DEFAULTS['plan']}" + ("" if args.plan or os.environ.get(ENV["plan"]) else
+          " (the one beside the database, else the default; --plan to choose)"), flush=True)
     Settings.from_env(env)  # a --db that does not parse, a Prometheus tenant, header or credential: one line, exit 2
     cmd = streamlit_command(args.host, args.port)
     os.execve(cmd[0], cmd, env)

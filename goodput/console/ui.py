@@ -15,6 +15,7 @@ import streamlit as st
 from goodput.console import data, traces
 from goodput.console.filters import DIMENSIONS, RANGES, Filters
 from goodput.console.settings import Settings
+from goodput.foundation.clickhouse import redact
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["ALL", "Context", "esc", "prom_down", "sidebar", "step_for"]
@@ -73,11 +74,12 @@ def step_for(start: datetime, end: datetime, points: int = 240) -> float:
 
 def _store_state(ctx: Context) -> None:
     db = ctx.settings.db
-    fill = (f"Fill it: `goodput demo` keeps it current, or run `goodput analyze ingest TRACES --db {esc(db)}` "
+    shown = esc(redact(str(db)))  # a ClickHouse URL's password never reaches the page
+    fill = (f"Fill it: `goodput demo` keeps it current, or run `goodput analyze ingest TRACES --db {shown}` "
             "on a trace store, OTLP files or a simulator run.")
     ctx.db_version = data.store_version(db)
     if ctx.db_version is None:
-        ctx.store_problem = f"No analyzer database at {esc(db)} (set GOODPUT_DB or `goodput console --db`). {fill}"
+        ctx.store_problem = f"No analyzer database at {shown} (set GOODPUT_DB or `goodput console --db`). {fill}"
         return
     try:
         b = data.store_query(str(db), ctx.db_version, "bounds", {})
@@ -85,11 +87,11 @@ def _store_state(ctx: Context) -> None:
         ctx.store_problem = f"The analyzer database is locked by a writer; retry in a moment. ({esc(e)})"
         return
     except ConfigError as e:  # not a database (corrupt, another kind of file): retrying will not help
-        ctx.store_problem = f"The analyzer database {esc(db)} cannot be read: {esc(e.problem)}"
+        ctx.store_problem = f"The analyzer database {shown} cannot be read: {esc(e.problem)}"
         return
     ctx.requests = int(b["requests"].iloc[0])
     if ctx.requests == 0:
-        ctx.store_problem = f"The analyzer database {esc(db)} holds no requests yet. {fill}"
+        ctx.store_problem = f"The analyzer database {shown} holds no requests yet. {fill}"
         return
     ctx.first, ctx.last = b["first"].iloc[0].to_pydatetime(), b["last"].iloc[0].to_pydatetime()
 

@@ -114,7 +114,7 @@ def _engine(args: argparse.Namespace) -> int:
 def _normalize(args: argparse.Namespace) -> int:
     from goodput.contracts.catalog import ENGINE, ENGINE_LABELS
     from goodput.exporters.exposition import labels, render
-    from goodput.exporters.normalize import UnknownDialect, normalize
+    from goodput.exporters.normalize import TooManySeries, UnknownDialect, normalize
 
     try:
         text = args.dump.read_text(errors="replace")
@@ -124,6 +124,8 @@ def _normalize(args: argparse.Namespace) -> int:
         n = normalize(text, args.engine)
     except UnknownDialect as e:
         raise ConfigError(str(args.dump), "--engine", str(e)) from None
+    except TooManySeries as e:  # the per-target cap the live exporter holds each scrape to: same limit, one line
+        raise ConfigError(str(args.dump), "", str(e)) from None
     single = not n.others  # --model names the one model; several keep their own names
     lines = n.lines_by_model(lambda m: labels(ENGINE_LABELS, ((args.model or m) if single else m, args.deployment,
                                                              args.replica)))

@@ -21,6 +21,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from goodput.foundation.errors import long_integer
+
 __all__ = ["MAX_DEPTH", "RECEIVER_LIMITS", "Limits", "OtlpError", "OtlpInvalid", "OtlpTooLarge", "Span",
            "decode_json", "decode_protobuf", "span_from_dict"]
 
@@ -85,6 +87,15 @@ def _any_pb(v, depth: int = 0) -> Any:
     if which == "bytes_value":
         return v.bytes_value.hex()
     return getattr(v, which)
+
+
+def _attrs_pb(attributes) -> dict[str, Any]:
+    """Repeated KeyValue as a dict: a string value read inline (most are), any other through ``_any_pb``."""
+    out = {}
+    for kv in attributes:
+        v = kv.value
+        out[kv.key] = v.string_value if v.WhichOneof("value") == "string_value" else _any_pb(v)
+    return out
 
 
 _MAX_KIND = 5  # SPAN_KIND_CONSUMER
@@ -203,7 +214,7 @@ def decode_protobuf(body: bytes, limits: Limits | None = None) -> list[Span]:
     out = []
     for i, rs in enumerate(req.resource_spans):
         _limit_attributes(len(rs.resource.attributes), limits, f"resource_spans[{i}].resource")
-        res = {kv.key: _any_pb(kv.value) for kv in rs.resource.attributes}
+        res = _attrs_pb(rs.resource.attributes)
         service = str(res.get("service.name", ""))
         for j, ss in enumerate(rs.scope_spans):
             for k, s in enumerate(ss.spans):
@@ -214,7 +225,7 @@ def decode_protobuf(body: bytes, limits: Limits | None = None) -> list[Span]:
                 out.append(_check(Span(
                     s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name, s.kind,
                     s.start_time_unix_nano, s.end_time_unix_nano, s.status.code, s.status.message, service,
-                    {kv.key: _any_pb(kv.value) for kv in s.attributes}, res,
+                    _attrs_pb(s.attributes), res,
                 ), where))
                 _limit_strings(out[-1], limits, where)
     return out
@@ -282,6 +293,18 @@ def _str(v: Any, where: str) -> str:
 def _attrs_json(items: Any, where: str, depth: int = 0) -> dict[str, Any]:
     if not isinstance(items, list):
         raise OtlpError(f"{where}: attributes must be a list")
+    try:  # the common case, every value a string and no key twice, in one comprehension; anything else below
+        out = {kv["key"]: kv["value"]["stringValue"] for kv in items}
+        if (len(out) == len(items) and all(k.__class__ is str for k in out)
+                and all(v.__class__ is str for v in out.values())):
+            return out
+    except (KeyError, TypeError):
+        pass
+    return _attrs_each(items, where, depth)
+
+
+def _attrs_each(items: list[Any], where: str, depth: int) -> dict[str, Any]:
+    """``_attrs_json`` one attribute at a time: any value type, and the error that names what is wrong."""
     out = {}
     for kv in items:
         try:
@@ -379,6 +402,8 @@ def decode_json(body: bytes | str, limits: Limits | None = None) -> list[Span]:
         raise OtlpError(f"not JSON: {e}") from None
     except RecursionError:
         raise OtlpError("not JSON: nested too deeply") from None
+    except ValueError:  # what else json.loads raises: an integer past Python's digit limit
+        raise OtlpError(f"not usable JSON: {long_integer()}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans", []), list):
         raise OtlpError("expected an object with a resourceSpans list")
     out = []

@@ -3,7 +3,9 @@
 ``poll()`` costs one ``stat`` while nothing changed. A changed signature (mtime, size, inode: a Kubernetes ConfigMap
 update swaps a symlink, so the inode moves) re-reads the file, and only new content (by SHA-256) is parsed. A file
 that no longer parses, or is gone, is *rejected*: the last good set keeps being served, the reason is logged once per
-bad content and kept for ``/healthz``; fixing the file (or putting the good content back) clears it.
+bad content and kept for ``/healthz``; fixing the file (or putting the good content back) clears it. Only a regular
+file is read, opened without blocking: a FIFO put in its place is rejected like a bad file, where ``open`` would block
+the scrape loop for ever (``/metrics`` frozen, engines that stopped still ``up 1``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class TargetsFile:
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
         self.path, self.clock = Path(path), clock
         self._signature = self._stat()
-        data = read_bytes(self.path, MAX_YAML_BYTES)
+        data = read_bytes(self.path, MAX_YAML_BYTES, regular=True)
         self.targets = parse_targets(data, str(self.path))
         self._digest = self._seen = hashlib.sha256(data).digest()
         self.loaded_at = clock()
@@ -59,7 +61,7 @@ class TargetsFile:
             return None
         self._signature = signature
         try:
-            data = read_bytes(self.path, MAX_YAML_BYTES)
+            data = read_bytes(self.path, MAX_YAML_BYTES, regular=True)
         except ConfigError as e:
             self._reject(str(e), b"")
             return None

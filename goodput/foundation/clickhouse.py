@@ -7,11 +7,20 @@ missing, its tables persist). Values are always bound as ClickHouse query parame
 SQL), never formatted in.
 
 chDB runs one embedded server per process, with one directory: a second directory in the same process is refused.
+Its session is shared by every connection of the process (the console's concurrent page sessions), and a query's
+parameters are the session's state while it runs, so its queries run one at a time under ``_CHDB_LOCK`` (without it,
+threads' queries picked up one another's parameters: wrong answers, not only errors).
+
+A target's password is never shown: ``Target.__str__`` leaves it out, ``redact`` hides it in the text a user gave
+(every error line here quotes that), and a user or password holding a control character (CR/LF would end up in a
+request header) is refused when the target is parsed, not at the first insert.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +32,15 @@ import pandas as pd
 from goodput.foundation.errors import ConfigError
 
 __all__ = ["DEFAULT_DATABASE", "DEFAULT_TABLE", "Connection", "Statements", "Target", "connect", "ident", "is_clickhouse",
-           "param_text", "parse_target"]
+           "param_text", "parse_target", "redact"]
 
 DEFAULT_TABLE = "otel_traces"  # the OpenTelemetry Collector clickhouseexporter's traces_table_name default
 DEFAULT_DATABASE = "otel"  # ... and its database default
 _SCHEMES = ("clickhouse", "clickhouses")
 _QUERY_KEYS = {"table", "secure"}
 _IDENT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_USERINFO = re.compile(r"^([a-z]+://)([^/?#]*)@", re.IGNORECASE | re.DOTALL)  # up to the last @ before the path
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +86,16 @@ def is_clickhouse(text: str | Path) -> bool:
     return s.startswith("chdb:") or any(s.startswith(f"{p}://") for p in _SCHEMES)
 
 
+def redact(text: str) -> str:
+    """``text`` (a ``--db`` / ``--store`` value) as error lines and pages may show it: a URL's user-info reduced to
+    ``USER:***`` (the user up to its first ``:``), anything else as it is."""
+    m = _USERINFO.match(text)
+    if m is None:
+        return text
+    user, colon, _ = m.group(2).partition(":")
+    return f"{m.group(1)}{user}{':***' if colon else ''}@{text[m.end():]}"
+
+
 def _identifier(value: str, flag: str, text: str, what: str) -> str:
     if not value or not set(value) <= _IDENT_CHARS or value[0].isdigit():
         raise ConfigError(flag, text, f"{what} {value!r} is not a plain identifier (letters, digits, _)")
@@ -96,22 +117,27 @@ def parse_target(text: str, flag: str = "--db") -> Target:
         opts = _query_options(query, flag, text)
         return Target("chdb", _identifier(opts.get("database", database), flag, text, "database"),
                       _identifier(opts.get("table", table), flag, text, "table"), path=str(Path(rest)))
+    shown = redact(text)
+    if _CONTROL.search(text):  # urlsplit silently drops CR, LF and tab: a password would lose them unseen
+        raise ConfigError(flag, _CONTROL.sub("?", shown), "the URL holds a control character (CR, LF, ...)")
     try:
         u = urlsplit(text)
         port = u.port
     except ValueError as e:
-        raise ConfigError(flag, text, f"not a clickhouse:// URL ({e})") from None
+        raise ConfigError(flag, shown, f"not a clickhouse:// URL ({redact(str(e))})") from None
     if u.scheme not in _SCHEMES or not u.hostname:
-        raise ConfigError(flag, text, "expected clickhouse://HOST[:PORT]/DATABASE[?table=otel_traces] or chdb:DIR")
+        raise ConfigError(flag, shown, "expected clickhouse://HOST[:PORT]/DATABASE[?table=otel_traces] or chdb:DIR")
     database = u.path.strip("/")
     if not database or "/" in database:
-        raise ConfigError(flag, text, "the URL's path must be one DATABASE, like clickhouse://host:8123/otel")
-    opts = _query_options(u.query, flag, text)
+        raise ConfigError(flag, shown, "the URL's path must be one DATABASE, like clickhouse://host:8123/otel")
+    opts = _query_options(u.query, flag, shown)
     secure = u.scheme == "clickhouses" or opts.get("secure", "0") in ("1", "true")
-    return Target("clickhouse", _identifier(database, flag, text, "database"),
-                  _identifier(opts.get("table", DEFAULT_TABLE), flag, text, "table"), host=u.hostname,
-                  port=port or (8443 if secure else 8123), user=unquote(u.username or "default"),
-                  password=unquote(u.password or ""), secure=secure)
+    user, password = unquote(u.username or "default"), unquote(u.password or "")
+    if _CONTROL.search(user + password):  # it would be sent in a header (X-ClickHouse-Key): never storable
+        raise ConfigError(flag, shown, "the URL's user or password holds a control character (CR, LF, ...)")
+    return Target("clickhouse", _identifier(database, flag, shown, "database"),
+                  _identifier(opts.get("table", DEFAULT_TABLE), flag, shown, "table"), host=u.hostname,
+                  port=port or (8443 if secure else 8123), user=user, password=password, secure=secure)
 
 
 def _query_options(query: str, flag: str, text: str) -> dict[str, str]:
@@ -153,6 +179,7 @@ class _Server:
 
 
 _CHDB_SESSION: list[Any] = []  # the process's one chDB session (chDB embeds one server per process)
+_CHDB_LOCK = threading.Lock()  # ... which runs one query at a time: parameters are its state while a query runs
 
 
 class _Embedded:
@@ -174,10 +201,12 @@ class _Embedded:
         self._session = _CHDB_SESSION[0][1]
 
     def command(self, sql: str, params: dict[str, Any] | None = None) -> None:
-        self._session.query(sql, params=param_text(params))
+        with _CHDB_LOCK:
+            self._session.query(sql, params=param_text(params))
 
     def query_df(self, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        return self._session.query(sql, "DataFrame", params=param_text(params))
+        with _CHDB_LOCK:
+            return self._session.query(sql, "DataFrame", params=param_text(params))
 
     def close(self) -> None:  # the session lives as long as the process: another connection may share it
         pass

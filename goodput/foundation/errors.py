@@ -3,7 +3,15 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "StaleBuildError"]
+import sys
+
+__all__ = ["ConfigError", "StaleBuildError", "long_integer"]
+
+
+def long_integer() -> str:
+    """The problem of a decimal integer past Python's int/str conversion limit (CVE-2020-10735's 4,300 digits by
+    default), which ``int()``, ``json.loads`` and YAML's int constructor raise as a bare ``ValueError``."""
+    return f"an integer longer than Python's limit of {sys.get_int_max_str_digits():,} digits"
 
 
 class ConfigError(ValueError):

@@ -11,7 +11,11 @@ peer address; a connection beyond either cap evicts the one (of that peer, or of
 for its request, so a well-behaved client (a scrape, a health check, a post sent at once) is served while
 slow ones are stalled; only when every held connection is busy in a route is the new one answered 503 with
 Retry-After (from one small refuser thread). Bodies buffered at once are capped at ``max_buffered_bytes``
-across all connections (beyond it, 503 with Retry-After before the body is read). The listen backlog takes
+across all connections and at ``max_buffered_per_client`` (half of it) from one peer address, counted as the bytes
+arrive, not as a Content-Length declares them (a 32 MiB upload that trickles holds what it sent, not 32 MiB);
+beyond either cap the request gets 503 with Retry-After. A body must also keep arriving at ``min_body_rate``
+bytes/s on average after a ``BODY_GRACE_S`` start, or the connection is dropped: slow uploads cannot sit on the
+budget or a connection for the whole deadline. The listen backlog takes
 bursts, chunked bodies are decoded within the size limit, bad framing gets one 400 and a closed connection,
 and a client that disconnects is a debug log line. ``stop`` drains: new requests get 503 with Retry-After
 while the ones in flight finish, so nothing a route acknowledged is cut off by shutdown.
@@ -73,6 +77,9 @@ def http_url_problem(url: str) -> str | None:
         return f"not an http(s) URL with a host: {shown!r}"
     return None
 _MAX_TRAILERS = 100
+BODY_GRACE_S = 2.0  # a body's first bytes may take this long (a client's TLS / window ramp-up) before its rate counts
+MIN_BODY_RATE = 64 * 1024  # bytes/s: a 32 MiB body needs ~8.5 min at this rate, so the deadline binds first for it
+_READ = 64 * 1024  # body bytes reserved and read at a time
 
 
 def healthz(h: BaseHTTPRequestHandler, body: bytes) -> Response:
@@ -111,21 +118,42 @@ class _Gone(Exception):
 
 class _DeadlineReader(io.RawIOBase):
     """The socket's reads, each given only the time left until ``deadline`` (monotonic): a deadline for the whole
-    request, which a per-read timeout is not (a byte every 29 s would renew a 30 s one forever)."""
+    request, which a per-read timeout is not (a byte every 29 s would renew a 30 s one forever). While a body is
+    read (``body_rate`` set), also a rate floor: by ``BODY_GRACE_S + n / rate`` seconds after the body began, more
+    than ``n`` of its bytes must have arrived."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.deadline = math.inf
+        self.body_rate = 0.0  # bytes/s a body must keep up; 0 between bodies
+        self.body_start = 0.0
+        self.body_received = 0
 
     def readable(self) -> bool:
         return True
 
+    def start_body(self, rate: float) -> None:
+        self.body_rate, self.body_start, self.body_received = rate, time.monotonic(), 0
+
     def readinto(self, b) -> int:
-        left = self.deadline - time.monotonic()
+        now = time.monotonic()
+        left = self.deadline - now
         if left <= 0:
             raise TimeoutError("request not received whole within the deadline")
+        if self.body_rate:
+            by = self.body_start + BODY_GRACE_S + self.body_received / self.body_rate - now
+            if by <= 0:
+                raise TimeoutError(f"body arriving slower than {self.body_rate:.0f} bytes/s")
+            left = min(left, by)
         self.sock.settimeout(left)
-        return self.sock.recv_into(b)
+        try:
+            n = self.sock.recv_into(b)
+        except TimeoutError:
+            if self.body_rate and time.monotonic() < self.deadline:
+                raise TimeoutError(f"body arriving slower than {self.body_rate:.0f} bytes/s") from None
+            raise
+        self.body_received += n
+        return n
 
 
 class _Conn:
@@ -187,6 +215,8 @@ class _Handler(BaseHTTPRequestHandler):
                 retry = {"Retry-After": str(self.server.retry_after_s)} if e.status == 503 else {}
                 self._reply((e.status, "text/plain", f"{e}\n".encode(), {"Connection": "close", **retry}))
                 return
+            finally:
+                self.reader.body_rate = 0.0
             if not self.server.busy(self.conn):
                 raise _Gone("evicted while its request was still arriving")
             try:
@@ -201,15 +231,25 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.leave()
 
     def _release_body(self) -> None:
-        self.server.unreserve(self.reserved)
+        self.server.unreserve(self.reserved, self.conn.client)
         self.reserved = 0
 
-    def _reserve(self, n: int) -> None:
-        """Count ``n`` more body bytes against the server-wide buffer cap, or refuse (503) before reading them."""
-        if not self.server.reserve(n):
-            raise _Refused(503, f"the server is buffering {self.server.max_buffered_bytes} bytes of request "
-                                "bodies already; retry later")
-        self.reserved += n
+    def _read_body(self, n: int) -> list[bytes]:
+        """``n`` body bytes as they arrive, each piece counted against the buffer caps before it is read (503 when
+        a cap is reached); fewer only when the client went away."""
+        parts = []
+        while n > 0:
+            step = min(n, _READ)
+            refusal = self.server.reserve(step, self.conn.client)
+            if refusal:
+                raise _Refused(503, f"{refusal}; retry later")
+            self.reserved += step
+            data = self.rfile.read(step)
+            parts.append(data)
+            if len(data) < step:
+                break
+            n -= step
+        return parts
 
     def _body(self) -> bytes:
         """The request body, Content-Length or chunked, never more than ``max_body_bytes``."""
@@ -227,14 +267,15 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(lengths[0]) if lengths else 0
         if length > limit:
             raise _Refused(413, f"body over {limit} bytes")
-        self._reserve(length)
-        body = self.rfile.read(length)
+        self.reader.start_body(self.server.min_body_rate)
+        body = b"".join(self._read_body(length))
         if len(body) < length:
             raise _Gone(f"after {len(body)} of {length} body bytes")
         return body
 
     def _chunked(self, limit: int) -> bytes:
         parts, total = [], 0
+        self.reader.start_body(self.server.min_body_rate)
         while True:
             line = self.rfile.readline(1024)
             if not line:
@@ -248,11 +289,10 @@ class _Handler(BaseHTTPRequestHandler):
             total += n
             if total > limit:
                 raise _Refused(413, f"body over {limit} bytes")
-            self._reserve(n)
-            data = self.rfile.read(n)
-            if len(data) < n:
+            data = self._read_body(n)
+            if sum(map(len, data)) < n:
                 raise _Gone("in a chunk")
-            parts.append(data)
+            parts += data
             if self.rfile.readline(3) not in (b"\r\n", b"\n"):
                 raise _Refused(400, "chunk data not followed by CRLF")
         for _ in range(_MAX_TRAILERS):  # trailer fields, ignored, up to the blank line
@@ -296,12 +336,19 @@ class Server(ThreadingHTTPServer):
     def __init__(self, host: str, port: int, routes: dict[tuple[str, str], Route],
                  max_body_bytes: int = 16 * 1024 * 1024, *, timeout_s: float = 30.0, max_connections: int = 256,
                  max_connections_per_client: int = 64, max_buffered_bytes: int | None = None,
+                 max_buffered_per_client: int | None = None, min_body_rate: float = MIN_BODY_RATE,
                  retry_after_s: int = 1) -> None:
         """``timeout_s``: the whole-request deadline (and the time one answer may take to send);
-        ``max_buffered_bytes``: request bodies held at once across connections (default 4 x ``max_body_bytes``)."""
+        ``max_buffered_bytes``: request bodies held at once across connections (default 4 x ``max_body_bytes``);
+        ``max_buffered_per_client``: ... from one peer address (default half that); ``min_body_rate``: bytes/s a
+        body must keep up after ``BODY_GRACE_S``."""
         self.routes = routes
         self.max_body_bytes = max_body_bytes
         self.max_buffered_bytes = 4 * max_body_bytes if max_buffered_bytes is None else max_buffered_bytes
+        self.max_buffered_per_client = (self.max_buffered_bytes // 2 if max_buffered_per_client is None
+                                        else max_buffered_per_client)
+        self.min_body_rate = min_body_rate
+        self._buffered_of: dict[str, int] = {}
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
         self.max_connections = max_connections
@@ -388,16 +435,28 @@ class Server(ThreadingHTTPServer):
             conn.waiting_since = None
             return not conn.evicted
 
-    def reserve(self, n: int) -> bool:
+    def reserve(self, n: int, client: str) -> str | None:
+        """Count ``n`` body bytes from ``client`` as buffered; why not (a cap reached), or None."""
         with self._lock:
+            mine = self._buffered_of.get(client, 0)
+            if mine + n > self.max_buffered_per_client:
+                return f"this client is sending {self.max_buffered_per_client} bytes of request bodies already"
             if self._buffered + n > self.max_buffered_bytes:
-                return False
+                return f"the server is buffering {self.max_buffered_bytes} bytes of request bodies already"
             self._buffered += n
-            return True
+            self._buffered_of[client] = mine + n
+            return None
 
-    def unreserve(self, n: int) -> None:
+    def unreserve(self, n: int, client: str) -> None:
+        if not n:
+            return
         with self._lock:
             self._buffered -= n
+            left = self._buffered_of[client] - n
+            if left:
+                self._buffered_of[client] = left
+            else:
+                del self._buffered_of[client]
 
     def _serve_connection(self, request, client_address) -> None:
         try:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from goodput.foundation.errors import ConfigError
+from goodput.foundation.errors import ConfigError, long_integer
 from goodput.foundation.yamlfile import MAX_DEPTH, decode, read_bytes
 
 __all__ = ["MAX_DEPTH", "MAX_JSON_BYTES", "check_depth", "load_json", "parse_json"]
@@ -23,6 +24,7 @@ MAX_JSON_BYTES = 256 * 2**20  # a load-test export of a million requests is ~200
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_NEWLINE = b"\n"
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
@@ -50,6 +52,16 @@ def parse_json(data: bytes | str, source: str, limit: int = MAX_JSON_BYTES, dept
         raise ConfigError(source, f"line {e.lineno}", f"not valid JSON: {e.msg}") from None
     except RecursionError:  # a depth under ``depth`` that still meets Python's limit (a deep caller's stack)
         raise ConfigError(source, "", "nested too deep to parse") from None
+    except ValueError:  # what else json.loads raises: an integer past Python's digit limit
+        raise ConfigError(source, _long_integer_line(raw), long_integer()) from None
+
+
+def _long_integer_line(raw: bytes) -> str:
+    """``line N`` of the first integer of JSON ``raw`` past Python's digit limit (strings, which hold no newline in
+    JSON, removed first), or "" when none is found outside them."""
+    text = _STRING.sub(b'""', raw)
+    m = re.search(rb"[0-9]{%d}" % (sys.get_int_max_str_digits() + 1), text)
+    return f"line {text.count(_NEWLINE, 0, m.start()) + 1}" if m else ""
 
 
 def load_json(path: str | Path, limit: int = MAX_JSON_BYTES, depth: int = MAX_DEPTH) -> Any:

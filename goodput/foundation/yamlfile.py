@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from goodput.foundation.errors import ConfigError
+from goodput.foundation.errors import ConfigError, long_integer
 
 __all__ = ["MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_YAML_BYTES", "load_mapping", "load_yaml", "parse_yaml", "read_bytes",
            "read_text"]
@@ -27,13 +27,17 @@ MAX_DEPTH = 64  # nesting of mappings and lists; a fleet file needs 6
 MAX_ALIAS_NODES = 100_000  # nodes that aliases (*name) add to a document when expanded; hand-written files add dozens
 
 
-def read_bytes(path: str | Path, limit: int) -> bytes:
+def read_bytes(path: str | Path, limit: int, regular: bool = False) -> bytes:
     """The file's bytes; ``ConfigError`` when it is missing, a directory, unreadable or larger than ``limit``
-    (checked by its size before reading, and again while reading, for a file that grows or is a pipe)."""
+    (checked by its size before reading, and again while reading, for a file that grows or is a pipe). ``regular``:
+    only a regular file, opened without blocking, for a reader that polls a file it does not control (a FIFO put in
+    its place would block ``open`` until a writer came, and every read after it)."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
+        with _open(p, regular) as f:
             st = os.fstat(f.fileno())
+            if regular and not stat.S_ISREG(st.st_mode):
+                raise ConfigError(str(p), "", "not a regular file (a FIFO, socket or device); not read")
             if stat.S_ISREG(st.st_mode) and st.st_size > limit:
                 raise ConfigError(str(p), "", f"{st.st_size} bytes is larger than the limit of {limit} bytes")
             data = _read_at_most(f, limit + 1)
@@ -42,6 +46,12 @@ def read_bytes(path: str | Path, limit: int) -> bytes:
     if len(data) > limit:
         raise ConfigError(str(p), "", f"larger than the limit of {limit} bytes")
     return data
+
+
+def _open(p: Path, regular: bool) -> Any:
+    if not regular:
+        return p.open("rb")
+    return os.fdopen(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")  # no effect on a regular file
 
 
 def _read_at_most(f: Any, n: int) -> bytes:
@@ -112,6 +122,22 @@ class _Loader(yaml.SafeLoader):
         return node
 
 
+class _LongInteger(Exception):
+    def __init__(self, mark: Any) -> None:
+        self.mark = mark
+
+
+def _construct_int(loader: _Loader, node: Any) -> int:
+    """YAML's int constructor, with an integer past Python's digit limit told apart from other errors."""
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:
+        raise _LongInteger(node.start_mark) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
 def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
     """1 + the expanded sizes of ``node``'s children (each already composed, so already in ``sizes``)."""
     if isinstance(node, yaml.SequenceNode):
@@ -129,6 +155,8 @@ def parse_yaml(text: str, source: str) -> Any:
     except _Aliased as e:
         raise ConfigError(source, f"line {e.mark.line + 1}",
                           f"aliases expand the document by more than the limit of {MAX_ALIAS_NODES:,} nodes") from None
+    except _LongInteger as e:
+        raise ConfigError(source, f"line {e.mark.line + 1}", long_integer()) from None
     except _Deep as e:
         raise ConfigError(source, f"line {e.mark.line + 1}",
                           f"nested deeper than the limit of {MAX_DEPTH} mappings and lists") from None

@@ -48,6 +48,7 @@ FROM_FLAGS = ("quantization", "framework", "framework_version", "hardware", "ten
               "cache_state")
 # the quick start, `loadtest run --target URL`: a short Poisson step of the inline default workload, no SLO
 QUICK_RATE = 2.0
+EXIT_INVALID = 3  # a run that printed INVALID: finished, but the client or the machine set the pace
 QUICK_DURATION_S = 30.0
 RUNS_DIR = Path("loadtest-runs")  # --out's default parent: a run directory per start, named for its UTC time
 NO_SLO = "no SLO given: no attainment, goodput or knee (give --slo, e.g. ttft_p95=0.8s,tpot_p95=50ms)"
@@ -68,7 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "marked incomplete. Quick start: `goodput loadtest run --target URL` runs "
                     f"{QUICK_DURATION_S:g} s of Poisson arrivals at {QUICK_RATE:g} req/s of "
                     "prompt_tokens=256,output_tokens=128 against the target's first model, without an SLO, into "
-                    "./loadtest-runs/UTC-TIME.")
+                    "./loadtest-runs/UTC-TIME. Exit codes: 0 a complete, valid run; 1 client workers died; 2 bad "
+                    f"input, nothing sent; {EXIT_INVALID} the run is INVALID (the client or the machine set the pace: "
+                    "its figures measure the client, not the target); 130 stopped early.")
     p.add_argument("--target", action="append", required=True, metavar="URL",
                    help="base URL of an OpenAI-compatible server (repeat for several replicas, used in turn)")
     p.add_argument("--model", default=None, help="model to ask for (default: the first the target serves)")
@@ -584,14 +587,16 @@ def _report(args, result, slo, workload, entry, arrival: dict, beside: _Beside) 
     summary = _summary(args, result, step_dicts, slo, workload, entry, arrival)
     summary["faults"] = beside.fault_summary(result.measured(), slo, args.fault_window) + _aborts(args, result.measured(), slo)
     _write(args, result.records, summary, slo)
-    return _exit(result.complete, result.failures)
+    return _exit(result.complete, result.failures, result.valid)
 
 
-def _exit(complete: bool, failures: list[str]) -> int:
-    """0, or 130 for a run stopped early (Ctrl-C), or 1 when client workers died (each named on stderr)."""
+def _exit(complete: bool, failures: list[str], valid: bool) -> int:
+    """0; 1 when client workers died (each named on stderr); 130 for a run stopped early (Ctrl-C); else
+    ``EXIT_INVALID`` for a run the client could not pace (it printed INVALID): a script must not read it as a
+    measurement of the target."""
     for failure in failures:
         print(f"goodput: error: {failure}; the report keeps what the other workers measured", file=sys.stderr)
-    return 1 if failures else 0 if complete else 130
+    return 1 if failures else 130 if not complete else 0 if valid else EXIT_INVALID
 
 
 def _write(args, records, summary: dict, slo) -> None:
@@ -640,7 +645,7 @@ def _report_sweep(args, runs, slo, workload, entry) -> int:
     summary["knee"] = stats.knee(step_dicts)
     summary["faults"] = _aborts(args, [records[i] for i in measured], slo)
     _write(args, records, summary, slo)
-    return _exit(complete, failures)
+    return _exit(complete, failures, merged.valid)
 
 
 def _fmt(v, scale: float = 1.0, digits: int = 0, unit: str = "") -> str:

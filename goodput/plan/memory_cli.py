@@ -57,6 +57,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="catalog GPU or an alias: H100-80GB-SXM, H100, 'H100 PCIe', nvidia-smi's name (an unknown "
                         "name lists them; an ambiguous one, e.g. A100, lists the choices)")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor parallel size (default 1)")
+    p.add_argument("--enable-expert-parallel", action="store_true",
+                   help="mixture of experts: spread whole experts over the TP x DP ranks (vLLM's flag) instead of "
+                        "splitting every expert's width over TP")
+    p.add_argument("--data-parallel-size", type=positive_int, default=1, metavar="DP",
+                   help="engine replicas of TP GPUs each; with --enable-expert-parallel their experts are shared "
+                        "(default 1). The budget is per GPU, the KV cache per replica")
     p.add_argument("--gpu-memory-utilization", type=_fraction, default=0.9, metavar="U",
                    help="fraction of GPU memory vLLM may use (default 0.9)")
     p.add_argument("--max-model-len", type=positive_int, default=None, metavar="TOKENS",
@@ -93,8 +99,11 @@ def budget_json(b: MemoryBudget, notes: list[str] | None = None) -> dict[str, An
         "weight_dtype": b.weight_dtype, "kv_cache_dtype": b.kv_dtype, "block_size": b.block_size,
         "max_model_len": b.max_model_len, "max_num_batched_tokens": b.max_num_batched_tokens,
         "max_num_seqs": b.max_num_seqs, "gpu_memory_utilization": b.gpu_memory_utilization,
+        "data_parallel_size": b.data_parallel, "expert_parallel": b.expert_parallel,
+        "expert_dtype": b.expert_dtype, "experts_per_gpu": b.experts_per_gpu,
         "gib_per_gpu": {"total": _gib(b.total), "requested": _gib(b.requested), "weights": _gib(b.weights),
-                        "activation_peak": _gib(b.activation), "non_torch": _gib(b.non_torch),
+                        "activation_peak": _gib(b.activation), "moe_workspace": _gib(b.moe_workspace),
+                        "non_torch": _gib(b.non_torch),
                         "cudagraph_reserve": _gib(b.cudagraph), "available_kv_cache": _gib(b.kv)},
         "kv_bytes_per_token": int(b.kv_bytes_per_token),
         "num_gpu_blocks": b.num_blocks,
@@ -111,11 +120,14 @@ def format_budget(b: MemoryBudget) -> str:
         ("  activation peak (profile run)", b.activation,
          f"{min(b.max_num_seqs, b.max_num_batched_tokens):,} requests x {b.vocab_size:,} vocab sampled by "
          f"{b.sampler}, {b.max_num_batched_tokens:,} tokens forward"),
-        ("  non-torch memory", b.non_torch, f"cuBLAS workspaces{', NCCL buffers' if b.tp > 1 else ''}"),
+        ("  non-torch memory", b.non_torch, f"cuBLAS workspaces{', NCCL buffers' if _collectives(b) else ''}"),
         ("  CUDA graph reserve", b.cudagraph, "vLLM >= 0.21 estimates it before sizing the KV cache"),
     ]
+    if b.expert_dtype is not None:
+        rows.insert(4, ("    of which fused-MoE workspace", b.moe_workspace,
+                        f"{b.max_num_batched_tokens:,} tokens x experts per token"))
     width = max(len(r[0]) for r in rows)
-    lines = [f"{b.model} on {b.tp}x {b.gpu}, vLLM {b.engine_version} profile: {b.weight_dtype} weights, "
+    lines = [f"{b.model} on {_gpus(b)}, vLLM {b.engine_version} profile: {b.weight_dtype} weights{_experts(b)}, "
              f"{b.kv_dtype} KV cache, max_num_batched_tokens {b.max_num_batched_tokens}, max_num_seqs {b.max_num_seqs}",
              "", f"{'term':<{width}}  GiB per GPU"]
     lines += [f"{name:<{width}}  {_gib(v):>11.2f}  {note}".rstrip() for name, v, note in rows]
@@ -127,6 +139,24 @@ def format_budget(b: MemoryBudget) -> str:
               "", f"sampler: {b.sampler} (vLLM's log: {SAMPLER_LOG_LINES[b.sampler]}; --sampler if yours differs)",
               f"(activation and non-torch constants for this vLLM version fitted on: {b.evidence})"]
     return "\n".join(lines)
+
+
+def _collectives(b: MemoryBudget) -> bool:
+    """Whether NCCL buffers are part of the non-torch memory: TP, or expert parallelism across DP replicas."""
+    return b.tp > 1 or (b.expert_parallel and b.data_parallel > 1)
+
+
+def _gpus(b: MemoryBudget) -> str:
+    return f"{b.tp}x {b.gpu}" + (f" (x{b.data_parallel} data parallel)" if b.data_parallel > 1 else "")
+
+
+def _experts(b: MemoryBudget) -> str:
+    """How the routed experts sit on a GPU: every one sliced over TP, or whole ones under expert parallelism."""
+    if b.expert_dtype is None:
+        return ""
+    where = (f"{b.experts_per_gpu} whole experts per GPU (expert parallel)" if b.expert_parallel
+             else f"all {b.experts_per_gpu} experts, each 1/{b.tp} of its width")
+    return f" ({b.expert_dtype} experts: {where})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,11 +181,12 @@ def run(args: argparse.Namespace) -> int:
         kv_dtype=None if args.kv_cache_dtype == "auto" else args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=args.max_model_len,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-        block_size=args.block_size, engine_version=args.engine_version, sampler=args.sampler)
+        block_size=args.block_size, engine_version=args.engine_version, sampler=args.sampler,
+        expert_parallel=args.enable_expert_parallel, data_parallel=args.data_parallel_size)
     budget = memory_budget(model, gpu, setup, source="plan memory")
     problem = budget.problem()
     if problem is not None:
-        raise ConfigError(f"{model.name} does not fit {args.tp}x {gpu.name}", problem[0], problem[1])
+        raise ConfigError(f"{model.name} does not fit {_gpus(budget)}", problem[0], problem[1])
     if args.format == "json":
         print(json.dumps(budget_json(budget, notes), indent=2))
     else:

@@ -12,6 +12,7 @@ instead (``goodput.review.queries``).
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import tempfile
 import time
@@ -21,9 +22,10 @@ from pathlib import Path
 
 import httpx
 
+from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_yaml
 
-__all__ = ["Served", "backfill", "recording_levels", "rule_names", "serve_tsdb"]
+__all__ = ["Served", "backfill", "port_free", "recording_levels", "rule_names", "serve_tsdb"]
 
 RETENTION = "3650d"  # history is old by definition: keep whatever is backfilled
 
@@ -44,8 +46,31 @@ class Served:
                 self.proc.wait()
 
 
+def port_free(host: str, port: int, flag: str = "--prometheus-port") -> None:
+    """A ConfigError naming ``host:port`` and ``flag`` when something already listens there: a Prometheus started
+    on it would exit, and what answers there is not the week's."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ConfigError(f"{host}:{port}", flag, f"in use ({e.strerror or e}); stop what listens there or pick "
+                                                      "another port") from None
+
+
+def _is_ours(url: str, data_dir: Path) -> bool:
+    """Whether the Prometheus answering at ``url`` serves ``data_dir``: its ``storage.tsdb.path`` flag, which only the
+    one ``serve_tsdb`` started has (any other Prometheus, the live demo's included, answers /-/ready too)."""
+    try:
+        flags = httpx.get(url + "/api/v1/status/flags", timeout=2).json().get("data") or {}
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+    return isinstance(flags, dict) and flags.get("storage.tsdb.path") == str(data_dir)
+
+
 def serve_tsdb(data_dir: Path, port: int, host: str = "127.0.0.1", timeout: float = 60.0) -> Served:
-    """A Prometheus that only serves ``data_dir`` (no scrapes, no rules) until ``stop()``."""
+    """A Prometheus that only serves ``data_dir`` (no scrapes, no rules) until ``stop()``; ready once it answers
+    as the one serving ``data_dir``. A port in use is a ConfigError naming it."""
+    port_free(host, port)
     work = data_dir.parent
     cfg = work / f"{data_dir.name}.prometheus.yml"
     cfg.write_text("global: {scrape_interval: 1m}\n")
@@ -57,9 +82,12 @@ def serve_tsdb(data_dir: Path, port: int, host: str = "127.0.0.1", timeout: floa
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited with {proc.returncode}: {log.read_text()[-1500:]}")
+            text = log.read_text()
+            if "address already in use" in text:  # taken between the check and the start
+                raise ConfigError(f"{host}:{port}", "--prometheus-port", "in use; pick another port")
+            raise RuntimeError(f"prometheus exited with {proc.returncode}: {text[-1500:]}")
         try:
-            if httpx.get(served.url + "/-/ready", timeout=2).status_code == 200:
+            if httpx.get(served.url + "/-/ready", timeout=2).status_code == 200 and _is_ours(served.url, data_dir):
                 return served
         except httpx.HTTPError:
             pass

@@ -83,11 +83,13 @@ def _print(review: dict, paths: dict, fmt: str) -> None:
         return
     if not review["has_data"]:
         print(f"no data for {review['week']} ({review['start']} .. {review['end']})")
+    if review.get("partial"):
+        print(f"partial week: {review['week']} is in progress, figures up to {review['partial']['as_of']}")
     for dep, e in review["deployments"].items():
-        cap = e["capacity"]
+        cap, tok = e["capacity"], e["tokens_per_second"]
         head = f"headroom {cap['headroom_pct']}%" if cap.get("plan") else cap["note"]
-        print(f"{dep}: peak {e['tokens_per_second']['peak_hour_mean']:,.0f} tokens/s ({e['tokens_per_second']['peak_hour']}),"
-              f" {head}, {len(e['pages'])} page(s)")
+        print(f"{dep}: 5-minute peak {tok['peak_5m']:,.0f} tokens/s, busiest hour {tok['peak_hour_mean']:,.0f} "
+              f"tokens/s ({tok['peak_hour']}), {head}, {len(e['pages'])} page(s)")
     for r in review["recommendations"]:
         print(f"  {r['deployment']}: {r['action']} ({r['reason']})")
     for k, v in paths.items():

@@ -14,6 +14,7 @@ what differs and why the rest already agrees).
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,7 @@ RAW = {  # catalog families the review reads directly
     "output": "llm_gateway_output_tokens_total",
     "replicas": "llm_deployment_replicas",
     "gpus": "llm_gpu_deployment_info",
+    "running": "llm_requests_running",
 }
 
 
@@ -100,9 +102,13 @@ def alert_rules(rule_files: list[Path], severities: tuple[str, ...] = ("page",))
     return out
 
 
-def build_queries(start: float, history_weeks: int, rules: list[AlertRule]) -> list[Query]:
-    """The week [start, start + 7 d] at a 5-minute step, totals at its end, hourly demand history before it."""
+def build_queries(start: float, history_weeks: int, rules: list[AlertRule],
+                  now: float | None = None) -> list[Query]:
+    """The week [start, start + 7 d] at a 5-minute step, totals at its end, hourly demand history before it.
+    The SLO objectives are read at ``min(week end, now)``: a recorded gauge has no sample in the future, so the
+    week in progress would otherwise have no objective and no SLO section (``now`` default: the clock)."""
     end = start + WEEK_S
+    at = min(end, time.time() if now is None else now)
     r, raw = RECORDED, RAW
     qs = [Query(k, r[k], start, end, STEP_S) for k in ("requests", "input", "output", "tokens", "ttft_errors",
                                                          "tpot_errors", "queue_p95", "ttft_p95", "tpot_p95", "kv_max",
@@ -110,7 +116,8 @@ def build_queries(start: float, history_weeks: int, rules: list[AlertRule]) -> l
     qs += [
         Query("by_route", f"sum by (deployment, tier, route) (rate({raw['requests']}[5m]))", start, end, STEP_S),
         Query("desired", f'max by (deployment) ({raw["replicas"]}{{state="desired"}})', start, end, STEP_S),
-        Query("objective", r["objective"], end, end),
+        Query("running", f"max by (deployment) ({raw['running']})", start, end, STEP_S),
+        Query("objective", r["objective"], at, at),
         Query("tenant_requests", f"sum by (deployment, tier, tenant) (increase({raw['requests']}[7d]))", end, end),
         Query("tenant_tokens", f"sum by (deployment, tier, tenant) (increase({raw['input']}[7d])) + "
                                f"sum by (deployment, tier, tenant) (increase({raw['output']}[7d]))", end, end),

@@ -1,20 +1,27 @@
 """Recommendations from the summarized week: each an action, its reason and the numbers behind it.
 
-Rules of thumb, stated where they fire: replicas follow the plan (peak or forecast x redundancy over
-per-replica goodput); a replica loss that paged asks for a warm pool of the replicas lost; a KV cache
-near full with preemptions asks for a smaller ``max_num_seqs`` (fewer sequences share the cache);
-queueing with KV room to spare asks for a larger ``max_num_batched_tokens``; a tenant with more than
-half of a tier that missed its SLO is the one to rate-limit or move.
+Rules of thumb, stated where they fire: replicas follow the plan (the 5-minute peak or the forecast's weekly
+peak hour x redundancy over per-replica goodput); replicas missing for at least two 5-minute samples
+(``summarize.SUSTAINED_STEPS``) ask for a warm pool of that many, counting the pages that began during the
+shortfall or within the hour after it; a KV cache near full with preemptions asks for a smaller ``max_num_seqs``
+(fewer sequences share the cache); queueing with KV room to spare asks for a larger ``max_num_seqs`` when the
+busiest replica ran at its most sequences through most of the queueing (the sequence limit binds), else for a
+larger ``max_num_batched_tokens``; a tenant with more than half of a tier that missed its SLO is the one to
+rate-limit or move.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from goodput.foundation.histogram import Quantile
+from goodput.review.summarize import PINNED_SHARE, QUEUEING_S
 
 __all__ = ["recommend"]
 
 KV_FULL = 0.9
 TENANT_SHARE = 0.5
+AFTER_S = 3600  # a page this long after a shortfall ended still followed it
 
 
 def _rec(deployment: str, action: str, reason: str, **numbers) -> dict:
@@ -32,8 +39,8 @@ def _replicas(dep: str, e: dict) -> list[dict]:
     out = []
     if need > desired:
         out.append(_rec(dep, f"add {need - desired} replica(s) ({desired} -> {need})",
-                        f"peak {cap['peak_tokens_per_second']:,.0f} tokens/s this week"
-                        + (f", forecast up to {fc['weeks'][-1]['high']:,.0f} in 4 weeks" if fc else "")
+                        f"5-minute peak {cap['peak_tokens_per_second']:,.0f} tokens/s this week"
+                        + (f", busiest hour forecast up to {fc['weeks'][-1]['high']:,.0f} in 4 weeks" if fc else "")
                         + f", at {cap['replica_goodput_tokens_per_second']:,.0f} tokens/s per replica with redundancy",
                         desired=desired, needed_now=need_now, needed_in_4_weeks=need_4w,
                         headroom_pct=cap["headroom_pct"], hours_above_80pct=cap["hours_above_80pct"]))
@@ -49,16 +56,21 @@ def _replicas(dep: str, e: dict) -> list[dict]:
     return out
 
 
+def _t(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
 def _warm_pool(dep: str, e: dict) -> list[dict]:
-    desired, low = e["replicas"]["desired"], e["replicas"]["min_available"]
-    if desired is None or low >= desired:
+    short = e["replicas"].get("shortfall")
+    if not short:
         return []
-    lost = int(desired - low)
-    pages = [p for p in e["pages"] if p["alert"] != "LLMEngineDown"]
-    return [_rec(dep, f"keep a warm pool of {lost} replica(s)",
-                 f"available replicas fell to {low:g} of {desired:g}" + (f" and {len(pages)} page(s) followed"
-                                                                          if pages else ""),
-                 min_available=low, desired=desired, pages=len(pages))]
+    start, end = _t(short["start"]), _t(short["end"])
+    pages = [p for p in e["pages"] if p["alert"] != "LLMEngineDown" and start <= _t(p["start"]) <= end + AFTER_S]
+    return [_rec(dep, f"keep a warm pool of {short['replicas']} replica(s)",
+                 f"{short['replicas']} of {e['replicas']['desired']:g} desired replicas were missing for "
+                 f"{short['minutes']} min from {short['start']}" + (f"; {len(pages)} page(s) followed" if pages else ""),
+                 replicas_missing=short["replicas"], minutes=short["minutes"], desired=e["replicas"]["desired"],
+                 pages=len(pages))]
 
 
 def _engine(dep: str, e: dict) -> list[dict]:
@@ -71,9 +83,19 @@ def _engine(dep: str, e: dict) -> list[dict]:
                         allocation_failures=kv["allocation_failures"]))
     queue = max((Quantile.from_dict(t["latency_p95_s"]["queue"]).estimate for t in e["tiers"].values()
                  if "queue" in t["latency_p95_s"]), default=0.0)
-    if kv["usage_p95"] is not None and kv["usage_p95"] < 0.7 and queue > 1.0:
-        out.append(_rec(dep, "raise max_num_batched_tokens", "requests queue while the KV cache has room",
-                        queue_p95_s=queue, kv_usage_p95=kv["usage_p95"]))
+    if kv["usage_p95"] is not None and kv["usage_p95"] < 0.7 and queue > QUEUEING_S:
+        run = e.get("running") or {}
+        pinned = run.get("at_max_while_queueing")
+        if pinned is not None and pinned >= PINNED_SHARE:
+            out.append(_rec(dep, "raise max_num_seqs (or add replicas)",
+                            f"requests queue while the KV cache has room and the busiest replica ran "
+                            f"{run['max']:g} sequences, its most, in {pinned:.0%} of the queueing steps: the "
+                            "sequence limit binds, not the token budget",
+                            queue_p95_s=queue, kv_usage_p95=kv["usage_p95"], running_max=run["max"],
+                            at_max_while_queueing=pinned))
+        else:
+            out.append(_rec(dep, "raise max_num_batched_tokens", "requests queue while the KV cache has room",
+                            queue_p95_s=queue, kv_usage_p95=kv["usage_p95"]))
     return out
 
 

@@ -49,7 +49,8 @@ def _charts(review: dict, dep: str) -> list[dict]:
                 "lines": {"kv usage": e["kv"]["usage_max_series"]}})
     fc = e.get("forecast")
     if fc:
-        out.append({"id": "forecast", "title": f"{dep}: weekly peak tokens/s, history and 4-week forecast", "y": "tokens/s",
+        out.append({"id": "forecast", "title": f"{dep}: each week's busiest hour, tokens/s, history and 4-week forecast",
+                    "y": "tokens/s",
                     "x": [h["week_start"][:10] for h in fc["history"]] + [w["week_start"][:10] for w in fc["weeks"]],
                     "lines": {"observed peak": [h["peak"] for h in fc["history"]] + [None] * len(fc["weeks"]),
                               "forecast": [None] * len(fc["history"]) + [w["peak"] for w in fc["weeks"]],
@@ -142,9 +143,10 @@ def _sections(review: dict, dep: str) -> list[tuple[str, list[dict], list[str]]]
             "TPOT attainment": s["tpot_attainment"], "met": s["met"], "error budget burn": s["error_budget_burn"],
             "goodput req/s": s["goodput_requests_per_second"]} for t, v in e["tiers"].items() for s in v["slo"]]
     cap = e["capacity"]
-    capacity = [{k: cap.get(k) for k in ("replica_goodput_tokens_per_second", "desired_replicas",
-                                          "capacity_tokens_per_second", "peak_tokens_per_second", "headroom_pct",
-                                          "hours_above_80pct", "replicas_needed_at_peak", "replica_hours_needed")}
+    capacity = [{("5-minute peak tokens/s" if k == "peak_tokens_per_second" else k): cap.get(k)
+                 for k in ("replica_goodput_tokens_per_second", "desired_replicas", "capacity_tokens_per_second",
+                           "peak_tokens_per_second", "headroom_pct", "hours_above_80pct", "replicas_needed_at_peak",
+                           "replica_hours_needed")}
                 | {"replica-hours used": e["usage"]["replica_hours"], "GPU-hours used": e["usage"]["gpu_hours"]}] \
         if cap.get("plan") else [{"capacity": cap["note"], "replica-hours used": e["usage"]["replica_hours"],
                                   "GPU-hours used": e["usage"]["gpu_hours"]}]
@@ -157,7 +159,7 @@ def _sections(review: dict, dep: str) -> list[tuple[str, list[dict], list[str]]]
               "labels": ", ".join(f"{k}={v}" for k, v in p["labels"].items() if k not in ("alertname", "deployment"))}
              for p in e["pages"]]
     fc = e.get("forecast")
-    forecast = [{"week": w["week_start"][:10], "peak tokens/s": w["peak"], "low": w["low"], "high": w["high"],
+    forecast = [{"week": w["week_start"][:10], "busiest hour tokens/s": w["peak"], "low": w["low"], "high": w["high"],
                  "replicas needed": w["replicas_needed"] if w["replicas_needed"] is not None else "no plan"}
                 for w in fc["weeks"]] if fc else []
     regs = [{k: r.get(k) for k in ("tier", "metric", "time", "change", "segment", "cause", "release")}
@@ -190,6 +192,11 @@ def write_review(review: dict, out: Path) -> dict[str, Path]:
     md = [f"# {title}\n\nsource: {review['source']}; pages from {review['page_source']}\n"]
     if not review["has_data"]:
         msg = f"No data for {review['week']}: the source has no demand series between {review['start']} and {review['end']}."
+        h.append(f"<p class='note'>{_e(msg)}</p>")
+        md.append(f"\n> {msg}\n")
+    if review.get("partial"):
+        msg = (f"Partial week: {review['week']} is still in progress; every figure covers {review['start']} .. "
+               f"{review['partial']['as_of']} (means over the steps that have passed), totals so far.")
         h.append(f"<p class='note'>{_e(msg)}</p>")
         md.append(f"\n> {msg}\n")
     if not review["plan"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from goodput.analyzer.releases import load_releases
@@ -28,14 +29,17 @@ def releases_in_week(path: Path | None, start: float) -> list[dict]:
 
 def prometheus_review(server: Endpoint | str, week: str, *, plan: Path | None = None, releases: Path | None = None,
                       rules_dir: Path = DEFAULT_RULES, history_weeks: int = 3, redundancy: float = 1.2,
-                      gpu_hour_cost: float | None = None, concurrency: int = 16) -> dict:
+                      gpu_hour_cost: float | None = None, concurrency: int = 16, now: float | None = None) -> dict:
+    """``now`` (default: the clock) ends a week still in progress: the objectives are read then, and the report
+    says the week is partial."""
     start = parse_week(week).timestamp()
+    now = time.time() if now is None else now
     the_plan = load_plan(plan) if plan is not None else None
     rel = releases_in_week(releases, start)
     rules = alert_rules(sorted(rules_dir.glob("*.rules.yaml"))) if rules_dir.is_dir() else []
     server = endpoint(server)
-    raw = run_queries(server, build_queries(start, history_weeks, rules), concurrency=concurrency)
-    review = summarize(raw, week, start, the_plan, rules, redundancy, gpu_hour_cost)
+    raw = run_queries(server, build_queries(start, history_weeks, rules, now), concurrency=concurrency)
+    review = summarize(raw, week, start, the_plan, rules, redundancy, gpu_hour_cost, now=now)
     review["source"] = f"Prometheus {server.url}"
     review["releases"] = rel
     review["recommendations"] = recommend(review)

@@ -7,10 +7,16 @@ requests x (1 - the larger of the two error ratios).
 
 The week's latency p95s are the p95 over the week of the rules' 5-minute ``histogram_quantile``s: a number only
 between two finite gateway buckets, else a bound (``goodput.foundation.histogram.bounded``).
+
+A week still in progress is summarized up to ``now``: means are over the steps that have passed, and ``partial``
+says until when. A replica shortfall counts only where both the desired and the available count were scraped, and
+only when it lasted ``SUSTAINED_STEPS`` samples: a scrape that read 0 replicas for a few seconds (an exporter
+restarting with its targets) is no lost replica.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +32,9 @@ from goodput.review.queries import STEP_S, WEEK_S, Page, pages_from_series
 __all__ = ["latency_p95", "summarize"]
 
 HIGH_LOAD = 0.8  # "hours above 80 % of capacity"
+SUSTAINED_STEPS = 2  # a shortfall seen in fewer consecutive 5-minute samples is a blip (10 min: LLMEngineDown's for x 5)
+QUEUEING_S = 1.0  # a step whose p95 queue wait is above this queues
+PINNED_SHARE = 0.8  # running at its ceiling in this share of the queueing steps: the sequence limit binds
 
 
 def _buckets(histogram: str) -> tuple[float, ...]:
@@ -73,6 +82,48 @@ def _grid(s: Series | None, grid: np.ndarray) -> np.ndarray:
     return out
 
 
+def _present(s: Series | None, grid: np.ndarray) -> np.ndarray:
+    """Where ``s`` has a point on the grid (``_grid``'s 0 is no reading there, not a reading of 0)."""
+    out = np.zeros(len(grid), dtype=bool)
+    if s is not None and len(s.times):
+        idx = np.clip(np.searchsorted(grid, s.times), 0, len(grid) - 1)
+        out[idx[np.abs(grid[idx] - s.times) < 1]] = True
+    return out
+
+
+def _shortfall(grid: np.ndarray, available: Series | None, desired: Series | None) -> dict | None:
+    """The most replicas missing (desired - available at the same step) for ``SUSTAINED_STEPS`` samples in a
+    row, and when: None without a desired count or without such a run."""
+    if desired is None or available is None:
+        return None
+    both = _present(available, grid) & _present(desired, grid)
+    short = np.where(both, _grid(desired, grid) - _grid(available, grid), 0.0)
+    n = SUSTAINED_STEPS
+    if len(short) < n:
+        return None
+    held = np.lib.stride_tricks.sliding_window_view(short, n).min(axis=1)  # missing through n samples from i
+    lost = float(held.max())
+    if lost < 1:
+        return None
+    i = int(np.argmax(held))
+    j = i
+    while j + 1 < len(short) and short[j + 1] >= lost:
+        j += 1
+    return {"replicas": int(lost), "start": _iso(grid[i] - STEP_S), "end": _iso(grid[j]),
+            "minutes": round((grid[j] - grid[i] + STEP_S) / 60)}
+
+
+def _running(grid: np.ndarray, running: Series | None, queue: np.ndarray) -> dict:
+    """The most sequences any replica ran, and in what share of the steps that queued (p95 above ``QUEUEING_S``)
+    the busiest replica ran exactly that many: near 1, the engine's sequence limit (``max_num_seqs``) binds."""
+    if running is None or not len(running.values):
+        return {"max": None, "at_max_while_queueing": None}
+    ceiling = float(running.values.max())
+    seen = _present(running, grid) & (queue > QUEUEING_S)
+    pinned = _grid(running, grid)[seen] >= ceiling - 0.5  # sequence counts are whole numbers
+    return {"max": ceiling, "at_max_while_queueing": round(float(pinned.mean()), 3) if seen.any() else None}
+
+
 def _pct_change(now: float | None, before: float | None) -> float | None:
     return None if not now or not before else round(100.0 * (now - before) / before, 1)
 
@@ -87,7 +138,9 @@ def _peak_hour(grid: np.ndarray, values: np.ndarray) -> tuple[str | None, float]
     return _iso(grid[i * per_hour] - STEP_S), float(hourly[i])
 
 
-def _slo(raw: dict, grid: np.ndarray, dep: str, tier: str) -> list[dict]:
+def _slo(raw: dict, grid: np.ndarray, dep: str, tier: str, elapsed: np.ndarray | None = None) -> list[dict]:
+    """Per route of (dep, tier); ``elapsed``: the steps that have passed (default all), what the means cover."""
+    el = np.ones(len(grid), dtype=bool) if elapsed is None else elapsed
     routes = _by(raw["by_route"], "deployment", "tier", "route")
     ttft, tpot = (_by(raw[k], "deployment", "tier", "route") for k in ("ttft_errors", "tpot_errors"))
     objective = _scalar(raw["objective"], "tier", "route")
@@ -110,7 +163,7 @@ def _slo(raw: dict, grid: np.ndarray, dep: str, tier: str) -> list[dict]:
                     "tpot_attainment": round(1 - err2, 5), "met": bool(1 - max(err1, err2) >= obj),
                     # an objective of 1.0 has no budget to burn: None, shown empty, not a division by zero
                     "error_budget_burn": round(max(err1, err2) / (1 - obj), 3) if obj < 1 else None,
-                    "goodput_requests_per_second": round(float((req * (1 - worst)).mean()), 3),
+                    "goodput_requests_per_second": round(float((req * (1 - worst))[el].mean()), 3) if el.any() else 0.0,
                     "attainment_series": np.round(1 - worst, 4).tolist()})
     return out
 
@@ -123,16 +176,24 @@ def _pages(raw: dict, rules: list) -> tuple[list[Page], str]:
 
 
 def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules: list, redundancy: float,
-              gpu_hour_cost: float | None = None) -> dict:
-    """The review's content (JSON-ready). ``plan``: ``goodput.exporters.config.Plan`` or None."""
+              gpu_hour_cost: float | None = None, now: float | None = None) -> dict:
+    """The review's content (JSON-ready). ``plan``: ``goodput.exporters.config.Plan`` or None; ``now`` (default:
+    the clock) ends a week in progress."""
     step_n = int(WEEK_S / STEP_S)
     grid = start + STEP_S * np.arange(1, step_n + 1)
+    now = time.time() if now is None else now
+    el = grid <= now
+
+    def mean(v: np.ndarray) -> float:
+        return float(v[el].mean()) if el.any() else 0.0
     req, inp, out = (_by(raw[k], "deployment", "tier") for k in ("requests", "input", "output"))
     deployments = sorted({d for d, _ in req} | {s.labels.get("deployment", "") for s in raw["tokens"]})
     pages, page_source = _pages(raw, rules)
     review: dict = {"week": week, "start": _iso(start), "end": _iso(start + WEEK_S), "step_s": STEP_S,
                     "grid": [_iso(t) for t in grid], "has_data": bool(deployments), "plan": plan is not None,
-                    "page_source": page_source, "deployments": {}}
+                    "page_source": page_source, "deployments": {},
+                    # a week in progress: its figures cover start .. as_of
+                    "partial": {"as_of": _iso(now)} if now < start + WEEK_S else None}
     if not deployments:
         return review
     tenants = _scalar(raw["tenant_requests"], "deployment", "tier", "tenant")
@@ -142,8 +203,8 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
     rejections = _scalar(raw["rejections_week"], "deployment", "tier", "reason")
     routes = _by(raw["by_route"], "deployment", "tier", "route")
     lat = {k: _by(raw[k], "deployment", "tier") for k in ("queue_p95", "ttft_p95", "tpot_p95")}
-    per_dep = {k: _by(raw[k], "deployment") for k in ("tokens", "kv_max", "preemptions", "kv_rejections", "available",
-                                                      "desired")}
+    per_dep = {k: _by(raw.get(k, []), "deployment") for k in ("tokens", "kv_max", "preemptions", "kv_rejections",
+                                                               "available", "desired", "running")}
     history = _by(raw["history"], "deployment")
     gpus = defaultdict(list)
     for s in raw["gpus"]:
@@ -157,21 +218,21 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
             peak_at, peak = _peak_hour(grid, r)
             key = (dep, tier)
             tiers[tier] = {
-                "requests_per_second": {"mean": round(float(r.mean()), 3), "peak_hour": peak_at,
+                "requests_per_second": {"mean": round(mean(r), 3), "peak_hour": peak_at,
                                         "peak_hour_mean": round(peak, 3), "series": np.round(r, 3).tolist()},
-                "input_tokens_per_second": round(float(_grid(inp.get(key), grid).mean()), 1),
-                "output_tokens_per_second": round(float(_grid(out.get(key), grid).mean()), 1),
+                "input_tokens_per_second": round(mean(_grid(inp.get(key), grid)), 1),
+                "output_tokens_per_second": round(mean(_grid(out.get(key), grid)), 1),
                 "requests": round(weeks["requests_week"].get(key, 0.0)),
                 "requests_previous_week": round(weeks["requests_prev"].get(key, 0.0)),
                 "requests_week_over_week_pct": _pct_change(weeks["requests_week"].get(key),
                                                            weeks["requests_prev"].get(key)),
                 "tokens_week_over_week_pct": _pct_change(weeks["tokens_week"].get(key), weeks["tokens_prev"].get(key)),
-                "by_route": {rt: round(float(_grid(s2, grid).mean()), 3) for (d2, t2, rt), s2 in routes.items()
+                "by_route": {rt: round(mean(_grid(s2, grid)), 3) for (d2, t2, rt), s2 in routes.items()
                              if (d2, t2) == key},
                 "tenants": sorted(({"tenant": tn, "requests": round(v), "tokens": round(tenant_tokens.get((d2, t2, tn), 0))}
                                    for (d2, t2, tn), v in tenants.items() if (d2, t2) == key),
                                   key=lambda x: -x["requests"]),
-                "slo": _slo(raw, grid, dep, tier),
+                "slo": _slo(raw, grid, dep, tier, el),
                 "latency_p95_s": {k.removesuffix("_p95"): latency_p95(k.removesuffix("_p95"), v.values)
                                   for k in lat if (v := lat[k].get(key)) is not None and len(v.values)},
                 "latency_p95_series": {k.removesuffix("_p95"): np.round(_grid(lat[k].get(key), grid), 4).tolist()
@@ -180,18 +241,24 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
                 "timeouts": round(weeks["timeouts_week"].get(key, 0.0)),
             }
         tokens = _grid(per_dep["tokens"].get((dep,)), grid)
-        available = _grid(per_dep["available"].get((dep,)), grid)
+        available_s = per_dep["available"].get((dep,))
+        available = _grid(available_s, grid)
+        seen = _present(available_s, grid)
         kv = per_dep["kv_max"].get((dep,))
         desired_s = per_dep["desired"].get((dep,))
+        queue = np.max([_grid(lat["queue_p95"].get((dep, t)), grid) for t in tiers] or [np.zeros(len(grid))], axis=0)
         peak_at, peak_tokens = _peak_hour(grid, tokens)
         entry: dict[str, Any] = {
             "tiers": tiers,
-            "tokens_per_second": {"mean": round(float(tokens.mean()), 1), "peak_5m": round(float(tokens.max()), 1),
+            "tokens_per_second": {"mean": round(mean(tokens), 1), "peak_5m": round(float(tokens.max()), 1),
                                   "peak_hour": peak_at, "peak_hour_mean": round(peak_tokens, 1),
                                   "series": np.round(tokens, 1).tolist()},
-            "replicas": {"available_series": available.tolist(), "min_available": float(available.min()),
+            "replicas": {"available_series": available.tolist(),
+                         "min_available": float(available[seen].min()) if seen.any() else None,
                          "desired": float(np.max(desired_s.values)) if desired_s is not None and len(desired_s.values)
-                         else None},
+                         else None,
+                         "shortfall": _shortfall(grid, available_s, desired_s)},
+            "running": _running(grid, per_dep["running"].get((dep,)), queue),
             "kv": {"usage_p95": round(float(np.percentile(kv.values, 95)), 3) if kv is not None and len(kv.values)
                    else None,
                    "preemptions": round(float(_grid(per_dep["preemptions"].get((dep,)), grid).sum() * STEP_S)),

@@ -54,17 +54,26 @@ def write_week(fleet: FleetConfig, spec: WeekSpec, out: Path, backfill_port: int
 def demo_week(fleet_path: Path, week: str, out: Path, port: int, plan: Path | None = None,
               duration: float | None = None, spec: WeekSpec | None = None) -> int:
     """``goodput demo --week``: simulate the week, backfill it, serve it with Prometheus on ``port``, write the
-    review against it, and keep Prometheus up until Ctrl-C (or ``duration`` seconds) for a look around."""
+    review against it, and keep Prometheus up until Ctrl-C (or ``duration`` seconds) for a look around.
+
+    A ``port`` in use is refused before anything is simulated (the review must read this week's Prometheus, not
+    whatever answers there). ``week.om`` (4.5 GB at the defaults) is deleted once it is in the TSDB: the review
+    reads Prometheus, and ``goodput week`` writes the file again for whoever wants it."""
     from goodput.foundation.http import serve_until_signal
-    from goodput.review.backfill import serve_tsdb
+    from goodput.review.backfill import port_free, serve_tsdb
     from goodput.review.report import write_review
     from goodput.review.review import prometheus_review
     from goodput.simulator.config import load_fleet
 
     if (out / "tsdb").exists():
         raise ConfigError(str(out / "tsdb"), "--out", "holds a backfilled week already; remove it or pick another --out")
+    port_free("127.0.0.1", port)
     spec = spec or WeekSpec(week, tenants=50)
     paths = write_week(load_fleet(fleet_path), spec, out, backfill_port=port)
+    om = paths.pop("openmetrics")
+    size = om.stat().st_size
+    om.unlink()
+    print(f"deleted {om} ({size / 1e9:.1f} GB) now that it is in {paths['tsdb']}", flush=True)
     served = serve_tsdb(paths["tsdb"], port)
     try:
         review = prometheus_review(served.url, week, plan=plan or paths["plan"], releases=paths["releases"])

@@ -39,7 +39,16 @@ import re
 from dataclasses import dataclass
 
 from goodput.foundation.errors import ConfigError
-from goodput.simulator.catalog import DTYPE_BYTES, GIB, GpuSpec, ModelSpec, kv_bytes_per_token, kv_heads_per_gpu
+from goodput.simulator.catalog import (
+    DTYPE_BYTES,
+    GIB,
+    MXFP4_BYTES,
+    GpuSpec,
+    ModelSpec,
+    kv_bytes_per_token,
+    kv_heads_per_gpu,
+    stored_formats,
+)
 
 __all__ = [
     "DEFAULT_ENGINE_VERSION",
@@ -114,6 +123,9 @@ VOCAB_PADDING = 64
 INT4_GROUP = 128
 # bytes per GEMM weight: int4 carries a 16-bit scale and a 4-bit zero point per group of 128
 LINEAR_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + (2 + 0.5) / INT4_GROUP}
+# vLLM lays mxfp4 experts out with their width per rank padded to a multiple of this: gpt-oss's 2,880 loads as
+# 3,072 (fitted on the llm-d H100 logs of gpt-oss-20b and -120b, "Model loading took" within 0.4%)
+MXFP4_WIDTH_PADDING = 256
 
 
 def engine_profile(version: tuple[int, int]) -> EngineProfile:
@@ -154,6 +166,10 @@ class MemorySetup:
     block_size: int = 16
     engine_version: str = DEFAULT_ENGINE_VERSION
     sampler: str | None = None  # None: the engine version's default top-k/top-p implementation
+    # vLLM's --enable-expert-parallel: whole experts spread over the TP x DP ranks instead of every expert's width
+    # split over TP; data_parallel: engine replicas (attention, dense layers and KV cache each their own)
+    expert_parallel: bool = False
+    data_parallel: int = 1
 
 
 @dataclass(frozen=True)
@@ -181,6 +197,11 @@ class MemoryBudget:
     engine_version: str
     sampler: str
     evidence: str  # the published logs the engine version's constants were fitted on
+    expert_dtype: str | None = None  # a mixture of experts' routed experts' format, None for a dense model
+    moe_workspace: float = 0.0  # the fused-MoE kernels' buffers, part of ``activation``
+    experts_per_gpu: int = 0
+    data_parallel: int = 1
+    expert_parallel: bool = False
 
     @property
     def requested(self) -> float:
@@ -241,24 +262,63 @@ class MemoryBudget:
         return None
 
 
-def _weights_per_gpu(model: ModelSpec, tp: int, weight_dtype: str) -> float:
-    q = model.attention_heads // tp * model.head_dim
-    kv = 2 * kv_heads_per_gpu(model, tp) * model.head_dim
-    linear = model.layers * (model.hidden_size * (q + kv) + q * model.hidden_size
-                             + 3 * model.hidden_size * (model.intermediate_size // tp))
+def _experts_per_gpu(model: ModelSpec, setup: MemorySetup) -> int:
+    """Routed experts one GPU holds: all of them (each a 1/TP slice) under TP, whole ones spread over TP x DP
+    ranks under expert parallelism."""
+    if not model.moe:
+        return 0
+    return math.ceil(model.experts / (setup.tp * setup.data_parallel)) if setup.expert_parallel else model.experts
+
+
+def _expert_width(model: ModelSpec, setup: MemorySetup, expert_dtype: str) -> int:
+    """One routed expert's MLP width on one GPU, as vLLM lays it out."""
+    width = model.moe_intermediate_size // (1 if setup.expert_parallel else setup.tp)
+    if expert_dtype == "mxfp4":
+        return math.ceil(width / MXFP4_WIDTH_PADDING) * MXFP4_WIDTH_PADDING
+    return width
+
+
+def _weights_per_gpu(model: ModelSpec, setup: MemorySetup, weight_dtype: str) -> float:
+    """Attention and dense GEMMs split over TP (K/V heads replicated once TP exceeds them), routed experts as
+    ``_experts_per_gpu`` lays them out, the vocabulary-parallel embedding and LM head, replicated norms, the rotary
+    cache; MLA adds the up-projection copies vLLM makes at load (W_UK, W_UV) in the model's dtype."""
+    tp = setup.tp
+    linear_dtype, expert_dtype = stored_formats(model, weight_dtype)
+    native = DTYPE_BYTES[model.torch_dtype]
+    linear = model.layers * model.attention_parameters(tp) + model.mlp_parameters(tp, experts=0)
+    expert_bytes = MXFP4_BYTES if expert_dtype == "mxfp4" else LINEAR_BYTES[expert_dtype]
+    experts = (model.moe_layers * _experts_per_gpu(model, setup) * 3 * model.hidden_size
+               * _expert_width(model, setup, expert_dtype))
     padded_vocab = math.ceil(model.vocab_size / VOCAB_PADDING) * VOCAB_PADDING
     embedding = math.ceil(padded_vocab / tp) * model.hidden_size * (1 if model.tie_word_embeddings else 2)
-    rope_cache = model.max_position_embeddings * model.head_dim
-    native = DTYPE_BYTES[model.torch_dtype]
-    return linear * LINEAR_BYTES[weight_dtype] + (embedding + model.small_parameters + rope_cache) * native
+    rope_cache = model.max_position_embeddings * (model.qk_rope_head_dim if model.mla else model.head_dim)
+    absorbed = (model.layers * model.kv_lora_rank * model.attention_heads // tp
+                * (model.qk_nope_head_dim + model.v_head_dim))
+    return (linear * LINEAR_BYTES[linear_dtype] + experts * expert_bytes
+            + (embedding + model.small_parameters + rope_cache + absorbed) * native)
+
+
+def _moe_workspace(model: ModelSpec, setup: MemorySetup, tokens: int, expert_dtype: str) -> float:
+    """The fused-MoE kernel's buffers for a batch of ``tokens``: each token's ``experts_per_token`` rows of the
+    gate/up output (2 x width) sharing memory with the down output (hidden), plus the activated half (width), in
+    16-bit. vLLM keeps them across the profile run, so they add to the sampler's peak (Qwen3-30B-A3B, Mixtral, the
+    DeepSeek-V2-Lite and Qwen1.5-MoE logs). The mxfp4 kernels (gpt-oss) keep none: its logs show the sampler's alone."""
+    if not model.moe or expert_dtype == "mxfp4":
+        return 0.0
+    n = 2 * _expert_width(model, setup, expert_dtype)
+    return tokens * model.experts_per_token * (max(n, model.hidden_size) + n // 2) * ACTIVATION_BYTES
 
 
 def _activation_peak(model: ModelSpec, tp: int, tokens: int, seqs: int, sampler_name: str) -> float:
+    """The profile run's peak without the MoE workspace: the sampler's, or the dense forward pass's when larger
+    (attention, and the MLPs that are not routed experts: those run in the workspace)."""
     requests = min(seqs, tokens)
     sampler = SAMPLER_BYTES_PER_LOGIT[sampler_name] * requests * model.vocab_size
     hidden = HIDDEN_STATE_COPIES * tokens * model.hidden_size * ACTIVATION_BYTES
     qkv = (model.attention_heads // tp + 2 * kv_heads_per_gpu(model, tp)) * model.head_dim
-    forward = tokens * ACTIVATION_BYTES * (4 * model.hidden_size + qkv + 3 * (model.intermediate_size // tp))
+    mlp = model.intermediate_size if model.layers > model.moe_layers else 0
+    mlp = mlp // tp + model.shared_expert_intermediate_size // tp
+    forward = tokens * ACTIVATION_BYTES * (4 * model.hidden_size + qkv + 3 * mlp)
     return max(forward, sampler + hidden)
 
 
@@ -286,12 +346,16 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, setup: MemorySetup, source: st
     sampler = setup.sampler or profile.sampler
     if sampler not in SAMPLER_BYTES_PER_LOGIT:
         raise ConfigError(source, "sampler", f"must be one of {', '.join(SAMPLER_BYTES_PER_LOGIT)}; got {sampler!r}")
-    nccl = 0.0 if setup.tp == 1 else profile.nccl_gib[0] if setup.tp == 2 else profile.nccl_gib[1]
+    _check_parallelism(model, setup, source)
+    linear_dtype, expert_dtype = stored_formats(model, weight_dtype)
+    group = setup.tp * setup.data_parallel if setup.expert_parallel else setup.tp  # the ranks collectives span
+    nccl = 0.0 if group == 1 else profile.nccl_gib[0] if group == 2 else profile.nccl_gib[1]
+    workspace = _moe_workspace(model, setup, tokens, expert_dtype)
     return MemoryBudget(
-        model=model.name, gpu=gpu.name, tp=setup.tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+        model=model.name, gpu=gpu.name, tp=setup.tp, weight_dtype=linear_dtype, kv_dtype=kv_dtype,
         total=float(gpu.memory_bytes), gpu_memory_utilization=setup.gpu_memory_utilization,
-        weights=_weights_per_gpu(model, setup.tp, weight_dtype),
-        activation=_activation_peak(model, setup.tp, tokens, seqs, sampler),
+        weights=_weights_per_gpu(model, setup, weight_dtype),
+        activation=_activation_peak(model, setup.tp, tokens, seqs, sampler) + workspace,
         non_torch=(profile.non_torch_gib + nccl) * GIB,
         cudagraph=profile.cudagraph_gib * GIB,
         kv_bytes_per_token=kv_bytes_per_token(model, setup.tp, kv_dtype),
@@ -299,5 +363,19 @@ def memory_budget(model: ModelSpec, gpu: GpuSpec, setup: MemorySetup, source: st
         max_model_len=setup.max_model_len or model.max_position_embeddings,
         max_position_embeddings=model.max_position_embeddings, vocab_size=model.vocab_size,
         max_num_batched_tokens=tokens, max_num_seqs=seqs, engine_version=setup.engine_version, sampler=sampler,
-        evidence=profile.evidence,
+        evidence=profile.evidence, expert_dtype=expert_dtype if model.moe else None, moe_workspace=workspace,
+        experts_per_gpu=_experts_per_gpu(model, setup), data_parallel=setup.data_parallel,
+        expert_parallel=setup.expert_parallel,
     )
+
+
+def _check_parallelism(model: ModelSpec, setup: MemorySetup, source: str) -> None:
+    """Expert parallelism and data parallelism as vLLM accepts them."""
+    if setup.data_parallel < 1:
+        raise ConfigError(source, "data_parallel", f"must be a positive integer, got {setup.data_parallel}")
+    if setup.expert_parallel and not model.moe:
+        raise ConfigError(source, "expert_parallel", f"{model.name} is a dense model: it has no experts to spread")
+    if model.moe and not setup.expert_parallel and model.moe_intermediate_size % setup.tp:
+        raise ConfigError(source, "tp", f"{model.name}'s experts are {model.moe_intermediate_size} wide, which "
+                                        f"tensor parallel size {setup.tp} does not divide (expert parallelism "
+                                        "spreads whole experts instead)")

@@ -6,8 +6,9 @@ cimport cython
 @cython.final
 cdef class Roofline:
     cdef public double sec_per_flop, sec_per_byte, sec_per_kv_byte, flops_per_token, attn_flops_per_ctx, weight_bytes
-    cdef public double kv_bytes_per_token, overhead_s, comm_s_per_token
+    cdef public double expert_bytes, expert_miss, kv_bytes_per_token, overhead_s, comm_s_per_token
 
+    cpdef double weights_read(self, double tokens)
     cpdef double step_time(self, double tokens, double attn_pairs, double kv_tokens)
     cpdef DecodeRun decode_run(self, double n, double s0, double scale=*)
 

@@ -2,6 +2,10 @@
 
 time = max(FLOPs / (TP x peak x compute efficiency),
            weight bytes / (HBM bandwidth x memory efficiency) + KV bytes / (HBM bandwidth x attention efficiency))
+
+A mixture of experts computes with its ACTIVE parameters (experts_per_token of the routed experts) while every
+expert stays resident: a step of n tokens reads the shared weights and the experts its tokens were routed to,
+E x (1 - (1 - k/E)^n) of E per layer under uniform routing (k per token at batch 1, all of them by a prefill chunk).
        + fixed step overhead + a per-layer TP communication term
        + tokens x the all-reduce bytes per token / the all-reduce path's bandwidth (where one is given).
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from goodput.simulator.catalog import DTYPE_BYTES, GpuSpec, ModelSpec, kv_bytes_per_token
+from goodput.simulator.catalog import DTYPE_BYTES, MXFP4_BYTES, GpuSpec, ModelSpec, kv_bytes_per_token, stored_formats
 from goodput.simulator.config import EngineConfig
 
 __all__ = ["DecodeRun", "Roofline", "allreduce_s_per_token"]
@@ -39,7 +43,9 @@ class Roofline:
     sec_per_kv_byte: float  # the KV cache, read (decode) or written (prefill) by the attention kernels
     flops_per_token: float  # dense GEMMs, per GPU
     attn_flops_per_ctx: float  # per (query token x context token), per GPU
-    weight_bytes: float  # per GPU, read once per step
+    weight_bytes: float  # per GPU, read once per step: all of a dense model, a MoE's weights but its routed experts
+    expert_bytes: float  # per GPU, every routed expert (0: dense); a step reads the share its tokens touch
+    expert_miss: float  # the chance one token leaves a given expert untouched, 1 - k/E (0: dense)
     kv_bytes_per_token: float  # per GPU
     overhead_s: float
     comm_s_per_token: float  # TP all-reduce time per token of the step (0: within the per-layer term)
@@ -47,15 +53,19 @@ class Roofline:
     @classmethod
     def build(cls, model: ModelSpec, gpu: GpuSpec, *, tp: int, engine: EngineConfig) -> Roofline:
         e = engine
-        d_attn = model.attention_heads * model.head_dim
+        linear_dtype, expert_dtype = stored_formats(model, e.weight_dtype)
+        routed = model.moe_layers * model.experts * model.expert_parameters()
+        expert_bytes = MXFP4_BYTES if expert_dtype == "mxfp4" else DTYPE_BYTES[expert_dtype]
         overhead = e.step_overhead_ms / 1000.0 + (model.layers * e.tp_overhead_ms_per_layer / 1000.0 if tp > 1 else 0.0)
         return cls(
             sec_per_flop=1.0 / (gpu.peak_flops(e.weight_dtype) * e.compute_efficiency),
             sec_per_byte=1.0 / (gpu.hbm_bandwidth_bytes_per_s * e.memory_efficiency),
             sec_per_kv_byte=1.0 / (gpu.hbm_bandwidth_bytes_per_s * e.attention_memory_efficiency),
-            flops_per_token=2.0 * model.parameters / tp,
-            attn_flops_per_ctx=4.0 * model.layers * d_attn / tp,
-            weight_bytes=model.parameters * DTYPE_BYTES[e.weight_dtype] / tp,
+            flops_per_token=2.0 * model.active_parameters / tp,
+            attn_flops_per_ctx=model.layers * model.attention_flops_per_pair / tp,
+            weight_bytes=(model.parameters - routed) * DTYPE_BYTES[linear_dtype] / tp,
+            expert_bytes=routed * expert_bytes / tp,
+            expert_miss=1.0 - model.experts_per_token / model.experts if model.moe else 0.0,
             kv_bytes_per_token=kv_bytes_per_token(model, tp, e.kv_dtype),
             overhead_s=overhead,
             comm_s_per_token=allreduce_s_per_token(model, tp, e.tp_allreduce_gbps),
@@ -64,15 +74,22 @@ class Roofline:
     def step_time(self, tokens: float, attn_pairs: float, kv_tokens: float) -> float:
         """One step: ``tokens`` computed, ``attn_pairs`` query x context pairs, ``kv_tokens`` KV read or written."""
         compute = (self.flops_per_token * tokens + self.attn_flops_per_ctx * attn_pairs) * self.sec_per_flop
-        memory = self.weight_bytes * self.sec_per_byte + self.kv_bytes_per_token * kv_tokens * self.sec_per_kv_byte
+        memory = self.weights_read(tokens) * self.sec_per_byte + self.kv_bytes_per_token * kv_tokens * self.sec_per_kv_byte
         return max(compute, memory) + self.overhead_s + self.comm_s_per_token * tokens
+
+    def weights_read(self, tokens: float) -> float:
+        """Weight bytes a step of ``tokens`` reads on one GPU: the shared weights and the routed experts touched
+        (a dense model's steps skip the power)."""
+        if self.expert_bytes == 0.0:
+            return self.weight_bytes
+        return self.weight_bytes + self.expert_bytes * (1.0 - self.expert_miss ** tokens)
 
     def decode_run(self, n: int, s0: float, scale: float = 1.0) -> DecodeRun:
         """The run of decode-only steps of ``n`` sequences whose context sum is ``s0`` at its first step."""
         return DecodeRun(  # a1, b1: compute line; a2, b2: memory line (positional: the call is per run)
             (self.flops_per_token * n + self.attn_flops_per_ctx * s0) * self.sec_per_flop,
             self.attn_flops_per_ctx * n * self.sec_per_flop,
-            self.weight_bytes * self.sec_per_byte + self.kv_bytes_per_token * s0 * self.sec_per_kv_byte,
+            self.weights_read(n) * self.sec_per_byte + self.kv_bytes_per_token * s0 * self.sec_per_kv_byte,
             self.kv_bytes_per_token * n * self.sec_per_kv_byte,
             self.overhead_s + self.comm_s_per_token * n,
             scale,

@@ -81,7 +81,7 @@ def _mooncake(path: Path) -> Trace:
             ins.append(_count(rec["input_length"]))
             outs.append(_count(rec["output_length"]))
             hashes.append(tuple(int(h) for h in rec.get("hash_ids", ())))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ConfigError(str(path), f"line {lineno}", f"bad record: {e}") from None
     t = np.asarray(times)
     order = np.argsort(t, kind="stable")

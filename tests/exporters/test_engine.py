@@ -11,6 +11,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from goodput.exporters import engine as engine_module
 from goodput.exporters.config import Plan, Target, Targets, load_plan, load_targets
 from goodput.exporters.engine import EngineExporter
 from goodput.exporters.normalize import MAX_LABEL_VALUE_BYTES, MAX_SERIES_PER_TARGET, cap_label
@@ -42,6 +43,9 @@ class FaultyEngines(BaseHTTPRequestHandler):
                 body = GOOD.encode()
             except threading.BrokenBarrierError:
                 body = b"never met\n"
+        elif path.startswith("/pause/"):
+            time.sleep(1.0)
+            body = GOOD.encode()
         elif path.startswith("/body/"):
             body = BODIES[path.removeprefix("/body/")]
         elif path == "/500":
@@ -116,6 +120,17 @@ def test_targets_are_scraped_concurrently(engines):
     exp = EngineExporter(ts, timeout_s=30)
     exp.scrape_once()
     assert [st.up for st in exp.states] == [True, True, True], [st.error for st in exp.states]
+
+
+def test_a_target_waiting_for_a_scrape_slot_is_not_timed_out_for_its_wait(engines, monkeypatch):
+    """More targets than scrape slots, each answering in 1 s, timeout 1.6 s: a target's timeout runs from its own
+    request, so those queued behind the first two are up too (it ran from the round's start: at 1,000 targets
+    behind 64 slots, 936 were timed out)."""
+    monkeypatch.setattr(engine_module, "CONCURRENCY", 2)
+    ts = Targets(tuple(Target("chat", f"chat-{i}", f"{engines}/pause/{i}") for i in range(4)), {})
+    exp = EngineExporter(ts, timeout_s=1.6)
+    exp.scrape_once()
+    assert [st.up for st in exp.states] == [True] * 4, [st.error for st in exp.states]
 
 
 def test_a_malformed_url_is_one_down_target_not_a_dead_loop(engines):

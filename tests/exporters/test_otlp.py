@@ -333,3 +333,45 @@ def test_a_payload_that_finds_no_decode_slot_in_time_is_a_503_with_retry_after(t
         assert recv.metrics.rejected_payloads == {"busy": 1}
     finally:
         store.close()
+
+
+def test_attributes_read_in_one_comprehension_equal_those_read_one_at_a_time():
+    """``_attrs_json`` reads a list of string attributes in one comprehension; every list, well-formed or not,
+    gives what reading it one attribute at a time gives: the same dict, or the same error."""
+    from goodput.exporters.otlp import _attrs_each, _attrs_json
+
+    s = lambda k, v: {"key": k, "value": {"stringValue": v}}  # noqa: E731
+    cases = [
+        [], [s("a", "x"), s("b", "y")], [s("a", "x"), s("a", "y")],
+        [s("a", 5), s("a", "y")],  # a key twice, the first value not a string: refused, not overwritten
+        [s("a", "x"), {"key": "n", "value": {"intValue": "7"}}], [s("a", "x"), {"key": "f", "value": {"boolValue": True}}],
+        [s("a", "x"), {"key": 3, "value": {"stringValue": "x"}}], [s("a", "x"), {"key": ["k"], "value": {}}],
+        [s("a", "x"), {"key": "v"}], [s("a", "x"), "kv"], [s("a", "x"), {"key": "v", "value": "x"}],
+        [s("a", None)], [{"key": "v", "value": {"stringValue": "x", "intValue": "1"}}],
+        [{"key": "l", "value": {"arrayValue": {"values": [{"stringValue": "x"}]}}}],
+    ]
+    for items in cases:
+        def read(f, items=items):
+            try:
+                return f(copy.deepcopy(items), "span", 0)
+            except OtlpError as e:
+                return f"error: {e}"
+        assert read(_attrs_json) == read(_attrs_each), items
+
+
+def test_protobuf_attributes_read_inline_equal_those_read_through_any_value():
+    """``_attrs_pb`` reads a string value inline; every kind of value reads as ``_any_pb`` reads it, a key twice
+    keeping its last value."""
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValueList
+
+    from goodput.exporters.otlp import _any_pb, _attrs_pb
+
+    kvs = KeyValueList()
+    for key, field, value in (("s", "string_value", "x"), ("i", "int_value", -7), ("d", "double_value", 0.5),
+                              ("b", "bool_value", True), ("y", "bytes_value", b"\x01\xff"), ("s", "string_value", "")):
+        setattr(kvs.values.add(key=key).value, field, value)
+    kvs.values.add(key="l").value.array_value.values.add().string_value = "in a list"
+    kvs.values.add(key="none")
+    inline = _attrs_pb(kvs.values)
+    assert inline == {kv.key: _any_pb(kv.value) for kv in kvs.values}
+    assert inline == {"s": "", "i": -7, "d": 0.5, "b": True, "y": "01ff", "l": ["in a list"], "none": None}

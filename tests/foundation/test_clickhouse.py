@@ -57,3 +57,71 @@ def test_a_second_chdb_directory_in_one_process_is_refused(chdb, tmp_path):
     with pytest.raises(ConfigError, match="one chDB directory per process"):
         connect(f"chdb:{tmp_path}")
     assert connect(f"chdb:{chdb.target.path}").query_df("SELECT 1 AS x")["x"].tolist() == [1]
+
+
+SECRET = "s3cr3t-pw"
+
+
+@pytest.mark.parametrize("text", [
+    f"clickhouse://alice:{SECRET}@host:99999/otel",  # each error line quotes the text the user gave
+    f"clickhouse://alice:{SECRET}@host/a/b",
+    f"clickhouse://alice:{SECRET}@host/otel?tabel=x",
+    f"clickhouse://alice:{SECRET}@host/1otel",
+    f"clickhouse://alice:{SECRET}@/otel",
+    f"clickhouse://alice:p@{SECRET}@host:99999/otel",  # an unescaped @ in the password
+    f"clickhouse://alice:{SECRET}%0D%0AX-Evil:%201@host/otel",  # CR/LF would end up in the X-ClickHouse-Key header
+    f"clickhouse://alice:{SECRET}\r\n@host/otel",  # ... and raw, which urlsplit would silently drop
+])
+def test_a_password_is_never_in_the_error_line_and_cr_lf_is_refused(text):
+    with pytest.raises(ConfigError) as e:
+        parse_target(text)
+    line = str(e.value)
+    assert SECRET not in line and "\n" not in line and "\r" not in line and "alice:***@" in line, line
+
+
+def test_redact_keeps_the_user_and_everything_but_the_password():
+    from goodput.foundation.clickhouse import redact
+
+    assert redact(f"clickhouse://bob:{SECRET}@h:8123/otel?table=t") == "clickhouse://bob:***@h:8123/otel?table=t"
+    assert redact("clickhouse://bob@h/otel") == "clickhouse://bob@h/otel"
+    assert redact("chdb:/var/lib/x@y") == "chdb:/var/lib/x@y"
+    target = parse_target(f"clickhouse://bob:{SECRET}@h/otel")
+    assert target.password == SECRET and SECRET not in str(target)
+
+
+def test_the_exporter_refuses_a_cr_lf_password_at_start_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    r = subprocess.run([sys.executable, "-m", "goodput", "exporter", "requests", "--store",
+                        f"clickhouse://alice:{SECRET}%0A@127.0.0.1:1/otel", "--wal", str(tmp_path / "wal"),
+                        "--port", "0", "--otlp-port", "0"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1 and SECRET not in r.stderr + r.stdout, r.stderr
+    assert "control character" in r.stderr
+
+
+def test_concurrent_queries_on_the_shared_chdb_session_keep_their_own_parameters(chdb):
+    import threading
+
+    wrong: list[tuple] = []
+
+    def worker(k: int) -> None:
+        con = connect(f"chdb:{chdb.target.path}")  # each a connection of its own, all on the one session
+        for i in range(100):
+            try:
+                df = con.query_df("SELECT {a:UInt64} AS a, {b:String} AS b", {"a": k * 1000 + i, "b": f"s{k}-{i}"})
+                got = (int(df["a"][0]), df["b"][0])
+            except RuntimeError as e:  # chDB's errors: a parameter another thread's query unset
+                got = (-1, str(e)[:80])
+            if got != (k * 1000 + i, f"s{k}-{i}"):
+                wrong.append((k, i, got))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert wrong == [], wrong[:3]

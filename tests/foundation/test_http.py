@@ -254,7 +254,7 @@ def test_bodies_buffered_at_once_are_capped_across_connections():
         return 200, "text/plain", b"ok\n", {}
 
     srv = Server("127.0.0.1", 0, {("POST", "/hold"): hold}, max_body_bytes=1000, max_buffered_bytes=1500,
-                 retry_after_s=3).start()
+                 max_buffered_per_client=1500, retry_after_s=3).start()  # one peer here: the per-peer cap out of it
     try:
         first = _connect(srv)
         first.sendall(b"POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"x" * 1000)

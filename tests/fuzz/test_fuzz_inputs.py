@@ -108,6 +108,13 @@ def keys_of(*docs: Any) -> list[str]:
     return sorted({str(k) for d in docs for c, k in _slots(d) if isinstance(c, dict)}) or ["x"]
 
 
+def long_integers(prefix: str, suffix: str) -> st.SearchStrategy[str]:
+    """A decimal integer of 4,290 to 6,000 digits (Python's int/str limit is 4,300), signed or not, in ``prefix`` ...
+    ``suffix``."""
+    return st.tuples(st.sampled_from(["", "-"]), st.integers(4290, 6000)).map(
+        lambda t: f"{prefix}{t[0]}1{'0' * t[1]}{suffix}")
+
+
 def deep_text(opener: str = "[", closer: str = "]", prefix: str = "x: ", middle: str = "") -> st.SearchStrategy[str]:
     """Nesting 60 to 3000 deep: past every reader's depth limit, and past Python's recursion limit."""
     return st.integers(60, 3000).map(lambda n: prefix + opener * n + middle + closer * n)
@@ -170,7 +177,8 @@ def text_mutations(draw: st.DrawFn, samples: list[str]) -> str:
 
 
 @FUZZ
-@given(st.one_of(st.text(max_size=200), text_mutations(YAML_SAMPLES), deep_text(), deep_text("{a: ", "}")))
+@given(st.one_of(st.text(max_size=200), text_mutations(YAML_SAMPLES), deep_text(), deep_text("{a: ", "}"),
+                 long_integers("x: ", "")))
 def test_the_yaml_loader(text):
     path = in_file(text)
     refuses_in_one_line(lambda: load_yaml(path), (ConfigError,))
@@ -179,7 +187,8 @@ def test_the_yaml_loader(text):
 @FUZZ
 @given(st.one_of(st.binary(max_size=200), deep_text("[", "]", "").map(str.encode),
                  deep_text('{"a":', "}", "", "1").map(str.encode),
-                 st.sampled_from([b'"\\"[[[', b"[1,", b"\xff\xfe", b"NaN", b"1e400"])))
+                 st.sampled_from([b'"\\"[[[', b"[1,", b"\xff\xfe", b"NaN", b"1e400"]),
+                 long_integers('{"a": [1, ', "]}").map(str.encode)))
 def test_the_json_reader(data):
     refuses_in_one_line(lambda: parse_json(data, "fuzz"), (ConfigError,))
 
@@ -305,7 +314,9 @@ PB = _protobuf(OTLP)
 
 @FUZZ
 @given(st.one_of(mutated(OTLP, keys_of(OTLP)).map(lambda d: json.dumps(d).encode()), st.binary(max_size=300),
-                 deep_text('{"resourceSpans": [', "]}", "").map(str.encode)))
+                 deep_text('{"resourceSpans": [', "]}", "").map(str.encode),
+                 long_integers('{"resourceSpans": [{"resource": {"attributes": [{"key": "n", "value": {"intValue": ',
+                               "}}]}}]}").map(str.encode)))
 def test_otlp_json_bodies(body):
     refuses_in_one_line(lambda: decode_json(body), (OtlpError,))
 
@@ -318,6 +329,31 @@ def test_otlp_protobuf_bodies(flips, cut):
     for i, b in flips:
         body[i] = b
     refuses_in_one_line(lambda: decode_protobuf(bytes(body[:cut] if cut % 3 == 0 else body)), (OtlpError,))
+
+
+_RECEIVER: list[Any] = []  # one receiver over one store for the whole run: a store per example would dominate
+
+
+def _receiver() -> Any:
+    from goodput.exporters.requests import RequestMetrics, TraceReceiver
+    from goodput.exporters.trace_store import TraceStore
+
+    if not _RECEIVER:
+        _RECEIVER.append(TraceReceiver(RequestMetrics(), TraceStore(Path(_TMP.name) / "store",
+                                                                     flush_interval_s=3600).start()))
+    return _RECEIVER[0]
+
+
+@FUZZ
+@given(st.one_of(mutated(OTLP, keys_of(OTLP)).map(lambda d: json.dumps(d).encode()), st.binary(max_size=300),
+                 long_integers('{"resourceSpans": ', "}").map(str.encode), st.just(PB)),
+       st.sampled_from(["application/json", "application/x-protobuf", ""]), st.sampled_from(["", "gzip", "br"]))
+def test_the_otlp_receiver_answers_4xx_in_one_line_never_500(body, content_type, encoding):
+    status, _, answer, _ = _receiver().handle(content_type, encoding, body)
+    assert status in (200, 400, 413, 415), (status, answer)
+    if status != 200:
+        error = json.loads(answer)["error"]
+        assert error and "\n" not in error
 
 
 # ---------------------------------------------------------------------- Prometheus answers

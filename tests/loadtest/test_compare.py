@@ -10,6 +10,7 @@ from goodput.loadtest.imports import import_run
 from goodput.loadtest.results import new_summary
 from goodput.loadtest.slo import parse_slo
 from tests.conftest import REPO
+from tests.loadtest.exits import run_exit
 
 FIX = REPO / "tests" / "fixtures" / "loadtest"
 
@@ -130,7 +131,7 @@ def test_a_goodput_run_and_the_real_tools_imports_are_comparable(fleet, tmp_path
     (tmp_path / "w.yaml").write_text(SAME_WORKLOAD)
     assert main(["loadtest", "run", "--target", fleet, "--workload", str(tmp_path / "w.yaml"), "--pattern", "poisson",
                  "--rate", "4", "--duration", "8", "--slo", slo, "--server-metrics", "none", "--seed", "3",
-                 "--out", str(tmp_path / "ours")]) == 0
+                 "--out", str(tmp_path / "ours")]) == run_exit(tmp_path / "ours")
     for name, source in (("ip", FIX / "inference_perf_0.7.0"), ("ap", FIX / "aiperf_0.13.0" / "profile_export.jsonl")):
         assert main(["loadtest", "import", str(source), "--slo", slo, "--out", str(tmp_path / name)]) == 0
         capsys.readouterr()

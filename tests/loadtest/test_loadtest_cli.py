@@ -12,7 +12,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from goodput.cli import main
+from goodput.loadtest.cli import EXIT_INVALID
 from tests.conftest import REPO, free_port_block
+from tests.loadtest.exits import run_exit
 from tests.loadtest.stub_target import StubTarget
 
 
@@ -46,13 +48,13 @@ def test_a_run_against_the_live_fleet_writes_its_summary(fleet, workload, tmp_pa
     rc = main(["loadtest", "run", "--target", fleet, "--workload", workload, "--pattern", "poisson", "--rate", "4",
                "--duration", "2", "--slo", "ttft_p95=5s,tpot_p95=1s", "--out", str(tmp_path / "run"), "--format", "json",
                "--comparability", "hardware=H100-80GB-SXM", "--comparability", "tensor_parallel=2"])
-    assert rc == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)  # stdout stays one JSON document; the report's path goes to stderr
     report = tmp_path / "run" / "report.html"
     assert f"report: {report}" in captured.err and "plotly" in report.read_text()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert printed == summary
+    assert rc == run_exit(summary)
     (step,) = summary["steps"]
     comp = summary["comparability"]
     assert summary["complete"] and comp["model"] == "Llama-3.1-8B" and comp["framework"] == "goodput"
@@ -120,11 +122,28 @@ def test_ctrl_c_writes_the_partial_run_marked_incomplete(fleet, workload, tmp_pa
     assert summary["steps"][0]["errors"] == {}  # the requests cut by Ctrl-C are not held against the target
 
 
+@pytest.mark.parametrize("pattern", [["--pattern", "poisson", "--rate", "4", "--duration", "2"],
+                                     ["--pattern", "sweep", "--rate", "2", "--step-s", "1"]])
+def test_a_run_that_prints_invalid_exits_with_its_own_code(fleet, workload, tmp_path, monkeypatch, capsys, pattern):
+    """Before: "INVALID: client schedule lag p99 47.8 ms > 25 ms" and exit 0, which a script reads as a measurement.
+    Any lag is too much here, so the run is invalid whatever the machine's load."""
+    from goodput.loadtest import runner
+
+    monkeypatch.setattr(runner, "MAX_LAG_P99_S", -1.0)
+    rc = main(["loadtest", "run", "--target", fleet, "--workload", workload, *pattern, "--slo", "ttft_p95=5s",
+               "--out", str(tmp_path / "run")])
+    assert "INVALID: client schedule lag p99" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert not summary["valid"] and summary["complete"]
+    assert any(r.startswith("client schedule lag p99") for r in summary["invalid_reasons"])
+    assert rc == EXIT_INVALID == 3
+
+
 def test_sweep_stops_at_the_first_step_that_misses_the_slo(fleet, workload, tmp_path, capsys):
     rc = main(["loadtest", "run", "--target", fleet, "--workload", workload, "--pattern", "sweep", "--rate", "2",
                "--step-s", "1", "--slo", "ttft_p95=1ms", "--out", str(tmp_path / "run"), "--format", "json"])
-    assert rc == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert rc == run_exit(summary)
     (step,) = summary["steps"]  # 2 req/s already misses a 1 ms TTFT: no doubling, no bisection
     assert (step["offered_rate"], step["slo_met"], summary["knee"]) == (2.0, False, None)
     assert step["served_rate"] is not None and step["served_rate"] >= 0  # what the target completed in the window
@@ -135,12 +154,13 @@ def test_the_quick_start_needs_only_the_target(fleet, tmp_path, monkeypatch, cap
     """`loadtest run --target URL`: the target's model, Poisson at the default rate, the inline default workload,
     no SLO (no goodput, said so), a run directory under ./loadtest-runs/; --duration only keeps the test short."""
     monkeypatch.chdir(tmp_path)
-    assert main(["loadtest", "run", "--target", fleet, "--duration", "3", "--format", "json"]) == 0
+    rc = main(["loadtest", "run", "--target", fleet, "--duration", "3", "--format", "json"])
     captured = capsys.readouterr()
     (run,) = (tmp_path / "loadtest-runs").iterdir()
     assert f"writing the run to {run.relative_to(tmp_path)}" in captured.err
     summary = json.loads(captured.out)
     assert summary == json.loads((run / "summary.json").read_text())
+    assert rc == run_exit(summary)
     comp = summary["comparability"]
     assert comp["model"] == "Llama-3.1-8B" and comp["workload"] == "prompt_tokens=256,output_tokens=128"
     assert comp["arrival"]["pattern"] == "poisson" and comp["arrival"]["rate"] == 2.0 and comp["slo"] == ""
@@ -151,8 +171,11 @@ def test_the_quick_start_needs_only_the_target(fleet, tmp_path, monkeypatch, cap
         None, None, None, None)  # no SLO: nothing judged, never 100% of an empty SLO
     assert summary["slo"] is None and "no SLO given" in summary["notes"][0]
     assert "no SLO given" in (run / "report.html").read_text()
-    assert main(["loadtest", "run", "--target", fleet, "--duration", "1", "--workload",
-                 "prompt_tokens=64,output_tokens=8,api=completions"]) == 0
+    rc = main(["loadtest", "run", "--target", fleet, "--duration", "1", "--workload",
+               "prompt_tokens=64,output_tokens=8,api=completions"])
     out = capsys.readouterr().out
     assert "no SLO given: no attainment, goodput or knee" in out and "SLO :" not in out
-    assert len(list((tmp_path / "loadtest-runs").iterdir())) == 2  # a second start in the same second: its own dir
+    runs = list((tmp_path / "loadtest-runs").iterdir())
+    assert len(runs) == 2  # a second start in the same second: its own dir
+    (second,) = set(runs) - {run}
+    assert rc == run_exit(json.loads((second / "summary.json").read_text()))

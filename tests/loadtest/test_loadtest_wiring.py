@@ -8,6 +8,7 @@ from goodput.cli import main
 from goodput.simulator.live import LiveFleet
 from tests.conftest import REPO, free_port_block, make_fleet
 from tests.loadtest.conftest import WORKLOAD
+from tests.loadtest.exits import run_exit
 
 FIX = REPO / "tests" / "fixtures" / "loadtest"
 SLO = "ttft_p50=0.5s,e2e_p50=1s"
@@ -80,7 +81,7 @@ def _run(target, workload, out, *extra):
 
 
 def test_the_server_view_of_each_target_is_in_the_steps_and_the_table(fleet, workload, tmp_path, capsys):
-    assert _run(fleet, workload, tmp_path / "run") == 0  # --server-metrics auto: the target's /metrics
+    assert _run(fleet, workload, tmp_path / "run") == run_exit(tmp_path / "run")  # --server-metrics auto: the target's /metrics
     out = capsys.readouterr().out
     (step,) = json.loads((tmp_path / "run" / "summary.json").read_text())["steps"]
     view = step["server"]
@@ -97,12 +98,12 @@ def test_the_server_view_of_each_target_is_in_the_steps_and_the_table(fleet, wor
 
 def test_an_unscrapable_server_is_counted_never_fatal_and_none_scrapes_nothing(fleet, workload, tmp_path, capsys):
     dead = f"http://127.0.0.1:{free_port_block(1)}/metrics"
-    assert _run(fleet, workload, tmp_path / "dead", "--server-metrics", dead) == 0
+    assert _run(fleet, workload, tmp_path / "dead", "--server-metrics", dead) == run_exit(tmp_path / "dead")
     (step,) = json.loads((tmp_path / "dead" / "summary.json").read_text())["steps"]
     assert step["server"]["failed_scrapes"] == step["server"]["scrape_rounds"] >= 1
     assert step["completed"] == step["requests"] > 0  # the load went on
     capsys.readouterr()
-    assert _run(fleet, workload, tmp_path / "none", "--server-metrics", "none") == 0
+    assert _run(fleet, workload, tmp_path / "none", "--server-metrics", "none") == run_exit(tmp_path / "none")
     (step,) = json.loads((tmp_path / "none" / "summary.json").read_text())["steps"]
     assert step["server"] == {} and "srv queue p95" not in capsys.readouterr().out
 
@@ -130,8 +131,8 @@ def test_a_replica_lost_mid_run_is_fired_on_the_run_clock_and_detected(workload,
                    "--admin-url", f"http://127.0.0.1:{base + 3}", "--fault-window", "1"])
     finally:
         lf.close()
-    assert rc == 0
     summary = json.loads(capsys.readouterr().out)
+    assert rc == run_exit(summary)
     lost, added = summary["faults"]
     assert (lost["kind"], lost["deployment"], lost["replica"], lost["error"]) == ("replica_lost", "chat", "chat-1", "")
     assert 3.0 <= lost["fired_s"] < 6.0 and lost["window_s"] == 1.0
@@ -175,7 +176,8 @@ def test_longtail_sends_its_fraction_near_the_context_limit_and_every_request_fi
     long_outputs.write_text(WORKLOAD.replace("output_tokens: {p50: 20, p95: 60, max: 80}",
                                              "output_tokens: {p50: 200, p95: 280, max: 300}"))
     assert "p50: 200" in long_outputs.read_text()
-    assert _longtail(fleet, str(long_outputs), tmp_path / "run", "--longtail-fraction", "0.25", *extra) == 0
+    rc = _longtail(fleet, str(long_outputs), tmp_path / "run", "--longtail-fraction", "0.25", *extra)
+    assert rc == run_exit(tmp_path / "run")
     summary = json.loads(capsys.readouterr().out)
     assert summary["comparability"]["arrival"]["context_limit"] == limit
     rows = pq.read_table(tmp_path / "run" / "requests.parquet").to_pylist()
@@ -194,7 +196,8 @@ def test_longtail_bad_fraction_is_one_line_exit_2(fleet, workload, tmp_path, cap
 
 
 def test_abort_rate_is_reported_in_the_summary_faults_and_the_table(fleet, workload, tmp_path, capsys):
-    assert _run(fleet, workload, tmp_path / "run", "--fault", "abort_rate=0.5", "--server-metrics", "none") == 0
+    rc = _run(fleet, workload, tmp_path / "run", "--fault", "abort_rate=0.5", "--server-metrics", "none")
+    assert rc == run_exit(tmp_path / "run")
     out = capsys.readouterr().out
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     (fault,) = summary["faults"]

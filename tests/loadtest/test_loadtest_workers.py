@@ -25,6 +25,7 @@ from goodput.loadtest.patterns import Step
 from goodput.loadtest.workers import auto_workers, shares
 from goodput.loadtest.workload import RequestSpec
 from tests.conftest import REPO, fleet_serve, free_port_block
+from tests.loadtest.exits import run_exit
 
 SPEC = RequestSpec(50, 4, "lt", "P1", "chat", 0)
 HEAD = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m"}
@@ -198,8 +199,8 @@ def test_a_sharded_run_records_every_scheduled_request_once(fleet, tmp_path, cap
     argv = ["--target", url, "--workload", str(tmp_path / "w.yaml"), "--pattern", "poisson", "--rate", "15",
             "--duration", "2", "--seed", "3", "--slo", "ttft_p95=10s", "--format", "json", "--workers", "3"]
     rc = main(["loadtest", "run", *argv, "--out", str(tmp_path / "run")])
-    assert rc == 0, capsys.readouterr().err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert rc == run_exit(summary), capsys.readouterr().err
     table = pq.read_table(tmp_path / "run" / "requests.parquet").to_pydict()
     scheduled = patterns.schedule("poisson", duration_s=2, rate=15, seed=3).steps[0].arrivals_s
     n = len(scheduled)
@@ -221,7 +222,8 @@ def test_a_sharded_run_records_every_scheduled_request_once(fleet, tmp_path, cap
     # the same run in one process sends the same requests: the specs follow each arrival's place in the schedule
     rc = main(["loadtest", "run", *argv[:-2], "--workers", "1", "--out", str(tmp_path / "one")])
     one = pq.read_table(tmp_path / "one" / "requests.parquet").to_pydict()
-    assert rc == 0 and json.loads((tmp_path / "one" / "summary.json").read_text())["client"]["workers"] == 1
+    assert rc == run_exit(tmp_path / "one")
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["client"]["workers"] == 1
     assert [(one["tier"][i], one["output_tokens"][i]) for i in range(n)] == \
            [(table["tier"][i], table["output_tokens"][i]) for i in range(n)]
 
@@ -306,7 +308,7 @@ def test_a_sweep_runs_its_steps_over_workers(fleet, tmp_path, capsys):
     rc = main(["loadtest", "run", "--target", url, "--workload", str(tmp_path / "w.yaml"), "--pattern", "sweep",
                "--rate", "4", "--step-s", "1", "--slo", "ttft_p95=1ms", "--workers", "2", "--out", str(tmp_path / "run"),
                "--format", "json"])
-    assert rc == 0, capsys.readouterr().err
+    assert rc == run_exit(tmp_path / "run"), capsys.readouterr().err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     (step,) = summary["steps"]
     assert summary["complete"] and summary["client"]["workers"] == 2 and step["requests"] >= 1

@@ -17,6 +17,7 @@ from goodput.foundation.http import Server, metrics_routes
 from goodput.loadtest.prometheus_view import step_queries
 from goodput.simulator.live import LiveFleet
 from tests.conftest import BASE_DEPLOYMENT, free_port_block, make_fleet, needs
+from tests.loadtest.exits import run_exit
 
 pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)
 
@@ -79,7 +80,7 @@ scrape_configs:
         engine.stop()
         eng_srv.stop()
         fleet.close()
-    assert code == 0, capsys.readouterr().err
+    assert code == run_exit(tmp_path / "run"), capsys.readouterr().err
     light, heavy = (s["server"] for s in json.loads((tmp_path / "run" / "summary.json").read_text())["steps"])
     assert light["source"] == heavy["source"] == "prometheus" and heavy["failed_scrapes"] == 0, heavy
     assert 0 < light["running_mean"] < heavy["running_mean"] <= 4, (light, heavy)  # four seats

@@ -141,8 +141,8 @@ def test_a_model_config_plans_any_model(capsys, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(windowed))
     rc, out, _ = plan(capsys, "--model", "my-coder", "--model-config", str(tmp_path / "config.json"), "--gpu", "A100-80GB")
     assert rc == 0 and out.startswith("note: model my-coder from ") and "sliding_window 4096 not modelled" in out
-    (tmp_path / "moe.json").write_text(json.dumps(windowed | {"num_local_experts": 8}))
-    rc, _, err = plan(capsys, "--model-config", str(tmp_path / "moe.json"), "--gpu", "A100-80GB")
-    assert rc == 2 and err.count("\n") == 1 and "mixture-of-experts" in err
+    (tmp_path / "hybrid.json").write_text(json.dumps(windowed | {"layer_types": ["linear_attention"] * 32}))
+    rc, _, err = plan(capsys, "--model-config", str(tmp_path / "hybrid.json"), "--gpu", "A100-80GB")
+    assert rc == 2 and err.count("\n") == 1 and "layer_types: linear_attention layers are not modelled" in err
     rc, _, err = plan(capsys, "--gpu", "A100-80GB")
     assert rc == 2 and "--model: is required (or --model-config" in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import pytest
 import yaml
@@ -43,8 +44,9 @@ class Row:
 
 
 @cache
-def rows() -> tuple[Row, ...]:
-    doc = yaml.safe_load(STARTUP.read_text())
+def rows(path: Path = STARTUP) -> tuple[Row, ...]:
+    """The budget beside each published set-up of ``path`` (vllm_startup.yaml's shape)."""
+    doc = yaml.safe_load(path.read_text())
     out = []
     for s in doc["setups"]:
         setup = MemorySetup(tp=s["tp"], weight_dtype=s.get("quantization"), kv_dtype=s.get("kv_cache_dtype"),
@@ -68,11 +70,11 @@ def _pair(published: dict, key: str, ours: float) -> str:
     return f"{published[key]:.2f} / {ours / GIB:.2f}" if key in published else f"- / {ours / GIB:.2f}"
 
 
-def render_table() -> str:
+def render_table(table: tuple[Row, ...] | None = None) -> str:
     head = ("| set-up | role | vLLM | weights GiB (theirs / ours) | activation | non-torch | Available KV GiB "
             "(theirs / ours) | KV tokens (theirs / ours) | error |\n|---|---|---|---|---|---|---|---|---|")
     lines = [head]
-    for r in rows():
+    for r in rows() if table is None else table:
         s, p, b = r.setup, r.published, r.ours
         theirs, ours = r.tokens
 

@@ -91,7 +91,8 @@ def test_config_defaults_and_refusals():
     assert model_from_config(base | {"sliding_window": 4096, "use_sliding_window": False}, "m", "c").sliding_window is None
     for bad, says in [({"num_hidden_layers": "32"}, "num_hidden_layers: must be a positive integer"),
                       ({"torch_dtype": "int3"}, "torch_dtype: must be one of"),
-                      ({"num_local_experts": 8}, "num_local_experts: mixture-of-experts"),
+                      ({"layer_types": ["linear_attention", "full_attention"]}, "layer_types: linear_attention layers"),
+                      ({"num_local_experts": 8, "num_experts_per_tok": 9}, "num_local_experts: 8 experts, 9 per token"),
                       ({"hidden_size": 4095}, "head_dim: is required")]:
         with pytest.raises(ConfigError, match=says):
             model_from_config(base | bad, "m", "c.json")

@@ -4,7 +4,6 @@ fleet file), the load-test runs' goodput curves, and the weekly review when one 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from goodput.console.ui import Context, esc, prom_down
 from goodput.console.whatif import kv_budget, plan_terms, required_replicas
 from goodput.exporters.config import load_plan
 from goodput.foundation.errors import ConfigError
+from goodput.foundation.jsonfile import load_json
 from goodput.foundation.promapi import PromError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.loadtest.results import SUMMARY_FILE, read_run
@@ -201,9 +201,9 @@ def render(ctx: Context) -> None:
                 "2026-W48 --out REVIEWS/review` writes one (`goodput demo --week 2026-W48` simulates a week).")
         return
     try:
-        review = json.loads(review_path.read_text())
-    except (OSError, ValueError, RecursionError) as e:
-        st.warning(esc(f"{review_path}: not a review ({e})"))
+        review = load_json(review_path)
+    except ConfigError as e:
+        st.warning(esc(f"not a review: {e}"))
         return
     if not isinstance(review, dict):
         st.warning(esc(f"{review_path}: not a review (a {type(review).__name__}, not a mapping)"))
