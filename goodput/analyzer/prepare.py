@@ -4,7 +4,8 @@ Beside the Collector's ``otel_traces`` it makes ``goodput_spans`` (the narrow ro
 ``goodput_requests``, ``goodput_early`` and ``goodput_admission`` (the model's tables, ReplacingMergeTrees keeping each
 row's newest version) and the materialized views that fill them from every insert, then backfills them from the
 spans already stored, in chunks of hours within ``BACKFILL_SPANS_PER_PASS`` spans a statement, and records the
-schema version in ``goodput_meta`` last, so a reader takes the tables for ready only once they hold everything (docs/clickhouse.md).
+schema version in ``goodput_meta`` last, so a reader takes the tables for ready only once they hold everything
+(docs/clickhouse.md).
 The model is ``clickhouse/model.sql``, the text read time uses too (``goodput.analyzer.backend.model_sql``).
 """
 
