@@ -1,0 +1,203 @@
+"""``goodput analyze prepare``: the request model kept inside the user's ClickHouse as spans are written.
+
+Beside the Collector's ``otel_traces`` it makes ``goodput_spans`` (the narrow rows the model reads, by trace),
+``goodput_requests``, ``goodput_early`` and ``goodput_admission`` (the model's tables, ReplacingMergeTrees keeping each
+row's newest version) and the materialized views that fill them from every insert, then backfills them from the
+spans already stored, in chunks of hours within ``BACKFILL_SPANS_PER_PASS`` spans a statement, and records the
+schema version in ``goodput_meta`` last, so a reader takes the tables for ready only once they hold everything
+(docs/clickhouse.md).
+The model is ``clickhouse/model.sql``, the text read time uses too (``goodput.analyzer.backend.model_sql``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from goodput.analyzer.backend import (
+    SCHEMA_VERSION,
+    SETTINGS,
+    SPAN_MARGIN,
+    SPANS_PER_PASS,
+    clickhouse_sql,
+    model_sql,
+    prepared_version,
+    server_errors,
+)
+from goodput.foundation.clickhouse import Connection, Target, ident
+from goodput.foundation.errors import ConfigError
+
+__all__ = ["BACKFILL_SPANS_PER_PASS", "Layout", "Plan", "backfill", "ddl", "prepare"]
+
+_TABLES = ("spans", "requests", "early", "admission")
+# spans one backfill statement reads: fewer than read time's SPANS_PER_PASS, as each chunk also reads an hour either
+# side and dedups its spans (LIMIT 1 BY); 10M in one pass would use 3.78 GiB, over a 4 GB cap's 3.73 (benchmark, 10M)
+BACKFILL_SPANS_PER_PASS = SPANS_PER_PASS * 3 // 10
+_MARGIN_NS = int(SPAN_MARGIN.total_seconds()) * 1_000_000_000
+# Distributed tables' sharding keys on a cluster: a trace's rows on one shard, as its spans are (docs/clickhouse.md)
+_SHARD_BY = {"spans": "cityHash64(trace_id)", "requests": "cityHash64(trace_id)", "early": "cityHash64(trace_id)",
+             "admission": "cityHash64(deployment)"}
+
+
+@cache
+def _sql(name: str) -> str:
+    return resources.files("goodput.analyzer").joinpath("sql", "clickhouse", "prepare", f"{name}.sql").read_text()
+
+
+def _statements(template: str) -> list[str]:
+    """A prepare/*.sql template's statements (its comments are the file's, not the DDL's), before filling."""
+    code = "\n".join(line for line in template.splitlines() if not line.startswith("--"))
+    return [s.strip() for s in code.split(";\n") if s.strip()]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where the tables go: ``database`` beside the spans' ``table``; on a ``cluster`` each is a Replicated* table
+    ``goodput_<name>_local`` made ON CLUSTER, read through a Distributed ``goodput_<name>`` sharded by trace."""
+
+    database: str
+    table: str
+    cluster: str = ""
+
+    def written(self, name: str) -> str:  # the table the views and the backfill write
+        return f"goodput_{name}_local" if self.cluster else f"goodput_{name}"
+
+    def fill(self, text: str) -> str:
+        subs = {"__db__": ident(self.database), "__table__": ident(self.table), "__meta__": ident("goodput_meta"),
+                "__on_cluster__": f"ON CLUSTER {ident(self.cluster)}" if self.cluster else "",
+                "__replicated__": "Replicated" if self.cluster else "", "__margin_ns__": str(_MARGIN_NS)}
+        for name in _TABLES:  # the views' names first: __spans___mv holds __spans__
+            subs[f"__{name}___mv"] = ident(f"goodput_{name}_mv")
+            subs[f"__{name}__"] = ident(self.written(name))
+        for key, value in subs.items():
+            text = text.replace(key, value)
+        return text
+
+    def span_select(self) -> str:
+        return f"{clickhouse_sql('spans').strip()}\nFROM {ident(self.database)}.{ident(self.table)}"
+
+    def rows_select(self, name: str, spans: str) -> str:
+        """The rows of table ``name`` from the model over ``spans``, with their version."""
+        model = model_sql(spans)
+        if name == "admission":
+            return f"WITH {model}\nSELECT * FROM admission_spans{SETTINGS}"
+        rows = _sql("model_rows").replace("__model__", model).replace("__rows__", name)
+        return f"WITH {rows}{SETTINGS}"
+
+    def view_select(self, name: str) -> str:
+        touched = self.fill(_sql("touched")).replace("__span_select__", self.span_select())
+        return self.rows_select(name, touched)
+
+
+def ddl(layout: Layout) -> list[str]:
+    """Every statement that makes the tables and views (IF NOT EXISTS: running them again changes nothing)."""
+    def fill(text: str) -> str:
+        text = layout.fill(text).replace("__span_select__", layout.span_select())
+        for name in ("requests", "early", "admission"):
+            text = text.replace(f"__{name}_select__", layout.view_select(name))
+            text = text.replace(f"__{name}_view__", layout.view_select(name))
+        return text
+
+    out = [f"CREATE DATABASE IF NOT EXISTS {ident(layout.database)}"
+           + (f" ON CLUSTER {ident(layout.cluster)}" if layout.cluster else "")]
+    out += [fill(s) for s in _statements(_sql("meta")) + _statements(_sql("tables"))]
+    if layout.cluster:
+        out += [f"CREATE TABLE IF NOT EXISTS {ident(layout.database)}.{ident('goodput_' + name)} "
+                f"ON CLUSTER {ident(layout.cluster)} AS {ident(layout.database)}.{ident(layout.written(name))} "
+                f"ENGINE = Distributed({ident(layout.cluster)}, {ident(layout.database)}, "
+                f"{ident(layout.written(name))}, {_SHARD_BY[name]})" for name in _TABLES]
+    out += [fill(s) for s in _statements(_sql("views"))]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One chunk of the backfill: the spans that start in [start_ns, end_ns), in ``passes`` sets of traces."""
+
+    start_ns: int
+    end_ns: int
+    spans: int
+    passes: int
+
+
+def _chunks(hours: list[tuple[int, int]]) -> Iterator[Plan]:
+    """Consecutive hours grouped while their spans fit one pass; an hour over it alone, in passes (of
+    ``BACKFILL_SPANS_PER_PASS`` spans, counting the hour either side each chunk reads)."""
+    start: int | None = None
+    spans = end = 0
+    for hour_ns, n in hours:
+        if start is not None and (spans + n > BACKFILL_SPANS_PER_PASS or hour_ns != end):
+            yield _plan(start, end, spans, hours)
+            start, spans = None, 0
+        if start is None:
+            start = hour_ns
+        spans, end = spans + n, hour_ns + 3_600_000_000_000
+    if start is not None:
+        yield _plan(start, end, spans, hours)
+
+
+def _plan(start: int, end: int, spans: int, hours: list[tuple[int, int]]) -> Plan:
+    read = sum(n for h, n in hours if start - 3_600_000_000_000 <= h < end + 3_600_000_000_000)
+    return Plan(start, end, spans, max(1, math.ceil(read / BACKFILL_SPANS_PER_PASS)))
+
+
+def backfill(con: Connection, layout: Layout, progress: Callable[[int, int], None] | None = None) -> int:
+    """Fill the tables from the spans already in the source table, chunk by chunk; returns the spans read. The
+    views run meanwhile: a span both stored is one row of goodput_spans once merged, and the model reads it once."""
+    frame = con.query_df(layout.fill(_sql("hours")))
+    plans = list(_chunks([(int(h), int(n)) for h, n in zip(frame["hour_ns"], frame["spans"], strict=True)]))
+    db = ident(layout.database)
+    chunk = layout.fill(_sql("chunk"))
+    for i, plan in enumerate(plans):
+        bounds = {"chunk_from": plan.start_ns, "chunk_to": plan.end_ns}
+        con.command(f"INSERT INTO {db}.{ident(layout.written('spans'))} {layout.span_select()}\n"
+                    "WHERE Timestamp >= fromUnixTimestamp64Nano({chunk_from:Int64}) "
+                    "AND Timestamp < fromUnixTimestamp64Nano({chunk_to:Int64})", bounds)
+        for name, key in (("requests", "call_start_ns"), ("early", "gateway_start"), ("admission", None)):
+            keep = f" WHERE {key} >= {{chunk_from:Int64}} AND {key} < {{chunk_to:Int64}}" if key else ""
+            for n in range(plan.passes):
+                con.command(f"INSERT INTO {db}.{ident(layout.written(name))} SELECT * FROM "
+                            f"({layout.rows_select(name, chunk)}){keep}{SETTINGS}",
+                            {**bounds, "passes": plan.passes, "pass": n})
+        if progress:
+            progress(i + 1, len(plans))
+    return sum(p.spans for p in plans)
+
+
+def _bar(done: int, total: int) -> None:
+    width = 30
+    fill = width * done // max(total, 1)
+    print(f"\rbackfill [{'#' * fill}{'.' * (width - fill)}] {done}/{total} chunks", end="\n" if done == total else "",
+          file=sys.stderr, flush=True)
+
+
+def prepare(con: Connection, target: Target, cluster: str = "", fill: bool = True) -> str:
+    """Make ``target``'s database ready (tables, views, backfill, version); returns what was done, in one line.
+    Run again it changes nothing: the DDL is IF NOT EXISTS, and a database already at SCHEMA_VERSION is not filled
+    again (its views have kept it up to date)."""
+    layout = Layout(target.database, target.table, cluster)
+    version = prepared_version(con, target)
+    if version is not None and version != SCHEMA_VERSION:
+        raise ConfigError("--db", str(target), f"prepared by another goodput (schema {version}, this one "
+                                               f"{SCHEMA_VERSION}): drop its goodput_* tables and views, then prepare")
+    step = "the DDL"
+    try:
+        for statement in ddl(layout):
+            con.command(statement)
+        if version == SCHEMA_VERSION:
+            return f"{target}: already prepared (schema {SCHEMA_VERSION}); its views keep it up to date"
+        step, spans = "the backfill", 0
+        if fill:
+            spans = backfill(con, layout, _bar if sys.stderr.isatty() else None)
+        step = "goodput_meta"
+        con.command(f"INSERT INTO {ident(layout.database)}.{ident('goodput_meta')} VALUES "
+                    "({source:String}, {version:UInt32}, now64(3))", {"source": target.table, "version": SCHEMA_VERSION})
+    except server_errors() as e:
+        raise ConfigError("--db", str(target), f"ClickHouse refused {step}: "
+                                               f"{(str(e).strip().splitlines() or ['?'])[0][:300]}") from None
+    filled = f"backfilled from {spans:,} spans" if fill else "not backfilled (--no-backfill)"
+    return f"{target}: prepared (schema {SCHEMA_VERSION}), {filled}"
