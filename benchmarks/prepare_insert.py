@@ -24,25 +24,28 @@ FLEET = REPO / "tests" / "fixtures" / "regression_fleet.yaml"
 _REQUESTS = "SELECT * EXCEPT version FROM {db:Identifier}.goodput_requests FINAL ORDER BY trace_id, span_id"
 
 
-def _spans(seconds: float) -> list:
+def _spans(seconds: float, keep: Path | None) -> list:
+    """The simulated run's spans in the order they end; with ``keep``, its directory (simulated once, then reused)."""
     from goodput.exporters.otlp import decode_json
     from goodput.simulator.config import load_fleet
     from goodput.simulator.run import simulate, write_outputs
 
-    with tempfile.TemporaryDirectory() as out:
-        write_outputs(simulate(load_fleet(FLEET), seconds), Path(out))
-        with open(Path(out) / "spans.otlp.jsonl") as f:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = keep or Path(tmp)
+        if not (out / "spans.otlp.jsonl").exists():
+            write_outputs(simulate(load_fleet(FLEET), seconds), out)
+        with open(out / "spans.otlp.jsonl") as f:
             spans = [span for line in f for span in decode_json(line)]
     return sorted(spans, key=lambda s: s.end_ns)
 
 
-def run(seconds: float, base: int, batch: int, inserts: int) -> dict:
+def run(seconds: float, base: int, batch: int, inserts: int, keep: Path | None = None) -> dict:
     from goodput.analyzer.prepare import prepare
     from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans
     from goodput.foundation.clickhouse import connect, parse_target
 
     t = time.perf_counter()
-    spans = _spans(seconds)
+    spans = _spans(seconds, keep)
     simulated = time.perf_counter() - t
     stored, fresh = spans[:base], [spans[base + i * batch:base + (i + 1) * batch] for i in range(inserts)]
     if len(fresh[-1]) < batch:
@@ -78,13 +81,14 @@ def run(seconds: float, base: int, batch: int, inserts: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=3600.0, help="simulated seconds of the fleet (default 3600)")
-    p.add_argument("--base", type=int, default=50_000, help="spans stored before prepare (default 50,000)")
+    p.add_argument("--seconds", type=float, default=2700.0, help="simulated seconds of the fleet (default 2700)")
+    p.add_argument("--base", type=int, default=20_000, help="spans stored before prepare (default 20,000)")
     p.add_argument("--batch", type=int, default=10_000, help="spans per insert (default 10,000)")
     p.add_argument("--inserts", type=int, default=10, help="inserts timed (default 10)")
+    p.add_argument("--keep", type=Path, help="simulate into this directory once and reuse it (default: a temporary one)")
     p.add_argument("--out", type=Path, help="also write the figures (JSON) here")
     a = p.parse_args(argv)
-    return emit("insert cost after `goodput analyze prepare` (chDB)", run(a.seconds, a.base, a.batch, a.inserts), a.out)
+    return emit("insert cost after `goodput analyze prepare` (chDB)", run(a.seconds, a.base, a.batch, a.inserts, a.keep), a.out)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import logging
 import math
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -55,7 +56,7 @@ _MODEL = ("requests", "early_only", "admission_spans")
 SPANS_PER_PASS = 10_000_000
 # the layout of the tables `goodput analyze prepare` makes (goodput/analyzer/prepare.py); goodput_meta records it, and
 # a backend reads the tables only when theirs is this one
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _warned: set[str] = set()  # the databases this process has already said are not prepared
 
 
@@ -178,9 +179,12 @@ class ClickHouseBackend:
 
     dialect = "clickhouse"
 
-    def __init__(self, con: Connection, prepared: bool = False) -> None:
+    def __init__(self, con: Connection, prepared: bool = False, sync: Callable[[], object] | None = None) -> None:
         self.con = con
         self.prepared = prepared  # the model's tables kept by `goodput analyze prepare`: read them, derive nothing
+        # brings the prepared tables up to date with the inserts since the last sync (goodput.analyzer.prepare.sync),
+        # run before each statement; None once the server refused it (a read-only user)
+        self._sync = sync if prepared else None
         self._tables: dict[tuple[str, Any, Any], str] = {}  # (model CTE, span_from, span_to) -> its table
         self._passes: dict[tuple[Any, Any], int] = {}  # (span_from, span_to) -> passes its model is derived in
         self._inline = False  # the server refused a temporary table: each statement derives the model itself
@@ -235,7 +239,19 @@ class ClickHouseBackend:
             self._passes[key] = max(1, math.ceil(spans / SPANS_PER_PASS))
         return self._passes[key]
 
+    def _synced(self) -> None:
+        if self._sync is None:
+            return
+        try:
+            self._sync()
+        except server_errors() as e:
+            log.warning("goodput: %s: the prepared tables cannot be brought up to date (%s); answers leave out the "
+                        "spans inserted since their last sync; run: goodput analyze prepare --db %s",
+                        self.con.target, str(e).strip().splitlines()[0][:200], db_text(self.con.target))
+            self._sync = None
+
     def frame(self, name: str, params: dict[str, Any], fill: dict[str, str] | None = None) -> pd.DataFrame:
+        self._synced()
         text = _fill(statement(name, self.dialect), fill)
         since, until = params.get("since"), params.get("until")
         window = dict(database=self.con.target.database, table=self.con.target.table,
@@ -342,5 +358,8 @@ def open_backend(db: str | Path, flag: str = "--db") -> Backend:
     prepared tables read when there), or the analyzer's DuckDB file."""
     if not is_clickhouse(db):
         return DuckDBBackend(connect(db, read_only=True))
+    from goodput.analyzer.prepare import Layout, sync  # prepare builds on this module: imported when used
+
     con = open_clickhouse(db, flag)
-    return ClickHouseBackend(con, prepared=_read_prepared(con, con.target, flag))
+    layout = Layout(con.target.database, con.target.table)
+    return ClickHouseBackend(con, prepared=_read_prepared(con, con.target, flag), sync=lambda: sync(con, layout))

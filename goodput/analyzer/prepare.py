@@ -2,9 +2,12 @@
 
 Beside the Collector's ``otel_traces`` it makes ``goodput_spans`` (the narrow rows the model reads, by trace),
 ``goodput_requests``, ``goodput_early`` and ``goodput_admission`` (the model's tables, ReplacingMergeTrees keeping each
-row's newest version) and the materialized views that fill them from every insert, then backfills them from the
-spans already stored, in chunks of hours within ``BACKFILL_SPANS_PER_PASS`` spans a statement, and records the
-schema version in ``goodput_meta`` last, so a reader takes the tables for ready only once they hold everything
+row's newest version), ``goodput_touched`` (which traces each insert touched, and when) and two materialized views
+that fill ``goodput_spans`` and ``goodput_touched`` from each insert's block alone (an insert reads no stored table).
+It backfills the model from the spans already stored, in chunks of hours within ``BACKFILL_SPANS_PER_PASS`` spans a
+statement, and records the schema version in ``goodput_meta`` last, so a reader takes the tables for ready only once
+they hold everything. ``sync`` brings the model tables up to date with the inserts since the last sync (the model of
+the traces they touched, from their stored spans); a reader runs it before each statement, ``prepare`` run again too
 (docs/clickhouse.md).
 The model is ``clickhouse/model.sql``, the text read time uses too (``goodput.analyzer.backend.model_sql``).
 """
@@ -31,16 +34,19 @@ from goodput.analyzer.backend import (
 from goodput.foundation.clickhouse import Connection, Target, ident
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["BACKFILL_SPANS_PER_PASS", "Layout", "Plan", "backfill", "ddl", "prepare"]
+__all__ = ["BACKFILL_SPANS_PER_PASS", "Layout", "Plan", "backfill", "ddl", "prepare", "sync"]
 
-_TABLES = ("spans", "requests", "early", "admission")
+_TABLES = ("spans", "requests", "early", "admission", "touched")
 # spans one backfill statement reads: fewer than read time's SPANS_PER_PASS, as each chunk also reads an hour either
 # side and dedups its spans (LIMIT 1 BY); 10M in one pass would use 3.78 GiB, over a 4 GB cap's 3.73 (benchmark, 10M)
 BACKFILL_SPANS_PER_PASS = SPANS_PER_PASS * 3 // 10
 _MARGIN_NS = int(SPAN_MARGIN.total_seconds()) * 1_000_000_000
+# a sync also recomputes the inserts of this many µs before the last one it saw: an insert stamped before it (its view
+# ran) whose parts were committed after it (a server with concurrent inserts) is not missed
+SYNC_OVERLAP_US = 5_000_000
 # Distributed tables' sharding keys on a cluster: a trace's rows on one shard, as its spans are (docs/clickhouse.md)
 _SHARD_BY = {"spans": "cityHash64(trace_id)", "requests": "cityHash64(trace_id)", "early": "cityHash64(trace_id)",
-             "admission": "cityHash64(deployment)"}
+             "admission": "cityHash64(deployment)", "touched": "cityHash64(trace_id)"}
 
 
 @cache
@@ -68,6 +74,7 @@ class Layout:
 
     def fill(self, text: str) -> str:
         subs = {"__db__": ident(self.database), "__table__": ident(self.table), "__meta__": ident("goodput_meta"),
+                "__synced__": ident("goodput_synced"),
                 "__on_cluster__": f"ON CLUSTER {ident(self.cluster)}" if self.cluster else "",
                 "__replicated__": "Replicated" if self.cluster else "", "__margin_ns__": str(_MARGIN_NS)}
         for name in _TABLES:  # the views' names first: __spans___mv holds __spans__
@@ -88,18 +95,20 @@ class Layout:
         rows = _sql("model_rows").replace("__model__", model).replace("__rows__", name)
         return f"WITH {rows}{SETTINGS}"
 
-    def view_select(self, name: str) -> str:
-        touched = self.fill(_sql("touched")).replace("__span_select__", self.span_select())
-        return self.rows_select(name, touched)
+    def sync_select(self, name: str) -> str:
+        """The rows of table ``name`` for the traces inserted in a sync's range (prepare/touched.sql's parameters)."""
+        return self.rows_select(name, self.fill(_sql("touched")))
 
 
 def ddl(layout: Layout) -> list[str]:
     """Every statement that makes the tables and views (IF NOT EXISTS: running them again changes nothing)."""
+    stored = f"SELECT * FROM {ident(layout.database)}.{ident(layout.written('spans'))}"
+
     def fill(text: str) -> str:
         text = layout.fill(text).replace("__span_select__", layout.span_select())
-        for name in ("requests", "early", "admission"):
-            text = text.replace(f"__{name}_select__", layout.view_select(name))
-            text = text.replace(f"__{name}_view__", layout.view_select(name))
+        text = text.replace("__touched_select__", layout.fill(_sql("touched_block")))
+        for name in ("requests", "early", "admission"):  # the columns: the model over any spans (EMPTY AS reads none)
+            text = text.replace(f"__{name}_select__", layout.rows_select(name, stored))
         return text
 
     out = [f"CREATE DATABASE IF NOT EXISTS {ident(layout.database)}"
@@ -175,10 +184,33 @@ def _bar(done: int, total: int) -> None:
           file=sys.stderr, flush=True)
 
 
+def sync(con: Connection, layout: Layout) -> int:
+    """Bring the model tables up to date with the inserts since the last sync: the model of every trace they touched,
+    from its stored spans (``prepare/touched.sql``), written as the rows' newest version; then the new mark. Returns
+    the spans those inserts wrote (0: nothing new, after one small read of ``goodput_touched``)."""
+    source = {"source": layout.table}
+    synced = int(con.query_df(layout.fill(_sql("synced")), source)["synced"].iloc[0])
+    todo = con.query_df(layout.fill(_sql("pending")), {"synced_from": synced - SYNC_OVERLAP_US, "synced": synced})
+    if todo.empty:
+        return 0
+    row = todo.iloc[0]
+    spans, to = int(row["spans"]), int(row["synced_to"])
+    bounds = {"synced_from": synced - SYNC_OVERLAP_US, "synced_to": to, "first_ns": int(row["first_ns"]),
+              "last_ns": int(row["last_ns"]), "passes": max(1, math.ceil(spans / BACKFILL_SPANS_PER_PASS))}
+    db = ident(layout.database)
+    for name in ("requests", "early", "admission"):
+        for n in range(bounds["passes"]):
+            con.command(f"INSERT INTO {db}.{ident(layout.written(name))} {layout.sync_select(name)}",
+                        {**bounds, "pass": n})
+    con.command(f"INSERT INTO {db}.{ident('goodput_synced')} VALUES "
+                "({source:String}, fromUnixTimestamp64Micro({to:Int64}, 'UTC'))", {**source, "to": to})
+    return spans
+
+
 def prepare(con: Connection, target: Target, cluster: str = "", fill: bool = True) -> str:
     """Make ``target``'s database ready (tables, views, backfill, version); returns what was done, in one line.
-    Run again it changes nothing: the DDL is IF NOT EXISTS, and a database already at SCHEMA_VERSION is not filled
-    again (its views have kept it up to date)."""
+    Run again it changes nothing but the sync: the DDL is IF NOT EXISTS, and a database already at SCHEMA_VERSION is
+    not filled again, only brought up to date with the inserts since its last sync."""
     layout = Layout(target.database, target.table, cluster)
     version = prepared_version(con, target)
     if version is not None and version != SCHEMA_VERSION:
@@ -189,10 +221,13 @@ def prepare(con: Connection, target: Target, cluster: str = "", fill: bool = Tru
         for statement in ddl(layout):
             con.command(statement)
         if version == SCHEMA_VERSION:
-            return f"{target}: already prepared (schema {SCHEMA_VERSION}); its views keep it up to date"
+            step = "the sync"
+            return f"{target}: already prepared (schema {SCHEMA_VERSION}); synced {sync(con, layout):,} new spans"
         step, spans = "the backfill", 0
         if fill:
             spans = backfill(con, layout, _bar if sys.stderr.isatty() else None)
+        step = "the sync"
+        sync(con, layout)  # the inserts made while it was backfilled
         step = "goodput_meta"
         con.command(f"INSERT INTO {ident(layout.database)}.{ident('goodput_meta')} VALUES "
                     "({source:String}, {version:UInt32}, now64(3))", {"source": target.table, "version": SCHEMA_VERSION})

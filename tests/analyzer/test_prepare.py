@@ -11,7 +11,7 @@ import pytest
 
 from goodput.analyzer.backend import ClickHouseBackend, open_backend
 from goodput.analyzer.decompose import decompose
-from goodput.analyzer.prepare import prepare
+from goodput.analyzer.prepare import Layout, prepare, sync
 from goodput.analyzer.triage import triage
 from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans
 from goodput.exporters.otlp import decode_json
@@ -64,11 +64,36 @@ def test_prepare_twice_is_one_preparation_and_inserts_after_it_match_a_backfill(
     random.Random(7).shuffle(shuffled)  # the Collector's inserts cut traces apart
     for i in range(0, len(shuffled), 250):
         insert_spans(chdb, shuffled[i:i + 250], TableSpec(database="prep_stream"))
+    assert sync(chdb, Layout("prep_stream", "otel_traces")) == len(few)  # what a reader runs before a statement
+    assert sync(chdb, Layout("prep_stream", "otel_traces")) == 0  # then nothing is left to do
     a = chdb.query_df(_REQUESTS, {"db": "prep_backfill"})
     b = chdb.query_df(_REQUESTS, {"db": "prep_stream"})
     assert len(a) == len({s.trace_id for s in few if s.name == "llm.request"}) > 60
     pd.testing.assert_frame_equal(a, b)
     assert (a["queue_s"].notna() & a["decode_s"].notna()).all()  # every request met its segment spans
+
+
+def _parts_read(chdb) -> int:
+    """The MergeTree parts this chDB session's queries have selected to read so far (a stored table's read)."""
+    return int(chdb.query_df("SELECT sum(value) AS n FROM system.events WHERE event = 'SelectedParts'")["n"].iloc[0])
+
+
+def test_an_insert_after_prepare_reads_no_stored_table(spans, chdb):
+    few = _traces(spans, 60)
+    half = {s.trace_id for s in few[::2]}  # half the traces stored and backfilled, the rest of them inserted after
+    stored = [s for s in few if s.trace_id in half and s.name != "llm.send"]
+    target = _filled(chdb, "prep_cheap", stored)
+    prepare(chdb, target)
+    before = _parts_read(chdb)
+    insert_spans(chdb, [s for s in few if s not in stored], TableSpec(database="prep_cheap"))
+    assert _parts_read(chdb) == before  # the views transformed the block, and read no stored table
+    store = open_backend(f"chdb:{chdb.target.path}?database=prep_cheap")
+    assert store.frame("completeness", {"deployment": None, "abandoned_s": 1e9})["in_flight"].sum() == 0
+    store.close()
+    expected = _filled(chdb, "prep_cheap_all", few)
+    prepare(chdb, expected)
+    a = chdb.query_df(_REQUESTS, {"db": "prep_cheap"})
+    assert len(a) > 40 and a.equals(chdb.query_df(_REQUESTS, {"db": "prep_cheap_all"}))
 
 
 def test_a_request_in_flight_is_early_until_its_root_arrives(spans, chdb):

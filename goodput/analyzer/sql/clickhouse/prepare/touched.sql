@@ -1,12 +1,10 @@
--- The spans a view's model reads: the insert block's own and the stored spans of the traces it touched (within the
--- span margin of the block's times), each span once. The block comes first: a materialized view is triggered by the
--- first table its query reads (here the Collector's table, __table__), and inside the view every reference to that
--- table reads the insert block; goodput_spans is read as stored (the view copying the block there may not have run).
-SELECT * FROM (
-    __span_select__
-    UNION ALL
-    SELECT * FROM __db__.__spans__
-    WHERE trace_id IN (SELECT TraceId FROM __db__.__table__)
-      AND start_ns >= (SELECT toUnixTimestamp64Nano(min(Timestamp)) FROM __db__.__table__) - __margin_ns__
-      AND start_ns < (SELECT toUnixTimestamp64Nano(max(Timestamp)) FROM __db__.__table__) + __margin_ns__
-) LIMIT 1 BY trace_id, span_id
+-- The spans a sync's model reads: the stored spans of the traces inserted after {synced_from} up to {synced_to} (µs)
+-- (goodput_touched, by insert time), within the span margin of those inserts' spans (the longest request the model
+-- follows: goodput.analyzer.backend.SPAN_MARGIN), each span once; {passes}, {pass}: the traces of this pass.
+SELECT * FROM __db__.__spans__
+WHERE trace_id IN (SELECT trace_id FROM __db__.__touched__
+                   WHERE at > fromUnixTimestamp64Micro({synced_from:Int64}, 'UTC')
+                     AND at <= fromUnixTimestamp64Micro({synced_to:Int64}, 'UTC')
+                     AND ({passes:UInt64} = 1 OR cityHash64(trace_id) % {passes:UInt64} = {pass:UInt64}))
+  AND start_ns >= {first_ns:Int64} - __margin_ns__ AND start_ns < {last_ns:Int64} + __margin_ns__
+LIMIT 1 BY trace_id, span_id
