@@ -4,9 +4,10 @@
 The spans are a simulated run of tests/fixtures/regression_fleet.yaml in the order they end (a Collector exports a
 span when it ends, so its batches cut traces apart); the first ``--base`` of them are stored and prepared (the
 backfill), the next ``--inserts`` batches of ``--batch`` spans are timed, each as one INSERT, into database ``plain``
-(no views) and ``prepared`` (its materialized views run inside the insert). After the inserts the prepared tables
-are checked against a backfill of the same spans (``same_as_backfill``). The figures: each insert's wall seconds, and
-the rows the views read per insert where the engine says (``system.query_views_log``; chDB may keep none).
+(no views) and ``prepared`` (its materialized views run inside the insert). Then the sync a reader runs before its
+first statement (``sync_s``: the model of the traces those inserts touched) and the one before the next (nothing
+new: ``idle_sync_s``); the prepared tables are checked against a backfill of the same spans (``same_as_backfill``).
+The figures: each insert's wall seconds, their medians and ratio.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _spans(seconds: float, keep: Path | None) -> list:
 
 
 def run(seconds: float, base: int, batch: int, inserts: int, keep: Path | None = None) -> dict:
-    from goodput.analyzer.prepare import prepare
+    from goodput.analyzer.prepare import Layout, prepare, sync
     from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans
     from goodput.foundation.clickhouse import connect, parse_target
 
@@ -65,6 +66,12 @@ def run(seconds: float, base: int, batch: int, inserts: int, keep: Path | None =
                 t = time.perf_counter()
                 insert_spans(con, chunk, TableSpec(database=db))
                 timings[db].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        synced = sync(con, Layout("prepared", "otel_traces"))
+        sync_s = time.perf_counter() - t
+        t = time.perf_counter()
+        sync(con, Layout("prepared", "otel_traces"))
+        idle_sync_s = time.perf_counter() - t
         for chunk in fresh:
             insert_spans(con, chunk, TableSpec(database="backfilled"))
         prepare(con, parse_target(f"chdb:{tmp}?database=backfilled"))
@@ -76,7 +83,8 @@ def run(seconds: float, base: int, batch: int, inserts: int, keep: Path | None =
             "insert_s_unprepared": [round(x, 3) for x in timings["plain"]],
             "insert_s_prepared": [round(x, 3) for x in timings["prepared"]],
             "median_insert_s_unprepared": round(plain, 3), "median_insert_s_prepared": round(prep, 3),
-            "prepared_over_unprepared": round(prep / plain, 2), "requests": rows, "same_as_backfill": same}
+            "prepared_over_unprepared": round(prep / plain, 2), "synced_spans": synced, "sync_s": round(sync_s, 2),
+            "idle_sync_s": round(idle_sync_s, 3), "requests": rows, "same_as_backfill": same}
 
 
 def main(argv: list[str] | None = None) -> dict:
