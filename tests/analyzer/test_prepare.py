@@ -1,6 +1,7 @@
 """`goodput analyze prepare`: the request model kept in ClickHouse (chDB here) by materialized views and a backfill
 (goodput/analyzer/prepare.py), read by the backend in place of the read-time derivation, to the same answers."""
 
+import dataclasses
 import logging
 import random
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
+from goodput.analyzer import prepare as prepare_module
 from goodput.analyzer.backend import ClickHouseBackend, open_backend
 from goodput.analyzer.decompose import decompose
 from goodput.analyzer.prepare import Layout, prepare, sync
@@ -94,6 +96,22 @@ def test_an_insert_after_prepare_reads_no_stored_table(spans, chdb):
     prepare(chdb, expected)
     a = chdb.query_df(_REQUESTS, {"db": "prep_cheap"})
     assert len(a) > 40 and a.equals(chdb.query_df(_REQUESTS, {"db": "prep_cheap_all"}))
+
+
+def test_a_backfill_in_chunks_keeps_the_requests_that_cross_an_hour(spans, chdb, monkeypatch):
+    few = _traces(spans, 400)
+    middle = (min(s.start_ns for s in few) + max(s.end_ns for s in few)) // 2
+    # the traces moved to straddle an hour: the requests in flight at it have later segments in the next hour
+    shift = (middle // 3_600_000_000_000 + 1) * 3_600_000_000_000 - middle
+    moved = [dataclasses.replace(s, start_ns=s.start_ns + shift, end_ns=s.end_ns + shift) for s in few]
+    streamed = _filled(chdb, "prep_hours_stream", [])
+    prepare(chdb, streamed)
+    insert_spans(chdb, moved, TableSpec(database="prep_hours_stream"))
+    sync(chdb, Layout("prep_hours_stream", "otel_traces"))
+    monkeypatch.setattr(prepare_module, "BACKFILL_SPANS_PER_PASS", len(moved) - 1)  # each hour a chunk
+    assert "backfilled from" in prepare(chdb, _filled(chdb, "prep_hours", moved))
+    a = chdb.query_df(_REQUESTS, {"db": "prep_hours"})
+    assert len(a) > 300 and a.equals(chdb.query_df(_REQUESTS, {"db": "prep_hours_stream"}))
 
 
 def test_a_request_in_flight_is_early_until_its_root_arrives(spans, chdb):
