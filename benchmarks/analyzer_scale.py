@@ -278,13 +278,26 @@ def _child(role: str, kw: dict) -> None:
             "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()").fetchall()[0][0], kw["progress"],
             kw["steps"])
         res["rows"] = con.execute("SELECT (SELECT count(*) FROM requests), (SELECT count(*) FROM segments)").fetchall()[0]
+    elif role == "prepare-clickhouse":  # the backfill of `goodput analyze prepare` over the built table
+        from goodput.analyzer.prepare import prepare
+
+        con = clickhouse(kw["path"], kw["memory_limit"])
+        t, cpu = time.perf_counter(), _cpu()
+        said = prepare(con, con.target)
+        res = {"seconds": round(time.perf_counter() - t, 1), "cpu_s": round(_cpu() - cpu, 1), "said": said,
+               "peak_rss_mib": _mib(rss_bytes("VmHWM")),
+               "requests_rows": int(con.query_df("SELECT count() AS n FROM {d:Identifier}.goodput_requests",
+                                                 {"d": con.target.database})["n"].iloc[0])}
     elif role == "query-clickhouse":
         from goodput.analyzer.backend import ClickHouseBackend
 
         con = clickhouse(kw["path"], kw["memory_limit"])
         where = {"database": con.target.database, "table": con.target.table}
         con.command("SYSTEM STOP MERGES {database:Identifier}.{table:Identifier}", where)  # parts as built, while timed
-        res = run_queries(lambda: ClickHouseBackend(con), kw["releases"], progress=kw["progress"], steps=kw["steps"])
+        if kw["prepared"]:
+            con.command("SYSTEM STOP MERGES {database:Identifier}.goodput_requests", where)
+        res = run_queries(lambda: ClickHouseBackend(con, prepared=kw["prepared"]), kw["releases"],
+                          progress=kw["progress"], steps=kw["steps"])
         res["rows"] = int(con.query_df("SELECT count() AS n FROM {database:Identifier}.{table:Identifier}",
                                        where)["n"].iloc[0])
     else:
@@ -296,7 +309,7 @@ def growth(small: dict, large: dict) -> dict:
     """Per engine and step: how many times longer the larger N took, and the exponent of N it grew by."""
     ratio = large["spans"] / small["spans"]
     out = {}
-    for engine in ("duckdb", "clickhouse"):
+    for engine in ("duckdb", "clickhouse", "clickhouse_prepared"):
         if engine not in small or engine not in large:
             continue
         for step, fig in large[engine]["steps"].items():
@@ -310,9 +323,12 @@ def growth(small: dict, large: dict) -> dict:
 
 
 def measure(work: Path, seed: dict, spans: int, memory_limit: str, fig: dict, keep: bool = False,
-            save=lambda: None, overlap: bool = False, steps: list[str] | tuple[str, ...] = STEPS) -> None:
+            save=lambda: None, overlap: bool = False, steps: list[str] | tuple[str, ...] = STEPS,
+            read_time: bool = True) -> None:
     """Build both stores for ``spans`` and time ``steps`` on each, into ``fig``; ``save`` after every phase, so
-    a run cut short keeps what it measured. ``overlap``: build ClickHouse's table while DuckDB's side runs."""
+    a run cut short keeps what it measured. ``overlap``: build ClickHouse's table while DuckDB's side runs. On
+    ClickHouse the steps run read time (unless not ``read_time``), then `goodput analyze prepare` backfills and they
+    run again on the prepared tables."""
     copies = max(1, round(spans / seed["span_count"]))
     db = work / f"duckdb-{copies}.duckdb"
     db.unlink(missing_ok=True)
@@ -347,13 +363,19 @@ def measure(work: Path, seed: dict, spans: int, memory_limit: str, fig: dict, ke
     builder.join()
     if "clickhouse_build" not in fig:
         raise SystemExit(fig.get("clickhouse_build_error", "build-clickhouse: no figures"))
-    c = child("query-clickhouse", path=str(ch), releases=seed["releases"], memory_limit=memory_limit,
-              progress=str(work / f"clickhouse-{copies}.progress.jsonl"), steps=list(steps))
-    fig["clickhouse"] = {"steps": c["steps"], "rows": c["rows"]}
-    fig["answers"]["clickhouse"] = summarize(c["answers"])
-    fig["compared"] = sorted(set(fig["answers"]["duckdb"]) & set(fig["answers"]["clickhouse"]))
-    fig["disagreements"] = disagreements(fig["answers"]["duckdb"], fig["answers"]["clickhouse"])
-    save()
+    for key, prepared in (("clickhouse", False), ("clickhouse_prepared", True)):
+        if prepared:
+            fig["clickhouse_prepare"] = child("prepare-clickhouse", path=str(ch), memory_limit=memory_limit)
+            save()
+        elif not read_time:
+            continue
+        c = child("query-clickhouse", path=str(ch), releases=seed["releases"], memory_limit=memory_limit,
+                  progress=str(work / f"{key}-{copies}.progress.jsonl"), steps=list(steps), prepared=prepared)
+        fig[key] = {"steps": c["steps"], "rows": c["rows"]}
+        fig["answers"][key] = summarize(c["answers"])
+        fig[f"compared_{key}"] = sorted(set(fig["answers"]["duckdb"]) & set(fig["answers"][key]))
+        fig[f"disagreements_{key}"] = disagreements(fig["answers"]["duckdb"], fig["answers"][key])
+        save()
     if not keep:
         shutil.rmtree(ch, ignore_errors=True)
 
@@ -425,6 +447,8 @@ def main(argv: list[str] | None = None) -> dict:
                    "runs (for a short deadline: wall times then share the CPU; CPU seconds stay each engine's)")
     p.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS), help="the analyses to time (default "
                    "all three; at 100M, ClickHouse's decompose alone is ~10 CPU minutes)")
+    p.add_argument("--no-read-time", action="store_true", help="on ClickHouse time the prepared tables only, not "
+                                                                  "the read-time derivation (hours at 100M spans)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv if argv is not None else [])
     work = args.work or Path(tempfile.mkdtemp(prefix="goodput-bench-scale-"))
@@ -441,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
         fig: dict = {}
         out["runs"].append(fig)
         measure(work, seed, n, args.memory_limit, fig, args.keep, save=lambda: _save(out, args.json),
-                overlap=args.overlap_builds, steps=args.steps)
+                overlap=args.overlap_builds, steps=args.steps, read_time=not args.no_read_time)
     runs = sorted(out["runs"], key=lambda r: r["spans"])
     out["growth"] = {f"{a['spans']}->{b['spans']}": growth(a, b) for a, b in zip(runs, runs[1:], strict=False)}
     if args.work is None and not args.keep:

@@ -1,4 +1,4 @@
-"""``goodput analyze ingest|decompose|regressions|triage``: thin faces over the analyzer library."""
+"""``goodput analyze ingest|prepare|decompose|regressions|triage``: thin faces over the analyzer library."""
 
 from __future__ import annotations
 
@@ -99,6 +99,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=_ingest)
 
+    p = asub.add_parser("prepare", help="keep the request model inside ClickHouse as spans arrive (views + backfill)",
+                        description="Create, beside the Collector's otel_traces, the tables and materialized views "
+                                    "that keep goodput's request model up to date as spans are inserted, then backfill "
+                                    "them from the spans already there (in chunks of hours). decompose, regressions, "
+                                    "triage, the review and the console then read those tables instead of deriving "
+                                    "requests from raw spans. Idempotent: run again, it changes nothing. The user needs "
+                                    "CREATE TABLE, CREATE VIEW and INSERT on the database (docs/clickhouse.md).",
+                        epilog="exit status: 0 prepared (or already), 2 bad arguments or refused DDL")
+    p.add_argument("--db", required=True, metavar="clickhouse://HOST:PORT/DB|chdb:DIR",
+                   help="the Collector's otel_traces: clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE"
+                        "[?table=otel_traces] or chdb:DIR[?database=otel&table=otel_traces]")
+    p.add_argument("--print", action="store_true", dest="print_ddl",
+                   help="print the DDL instead of running it (for database admins who apply schema by hand)")
+    p.add_argument("--cluster", default="", metavar="NAME",
+                   help="ON CLUSTER NAME: Replicated* local tables and Distributed ones over them, sharded by trace "
+                        "(--db names each shard's local span table; run once per shard to backfill it)")
+    p.add_argument("--no-backfill", action="store_true", help="create the tables and views only")
+    p.set_defaults(func=_prepare)
+
     p = asub.add_parser("decompose", help="split E2E and TTFT into gateway, queue, prefill, kv_transfer, decode, send",
                         description="Percentiles of E2E and TTFT per group, mean seconds per segment, clock-skew "
                                     "gaps and overlaps, and the segment that dominates each group's p95/p99 tail. The "
@@ -175,9 +194,33 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prepare(args: argparse.Namespace) -> int:
+    from goodput.analyzer.backend import open_clickhouse
+    from goodput.analyzer.prepare import Layout, ddl, prepare
+    from goodput.foundation.clickhouse import is_clickhouse, parse_target
+
+    if not is_clickhouse(args.db):
+        raise ConfigError("--db", args.db, "prepare is for ClickHouse: clickhouse://HOST:PORT/DATABASE or chdb:DIR")
+    if args.cluster and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.cluster):
+        raise ConfigError("--cluster", args.cluster, "not a plain identifier (letters, digits, _)")
+    target = parse_target(args.db, "--db")
+    if args.print_ddl:
+        for statement in ddl(Layout(target.database, target.table, args.cluster)):
+            print(statement + ";\n")
+        print(f"-- then, to backfill and record the schema version: goodput analyze prepare --db {args.db}")
+        return 0
+    con = open_clickhouse(args.db)
+    try:
+        print(prepare(con, target, args.cluster, fill=not args.no_backfill))
+    finally:
+        con.close()
+    return 0
+
+
 def _decompose(args: argparse.Namespace) -> int:
     from goodput.analyzer.backend import open_backend
-    from goodput.analyzer.decompose import decompose
+    from goodput.analyzer.completeness import in_flight_rows, not_final
+    from goodput.analyzer.decompose import BUCKETS, decompose
     from goodput.analyzer.report import render
 
     since, until = _window_of(args)
@@ -189,6 +232,9 @@ def _decompose(args: argparse.Namespace) -> int:
     if not rows:
         print(f"goodput: no requests {_window(args)}", file=sys.stderr)
         return NOTHING
+    counts = in_flight_rows(con, rows, since=since, until=until, bucket=BUCKETS.get(args.bucket or ""))
+    for r, n in zip(rows, counts, strict=True):  # a row whose requests are not all finished will change: say so
+        r["in_flight"], r["final"] = n, not_final(n) or "final"
     columns = None
     if args.format == "table":
         e2e = [k for k in rows[0] if re.fullmatch(r"e2e_p[0-9_]+_s", k)]
@@ -196,9 +242,19 @@ def _decompose(args: argparse.Namespace) -> int:
         pct = [*e2e, "ttft_p95_s" if "ttft_p95_s" in ttft else ttft[-1]]
         kv = ["kv_transfer_s"] if any(r.get("kv_transfer_s") for r in rows) else []  # P/D disaggregated groups only
         columns = [*d.group_columns(), "requests", *pct, "gateway_s", "queue_s", "prefill_s", *kv, "decode_s", "send_s",
-                   "other_s", "e2e_p95_top_segment"]
+                   "other_s", "e2e_p95_top_segment", "final"]
     print(render(rows, args.format, title="latency decomposition (seconds; segments are means)", columns=columns))
+    if args.format == "table" and any(n != 0 for n in counts):
+        print(f"not final: requests still in flight are not in these figures yet ({_flight(con)}); they will change")
     return 0
+
+
+def _flight(con) -> str:
+    """What is in flight, per deployment that has any, one line."""
+    from goodput.analyzer.completeness import completeness
+
+    return "; ".join(f"{d}: {c.describe()}" for d, c in completeness(con).items()
+                     if c.in_flight != 0 or c.basis == "bound")
 
 
 def _window(args: argparse.Namespace) -> str:

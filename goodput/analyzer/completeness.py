@@ -34,7 +34,7 @@ from goodput.contracts.catalog import by_name
 from goodput.foundation.promapi import Client, PromError, Query, config_error
 
 __all__ = ["ABANDONED_S", "BOUND_FACTOR", "Completeness", "arrival_count", "arrivals", "completeness",
-           "drop_incomplete", "final_window", "prometheus_in_flight", "verdict_window"]
+           "drop_incomplete", "final_window", "in_flight_rows", "not_final", "prometheus_in_flight", "verdict_window"]
 
 BOUND_FACTOR = 2.0  # final_before without early spans: the newest completion minus this x the longest request
 ABANDONED_S = 3600.0  # in flight longer than this: its root will not come (a fleet that stopped, spans lost)
@@ -185,3 +185,46 @@ def drop_incomplete(con: Backend | duckdb.DuckDBPyConnection, series: pd.DataFra
     final = series["bucket"] + pd.Timedelta(width) <= series["deployment"].map(ends)
     left = series.loc[~final].groupby("deployment")["bucket"].nunique()
     return series.loc[final].reset_index(drop=True), {str(d): int(n) for d, n in left.items()}
+
+
+def in_flight_rows(con: Backend | duckdb.DuckDBPyConnection, records: list[dict], *, since: datetime | None = None,
+                   until: datetime | None = None, deployment: str | None = None, tier: str | None = None,
+                   tenant: str | None = None, bucket: str | None = None) -> list[int | None]:
+    """For each row of a figure over requests (grouped by some of ``deployment``, ``tier``, ``tenant`` and, with
+    ``bucket`` an interval, ``bucket``), how many of the requests it covers — arrived in [since, until), of its
+    deployment, tier, tenant and bucket where it names them, else of the filters' — are still in flight: 0, the
+    figure is final (the same after the run); None, unknown (a deployment without early spans, past what is final).
+    A row grouped by a dimension the in-flight spans do not carry (route, replica) counts its deployment's."""
+    width = pd.Timedelta(microseconds=interval_us(bucket)) if bucket else None
+    comps = completeness(con, deployment)
+    seen: dict[tuple, pd.DataFrame] = {}
+    out: list[int | None] = []
+    for rec in records:
+        key = (rec.get("tier", tier), rec.get("tenant", tenant))
+        if key not in seen:
+            seen[key] = arrivals(con, bucket or "100 years", since=since, until=until, deployment=deployment,
+                                 tier=key[0], tenant=key[1])
+        got, dep = seen[key], rec.get("deployment", deployment)
+        start = pd.Timestamp(rec["bucket"]) if width is not None and rec.get("bucket") is not None else None
+        if dep is not None:
+            got = got[got["deployment"] == dep]
+        if start is not None:
+            start = start.tz_localize("UTC") if start.tzinfo is None else start.tz_convert("UTC")
+            got = got[pd.to_datetime(got["bucket"], utc=True) == start]
+        end = start + width if start is not None and width is not None else until
+        blind = any(not c.early_spans and not _final_to(c, end) for d, c in comps.items() if dep in (None, d))
+        out.append(None if blind else int(got["in_flight"].sum()))
+    return out
+
+
+def _final_to(c: Completeness, end: datetime | pd.Timestamp | None) -> bool:
+    """Whether every request of ``c``'s deployment that arrived before ``end`` (None: the newest data) has finished."""
+    limit = c.newest_data if end is None else end
+    return c.final_before is not None and limit is not None and c.final_before >= limit
+
+
+def not_final(in_flight: int | None) -> str:
+    """What a figure over requests says of itself: "" when final, else that it is not, and how many are in flight."""
+    if in_flight == 0:
+        return ""
+    return "not final: in flight unknown (no early spans)" if in_flight is None else f"not final: {in_flight} in flight"

@@ -114,8 +114,8 @@ def triage(con: Backend | duckdb.DuckDBPyConnection, deployment: str, *, since: 
     w, comp, left_out = _window(con, deployment, since, until, prometheus_in_flight)
     latency, grew, queued = _latency_split(w)
     releases_step, regs = _releases(w, releases or [])
-    steps = [s for s in (_in_flight(comp), latency, _workload(w), _kv_cache(w, grew), _routing(w), releases_step)
-             if s is not None]
+    steps = [s for s in (_in_flight(comp), latency, _workload(w), _kv_cache(w, grew),
+                         _routing(w, _scale_outs(w, releases or [])), releases_step) if s is not None]
     t = Triage(deployment, steps=[(s.name, s.finding) for s in steps],
                facts={"recent_from": w.split.isoformat(), "recent": w.now, "before": w.before},
                completeness=comp.record() if comp else {}, left_out=left_out)
@@ -177,18 +177,32 @@ def _latency_split(w: Window) -> tuple[Step | None, str, bool]:
 
 def _workload(w: Window) -> Step:
     """Step 2: did more requests arrive (counted by arrival, finished or in flight, never only the finished), or did
-    the prompts grow; either is a cause."""
-    now, before = w.now, w.before
+    the prompts grow; either is a cause. The recent period is compared with the period of equal length just before
+    it (a start-up minute against a quarter hour, or a day against an hour, is no shift); request lengths only where
+    each side has ``MIN_OK`` finished requests. What it cannot compare it says, and names no cause from it."""
     end = min(w.until, w.last) if w.until else w.last
-    rate_b = arrival_count(w.con, w.deployment, w.first, w.split) / max((w.split - w.first).total_seconds(), 1)
-    rate_n = arrival_count(w.con, w.deployment, w.split, end) / max((end - w.split).total_seconds(), 1)
-    rate, inp = _chg(rate_b, rate_n), _chg(before.get("input_tokens"), now.get("input_tokens"))
-    outp = _chg(before.get("output_tokens"), now.get("output_tokens"))
-    burst = now.get("burstiness") or 0
-    step = Step("2. workload", f"arrival rate {_pct(rate)} ({rate_b:.2f} -> {rate_n:.2f} req/s), input tokens "
-                f"{_pct(inp)}, output tokens {_pct(outp)}, peak-minute / mean {burst:.1f}",
-                facts={"arrival_rate": {"before": rate_b, "recent": rate_n, "from": w.first.isoformat(),
-                                        "split": w.split.isoformat(), "until": end.isoformat()}})
+    length = end - w.split
+    start = max(w.split - length, w.since or w.first, w.first)
+    rel = backend(w.con).rows("triage", {"deployment": w.deployment, "since": start, "until": w.until, "split": w.split})
+    sides = {row[0]: dict(zip(rel.columns, row, strict=True)) for row in rel.rows}
+    now, before = sides.get("recent", {}), sides.get("before", {})
+    facts: dict[str, dict] = {"arrival_rate": {"from": start.isoformat(), "split": w.split.isoformat(),
+                                                "until": end.isoformat()}}
+    if start > w.split - length:
+        return Step("2. workload", f"not enough before to compare: {(w.split - start).total_seconds():.0f} s before the "
+                    f"recent {length.total_seconds():.0f} s", facts=facts)
+    rate_b = arrival_count(w.con, w.deployment, start, w.split) / max((w.split - start).total_seconds(), 1)
+    rate_n = arrival_count(w.con, w.deployment, w.split, end) / max(length.total_seconds(), 1)
+    rate, burst = _chg(rate_b, rate_n), now.get("burstiness") or 0
+    facts["arrival_rate"].update(before=rate_b, recent=rate_n)
+    few = [f"{n} finished requests {side}" for side, n in (("before", before.get("ok") or 0),
+                                                           ("recent", now.get("ok") or 0)) if n < MIN_OK]
+    inp = None if few else _chg(before.get("input_tokens"), now.get("input_tokens"))
+    outp = None if few else _chg(before.get("output_tokens"), now.get("output_tokens"))
+    lengths = (f"request lengths not compared (only {' and '.join(few)}; needs {MIN_OK} each)" if few
+               else f"input tokens {_pct(inp)}, output tokens {_pct(outp)}")
+    step = Step("2. workload", f"against the {length.total_seconds() / 60:.0f} min before: arrival rate {_pct(rate)} "
+                f"({rate_b:.2f} -> {rate_n:.2f} req/s), {lengths}, peak-minute / mean {burst:.1f}", facts=facts)
     if inp is not None and abs(inp) >= 0.2:
         step.causes.append(Cause(2, f"request lengths changed: input tokens {_pct(inp)}"))
     if rate is not None and rate >= 0.5 or burst >= 3:
@@ -216,15 +230,42 @@ def _kv_cache(w: Window, grew: str) -> Step:
     return step
 
 
-def _routing(w: Window) -> Step:
+def _scale_outs(w: Window, releases: list[Release]) -> list[Release]:
+    """The scale events of the window that added replicas (to more than from)."""
+    def count(v: str) -> float:
+        try:
+            return float(v)
+        except ValueError:
+            return float("nan")
+    return [r for r in releases if r.kind == SCALE_KIND and r.deployment in (w.deployment, "*")
+            and w.first <= r.time <= w.last and count(r.to_version) > count(r.from_version)]
+
+
+def _routing(w: Window, scale_outs: list[Release]) -> Step:
     """Step 4: routing balance (one replica's p95 queue wait against another's), the prefix-cache hit ratio, the
-    gateway's refusals (``_gateway``) and its overload ladder and fallback routes (``_overload``)."""
+    gateway's refusals (``_gateway``) and its overload ladder and fallback routes (``_overload``). Replicas first seen
+    in the recent period (a scale-out: the releases file's scale event, or the requests' replicas) started empty
+    while the old ones held the backlog: their queue waits are compared among themselves, never across, and the
+    scale-out is named instead of a skew."""
     reps = backend(w.con).rows("replicas", {"deployment": w.deployment, "split": w.split, "until": w.until}).rows
-    waits = [q for _, _, q in reps if q is not None]
-    imbalance = (max(waits) / max(min(waits), 1e-3)) if len(waits) > 1 else 1.0
+    held = {r for r, _, _ in backend(w.con).rows("replicas", {"deployment": w.deployment, "split": w.since or w.first,
+                                                               "until": w.split}).rows}
+    added = sorted(r for r, _, _ in reps if held and r not in held)
+    groups = [[q for r, _, q in reps if q is not None and (r in added) == new] for new in (False, True)]
+    imbalance = max((max(g) / max(min(g), 1e-3) for g in groups if len(g) > 1), default=1.0)
     hit = _chg(w.before.get("cache_hit_ratio"), w.now.get("cache_hit_ratio"))
-    step = Step("4. routing and cache", f"{len(reps)} replicas, p95 queue wait max/min {imbalance:.1f}x; prefix-cache "
-                f"hit ratio {w.now.get('cache_hit_ratio') or 0:.2f} ({_pct(hit)})")
+    event = (f"{scale_outs[-1].from_version} -> {scale_outs[-1].to_version} replicas at {scale_outs[-1].time:%H:%M}"
+             if scale_outs else f"{', '.join(added)} first seen from {w.split:%H:%M}" if added else "")
+    scale = f"after the scale-out ({event}); " if event else ""
+    if added:
+        old = [q for r, _, q in reps if q is not None and r not in added]
+        scale = (f"scale-out ({event}): the added replicas started empty while the old held the backlog, so their "
+                 f"queue waits are not a routing skew (p95 old {max(old, default=0.0):.3f} s, added "
+                 f"{max(groups[1], default=0.0):.3f} s); ")
+    step = Step("4. routing and cache", f"{len(reps)} replicas, {scale}p95 queue wait max/min {imbalance:.1f}x"
+                f"{' within each' if added else ''}; prefix-cache hit ratio {w.now.get('cache_hit_ratio') or 0:.2f} "
+                f"({_pct(hit)})", facts={"replicas_added": added, "scale_out": event})
+    waits = [q for g in groups for q in g]
     if imbalance >= 3 and max(waits) > 0.1:
         step.causes.append(Cause(3, f"routing imbalance: one replica's p95 queue wait is {imbalance:.1f}x another's"))
     if hit is not None and hit <= -0.3:
@@ -301,13 +342,18 @@ def _verdict(w: Window, steps: list[Step], regs: list[Regression], queued: bool,
                 f"(threshold +{REGRESSION:.0%}) and no step up in any p95 series; checked "
                 + ", ".join(s.name.split(". ", 1)[1] for s in steps if not s.name.startswith("0.")) + said), False
     causes = [c for s in steps for c in s.causes]
+    # after a scale-out the queue is the backlog from before it, draining: not a pool still short
+    drains = f"the backlog from before the scale-out ({facts['scale_out']}) still drains" if facts.get("scale_out") else ""
     if not causes and queued:
-        causes.append(Cause(4, "too little capacity: requests wait in the queue (no shift in workload, KV or releases)"))
+        causes.append(Cause(4, f"requests wait in the queue: {drains}" if drains else
+                            "too little capacity: requests wait in the queue (neither more traffic, longer prompts, the "
+                            "KV cache nor a release explains it)"))
     if not causes:
         return (f"it served none of its {now['requests']} recent requests and nothing explains it" if down
                 else "latency rose but nothing explains it: workload, KV, routing and releases are steady") + said, True
     top = min(causes)
-    queue = "; requests wait in the queue: the pool is short of capacity for it" if queued and top.priority < 4 else ""
+    queue = ("" if not queued or top.priority >= 4 else f"; requests wait in the queue: {drains}" if drains
+             else "; requests wait in the queue: the pool is short of capacity for it")
     return top.text + queue + said, True
 
 

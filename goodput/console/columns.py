@@ -37,7 +37,7 @@ class Col:
 
 
 def _signed_share(v: float) -> str:
-    return f"{v:+.0%}"
+    return f"{round(v, 2) + 0.0:+.0%}"  # rounded first: -0.1% is "+0%", never "-0%"
 
 
 def _bounds(histogram: str) -> tuple[float, ...]:
@@ -87,6 +87,8 @@ COLUMNS: dict[str, Col] = {
     "request_id": Col("request"), "ts": Col("arrived (UTC)"), "outcome": Col("outcome"),
     "input_tokens": Col("input (tokens)", TOKENS), "output_tokens": Col("output (tokens)", TOKENS),
     "retries": Col("retries", COUNT),
+    # every trace table: how many of the row's requests are still in flight (goodput/console/flight.py)
+    "final": Col("final?"), "in_flight": Col("in flight", COUNT),
     # Workload, KV, Routing
     "measure": Col("measure"), "before": Col("before"), "now": Col("now"), "change": Col("change", _signed_share),
     "shift": Col("shift?"), "bucket": Col("from (UTC)"), "kv_rejections": Col("KV rejections", COUNT),
@@ -95,7 +97,7 @@ COLUMNS: dict[str, Col] = {
     "retried": Col("retried", COUNT), "failed": Col("failed", COUNT),
     "decision": Col("decision"), "share": Col("share of the tenant's requests in its tier", SHARE),
     "requests max/min": Col("requests max/min", RATIO), "p95 queue wait max/min": Col("p95 queue wait max/min", RATIO),
-    "retried share": Col("retried", SHARE),
+    "retried share": Col("retried", SHARE), "scale": Col("scale event"), "first_seen": Col("first request (UTC)"),
     # Releases
     "metric": Col("p95 of"), "time": Col("changed at (UTC)"), "before_p95_s": Col("p95 before (s)", S),
     "after_p95_s": Col("p95 after (s)", S), "segment": Col("segment"), "cause": Col("cause"), "release": Col("release"),

@@ -23,7 +23,7 @@ from goodput.console.prom import Alertmanager, Prometheus, Sample, Series
 from goodput.foundation.clickhouse import is_clickhouse
 from goodput.foundation.promapi import Endpoint
 
-__all__ = ["alerts", "arrivals", "bucket_series", "completeness", "decomposition", "prom_instant", "prom_range",
+__all__ = ["alerts", "arrivals", "bucket_series", "completeness", "decomposition", "in_flight", "prom_instant", "prom_range",
            "regressions", "silences", "store_query", "store_version"]
 
 PROM_TTL_S = 10
@@ -109,3 +109,14 @@ def alerts(url: str) -> list[dict]:
 @st.cache_data(ttl=PROM_TTL_S, show_spinner=False)
 def silences(url: str) -> list[dict]:
     return Alertmanager(url).silences()
+
+
+@st.cache_data(ttl=STORE_TTL_S, show_spinner=False, max_entries=64)
+def in_flight(db: str, version: Version, rows: list[dict], since: datetime | None, until: datetime,
+              filters: tuple[str | None, str | None, str | None], bucket: str | None) -> list[int | None]:
+    """Per row (its deployment, tier, tenant, bucket where it has them; ``filters`` the sidebar's deployment, tier
+    and tenant), the requests it covers still in flight (``goodput/analyzer/completeness.py``: 0 final, None unknown)."""
+    deployment, tier, tenant = filters
+    with traces.open_store(db) as con:
+        return store_completeness.in_flight_rows(con, rows, since=since, until=until, deployment=deployment, tier=tier,
+                                                 tenant=tenant, bucket=bucket)

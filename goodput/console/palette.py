@@ -15,8 +15,9 @@ SEGMENT_COLOURS = {"gateway": "#999999", "queue": "#E69F00", "prefill": "#56B4E9
                    "decode": "#009E73", "send": "#CC79A7", "other": "#F0E442"}
 # Overview status: the SLO met, the error budget burning faster than it is earned, a page firing
 STATUS = {"met": "#1e8449", "burning": "#d68910", "paging": "#c0392b", "no data": "#7f8c8d"}
-# a verdict's direction (analyzer rows' ``direction``; a ``scale`` cause is neither)
-DIRECTION = {"regression": "#c0392b", "improvement": "#1e8449", "scale": "#7f8c8d"}
+# a verdict's direction (analyzer rows' ``direction``; a ``scale`` cause is neither; ``backlog`` a release's queue still
+# building)
+DIRECTION = {"regression": "#c0392b", "improvement": "#1e8449", "scale": "#7f8c8d", "backlog": "#d68910"}
 # time-chart markers: (line colour, dash)
 MARKER = {"release": ("#8e44ad", "dash"), "scale": ("#7f8c8d", "dot"), "page": ("#c0392b", "solid")}
 

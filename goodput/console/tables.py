@@ -4,6 +4,7 @@ headless check and the tests read them exactly as the pages do."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -18,6 +19,7 @@ __all__ = ["alert_rows", "fallback_paths", "gateway_tables", "ladder_state", "li
 FOLD = {"ttft_attainment": "min", "tpot_attainment": "min", "ttft_burn_1h": "max", "tpot_burn_1h": "max"}
 VERDICT_COLUMNS = ["deployment", "tier", "metric", "time", "change", "before_p95_s", "after_p95_s", "segment", "cause",
                    "release", "blamed", "direction"]
+ADDED_AFTER = pd.Timedelta(minutes=1)  # a replica first seen this long after its deployment's first: added
 BUDGET = 1.0  # a burn rate above this spends the error budget faster than the objective earns it
 
 
@@ -143,7 +145,7 @@ def trace_table(df: pd.DataFrame, seconds: float) -> pd.DataFrame:
 
 def verdict_table(found: list[dict], tier: str | None) -> pd.DataFrame:
     """The analyzer's rows; ``direction`` is theirs ("regression" / "improvement"), "scale" for a scale event's,
-    '' where the analyzer gives none."""
+    "backlog" for a queue still building after a blamed release (``_backlog``), '' where the analyzer gives none."""
     rows = [r for r in found if not tier or r["tier"] == tier]
     out = []
     for r in rows:
@@ -151,14 +153,30 @@ def verdict_table(found: list[dict], tier: str | None) -> pd.DataFrame:
         kind = str(r.get("release") or "").split(" ", 1)[0]
         row["direction"] = "scale" if kind == "scale" else str(r.get("direction") or "")
         out.append(row)
-    return pd.DataFrame(out, columns=VERDICT_COLUMNS)
+    return pd.DataFrame(_backlog(out), columns=VERDICT_COLUMNS)
 
 
-def shift_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Before, now, change and whether it counts as a shift, per measure."""
+def _backlog(rows: list[dict]) -> list[dict]:
+    """A queue step up that nothing explains, after a release blamed for a step up of the same deployment and tier, is
+    the backlog that release started still building (a ramp cut into steps), not a new regression: ``backlog``."""
+    blamed: dict[tuple, list[tuple[pd.Timestamp, str]]] = {}
+    for r in rows:
+        if r["blamed"] and r["direction"] == "regression":
+            blamed.setdefault((r["deployment"], r["tier"]), []).append((pd.Timestamp(r["time"]), str(r["release"])))
+    for r in rows:
+        before = sorted(b for b in blamed.get((r["deployment"], r["tier"]), []) if b[0] <= pd.Timestamp(r["time"]))
+        if before and not r["blamed"] and r["direction"] == "regression" and r["segment"] == "queue":
+            r["direction"] = "backlog"
+            r["cause"] = f"the backlog release {before[-1][1]} started, still building (no new cause)"
+    return rows
+
+
+def shift_table(df: pd.DataFrame, seconds: float | None = None) -> pd.DataFrame:
+    """Before, now, change and whether it counts as a shift, per measure; ``seconds``: each period's length (None:
+    from its first to its last request)."""
     by = {p: r for p, r in zip(df["period"], df.to_dict("records"), strict=True)}
     b, n = by.get("before", {}), by.get("now", {})
-    rate = lambda r: (r.get("requests") or 0) / max(r.get("seconds") or 0, 1.0)  # noqa: E731
+    rate = lambda r: (r.get("requests") or 0) / max(seconds or r.get("seconds") or 0, 1.0)  # noqa: E731
     rows = [("arrival rate (req/s)", rate(b) if b else None, rate(n) if n else None, RATE_SHIFT)]
     for col in ("input_mean", "input_p50", "input_p95", "output_mean", "output_p50", "output_p95"):
         rows.append((col.replace("_", " ") + " (tokens)", b.get(col), n.get(col), LENGTH_SHIFT))
@@ -170,13 +188,30 @@ def shift_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def skew(df: pd.DataFrame) -> pd.DataFrame:
-    """Per deployment: replicas, max/min of requests and of p95 queue wait, share retried."""
+def skew(df: pd.DataFrame, scale_events: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Per deployment: replicas, max/min of requests and of p95 queue wait, share retried. A replica first seen over
+    ``ADDED_AFTER`` after its deployment's first request of the range was added (a scale-out): it started empty
+    while the old ones held the backlog, so requests and queue waits are compared within the old and within the
+    added, never across; ``scale`` names the event (``scale_events``' line for the deployment, from the releases
+    file, else the replicas added and when) and ``scale_note`` says why it is no skew."""
     rows = []
     for dep, g in df.groupby("deployment", sort=True):
-        q = g["queue_p95_s"].dropna()
+        added = g["first_seen"] > g["first_seen"].min() + ADDED_AFTER
+        parts = [p for p in (g[~added], g[added]) if len(p) > 1]
+        waits = [p["queue_p95_s"].dropna() for p in parts]
+        scale = note = ""
+        if added.any():
+            event = (scale_events or {}).get(dep) or (f"{int(added.sum())} replicas first seen from "
+                                                      f"{g.loc[added, 'first_seen'].min():%H:%M}")
+            scale = f"scale-out ({event})"
+            note = (f"{scale}: the added replicas started empty while the old held the backlog (p95 queue wait old "
+                    f"{g.loc[~added, 'queue_p95_s'].max():.2f} s, added {g.loc[added, 'queue_p95_s'].max():.2f} s); "
+                    "max/min compared within each")
         rows.append({"deployment": dep, "replicas": len(g),
-                     "requests max/min": g["requests"].max() / max(g["requests"].min(), 1),
-                     "p95 queue wait max/min": q.max() / max(q.min(), 1e-3) if len(q) > 1 else 1.0,
-                     "retried share": g["retried"].sum() / max(g["requests"].sum(), 1)})
+                     "requests max/min": max((p["requests"].max() / max(p["requests"].min(), 1) for p in parts),
+                                             default=1.0),
+                     "p95 queue wait max/min": max((q.max() / max(q.min(), 1e-3) for q in waits if len(q) > 1),
+                                                   default=1.0),
+                     "retried share": g["retried"].sum() / max(g["requests"].sum(), 1), "scale": scale,
+                     "scale_note": note})
     return pd.DataFrame(rows)

@@ -132,7 +132,7 @@ def sidebar(settings: Settings) -> Context:
             st.warning("ignored from the link: " + ", ".join(st.session_state["filters_bad"]))
         if ctx.last is not None:
             st.caption(f"{ctx.requests:,} requests stored, {ctx.first:%Y-%m-%d %H:%M} .. {ctx.last:%Y-%m-%d %H:%M} UTC; "
-                       "trace figures end at the newest request")
+                       "trace figures end at the newest arrival, those in flight included")
     ctx.filters = Filters(st.session_state["f_range"], **values)
     q = ctx.filters.query()
     if dict(st.query_params) != q:

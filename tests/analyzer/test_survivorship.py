@@ -139,9 +139,12 @@ def test_triage_reports_no_drop_that_did_not_happen(cut, capsys):
     t = triage(con, "rag", since=START, until=CUT)
     rate = next(f for s, f in t.steps if s == "2. workload")
     split = datetime.fromisoformat(t.facts["recent_from"])
-    cut_at = START + (split - START) * 4 / 3
+    cut_at = datetime.fromisoformat(t.facts["arrival_rate"]["until"])
+    start = datetime.fromisoformat(t.facts["arrival_rate"]["from"])  # as long before the split as the recent period
+    assert split - start == cut_at - split
     arrived = [r.arrival for r in done]
-    before = sum(1 for a in arrived if a < (split - START).total_seconds()) / (split - START).total_seconds()
+    before = sum(1 for a in arrived if (start - START).total_seconds() <= a < (split - START).total_seconds()) / (
+        split - start).total_seconds()
     recent = sum(1 for a in arrived if (split - START).total_seconds() <= a < (cut_at - START).total_seconds()) / (
         cut_at - split).total_seconds()
     change = float(rate.split("arrival rate ")[1].split("%")[0]) / 100

@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from streamlit.util import calc_hash
 
 from goodput.analyzer.decompose import decompose
-from goodput.analyzer.regressions import scan_regressions
+from goodput.analyzer.regressions import LENGTH_SHIFT, scan_regressions
 from goodput.analyzer.releases import load_releases
 from goodput.console import promql
 from goodput.console.filters import Filters
@@ -176,16 +176,24 @@ def test_releases_page_shows_the_analyzers_verdict_blaming_the_release(monkeypat
     assert at_release - start == pytest.approx(RELEASE_AT_S, abs=1)
 
 
-def test_workload_page_flags_the_input_shift(monkeypatch, store, con):
+def test_workload_page_compares_like_windows(monkeypatch, store, con):
+    """Now against before: the range's last quarter against the quarter just before it (the store is final). The
+    release doubled rag's input at minute 30, before both of them: no input shift between two windows after it —
+    where the rest of the hour (half of it before the release) would have read one."""
     at = app(monkeypatch, store / "db.duckdb", range="all", deployment="rag")
     show(at, "workload")
     no_exception(at)
     shift = frame(at, "measure", "shift").set_index("measure")
-    assert shift.loc["input mean (tokens)", "shift"] and not shift.loc["arrival rate (req/s)", "shift"]
     first, last = con.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
-    split = first + (last + pd.Timedelta(microseconds=1) - first) * 3 / 4
-    now = con.execute("SELECT avg(input_tokens) FROM requests WHERE deployment = 'rag' AND ts >= ?", [split]).fetchone()[0]
+    quarter = (last + pd.Timedelta(microseconds=1) - first) / 4
+    split = first + 3 * quarter
+    mean = "SELECT avg(input_tokens) FROM requests WHERE deployment = 'rag' AND ts >= ? AND ts < ?"
+    now = con.execute(mean, [split, split + quarter]).fetchone()[0]
+    before = con.execute(mean, [split - quarter, split]).fetchone()[0]
+    rest = con.execute(mean, [first, split]).fetchone()[0]
     assert shift.loc["input mean (tokens)", "now"] == pytest.approx(now)
+    assert shift.loc["input mean (tokens)", "before"] == pytest.approx(before)
+    assert not shift["shift"].any() and now / rest - 1 >= LENGTH_SHIFT  # the unlike windows' false shift
 
 
 def test_kv_routing_and_capacity_pages_render_from_both_sources(monkeypatch, store, live):

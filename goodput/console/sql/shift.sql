@@ -1,4 +1,4 @@
--- Now against before: the window's last quarter ($split onwards) against the rest.
+-- Now against before: $split onwards against what came before it ($since on: the console passes like windows).
 SELECT CASE WHEN ts >= $split THEN 'now' ELSE 'before' END AS period,
     count(*) AS requests,
     epoch(max(ts)) - epoch(min(ts)) AS seconds,

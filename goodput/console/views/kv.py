@@ -1,12 +1,12 @@
 """KV & scheduler: KV-cache usage per replica, preemptions and KV-capacity rejections, waiting against running
-(Prometheus); preemptions per request over time (traces)."""
+(Prometheus); preemptions per request over time (traces; buckets whose requests are still in flight marked not final)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 import streamlit as st
 
-from goodput.console import promql
+from goodput.console import flight, promql
 from goodput.console.columns import show
 from goodput.console.palette import plain
 from goodput.console.ui import Context
@@ -22,15 +22,19 @@ def render(ctx: Context) -> None:
     if not ctx.store_ready():
         return
     bucket, df = bucketed(ctx, "kv")
+    df = flight.mark(ctx, df, bucket)
+    flight.say(ctx, df, f"Preemptions per {bucket}")
     fig = go.Figure()
-    for dep, g in df.groupby("deployment", sort=True):
-        fig.add_trace(go.Scatter(x=g["bucket"], y=g["preemptions"] / g["requests"], name=plain(f"{dep} preemptions/request"),
-                                 mode="lines+markers"))
+    for i, (dep, g) in enumerate(df.groupby("deployment", sort=True)):
+        final = g["final"] == "final"
+        fig.add_traces(flight.lines(g["bucket"], g["preemptions"] / g["requests"], final,
+                                    plain(f"{dep} preemptions/request"), i))
         fig.add_trace(go.Bar(x=g["bucket"], y=g["kv_rejections"], name=plain(f"{dep} KV rejections"), yaxis="y2",
-                             opacity=0.4))
-    fig.update_layout(title=f"preemptions per request and KV-capacity rejections (per {bucket})", height=320,
+                             opacity=0.4, marker_pattern_shape=["" if f else "/" for f in final]))
+    fig.update_layout(title=f"preemptions per request and KV-capacity rejections (per {bucket}; open circles, hatched: "
+                            "not final)", height=320,
                       margin={"t": 40, "b": 20}, yaxis2={"overlaying": "y", "side": "right"})
     since, until = ctx.window()
     mark(ctx, fig, since, until)
     st.plotly_chart(fig, width="stretch", key="kv_traces")
-    show(df, "kv_table")
+    show(df, "kv_table", ("bucket", "deployment", "final"))

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from goodput.console import data
+from goodput.console import data, flight
 from goodput.console.columns import show
 from goodput.console.palette import SEGMENT_COLOURS, SEGMENTS, plain, segment_order
 from goodput.console.ui import Context
@@ -79,8 +79,9 @@ def render(ctx: Context) -> None:
         st.info("No requests match these filters in this time range.")
         return
     segments = shown_segments(recs)
-    table = pd.DataFrame(recs).drop(columns=[f"{s}_s" for s in SEGMENTS if s not in segments])
-    show(table, "decomposition", (by, "tier", "tenant", "requests", "e2e_p95_s", "e2e_p95_top_segment", "ttft_p95_s",
+    table = flight.mark(ctx, pd.DataFrame(recs).drop(columns=[f"{s}_s" for s in SEGMENTS if s not in segments]))
+    flight.say(ctx, table, "Latency decomposition")
+    show(table, "decomposition", (by, "tier", "tenant", "final", "requests", "e2e_p95_s", "e2e_p95_top_segment", "ttft_p95_s",
                                   *(f"{s}_s" for s in segments)))
     top = sorted(recs, key=lambda r: -(r["requests"] or 0))[:MAX_GROUPS]
     stacked = go.Figure([go.Bar(name=s, x=[plain(r[by]) for r in top], y=[r[f"{s}_s"] or 0.0 for r in top],
@@ -93,6 +94,9 @@ def render(ctx: Context) -> None:
     st.plotly_chart(_waterfall(top[names.index(pick)], pick, segments), width="stretch", key="waterfall")
 
     st.subheader("Slowest requests")
+    if (table["final"] != "final").any():
+        st.caption("The slowest finished requests: those still in flight are not listed, and the slowest of the range "
+                   "may be among them.")
     slow = data.store_query(ctx.db, ctx.db_version, "slowest", {**ctx.sql_params(), "limit": SLOWEST})
     kv: tuple[str, ...] = ("kv_transfer_s", "prefill_replica")
     if not slow.empty and slow["kv_transfer_s"].isna().all():  # no P/D disaggregation among them

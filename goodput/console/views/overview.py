@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from goodput.console import data, promql, runbooks
+from goodput.console import data, flight, promql, runbooks
 from goodput.console.columns import show
 from goodput.console.markers import spans
 from goodput.console.slos import slo_params
@@ -23,7 +23,7 @@ LIVE_FIRST = ("deployment", "tier", "status", "ttft_attainment", "ttft_burn_1h",
               "kv_usage", "demand_tokens_per_s", "capacity_tokens_per_s", "tpot_attainment", "tpot_burn_1h",
               "replicas_available", "replicas_required")
 ALERT_FIRST = ("alert", "severity", "deployment", "tier", "since", "runbook", "summary")
-TRACE_FIRST = ("deployment", "tier", "p95 queue wait s", "p95 TTFT s", "demand tok/s", "goodput tok/s",
+TRACE_FIRST = ("deployment", "tier", "final", "p95 queue wait s", "p95 TTFT s", "demand tok/s", "goodput tok/s",
                "TTFT attainment", "TPOT attainment")
 
 
@@ -121,4 +121,6 @@ def render(ctx: Context) -> None:
     seconds = max((end - start).total_seconds(), 1.0)
     st.caption(f"rates over {start:%Y-%m-%d %H:%M} .. {end:%H:%M} UTC ({seconds / 60:.0f} min), the span the traces "
                "cover in this range")
-    show(trace_table(df, seconds), "traces", TRACE_FIRST)
+    table = flight.mark(ctx, trace_table(df, seconds))
+    flight.say(ctx, table, "From the traces")
+    show(table, "traces", TRACE_FIRST)

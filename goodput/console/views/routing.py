@@ -1,24 +1,39 @@
 """Routing: does the router spread load — requests and p95 queue wait per replica, their skew, prefix-cache hits,
-retries and fallbacks (traces); live load and cache hits per replica, rejections (Prometheus); what the gateway
-decided per tenant and tier over the range — from Prometheus when it answers with gateway series, else from the
-traces' reject reasons; and the overload ladder's step per deployment now and the fallback paths (Prometheus)."""
+retries and fallbacks (traces; replicas a scale-out added are compared apart from the old ones, the event named);
+live load and cache hits per replica, rejections (Prometheus); what the gateway decided per tenant and tier over the
+range — from Prometheus when it answers with gateway series, else from the traces' reject reasons; and the overload
+ladder's step per deployment now and the fallback paths (Prometheus)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 import streamlit as st
 
-from goodput.console import data, promql
+from goodput.analyzer.releases import load_releases
+from goodput.console import data, flight, promql
 from goodput.console.columns import show
 from goodput.console.palette import plain
 from goodput.console.tables import fallback_paths, gateway_tables, ladder_state, samples_frame, skew
 from goodput.console.ui import Context, esc
 from goodput.console.views.charts import prom_charts
 from goodput.contracts.catalog import OVERLOAD_STEPS, by_name
-from goodput.contracts.vocabulary import GATEWAY_REJECT_REASONS
+from goodput.contracts.vocabulary import GATEWAY_REJECT_REASONS, SCALE_KIND
+from goodput.foundation.errors import ConfigError
 from goodput.foundation.promapi import PromError
 
 __all__ = ["render"]
+
+def _scale_events(ctx: Context) -> dict[str, str]:
+    """Per deployment, its latest scale event of the range in the releases file (none: no file, or one that does not
+    parse, which the Releases page reports), as the skew table names it."""
+    since, until = ctx.window()
+    try:
+        found = load_releases(ctx.settings.releases) if ctx.settings.releases.exists() else []
+    except ConfigError:
+        return {}
+    return {r.deployment: f"{r.from_version} -> {r.to_version} replicas at {r.time:%H:%M}" for r in found
+            if r.kind == SCALE_KIND and (since is None or r.time >= since) and r.time < until}
+
 
 def render(ctx: Context) -> None:
     st.title("Routing")
@@ -28,7 +43,12 @@ def render(ctx: Context) -> None:
         if df.empty:
             st.info("No requests with a replica match these filters.")
         else:
-            show(skew(df), "skew")
+            table = flight.mark(ctx, skew(df, _scale_events(ctx)))
+            flight.say(ctx, table, "Per replica")
+            for dep, note in zip(table["deployment"], table["scale_note"], strict=True):
+                if note:
+                    st.info(esc(f"{dep}: {note}. Not a routing skew."), icon=":material/stacks:")
+            show(table.drop(columns="scale_note"), "skew", ("deployment", "final", "replicas", "scale"))
             label = (df["deployment"] + " / " + df["replica"]).map(plain)
             fig = go.Figure([go.Bar(x=label, y=df["requests"], name="requests"),
                              go.Scatter(x=label, y=df["queue_p95_s"], name="p95 queue wait (s)", yaxis="y2",
@@ -40,7 +60,8 @@ def render(ctx: Context) -> None:
                               yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ".2f",
                                       "title": "p95 queue wait (s)"})
             st.plotly_chart(fig, width="stretch", key="replicas")
-            show(df, "routing_table", ("deployment", "replica", "requests", "queue_p95_s"))
+            show(flight.mark(ctx, df), "routing_table", ("deployment", "replica", "final", "requests", "queue_p95_s",
+                                                         "first_seen"))
     st.subheader("Live (Prometheus)")
     prom_charts(ctx, promql.routing(ctx.filters), "routing")
     _gateway(ctx)

@@ -1,5 +1,6 @@
-"""Workload: arrival rate and request lengths over time, and the window's last quarter against the rest — the
-same shift test (and thresholds) the analyzer applies before it blames a release.
+"""Workload: arrival rate and request lengths over time, and the window's last quarter against the quarter before
+it (like windows: equal length, enough requests each, or no comparison) — the same shift test (and thresholds) the
+analyzer applies before it blames a release.
 
 Arrivals count requests in flight too (their early spans); a bucket whose requests are not all finished is
 drawn as incomplete (hatched, shaded, labelled with what is in flight) and the shift table reads only the final
@@ -12,7 +13,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from goodput.analyzer.completeness import final_window
-from goodput.console import data
+from goodput.analyzer.triage import MIN_OK
+from goodput.console import data, flight
 from goodput.console.columns import show
 from goodput.console.tables import shift_table
 from goodput.console.ui import Context
@@ -63,29 +65,45 @@ def render(ctx: Context) -> None:
     since, until = ctx.window()
     mark(ctx, fig, since, until)
     st.plotly_chart(fig, width="stretch", key="arrivals")
-    lengths = go.Figure([go.Scatter(x=series["bucket"], y=series[c], name=c.replace("_", " "), mode="lines+markers")
-                         for c in ("input_p50", "input_p95", "output_p50", "output_p95")])
+    series = flight.mark(ctx, series, bucket)
+    lengths = go.Figure([t for i, c in enumerate(("input_p50", "input_p95", "output_p50", "output_p95"))
+                         for t in flight.lines(series["bucket"], series[c], series["final"] == "final",
+                                               c.replace("_", " "), i)])
     if cut is not None and cut < end:
         lengths.add_vrect(x0=cut, x1=end, fillcolor="grey", opacity=0.2, line_width=0,
                           annotation_text=f"incomplete: {n_open} in flight", annotation_position="top left")
-    lengths.update_layout(title="request lengths (tokens; shaded: requests still in flight)", height=300,
+    lengths.update_layout(title="request lengths (tokens; shaded, open circles: requests still in flight)", height=300,
                           margin={"t": 40, "b": 20})
     mark(ctx, lengths, since, until)
     st.plotly_chart(lengths, width="stretch", key="lengths")
+    _shift(ctx, comps, params)
 
+
+def _shift(ctx: Context, comps: dict, params: dict) -> None:
+    """Now against before: the last quarter of the window's final part against the quarter just before it (like
+    windows: equal length, the same time of the range's end), each with ``MIN_OK`` requests or not compared."""
+    since, until = ctx.window()
     first = since or ctx.span()[0]
     earliest = min(comps.values(), key=lambda c: c.final_before or first, default=None)  # the least complete
     final_until = final_window(earliest, until) or until  # None only for an open window; this one ends at until
-    split = first + (final_until - first) * 3 / 4
-    st.subheader(f"Now (from {split:%H:%M}) against before")
+    length = (final_until - first) / 4
+    split, start = final_until - length, final_until - 2 * length
+    minutes = length.total_seconds() / 60
+    st.subheader(f"Now ({split:%H:%M}–{final_until:%H:%M}) against the {minutes:.0f} min before")
     if final_until < until:
         st.caption(f"requests that arrived from {final_until:%H:%M} on are left out: their buckets are not final")
-    shift = data.store_query(ctx.db, ctx.db_version, "shift", {**params, "until": final_until, "split": split})
-    table = shift_table(shift)
+    window = {**params, "since": start, "until": final_until, "split": split}
+    shift = data.store_query(ctx.db, ctx.db_version, "shift", window)
+    n = dict(zip(shift["period"], shift["requests"], strict=True))
+    if min(n.get("before", 0), n.get("now", 0)) < MIN_OK or length.total_seconds() <= 0:
+        st.info(f"Not enough to compare: {n.get('before', 0)} requests before ({start:%H:%M}–{split:%H:%M}) and "
+                f"{n.get('now', 0)} now, {minutes:.0f} min each; each side needs {MIN_OK}. Widen the time range.")
+        return
+    table = shift_table(shift, length.total_seconds())
     if table["shift"].any():
         st.warning("workload shift: " + ", ".join(table.loc[table["shift"], "measure"]), icon=":material/trending_up:")
     show(table, "shift", formats=dict.fromkeys(("before", "now"), rounded))
-    sample = data.store_query(ctx.db, ctx.db_version, "lengths", {**params, "until": final_until, "split": split})
+    sample = data.store_query(ctx.db, ctx.db_version, "lengths", window)
     hist = go.Figure([go.Histogram(x=sample.loc[sample["period"] == p, "input_tokens"], name=p, opacity=0.6,
                                    histnorm="probability") for p in ("before", "now")])
     hist.update_layout(barmode="overlay", title="input tokens, before and now", height=300, margin={"t": 40, "b": 20})

@@ -1,4 +1,4 @@
--- Now against before (goodput/console/sql/shift.sql): the window's last quarter ({split} onwards) against the rest.
+-- Now against before (goodput/console/sql/shift.sql): {split} onwards against what came before it.
 WITH __requests__
 SELECT if(ts >= {split:DateTime64(6, 'UTC')}, 'now', 'before') AS period,
     count() AS requests,
