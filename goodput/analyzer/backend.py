@@ -31,6 +31,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from goodput.analyzer.otel_schema import check_attribute_columns
 from goodput.analyzer.store import connect, sql
 from goodput.foundation.clickhouse import DEFAULT_DATABASE, DEFAULT_TABLE, Connection, Target, is_clickhouse, parse_target
 from goodput.foundation.clickhouse import connect as connect_clickhouse
@@ -344,6 +345,7 @@ def open_clickhouse(db: str | Path, flag: str = "--db") -> Connection:
     try:
         found = con.query_df("SELECT count() AS n FROM system.tables WHERE database = {d:String} AND name = {t:String}",
                              {"d": target.database, "t": target.table})
+        check_attribute_columns(con, flag)  # clickhouseexporter's json: true table, refused in one line
     except server_errors() as e:  # the server answered, but not to this (permissions, a proxy in the way)
         raise ConfigError(flag, str(target), f"cannot read system.tables: {str(e).strip().splitlines()[0][:200]}"
                           ) from None

@@ -1,6 +1,8 @@
 """examples/collector.yaml is a Collector configuration the Collector would take: each component's settings against
 that component's own config.schema.yaml (vendored, tests/fixtures/schemas/otelcol), with the keys the Collector's
-decoder would refuse as unknown refused here too, and the pipelines naming only configured components.
+decoder would refuse as unknown refused here too, each exporter's sending_queue as its Validate() checks it, and the
+pipelines naming only configured components. examples/otel_traces.sql is the table its clickhouse exporter expects
+(create_schema: false).
 
 No otelcol binary exists here, so this is what can be checked without one (docs/collector.md)."""
 
@@ -15,11 +17,13 @@ from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+from goodput.exporters.otel_traces import TableSpec, create_table_sql
 from goodput.exporters.otlp import RECEIVER_LIMITS
 from tests.conftest import FIXTURES, REPO
 
 SCHEMAS = FIXTURES / "schemas" / "otelcol"
 EXAMPLE = REPO / "examples" / "collector.yaml"
+EXAMPLE_DDL = REPO / "examples" / "otel_traces.sql"
 COMPONENTS = {  # (section, component type) -> its module's schema directory under SCHEMAS
     ("receivers", "otlp"): "core/receiver/otlpreceiver",
     ("processors", "memory_limiter"): "core/processor/memorylimiterprocessor",
@@ -110,6 +114,35 @@ def _unknown_keys(value, schema: dict, module: str, where: str) -> list[str]:
     return out
 
 
+def _seconds(duration: str) -> float:
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)(ns|us|µs|ms|s|m|h)", duration))
+
+
+def batch_sizer(queue: dict) -> str:
+    """The sizer a sending_queue's batch measures by: its own, else the queue's when set (queuebatch.Config.Unmarshal),
+    else ``items`` (NewDefaultQueueConfig)."""
+    return queue["batch"].get("sizer") or queue.get("sizer") or "items"
+
+
+def _queue_problems(queue: dict, where: str) -> list[str]:
+    """What exporterhelper's queuebatch Config.Validate and BatchConfig.Validate refuse (the schema cannot say)."""
+    out = [f"{where}.{k}: must be positive" for k in ("num_consumers", "queue_size") if queue.get(k, 1) <= 0]
+    batch = queue.get("batch")
+    if batch is None:
+        return out
+    sizer, lo, hi = batch_sizer(queue), batch.get("min_size", 8192), batch.get("max_size", 0)
+    if sizer not in ("items", "bytes"):
+        out.append(f"{where}.batch.sizer: batch supports only items or bytes, found {sizer}")
+    if _seconds(batch.get("flush_timeout", "200ms")) <= 0:
+        out.append(f"{where}.batch.flush_timeout: must be positive")
+    if 0 < hi < lo:
+        out.append(f"{where}.batch.max_size: {hi} must be greater or equal to min_size ({lo})")
+    if sizer == queue.get("sizer", "requests") and lo > queue.get("queue_size", 1000):
+        out.append(f"{where}.batch.min_size: must be less than or equal to queue_size")
+    return out
+
+
 def problems(config: dict) -> list[str]:
     """What the Collector would refuse in ``config``, one line each."""
     checker = FormatChecker()
@@ -127,6 +160,8 @@ def problems(config: dict) -> list[str]:
                     for e in validator.iter_errors(settings or {})]
             out += [f"{k}: not a setting of {module.rsplit('/', 1)[1]}"
                     for k in _unknown_keys(settings or {}, _document(module), module, f"{section}.{cid}")]
+            if isinstance((settings or {}).get("sending_queue"), dict):
+                out += _queue_problems(settings["sending_queue"], f"{section}.{cid}.sending_queue")
     for name, pipeline in config.get("service", {}).get("pipelines", {}).items():
         for section in ("receivers", "processors", "exporters"):
             out += [f"service.pipelines.{name}.{section}: {cid} is not configured"
@@ -147,11 +182,30 @@ def test_the_example_collector_config_is_valid():
 def test_the_example_fans_one_receiver_out_to_clickhouse_and_goodput():
     traces = _example()["service"]["pipelines"]["traces"]
     assert traces["receivers"] == ["otlp"] and set(traces["exporters"]) == {"clickhouse", "otlphttp/goodput"}
-    assert _example()["processors"]["batch"]["send_batch_max_size"] <= RECEIVER_LIMITS.max_spans
+    # as the clickhouseexporter README advises: no batch processor, each exporter batches in its sending_queue
+    assert not [p for p in traces["processors"] if p.split("/")[0] == "batch"]
+    queue = _example()["exporters"]["otlphttp/goodput"]["sending_queue"]
+    assert batch_sizer(queue) == "items" and 0 < queue["batch"]["max_size"] <= RECEIVER_LIMITS.max_spans
+    assert batch_sizer(_example()["exporters"]["clickhouse"]["sending_queue"]) == "items"
+
+
+def test_the_example_ddl_is_the_table_the_clickhouse_exporter_expects():
+    ch = _example()["exporters"]["clickhouse"]
+    assert ch["create_schema"] is False
+    statements = [s.strip() for s in re.sub(r"(?m)^--.*\n", "", EXAMPLE_DDL.read_text()).split(";") if s.strip()]
+    spec = TableSpec(database=ch["database"], table=ch["traces_table_name"], ttl_s=30 * 86400)
+    assert statements == [f"CREATE DATABASE IF NOT EXISTS `{spec.database}`", create_table_sql(spec).strip()]
 
 
 @pytest.mark.parametrize("break_it, problem", [
-    (lambda c: c["processors"]["batch"].update(send_batch_max_sise=10), "processors.batch.send_batch_max_sise"),
+    (lambda c: c["exporters"]["otlphttp/goodput"]["sending_queue"]["batch"].update(max_sise=10),
+     "exporters.otlphttp/goodput.sending_queue.batch.max_sise"),
+    (lambda c: c["exporters"]["otlphttp/goodput"]["sending_queue"]["batch"].update(max_size=1000),
+     "max_size: 1000 must be greater or equal to min_size (5000)"),
+    (lambda c: (q := c["exporters"]["clickhouse"]["sending_queue"]).update(sizer="requests") or q["batch"].pop("sizer"),
+     "batch supports only items or bytes, found requests"),  # a batch without its own sizer takes the queue's
+    (lambda c: c["exporters"]["clickhouse"]["sending_queue"]["batch"].update(flush_timeout="0s"),
+     "batch.flush_timeout: must be positive"),
     (lambda c: c["exporters"]["otlphttp/goodput"]["retry_on_failure"].update(max_interval="30 seconds"),
      "'30 seconds' is not a 'duration'"),
     (lambda c: c["exporters"]["clickhouse"].update(create_schema="yes"), "'yes' is not of type 'boolean'"),
