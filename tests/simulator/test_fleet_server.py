@@ -284,7 +284,7 @@ def _stream_until_end(url: str, first: threading.Event, ends: list) -> None:
 def test_sigterm_drains_then_aborts_what_is_in_flight_and_exports_every_final_span(tmp_path):
     """Issue 35 item 8: streams in flight at SIGTERM used to keep only their early spans (no root, no outcome) for
     ever. Now the process stops taking requests, gives those in flight --drain seconds, aborts the rest and exports
-    each one's root span with outcome/finish_reason abort; the clients' streams end with finish_reason abort."""
+    each one's root span with finish_reason abort (outcome cancelled); the clients' streams end with finish_reason abort."""
     import threading
 
     base, spans, n = free_port_block(12), tmp_path / "spans.jsonl", 24
@@ -313,5 +313,5 @@ def test_sigterm_drains_then_aborts_what_is_in_flight_and_exports_every_final_sp
         roots = [s for s in ss if s["name"] == "llm.request"]
         assert len(roots) == 1, (trace, [s["name"] for s in ss])  # before: llm.gateway and llm.queue only
         attrs = {a["key"]: next(iter(a["value"].values())) for a in roots[0]["attributes"]}
-        assert attrs["llm.finish_reason"] == "abort", attrs
+        assert (attrs["llm.finish_reason"], attrs["llm.outcome"]) == ("abort", "cancelled"), attrs
     assert ends == ["abort"] * n, ends  # 3,000 tokens do not finish in a 1 s drain: every stream ends, as aborted
