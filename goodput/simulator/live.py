@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 TRAFFIC_WINDOW_S = 3600.0
 TICK_S = 0.002
-DRAIN_S = 10.0  # close: wall seconds the requests in flight get to finish before what is left is aborted
+DRAIN_S = 10.0  # fleet serve's close: wall seconds the requests in flight get to finish before what is left is aborted
 ARRIVED_BIN_S = 10.0  # LiveFleet.arrived: the true arrivals, counted in bins of this many virtual seconds
 NEW, DONE = 0, 4  # Request.state of one not yet in an engine (waiting at the gateway), of a finished one
 DEFAULT_OUTPUT = QuantileDistribution.from_quantiles({"p50": 200, "p95": 600, "p99": 900, "max": 2048})
@@ -436,9 +436,10 @@ class LiveFleet:
             self.sink.start()
         self.engine_thread.start()
 
-    def close(self, drain_s: float = DRAIN_S) -> int:
+    def close(self, drain_s: float = 0.0) -> int:
         """Stop as a server is stopped: no new traffic (HTTP submissions are refused), ``drain_s`` wall seconds for
-        what is in flight to finish while the engine thread still runs (none when it was already stopped), then every
+        what is in flight to finish while the engine thread still runs (`fleet serve`: ``DRAIN_S`` or its --drain;
+        default none, so a test's teardown does not wait; none when the engine thread was already stopped), then every
         request left is aborted (finish_reason ``abort``) and handed to the span sink, so each one's final spans are
         exported; its HTTP clients see their streams end. Only then do the servers and the sink close. Returns the
         number of requests aborted."""
