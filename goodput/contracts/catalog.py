@@ -39,8 +39,10 @@ GATEWAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0
 TOKEN_BUCKETS = tuple(float(2 ** k) for k in range(4, 18))
 # The overload ladder's step kinds in the seed's section 8 order, mildest first: llm_gateway_overload_step is a step's
 # position here (1-based; 0 when no step is active, len + 1 for a step name the exporter does not know), so "> 2"
-# reads "past degrading P1" whatever a fleet file names its steps' triggers.
-OVERLOAD_STEPS = ("defer_p2", "degrade_p1", "fallback", "tpm_limit", "fail_fast")
+# reads "past degrading P1" whatever a fleet file names its steps' triggers. The one list: the simulator's fleet file
+# takes these kinds (goodput/simulator/config.py). Fallback is no step of it: the gateway's fallback routes behind
+# circuit breakers (llm_gateway_fallbacks_total), not a rung the ladder engages.
+OVERLOAD_STEPS = ("defer_p2", "degrade_p1", "tpm_limit", "fail_fast")
 
 
 @dataclass(frozen=True)

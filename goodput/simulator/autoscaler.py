@@ -6,8 +6,11 @@ Signals, per deployment, over the last ``window_s`` (the recording rules' rate w
 
 - demand  ceil(tokens/s / per-replica SLO goodput x redundancy)   input tokens at arrival, output at completion
 - kv      ceil(ready replicas x mean KV usage / KV target)
-- queue   ceil(ready replicas x p95 queue wait / target), only while the p95 is over its target (the p95 as
-          histogram_quantile reads it from the queue-wait buckets of requests finished in the window)
+- queue   ceil(ready replicas x queue wait now / target), only while it is over its target: the age of the
+          oldest request waiting now, at the gateway or in an engine and not yet scheduled, as a rule reads the
+          catalog's llm_gateway_oldest_queued_age_seconds at the scrape. It falls as a backlog drains, where the p95
+          of the waits observed in the window (``queue_wait_p95_s``, still sampled) stays high for the window after:
+          read by the vote, it kept scaling up while the added replicas were already serving the backlog
 - waiting ceil(requests waiting in the engines / target per replica)
 - inflight ceil(requests in the engines, running or waiting / what one replica held at its SLO knee)
 - utilisation  ceil(ready replicas x mean GPU_UTIL / target)       (the baselines we compare against, read as
@@ -163,10 +166,14 @@ class Autoscaler:
         kv = sum(r.kv_usage for r in ready) / n if n else 0.0
         waiting = sum(r.n_waiting for r in ready)
         inflight = waiting + sum(len(r.running) for r in ready)
+        since = min((r.queued_since() for r in self._live()), default=math.inf)  # draining ones still queue
+        if self.fleet.gateway is not None:
+            since = min(since, self.fleet.gateway.queued_since(self.dep.index))
         readings = [replica_reading(r) for r in ready]
         util = sum(g.gpu_util for g in readings) / n if n else 0.0
         sm = sum(g.sm_active for g in readings) / n if n else 0.0
-        return {"tokens_per_s": tokens_per_s, "queue_wait_p95_s": self._wait_quantile(0.95), "kv_usage": kv,
+        return {"tokens_per_s": tokens_per_s, "queue_wait_p95_s": self._wait_quantile(0.95),
+                "queue_wait_now_s": t - since if since < math.inf else 0.0, "kv_usage": kv,
                 "waiting": float(waiting), "inflight": float(inflight), "utilisation": util, "sm_active": sm,
                 "ready": float(n)}
 
@@ -196,7 +203,7 @@ class Autoscaler:
             math.ceil(s["tokens_per_s"] / p.goodput_tokens_per_s * p.redundancy - 1e-9),
             math.ceil(n * s["kv_usage"] / p.kv_target_ratio - 1e-9),
             # only a queue over its target votes: "max(wait / target, 1)" would never let the count fall
-            math.ceil(n * s["queue_wait_p95_s"] / p.queue_target_s - 1e-9) if s["queue_wait_p95_s"] > p.queue_target_s
+            math.ceil(n * s["queue_wait_now_s"] / p.queue_target_s - 1e-9) if s["queue_wait_now_s"] > p.queue_target_s
             else 1,
             math.ceil(s["waiting"] / p.waiting_per_replica - 1e-9),
             math.ceil(s["inflight"] / p.inflight_per_replica - 1e-9) if p.inflight_per_replica > 0 else 1,

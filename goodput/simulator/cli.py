@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve", help="serve the fleet in real time (OpenAI API + vLLM /metrics per replica)",
         description="Run FLEET.yaml in real time: every replica is an HTTP server on HOST, from --base-port up, "
                     "serving the OpenAI completions and chat API (streaming and not), /v1/models, /health and "
-                    "/metrics in vLLM V1's exposition. Stops cleanly on Ctrl-C or SIGTERM.",
+                    "/metrics in vLLM V1's exposition. Stops cleanly on Ctrl-C or SIGTERM: no new requests, --drain "
+                    "seconds for those in flight to finish, the rest aborted, every request's final spans exported.",
     )
     s.add_argument("fleet", metavar="FLEET.yaml")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -65,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--seed", type=seed, default=None, help="random seed (default: the fleet file's seed)")
     s.add_argument("--duration", type=positive_number, default=None, metavar="SECONDS",
                    help="stop after this many wall seconds")
+    s.add_argument("--drain", type=positive_number_at_most(600.0, " s"), default=10.0, metavar="SECONDS",
+                   help="on Ctrl-C or SIGTERM, wall seconds the requests in flight get to finish before the rest are "
+                        "aborted (default 10, at most 600)")
     s.add_argument("--admin-port", type=port, default=None, metavar="PORT",
                    help="serve the admin API (lose or add replicas) on HOST:PORT; without a token, loopback peers "
                         "only, same-origin JSON requests only (docs/simulator.md#admin-api)")
@@ -153,4 +157,4 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(cfg, host=args.host, base_port=args.base_port, speed=args.speed, targets=args.targets,
                  otlp_endpoint=args.otlp_endpoint, spans_file=args.spans_file, traffic=args.traffic,
                  seed=args.seed, duration=args.duration, span_format=args.span_format, admin_port=args.admin_port,
-                 admin_token=args.admin_token or os.environ.get(TOKEN_ENV) or None)
+                 drain_s=args.drain, admin_token=args.admin_token or os.environ.get(TOKEN_ENV) or None)

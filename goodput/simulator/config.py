@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from goodput.contracts.catalog import OVERLOAD_STEPS as CATALOG_OVERLOAD_STEPS
 from goodput.contracts.vocabulary import EVENT_KINDS, RELEASE_KINDS, SCALE_KIND, SCENES, TIERS
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.reader import Reader
@@ -86,9 +87,11 @@ MAX_QUEUED = 1_000_000  # requests one tier's gateway queue holds per deployment
 MAX_BURST_S = 3600.0
 MAX_RETRY_ATTEMPTS = 10  # a simulated client's tries of one request
 TIER_MAX_WAIT_S = {"P0": 10.0, "P1": 30.0, "P2": 600.0}
-# the overload ladder (docs/simulator.md#overload): each step kind and the keys it takes besides its trigger
-OVERLOAD_STEPS = {"defer_p2": (), "degrade_p1": ("max_tokens", "context_tokens"), "tpm_limit": ("limit",),
-                  "fail_fast": ("tiers",)}
+# the overload ladder (docs/simulator.md#overload): each step kind, in the catalog's one list of them, and the keys
+# it takes besides its trigger
+_STEP_KEYS = {"defer_p2": (), "degrade_p1": ("max_tokens", "context_tokens"), "tpm_limit": ("limit",),
+              "fail_fast": ("tiers",)}
+OVERLOAD_STEPS = {step: _STEP_KEYS[step] for step in CATALOG_OVERLOAD_STEPS}
 OVERLOAD_SIGNALS = ("p0_wait_s", "queue_per_slot", "kv_usage")
 EFFECTS = ("input_scale", "output_scale", "step_time_scale", "prefill_time_scale", "decode_time_scale")
 

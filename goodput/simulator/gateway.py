@@ -226,6 +226,17 @@ class Gateway:
         retries = len(self.fallback.retries) if self.fallback is not None else 0
         return retries + sum(lane.waiting for lanes in self.lanes for lane in lanes)
 
+    def _entered(self, lane: _Lane) -> float:
+        """When the oldest request waiting in ``lane`` arrived at the gateway (inf: none waits)."""
+        order = lane.order
+        while order and order[0][1].state != NEW:  # sent or timed out since
+            order.popleft()
+        return self.held[order[0][1].rid].entered if order else inf
+
+    def queued_since(self, d: int) -> float:
+        """When the oldest request waiting at the gateway for deployment ``d`` arrived there (inf: none waits)."""
+        return min((self._entered(lane) for lane in self.lanes[d]), default=inf)
+
     def abort_all(self, t: float) -> None:
         """The run ends at ``t``: what still waits at the gateway is aborted, as the engines abort what they hold."""
         for lanes in self.lanes:
@@ -259,10 +270,8 @@ class Gateway:
         signals = {}
         for name in ladder.signals:
             if name == "p0_wait_s":
-                order = self.lanes[d][0].order
-                while order and order[0][1].state != NEW:
-                    order.popleft()
-                signals[name] = t - self.held[order[0][1].rid].entered if order else 0.0
+                entered = self._entered(self.lanes[d][0])
+                signals[name] = t - entered if entered < inf else 0.0
             elif name == "queue_per_slot":
                 signals[name] = sum(x.waiting for x in self.lanes[d]) / max(1, self._slots(d, t))
             else:

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 TRAFFIC_WINDOW_S = 3600.0
 TICK_S = 0.002
+DRAIN_S = 10.0  # fleet serve's close: wall seconds the requests in flight get to finish before what is left is aborted
 ARRIVED_BIN_S = 10.0  # LiveFleet.arrived: the true arrivals, counted in bins of this many virtual seconds
 NEW, DONE = 0, 4  # Request.state of one not yet in an engine (waiting at the gateway), of a finished one
 DEFAULT_OUTPUT = QuantileDistribution.from_quantiles({"p50": 200, "p95": 600, "p99": 900, "max": 2048})
@@ -125,6 +126,7 @@ class LiveFleet:
         self.host, self.base_port, self.speed = host, base_port, speed
         self.admin_port, self.admin_token = admin_port, admin_token or None
         self.serving = False  # set once start() has its replicas listening
+        self.draining = False  # set by close(): no new traffic, HTTP submissions refused, the rest finishes
         self.traffic = traffic
         self.seed = cfg.seed if seed is None else seed
         self.targets_path = targets
@@ -222,7 +224,7 @@ class LiveFleet:
     # ------------------------------------------------------------------ clock
 
     def _feed_traffic(self, now: float) -> None:
-        if self.traffic <= 0:
+        if self.traffic <= 0 or self.draining:
             return
         window = int(now // TRAFFIC_WINDOW_S)
         if window == self.window:
@@ -372,7 +374,9 @@ class LiveFleet:
         self.watching[req.rid] = ticket
         # a decode replica's own API takes a request to the deployment's prefill pool, as llm-d's sidecar does
         to_prefill = rs.deployment.role == "decode"
-        if self.fleet.gateway is not None:  # quotas and tier queues first; sent to this replica when admitted
+        if self.draining:  # shutting down: refused as by a replica that is gone (503), a rejected request's span
+            rs.replica.reject(req, now, "overloaded")
+        elif self.fleet.gateway is not None:  # quotas and tier queues first; sent to this replica when admitted
             self.fleet.gateway.arrive(req, now, None if to_prefill else rs.replica)
         elif to_prefill:
             self.fleet.submit(req, now)
@@ -432,29 +436,54 @@ class LiveFleet:
             self.sink.start()
         self.engine_thread.start()
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 0.0) -> int:
+        """Stop as a server is stopped: no new traffic (HTTP submissions are refused), ``drain_s`` wall seconds for
+        what is in flight to finish while the engine thread still runs (`fleet serve`: ``DRAIN_S`` or its --drain;
+        default none, so a test's teardown does not wait; none when the engine thread was already stopped), then every
+        request left is aborted (finish_reason ``abort``) and handed to the span sink, so each one's final spans are
+        exported; its HTTP clients see their streams end. Only then do the servers and the sink close. Returns the
+        number of requests aborted."""
+        with self.lock:
+            self.draining = True
+            self.fleet.arrivals, self.fleet.next_arrival = None, 0  # the traffic not yet arrived never comes
+        deadline = time.monotonic() + drain_s
+        while self.engine_thread.is_alive() and time.monotonic() < deadline:
+            with self.lock:
+                if not self.inbox and not self.fleet.in_flight():
+                    break
+            time.sleep(0.05)
         self.stop_event.set()
         self.wake.set()
         if self.engine_thread.is_alive():
             self.engine_thread.join(timeout=5)
+        with self.lock:
+            self._take_inbox()
+            aborted = self.fleet.in_flight()
+            self.fleet.drain(self.fleet.now)  # the clock has stopped: what is left is aborted now
+            self.advance(self.fleet.now)  # hands the sink what finished or was aborted
+            updates = self._progress(self.fleet.now)
+        if updates and self.http.thread.is_alive():
+            self.http.loop.call_soon_threadsafe(deliver, updates)
         self.http.close()
         for rs in self.servers:
             rs.site = None
         with self.lock:
-            self._take_inbox()
-            self.advance()
+            self._take_inbox()  # the aborts of handlers cancelled by the close: their requests are done already
+            self.advance(self.fleet.now)
         if self.sink is not None:
             self.sink.close()
+        return aborted
 
 
 def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets: Path | None,
           otlp_endpoint: str | None, spans_file: Path | None, traffic: float, seed: int | None,
           duration: float | None, span_format: str = "goodput", admin_port: int | None = None,
-          admin_token: str | None = None) -> int:
+          admin_token: str | None = None, drain_s: float = DRAIN_S) -> int:
     sink = SpanSink(cfg, cfg.seed if seed is None else seed, otlp_endpoint, spans_file, span_format=span_format)
     live = LiveFleet(cfg, host=host, base_port=base_port, speed=speed, traffic=traffic, seed=seed,
                      targets=targets, sink=sink, admin_port=admin_port, admin_token=admin_token)
     stop = threading.Event()
+    aborted = 0
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         live.start()
@@ -477,9 +506,11 @@ def serve(cfg: FleetConfig, *, host: str, base_port: int, speed: float, targets:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             stop.wait(0.2)
+        print(f"goodput fleet stopping: up to {drain_s:g} s for the requests in flight to finish.", flush=True)
     finally:
-        live.close()
+        aborted = live.close(drain_s)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        print("goodput fleet stopped.", flush=True)
+    print(f"goodput fleet stopped. {aborted} request(s) still in flight were aborted; every request's spans were "
+          "handed to the exporter.", flush=True)
     return 0

@@ -11,8 +11,9 @@ step, so recovery is staggered by at least each step's ``hold_s``. One change at
 What a step does while engaged (the gateway asks: ``defers``, ``refuses``, ``tpm_scale``, ``degrade``):
 ``defer_p2`` holds P2 lanes (they wait, up to their ``max_wait_s``); ``degrade_p1`` caps a P1 request's output at
 ``max_tokens`` and trims its prompt to ``context_tokens`` when the gateway sends it; ``tpm_limit`` scales non-core
-tenants' TPM quotas by ``limit``; ``fail_fast`` refuses its ``tiers`` at once with reason ``busy``. A further kind
-(the fallback route) joins ``OVERLOAD_STEPS`` in goodput/simulator/config.py and asks ``engaged(d, kind)``.
+tenants' TPM quotas by ``limit``; ``fail_fast`` refuses its ``tiers`` at once with reason ``busy``. The kinds are the
+catalog's ``OVERLOAD_STEPS`` (the numbering of ``llm_gateway_overload_step``); a further kind joins that one list, takes
+its keys in goodput/simulator/config.py and asks ``engaged(d, kind)``. Fallback routes are no step (fallback.py).
 
 No I/O and no clock of its own: the gateway measures the signals and calls ``observe``; ``log`` is the timeline
 (``LadderChange`` rows) a report draws the ladder stepping in and out from.

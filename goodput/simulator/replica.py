@@ -178,12 +178,15 @@ class Replica:
         self.step_scale, self.prefill_scale, self.decode_scale = step, prefill, decode
         return changed
 
-    def _next_deadline(self) -> float:
-        limit = self.max_queue_time_s
+    def queued_since(self) -> float:
+        """When the oldest request waiting here and never scheduled joined the queue (inf: none waits)."""
         for req in self.fresh:
             if req.state == WAITING and req.scheduled != req.scheduled:
-                return req.queue_start + limit
+                return req.queue_start
         return inf
+
+    def _next_deadline(self) -> float:
+        return self.queued_since() + self.max_queue_time_s
 
     def abort_all(self, t: float) -> None:
         """The run ends at ``t``: whatever is still queued or running is aborted then."""

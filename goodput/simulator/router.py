@@ -14,6 +14,8 @@ from goodput.simulator.request import Request
 __all__ = ["Router"]
 
 ROUND_ROBIN, LEAST_OUTSTANDING, KV_AWARE = 0, 1, 2
+HELD_WEIGHT = 1 / 16  # kv-aware: one request a replica holds weighs 1/16 of its KV cache
+PREFIX_CREDIT_REQUESTS = 4  # kv-aware: a cached prefix is worth this many held requests
 _POLICIES = {"round-robin": ROUND_ROBIN, "least-outstanding": LEAST_OUTSTANDING, "kv-aware": KV_AWARE}
 
 
@@ -56,13 +58,16 @@ class Router:
                 if s < best_score:
                     best, best_score = r, s
             return best
-        # kv-aware: most free KV, penalise queued work, prefer a replica that caches the prompt's prefix
+        # kv-aware: most free KV, penalise the work a replica holds (running, queued, on the link), prefer a replica
+        # that caches the prompt's prefix. The prefix credit is worth PREFIX_CREDIT_REQUESTS held requests: counting
+        # only queued work, an old replica's cached prefix outbid an added, empty one for ever under a gateway's cap or
+        # light load (it ran everything and queued nothing), so a scale-out's new replica got no traffic
         head = req.prefix[0] if req.prefix else None
         for i in range(start, start + n):
             r = ready[i % n]
-            s = r.used_blocks / r.total_blocks + (r.n_waiting + r.incoming) / 16.0
+            s = r.used_blocks / r.total_blocks + (len(r.running) + r.n_waiting + r.incoming) * HELD_WEIGHT
             if head is not None and r.cache is not None and head in r.cache:
-                s -= 0.25
+                s -= PREFIX_CREDIT_REQUESTS * HELD_WEIGHT
             if s < best_score:
                 best, best_score = r, s
         return best

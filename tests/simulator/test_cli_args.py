@@ -21,6 +21,8 @@ FLEET = str(REPO / "examples" / "fleet.yaml")
     (["fleet", "serve", FLEET, "--seed", "-1"], "--seed: must be an integer in 0..2**64-1"),
     (["fleet", "serve", FLEET, "--speed", "inf"], "--speed: must be a finite number"),
     (["fleet", "serve", FLEET, "--traffic", "nan"], "--traffic: must be a finite number"),
+    (["fleet", "serve", FLEET, "--drain", "1e9"], "--drain: must be at most 600 s"),
+    (["fleet", "serve", FLEET, "--drain", "0"], "--drain: must be > 0"),
 ])
 def test_nonsense_numbers_exit_2_in_one_line(args, says, capsys):
     with pytest.raises(SystemExit) as e:

@@ -1,9 +1,10 @@
 """The live fleet exports a request's early spans while it is in flight, through a real OTLP receiver.
 
 ``llm.gateway`` goes out after admission and ``llm.queue`` after scheduling, the root and the rest at the end,
-each span once. A fleet with one small replica and more traffic than it serves builds a queue; it is stopped and
-closed, the sink flushed, and the receiver's trace store ingested: every request the fleet still holds is in
-flight in the analyzer (none quarantined), every finished one is whole, and no span came twice.
+each span once. A fleet with one small replica and more traffic than it serves builds a queue; it is stopped, the
+sink flushed, and the receiver's trace store ingested: every request the fleet still holds is in flight in the
+analyzer (none quarantined), every finished one is whole, and no span came twice. Closed, the fleet aborts what it
+held and exports those requests' final spans: the store then has none in flight.
 """
 
 import copy
@@ -39,32 +40,40 @@ def test_in_flight_requests_reach_the_store_before_they_finish(tmp_path):
     try:
         live.start()
         time.sleep(3.0)
-        live.stop_event.set()  # stop the engine thread, then flush the sink
+        live.stop_event.set()  # stop the engine thread: the fleet is frozen as it stands
         live.engine_thread.join(timeout=30)
         assert not live.engine_thread.is_alive()
-        sink.close()
+        with live.lock:  # what finished up to the stop goes to the sink, as the engine loop would have handed it
+            sink.add(list(live.fleet.done))
+            live.fleet.done.clear()
+        sink.close()  # flushed: the store holds every span the fleet has ended, early or final
+        # counted here, at the stop, where the store's view was taken; close (below) drains the fleet, so reading
+        # in-flight state after it finds none (why an earlier drain on close was backed out: this test read it there)
+        held = live.fleet.in_flight()
+        running = sum(len(r.running) for d in live.fleet.deployments for r in d.replicas)
+        store.flush()
+        assert metrics.duplicates == 0  # each span went once, early or late
+
+        con = connect(tmp_path / "db.duckdb")
+        out = ingest(con, [tmp_path / "traces"])
+        assert held > 20 and out.in_flight == held and out.quarantined == 0, (held, out)
+        scheduled = con.execute("SELECT count(*) FILTER (WHERE queue_end IS NOT NULL) FROM in_flight").fetchall()[0][0]
+        assert running <= scheduled <= out.in_flight  # the running ones (and any preempted back to the queue) were scheduled
+        assert out.requests > 0 and con.execute(
+            "SELECT count(*) FROM requests WHERE gateway_s IS NULL OR queue_s IS NULL").fetchall() == [(0,)]
+        c = completeness(con, "chat")["chat"]
+        assert c.early_spans and c.in_flight == out.in_flight and c.final_before == c.oldest_arrival
+        finished = out.requests
     finally:
-        live.close()  # brings the fleet to its present once more and hands the sink what that changed
+        aborted = live.close()  # the engine thread is stopped: no drain, every request still held is aborted
         otlp.stop()
-    assert sink.dropped_docs == 0 and sink.sent_docs > 0
-    # what the fleet holds is counted after close, not at the stop: close's last advance finishes requests (the
-    # sink then sends their roots: the store rightly has them finished) and admits new ones (their gateway spans go
-    # too); counted at the stop, the store held one less or one more under load (44 against 43, 46 against 45)
-    held = live.fleet.in_flight()
-    running = sum(len(r.running) for d in live.fleet.deployments for r in d.replicas)
+    # after close nothing is left in flight: each held request's final spans reached the store, as aborted
+    assert aborted == held and live.fleet.in_flight() == 0 and sink.dropped_docs == 0
     store.flush()
     store.close()
-    assert metrics.duplicates == 0  # each span went once, early or late
-
-    con = connect(tmp_path / "db.duckdb")
-    out = ingest(con, [tmp_path / "traces"])
-    assert held > 20 and out.in_flight == held and out.quarantined == 0, (held, out)
-    scheduled = con.execute("SELECT count(*) FILTER (WHERE queue_end IS NOT NULL) FROM in_flight").fetchall()[0][0]
-    assert running <= scheduled <= out.in_flight  # the running ones (and any preempted back to the queue) were scheduled
-    assert out.requests > 0 and con.execute(
-        "SELECT count(*) FROM requests WHERE gateway_s IS NULL OR queue_s IS NULL").fetchall() == [(0,)]
-    c = completeness(con, "chat")["chat"]
-    assert c.early_spans and c.in_flight == out.in_flight and c.final_before == c.oldest_arrival
+    assert metrics.duplicates == 0
+    after = ingest(connect(tmp_path / "after.duckdb"), [tmp_path / "traces"])
+    assert (after.in_flight, after.quarantined, after.requests) == (0, 0, finished + held), after
 
 
 def _receiver(busy_posts: int):

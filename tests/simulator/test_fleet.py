@@ -2,6 +2,7 @@
 
 import copy
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from goodput.contracts.vocabulary import FINISH_REASONS, REJECT_REASONS
 from goodput.simulator.fleet import Fleet
 from goodput.simulator.run import simulate
-from goodput.simulator.workload import generate
+from goodput.simulator.workload import generate, scaled
 from tests.conftest import BASE_DEPLOYMENT, BASE_WORKLOAD, make_fleet
 
 
@@ -156,3 +157,21 @@ def test_releases_change_prompts_and_step_time():
     long = lambda a, b: [tpot(r) for r in done if a <= r.arrival < b and r.generated > 50]  # noqa: E731
     ratio = np.median(long(1250, 1800)) / np.median(long(650, 1150))
     assert ratio == pytest.approx(1.2, rel=0.05)
+
+
+@pytest.mark.parametrize("gateway", [None, {"max_in_flight_per_replica": 8}])
+def test_kv_aware_routing_sends_traffic_to_a_replica_added_by_a_scale_out(gateway):
+    """Issue 35 item 8: the old replica caches the shared prompt prefix and, under a gateway's cap or light load, queues
+    nothing; kv-aware routing then sent every request there and none to the added, empty replica (its free KV the
+    largest), for as long as the run lasted. Both replicas now share the traffic after the scale-out."""
+    dep = dict(copy.deepcopy(BASE_DEPLOYMENT), replicas=1, router="kv-aware")
+    dep["engine"] = dict(dep["engine"], prefix_cache=True)
+    wl = dict(copy.deepcopy(BASE_WORKLOAD), shared_prefix_tokens=400)
+    cfg = make_fleet(deployments=[dep], workloads=[wl], **({"gateway": gateway} if gateway else {}))
+    fleet = Fleet(cfg, scaled(cfg, 240.0, 1, 1.0))
+    fleet.run(60.0)
+    fleet.start_replica(fleet.deployments[0], 60.0, 0.0)
+    fleet.run(240.0)
+    after = Counter(r.replica for r in fleet.done if r.queue_start > 60.0)
+    assert sum(after.values()) > 400
+    assert min(after[0], after[1]) > 0.3 * sum(after.values()), after  # before: {0: 866}, nothing to replica 1

@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 import struct
+import threading
 import time
 
 import aiohttp
@@ -262,3 +263,55 @@ def test_health_metrics_and_completions_are_served_while_300_slow_clients_trickl
         while loris.reconnects < 300 and time.monotonic() < deadline:  # every one dropped at least once
             time.sleep(0.1)
         assert loris.reconnects >= 300, f"only {loris.reconnects} of 300 trickling connections were ever dropped"
+
+
+def _stream_until_end(url: str, first: threading.Event, ends: list) -> None:
+    """One long stream: sets ``first`` at its first token and records how it ended (its last finish_reason)."""
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 3000, "ignore_eos": True, "stream": True}
+    finish = None
+    try:
+        with httpx.stream("POST", url, json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    first.set()
+                    finish = json.loads(line[6:])["choices"][0]["finish_reason"] or finish
+    except httpx.HTTPError as e:
+        finish = f"error: {e!r}"
+    first.set()
+    ends.append(finish)
+
+
+def test_sigterm_drains_then_aborts_what_is_in_flight_and_exports_every_final_span(tmp_path):
+    """Issue 35 item 8: streams in flight at SIGTERM used to keep only their early spans (no root, no outcome) for
+    ever. Now the process stops taking requests, gives those in flight --drain seconds, aborts the rest and exports
+    each one's root span with finish_reason abort (outcome cancelled); the clients' streams end with finish_reason abort."""
+    import threading
+
+    base, spans, n = free_port_block(12), tmp_path / "spans.jsonl", 24
+    with fleet_serve(tmp_path, base, "--spans-file", str(spans), "--drain", "1") as (proc, _):
+        url = f"http://127.0.0.1:{base}/v1/completions"
+        ends: list = []
+        firsts = [threading.Event() for _ in range(n)]
+        threads = [threading.Thread(target=_stream_until_end, args=(url, f, ends), daemon=True) for f in firsts]
+        for t in threads:
+            t.start()
+        assert all(f.wait(60) for f in firsts), ends
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        for t in threads:
+            t.join(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert f"{n} request(s) still in flight were aborted" in out, out
+    by_trace: dict = {}
+    for line in spans.read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for s in ss["spans"]:
+                    by_trace.setdefault(s["traceId"], []).append(s)
+    assert len(by_trace) == n
+    for trace, ss in by_trace.items():
+        roots = [s for s in ss if s["name"] == "llm.request"]
+        assert len(roots) == 1, (trace, [s["name"] for s in ss])  # before: llm.gateway and llm.queue only
+        attrs = {a["key"]: next(iter(a["value"].values())) for a in roots[0]["attributes"]}
+        assert (attrs["llm.finish_reason"], attrs["llm.outcome"]) == ("abort", "cancelled"), attrs
+    assert ends == ["abort"] * n, ends  # 3,000 tokens do not finish in a 1 s drain: every stream ends, as aborted

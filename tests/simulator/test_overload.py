@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from goodput.cli import main
+from goodput.contracts.catalog import OVERLOAD_STEPS as CATALOG_STEPS
 from goodput.foundation.errors import ConfigError
-from goodput.simulator.config import OverloadStep, load_fleet
+from goodput.simulator.config import OVERLOAD_STEPS, OverloadStep, load_fleet
 from goodput.simulator.live import LiveFleet
 from goodput.simulator.overload import Ladder
 from goodput.simulator.request import Request
@@ -76,6 +77,21 @@ def test_steps_release_in_reverse_order_each_after_its_own_hold_from_when_it_bec
     lad.observe(0, 1.0, {"p0_wait_s": 3.0})
     released = [(t, c.step) for t in np.arange(2.0, 40.0, 0.5) if (c := lad.observe(0, t, {"p0_wait_s": 0.0}))]
     assert released == [(7.0, "degrade_p1"), (17.0, "defer_p2")]  # 5 s from 2 s, then 10 s from 7 s
+
+
+def test_the_ladder_engages_every_step_the_catalog_numbers_and_no_other():
+    """One list of step kinds (issue 35 item 8): the catalog's, which llm_gateway_overload_step numbers. It had a
+    ``fallback`` the fleet file could not name, so the gauge's value 3 and the console's tick were never reached.
+    A ladder of every kind in the catalog's order engages each in turn, and the fleet file refuses any other."""
+    assert tuple(OVERLOAD_STEPS) == CATALOG_STEPS
+    keys = {"degrade_p1": {"max_tokens": 64}, "tpm_limit": {"limit": 0.5}, "fail_fast": {"tiers": ("P2",)}}
+    lad = _ladder(*(_step(kind, above=float(i), below=0.5, **keys.get(kind, {})) for i, kind in enumerate(CATALOG_STEPS)))
+    for t in range(len(CATALOG_STEPS) + 1):
+        lad.observe(0, float(t), {"p0_wait_s": 100.0})
+    assert _on(lad) == [(kind, True) for kind in CATALOG_STEPS]
+    with pytest.raises(ConfigError, match="fallback"):
+        make_fleet(gateway={"overload": [{"step": "fallback", "signal": "p0_wait_s", "above": 1, "below": 0.5,
+                                          "hold_s": 1}]})
 
 
 def test_each_deployment_has_its_own_ladder():
