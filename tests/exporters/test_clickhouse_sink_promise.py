@@ -19,6 +19,7 @@ from goodput.exporters.clickhouse_sink import MAX_REPLY_BYTES, ClickHouseSink
 from goodput.exporters.otel_traces import TableSpec, create_table
 from goodput.exporters.otlp import decode_json
 from goodput.exporters.requests import RequestMetrics, TraceReceiver
+from goodput.exporters.trace_store import encode_spans
 from goodput.foundation.clickhouse import parse_target
 from goodput.foundation.http import Server
 from tests.conftest import REPO, free_port_block, wait_answering
@@ -257,6 +258,35 @@ def test_segments_a_rewrite_replaced_are_skipped_if_a_crash_left_them(tmp_path, 
         assert again.recovered == 6
         again.close()
         _exactly_once(plain, spans)
+    finally:
+        plain.close()
+
+
+def _record(kind: str, payload: bytes) -> bytes:
+    return struct.pack(">IB", len(payload), ord(kind)) + payload
+
+
+def test_a_batch_in_two_segments_is_replayed_once(tmp_path, chdb):
+    """A crafted log: a segment, its rewrite (spans[4:] owed), the rewrite's own rewrite (spans[8:10] owed) with a
+    crash before the first rewrite was removed, and a later segment where a client resent spans 8 and 9 with two new
+    ones. Replay owes spans[8:12], each once: the replaced rewrite's batch and the resent spans are not stored again
+    (the table has no deduplication window, so nothing else would catch them)."""
+    plain = FakeClickHouse(chdb, dedup=False)
+    spans = _spans("acme", 12)
+    wal = tmp_path / "wal" / "_wal"
+    wal.mkdir(parents=True)
+    segments = [_record("J", _doc(spans[:10])),
+                _record("X", b'["segment-00000000.wal"]') + _record("B", encode_spans(spans[4:10])),
+                _record("X", b'["segment-00000001.wal"]') + _record("B", encode_spans(spans[8:10])),
+                _record("J", _doc(spans[8:12]))]
+    for n, data in enumerate(segments):
+        if n != 0:  # the first rewrite's removal of segment 0 did happen
+            (wal / f"segment-{n:08d}.wal").write_bytes(data)
+    try:
+        again = _store(tmp_path, plain)
+        assert again.recovered == 4
+        again.close()
+        _exactly_once(plain, spans[8:12])
     finally:
         plain.close()
 
