@@ -38,6 +38,7 @@ import math
 import os
 import sys
 import threading
+import time
 import zlib
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
@@ -54,13 +55,14 @@ from goodput.exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, Otlp
 from goodput.exporters.trace_store import StoreClosed, StoreFull, TraceStore, encode_spans
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import Histogram, le_label
-from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
+from goodput.foundation.http import Server, Sigterm, health_route, metrics_routes, serve_until_signal
 
 __all__ = ["DECODE_SLOTS", "OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceReceiver", "UnsupportedEncoding",
            "inflate", "open_store", "run_request_exporter"]
 
 EXPORTER = "requests"
-STOP_DRAIN_S = 5.0  # SIGTERM: posts in flight get this long, the store's last flush the rest of the 30 s grace
+STOP_DRAIN_S = 5.0  # SIGTERM: posts in flight get at most this long of the grace, the store's last flush the rest
+STOP_MARGIN_S = 3.0  # ... less this, kept for the metrics server, the sink's close and the process's exit
 OTLP_MAX_BODY_BYTES = 32 * 1024 * 1024
 DECODE_SLOTS = 2  # payloads inflated and decoded at once: what decoding may cost is this many times one payload's
 DECODE_WAIT_S = 10.0  # a payload that finds no decode slot this long is answered 503 with Retry-After
@@ -583,6 +585,7 @@ def _writable_dir(path: Path, flag: str) -> Path:
 def run_request_exporter(args) -> int:
     from goodput.exporters.clickhouse_sink import ClickHouseSink
 
+    sigterm = Sigterm()  # first: a SIGTERM during start-up (log open, sockets bound) drains too
     gc.set_threshold(*GC_THRESHOLDS)
     metrics = RequestMetrics(max_tenants=args.max_tenants)
     store = open_store(args)
@@ -604,10 +607,17 @@ def run_request_exporter(args) -> int:
           flush=True)
 
     def stop() -> None:
-        otlp.stop(drain_s=STOP_DRAIN_S)  # new posts get 503 + Retry-After while those in flight finish and are logged
-        store.close()  # then the last flush, and the log goes only once everything is stored
-        srv.stop()
+        """Everything within ``--shutdown-grace`` of the SIGTERM: what the store could not flush by then stays in
+        its log for the next start."""
+        deadline = sigterm.deadline(args.shutdown_grace)
+
+        def left(keep: float = 0.0) -> float:
+            return max(0.0, deadline - keep - time.monotonic())
+
+        otlp.stop(drain_s=min(STOP_DRAIN_S, left(STOP_MARGIN_S)))  # new posts get 503 + Retry-After while those
+        store.close(within_s=left(STOP_MARGIN_S))  # in flight finish and are logged; then the last flush
+        srv.stop(drain_s=min(1.0, left()))
         print(f"request exporter stopped; {store.flushed_total} spans in the store", flush=True)
 
-    serve_until_signal(stop)
+    serve_until_signal(stop, sigterm=sigterm)
     return 0
