@@ -52,6 +52,7 @@ from goodput.contracts.vocabulary import ROOT_SPANS as ROOT_SPANS
 from goodput.contracts.vocabulary import TIERS
 from goodput.exporters.exposition import fmt_float, labels, render
 from goodput.exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
+from goodput.exporters.store_sink import Sink
 from goodput.exporters.trace_store import StoreClosed, StoreFull, TraceStore, encode_spans
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import Histogram, le_label
@@ -544,9 +545,11 @@ class TraceReceiver:
         return {("POST", "/v1/traces"): self.route, ("GET", "/healthz"): health_route(self.store.health)}
 
 
-def open_store(args) -> TraceStore:
+def open_store(args, sigterm: Sigterm | None = None) -> TraceStore:
     """The trace store ``--store`` names: a Parquet directory (its log inside), or ClickHouse with its log in ``--wal``.
-    A path that is a file or cannot be written is one line naming the flag (exit 2), not a traceback."""
+    A path that is a file or cannot be written is one line naming the flag (exit 2), not a traceback. With
+    ``sigterm``, a SIGTERM during the replay at start cuts the sink's writes where the shutdown's flush would end
+    (a stalled ClickHouse cannot hold the start-up past the grace)."""
     from goodput.exporters.clickhouse_sink import ClickHouseSink, parse_store
     from goodput.exporters.parquet_sink import ParquetSink
 
@@ -563,10 +566,22 @@ def open_store(args) -> TraceStore:
             if target.kind == "chdb":
                 _writable_dir(Path(target.path), "--store")
             sink = ClickHouseSink(target, timeout_s=args.insert_timeout)
+        if sigterm is not None:
+            _stop_by_on_signal(sink, sigterm, args.shutdown_grace - STOP_MARGIN_S)
         return TraceStore(_writable_dir(wal, flag), sink=sink,
                           max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
     except OSError as e:
         raise ConfigError(flag, value, f"cannot write there: {e.strerror or e}") from None
+
+
+def _stop_by_on_signal(sink: Sink, sigterm: Sigterm, within_s: float) -> None:
+    """``sink.stop_by`` ``within_s`` after the SIGTERM, from a thread of its own (not the handler: the thread it
+    interrupts may hold the lock ``stop_by`` takes)."""
+    def watch() -> None:
+        sigterm.event.wait()
+        sink.stop_by(sigterm.deadline(within_s))
+
+    threading.Thread(target=watch, name="sigterm-sink", daemon=True).start()
 
 
 def _writable_dir(path: Path, flag: str) -> Path:
@@ -588,7 +603,7 @@ def run_request_exporter(args) -> int:
     sigterm = Sigterm()  # first: a SIGTERM during start-up (log open, sockets bound) drains too
     gc.set_threshold(*GC_THRESHOLDS)
     metrics = RequestMetrics(max_tenants=args.max_tenants)
-    store = open_store(args)
+    store = open_store(args, sigterm)
     problem = store.sink.dedup_problem() if isinstance(store.sink, ClickHouseSink) else None
     if problem:
         print(f"request exporter: WARNING: {store.sink} may store a retried insert twice (after a lost reply or a "

@@ -241,6 +241,44 @@ def test_a_sigterm_during_start_up_drains_and_loses_nothing_acknowledged(tmp_pat
     assert not list(wal.glob("*.wal"))
 
 
+def test_a_sigterm_while_the_start_up_replay_waits_on_a_stalled_clickhouse_exits_within_the_grace(tmp_path, chdb):
+    """The replay at start is an insert too: a SIGTERM while ClickHouse stalls it ends it where the shutdown's flush
+    would end (``--shutdown-grace`` less the margin), not at ``--insert-timeout``; the log is kept for the next try."""
+    stalled = FakeClickHouse(chdb, stall_s=300)
+    stalled.script = ["stall"] * 100
+    spans = _spans("acme", 50)
+    wal = tmp_path / "wal" / "_wal"
+    wal.mkdir(parents=True)
+    (wal / "segment-00000000.wal").write_bytes(_record("J", _doc(spans)))
+    port, otlp = free_port_block(1), free_port_block(1)
+    p = subprocess.Popen([sys.executable, "-m", "goodput", "exporter", "requests", "--store", stalled.url,
+                          "--wal", str(tmp_path / "wal"), "--port", str(port), "--otlp-port", str(otlp),
+                          "--shutdown-grace", "6"],  # the default 30 s insert timeout
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not stalled.seen:
+            assert p.poll() is None, p.stderr.read() if p.stderr else ""
+            time.sleep(0.02)  # the replay's insert is in ClickHouse's hands
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        stalled.close()
+    assert took < 15, f"SIGTERM during a stalled replay took {took:.0f} s"
+    assert p.returncode == 0 and "only in the write-ahead log" in err, err
+    ok = FakeClickHouse(chdb)
+    try:
+        again = _store(tmp_path, ok)
+        assert again.recovered == 50
+        again.close()
+        _exactly_once(ok, spans)
+    finally:
+        ok.close()
+
+
 # ---------------------------------------------------------------------------------------------- deduplication
 
 
