@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 from goodput.exporters.dialects import DIALECTS
-from goodput.foundation.args import any_port, interval_seconds, positive_int, positive_number
+from goodput.foundation.args import any_port, interval_seconds, positive_int, positive_number, positive_number_at_most
 from goodput.foundation.errors import ConfigError
+
+SHUTDOWN_GRACE_S = 25.0  # the request exporter's SIGTERM-to-exit: inside Kubernetes' default 30 s grace, with margin
 
 __all__ = ["register"]
 
@@ -77,6 +79,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "with a ClickHouse store)")
     req.add_argument("--insert-timeout", type=positive_number, default=30.0, metavar="SECONDS",
                      help="a ClickHouse insert unanswered this long fails and is retried (default 30)")
+    req.add_argument("--shutdown-grace", type=positive_number_at_most(3600, " s"), default=SHUTDOWN_GRACE_S,
+                     metavar="SECONDS",
+                     help="SIGTERM to exit, at most: posts in flight are finished, the last flush is cut short and what it "
+                          "did not store stays in the write-ahead log for the next start (default 25, inside Kubernetes' "
+                          "default 30 s terminationGracePeriodSeconds; set it a few seconds under the pod's)")
     req.add_argument("--max-tenants", type=positive_int, default=50, help="tenant label values kept (default 50)")
     req.add_argument("--max-buffered-spans", type=positive_int, default=200_000,
                      help="spans held before flushing; beyond it the receiver answers 503 (default 200000)")

@@ -38,6 +38,7 @@ import math
 import os
 import sys
 import threading
+import time
 import zlib
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
@@ -51,16 +52,18 @@ from goodput.contracts.vocabulary import ROOT_SPANS as ROOT_SPANS
 from goodput.contracts.vocabulary import TIERS
 from goodput.exporters.exposition import fmt_float, labels, render
 from goodput.exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
+from goodput.exporters.store_sink import Sink
 from goodput.exporters.trace_store import StoreClosed, StoreFull, TraceStore, encode_spans
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.histogram import Histogram, le_label
-from goodput.foundation.http import Server, health_route, metrics_routes, serve_until_signal
+from goodput.foundation.http import Server, Sigterm, health_route, metrics_routes, serve_until_signal
 
 __all__ = ["DECODE_SLOTS", "OTLP_MAX_BODY_BYTES", "PayloadTooLarge", "RequestMetrics", "TraceReceiver", "UnsupportedEncoding",
            "inflate", "open_store", "run_request_exporter"]
 
 EXPORTER = "requests"
-STOP_DRAIN_S = 5.0  # SIGTERM: posts in flight get this long, the store's last flush the rest of the 30 s grace
+STOP_DRAIN_S = 5.0  # SIGTERM: posts in flight get at most this long of the grace, the store's last flush the rest
+STOP_MARGIN_S = 3.0  # ... less this, kept for the metrics server, the sink's close and the process's exit
 OTLP_MAX_BODY_BYTES = 32 * 1024 * 1024
 DECODE_SLOTS = 2  # payloads inflated and decoded at once: what decoding may cost is this many times one payload's
 DECODE_WAIT_S = 10.0  # a payload that finds no decode slot this long is answered 503 with Retry-After
@@ -542,9 +545,11 @@ class TraceReceiver:
         return {("POST", "/v1/traces"): self.route, ("GET", "/healthz"): health_route(self.store.health)}
 
 
-def open_store(args) -> TraceStore:
+def open_store(args, sigterm: Sigterm | None = None) -> TraceStore:
     """The trace store ``--store`` names: a Parquet directory (its log inside), or ClickHouse with its log in ``--wal``.
-    A path that is a file or cannot be written is one line naming the flag (exit 2), not a traceback."""
+    A path that is a file or cannot be written is one line naming the flag (exit 2), not a traceback. With
+    ``sigterm``, a SIGTERM during the replay at start cuts the sink's writes where the shutdown's flush would end
+    (a stalled ClickHouse cannot hold the start-up past the grace)."""
     from goodput.exporters.clickhouse_sink import ClickHouseSink, parse_store
     from goodput.exporters.parquet_sink import ParquetSink
 
@@ -561,10 +566,22 @@ def open_store(args) -> TraceStore:
             if target.kind == "chdb":
                 _writable_dir(Path(target.path), "--store")
             sink = ClickHouseSink(target, timeout_s=args.insert_timeout)
+        if sigterm is not None:
+            _stop_by_on_signal(sink, sigterm, args.shutdown_grace - STOP_MARGIN_S)
         return TraceStore(_writable_dir(wal, flag), sink=sink,
                           max_buffered_spans=args.max_buffered_spans, flush_interval_s=args.flush_interval)
     except OSError as e:
         raise ConfigError(flag, value, f"cannot write there: {e.strerror or e}") from None
+
+
+def _stop_by_on_signal(sink: Sink, sigterm: Sigterm, within_s: float) -> None:
+    """``sink.stop_by`` ``within_s`` after the SIGTERM, from a thread of its own (not the handler: the thread it
+    interrupts may hold the lock ``stop_by`` takes)."""
+    def watch() -> None:
+        sigterm.event.wait()
+        sink.stop_by(sigterm.deadline(within_s))
+
+    threading.Thread(target=watch, name="sigterm-sink", daemon=True).start()
 
 
 def _writable_dir(path: Path, flag: str) -> Path:
@@ -583,9 +600,10 @@ def _writable_dir(path: Path, flag: str) -> Path:
 def run_request_exporter(args) -> int:
     from goodput.exporters.clickhouse_sink import ClickHouseSink
 
+    sigterm = Sigterm()  # first: a SIGTERM during start-up (log open, sockets bound) drains too
     gc.set_threshold(*GC_THRESHOLDS)
     metrics = RequestMetrics(max_tenants=args.max_tenants)
-    store = open_store(args)
+    store = open_store(args, sigterm)
     problem = store.sink.dedup_problem() if isinstance(store.sink, ClickHouseSink) else None
     if problem:
         print(f"request exporter: WARNING: {store.sink} may store a retried insert twice (after a lost reply or a "
@@ -604,10 +622,17 @@ def run_request_exporter(args) -> int:
           flush=True)
 
     def stop() -> None:
-        otlp.stop(drain_s=STOP_DRAIN_S)  # new posts get 503 + Retry-After while those in flight finish and are logged
-        store.close()  # then the last flush, and the log goes only once everything is stored
-        srv.stop()
+        """Everything within ``--shutdown-grace`` of the SIGTERM: what the store could not flush by then stays in
+        its log for the next start."""
+        deadline = sigterm.deadline(args.shutdown_grace)
+
+        def left(keep: float = 0.0) -> float:
+            return max(0.0, deadline - keep - time.monotonic())
+
+        otlp.stop(drain_s=min(STOP_DRAIN_S, left(STOP_MARGIN_S)))  # new posts get 503 + Retry-After while those
+        store.close(within_s=left(STOP_MARGIN_S))  # in flight finish and are logged; then the last flush
+        srv.stop(drain_s=min(1.0, left()))
         print(f"request exporter stopped; {store.flushed_total} spans in the store", flush=True)
 
-    serve_until_signal(stop)
+    serve_until_signal(stop, sigterm=sigterm)
     return 0

@@ -18,7 +18,8 @@ recognises an insert that succeeded but whose reply was lost, if it is sent agai
 handed to the sink is fixed by the log: a flush writes the spans of one closed segment as one batch, and a replay
 writes each leftover segment as the batch it was. After a failed write the closed segments are rewritten as one
 holding only what is still owed, each batch as its own ``B`` record (the failed write's unstored rows first, cut at
-an insert's edge) and an ``X`` record naming the segments it replaces (skipped at replay should a crash leave them).
+an insert's edge) and an ``X`` record naming the segments it replaces (skipped at replay should a crash leave them,
+their own ``B`` records included). Replay queues a span once, whichever leftover segments hold it.
 Log records are OTLP payloads (``J`` JSON, ``P`` protobuf) or spans in the store's own JSON (``S``: a payload's spans
 less those the receiver had already seen; ``B``, and ``R`` from earlier versions: a batch of a rewrite).
 
@@ -161,34 +162,40 @@ class TraceStore:
     def _recover(self, segments: list[Path]) -> int:
         """Queue the spans of leftover segments as the batches they were (a rewrite's batches, then each other
         segment whole, its repeats dropped as a flush drops them) and flush them; a payload that no longer decodes
-        is quarantined."""
-        rewritten: list[list[Span]] = []
+        is quarantined.
+
+        A segment a rewrite names (its ``X`` record) is skipped whole, its own ``B`` batches included: the rewrite
+        holds what of them was still owed. A span queued once is not queued again from a later batch, whichever
+        segment holds it (a crash that left a segment beside its replacement, a client that resent a post whose
+        answer a crash lost): replay stores each span once on any table, deduplicating or not."""
+        rewritten: dict[str, list[list[Span]]] = {}
         plain: dict[str, list[Span]] = {}
         replaced: set[str] = set()
         for seg in segments:
-            spans = plain.setdefault(seg.name, [])
+            spans, batches = plain.setdefault(seg.name, []), rewritten.setdefault(seg.name, [])
             for pos, kind, payload in _records(seg.read_bytes()):
                 try:
                     if kind == ord("X"):
                         replaced.update(str(name) for name in json.loads(payload))
                     elif kind in (ord("B"), ord("R")):
-                        rewritten.append(decode_spans(payload))
+                        batches.append(decode_spans(payload))
                     else:
                         spans.extend(decode_protobuf(payload) if kind == ord("P") else
                                      decode_spans(payload) if kind == ord("S") else decode_json(payload))
                 except (ValueError, TypeError) as e:  # e.g. a damaged record
                     self._quarantine_payload(f"wal-{seg.stem}-{pos}.{'pb' if kind == ord('P') else 'json'}",
                                              payload, e)
-        seen: set[tuple[tuple[str, str], ...]] = set()
-        for batch in rewritten + [_unique(v) for k, v in plain.items() if k not in replaced]:
-            key = tuple((s.trace_id, s.span_id) for s in batch)
-            if batch and key not in seen:  # a rewrite cut short leaves its batches twice
-                seen.add(key)
-                self._batches.append(batch)
+        kept = [seg.name for seg in segments if seg.name not in replaced]
+        queued: set[tuple[str, str]] = set()
+        for batch in [b for name in kept for b in rewritten[name]] + [_unique(plain[name]) for name in kept]:
+            fresh = [s for s in batch if (s.trace_id, s.span_id) not in queued]
+            if fresh:
+                queued.update((s.trace_id, s.span_id) for s in fresh)
+                self._batches.append(fresh)
         self._done_segments.extend(segments)
         if segments:
             self.flush()
-        return sum(len(key) for key in seen)
+        return len(queued)
 
     # ------------------------------------------------------------------ quarantine
 

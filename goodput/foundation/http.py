@@ -45,8 +45,8 @@ import httpx
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.textformat import CONTENT_TYPE
 
-__all__ = ["Response", "Route", "Server", "health_route", "healthz", "http_url_problem", "metrics_routes",
-           "redact_url", "serve_until_signal"]
+__all__ = ["Response", "Route", "Server", "Sigterm", "health_route", "healthz", "http_url_problem",
+           "metrics_routes", "redact_url", "serve_until_signal"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ _MAX_TRAILERS = 100
 BODY_GRACE_S = 2.0  # a body's first bytes may take this long (a client's TLS / window ramp-up) before its rate counts
 MIN_BODY_RATE = 64 * 1024  # bytes/s: a 32 MiB body needs ~8.5 min at this rate, so the deadline binds first for it
 _READ = 64 * 1024  # body bytes reserved and read at a time
+DRAIN_S = 5.0  # ``Server.stop``'s default wait for the requests in flight: a small part of Kubernetes' 30 s grace
 
 
 def healthz(h: BaseHTTPRequestHandler, body: bytes) -> Response:
@@ -511,7 +512,7 @@ class Server(ThreadingHTTPServer):
         threading.Thread(target=self._refuse_loop, name=f"http-{self.server_address[1]}-refuse", daemon=True).start()
         return self
 
-    def stop(self, drain_s: float = 30.0) -> None:
+    def stop(self, drain_s: float = DRAIN_S) -> None:
         """Stop taking requests (503 with Retry-After), wait up to ``drain_s`` for those in flight, then close."""
         with self._state:
             self.draining = True
@@ -523,17 +524,45 @@ class Server(ThreadingHTTPServer):
         self.server_close()
 
 
-def serve_until_signal(stop: Callable[[], None], duration: float | None = None) -> None:
-    """Block until SIGTERM, Ctrl-C or ``duration`` seconds, then call ``stop`` (which flushes and closes)."""
-    done = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+class Sigterm:
+    """SIGTERM caught from the moment this is made, so a process told to stop during its start-up (its log open, its
+    sockets bound) still drains instead of dying by the default action: make it first thing, before anything that
+    must be drained, and hand it to ``serve_until_signal``. ``at`` is when the signal came (monotonic): a shutdown's
+    grace counts from then, start-up included."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.at: float | None = None
+        self.previous = signal.signal(signal.SIGTERM, self._caught)
+
+    def _caught(self, *_) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
+        self.event.set()
+
+    def deadline(self, grace_s: float) -> float:
+        """When a shutdown with ``grace_s`` must be over (``time.monotonic``): ``grace_s`` after the signal, or
+        after now when the stop has another cause (Ctrl-C, ``duration``)."""
+        return (time.monotonic() if self.at is None else self.at) + grace_s
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self.previous)
+
+
+def serve_until_signal(stop: Callable[[], None], duration: float | None = None,
+                       sigterm: Sigterm | None = None) -> None:
+    """Block until SIGTERM (caught by ``sigterm`` from its making, or from now), Ctrl-C or ``duration`` seconds, then
+    call ``stop`` (which flushes and closes)."""
+    term = Sigterm() if sigterm is None else sigterm
     deadline = time.monotonic() + duration if duration else None
     try:
-        while not done.wait(0.2):
+        while not term.event.wait(0.2):
             if deadline is not None and time.monotonic() >= deadline:
                 break
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        stop()
+        try:
+            stop()  # a second SIGTERM meanwhile is caught too: the drain goes on
+        finally:
+            term.restore()

@@ -32,8 +32,52 @@ _OURS = ("slo_attainment", "slo_met", "slo_terms", "goodput_requests_per_s", "go
 
 
 def is_report(data: object) -> TypeGuard[dict]:
-    return (isinstance(data, dict) and str(data.get("version")) == VERSION and isinstance(data.get("run"), dict)
-            and isinstance(data.get("results"), dict))
+    """A v0.2 report by its identity (its version and run); ``check_whole`` says whether it is whole."""
+    return isinstance(data, dict) and str(data.get("version")) == VERSION and isinstance(data.get("run"), dict)
+
+
+def check_whole(report: dict, where: str) -> None:
+    """``ConfigError`` naming the first part missing from ``report``: what the schema requires (``run.uid``,
+    ``results``, a ``Statistics``' ``units`` and ``mean``, ``requests.total``), the aggregates the import reads
+    (latency and throughput), and a ``Statistics`` with ``min`` but no ``max`` (a writer gives both or neither: a
+    report cut short inside one). A cut that falls between whole sections leaves a report the schema accepts, which
+    no reader can tell from a shorter one."""
+    if not report["run"].get("uid"):
+        raise ConfigError(where, "run.uid", "missing (the schema requires it): the report is cut short or not one")
+    results = report.get("results")
+    agg = ((results.get("request_performance") or {}).get("aggregate") if isinstance(results, dict) else None)
+    if not isinstance(agg, dict):
+        raise ConfigError(where, "results.request_performance.aggregate",
+                          "missing: the report holds no aggregates to import (cut short?)")
+    for path, stats in _statistics_in(report, ""):
+        missing = [k for k in ("units", "mean") if stats.get(k) is None] + (
+            ["max"] if stats.get("min") is not None and stats.get("max") is None else [])
+        if missing:
+            raise ConfigError(where, path, f"no {' or '.join(missing)} in its statistics: the report is cut short")
+    if not isinstance(agg.get("requests"), dict) or agg["requests"].get("total") is None:
+        raise ConfigError(where, "results.request_performance.aggregate.requests.total",
+                          "missing (the schema requires it): the report is cut short")
+    for part in ("latency", "throughput"):
+        if not isinstance(agg.get(part), dict) or not agg[part]:
+            raise ConfigError(where, f"results.request_performance.aggregate.{part}",
+                              "missing: nothing of it to import (the report is cut short?)")
+
+
+_STAT_KEYS = frozenset(("mean", "mode", "stddev", "min", "p0p1", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95",
+                        "p99", "p99p9", "max"))
+
+
+def _statistics_in(node: object, path: str):
+    """(dotted path, dict) of each ``Statistics`` in ``node``: a dict with ``units`` and one of its figures."""
+    if isinstance(node, dict):
+        if "units" in node and _STAT_KEYS & node.keys():
+            yield path, node
+            return
+        for k, v in node.items():
+            yield from _statistics_in(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _statistics_in(v, f"{path}[{i}]")
 
 
 def _statistics(d: dict, units: str) -> dict | None:
@@ -173,6 +217,8 @@ def import_reports(reports: list[tuple[Path, dict]], slo: Slo) -> dict:
     steps: list[dict] = []
     ours: dict = {}
     start = 0.0
+    for path, report in reports:
+        check_whole(report, str(path))
     for i, (path, report) in enumerate(sorted(reports, key=stage)):
         step, carried = _step(report, i, start, str(path))
         steps.append(step)

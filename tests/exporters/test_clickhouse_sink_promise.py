@@ -5,7 +5,9 @@ Kubernetes' grace leaving what is owed in the log, a table that cannot deduplica
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -19,6 +21,8 @@ from goodput.exporters.clickhouse_sink import MAX_REPLY_BYTES, ClickHouseSink
 from goodput.exporters.otel_traces import TableSpec, create_table
 from goodput.exporters.otlp import decode_json
 from goodput.exporters.requests import RequestMetrics, TraceReceiver
+from goodput.exporters.store_sink import SinkFailed
+from goodput.exporters.trace_store import encode_spans
 from goodput.foundation.clickhouse import parse_target
 from goodput.foundation.http import Server
 from tests.conftest import REPO, free_port_block, wait_answering
@@ -118,6 +122,153 @@ def test_sigterm_with_clickhouse_stalled_returns_within_the_grace_and_keeps_the_
     assert took < 25, f"SIGTERM took {took:.0f} s with ClickHouse stalled"
     assert p.returncode == 0 and "only in the write-ahead log" in err, err
     assert list((tmp_path / "wal" / "_wal").glob("*.wal"))
+    ok = FakeClickHouse(chdb)
+    try:
+        again = _store(tmp_path, ok)
+        assert again.recovered == 50
+        again.close()
+        _exactly_once(ok, spans)
+    finally:
+        ok.close()
+
+
+def test_sigterm_with_a_post_in_flight_and_clickhouse_stalled_exits_within_the_grace(tmp_path, chdb):
+    """The whole shutdown fits ``--shutdown-grace`` (default 25 s, inside Kubernetes' 30 s): a post still arriving
+    gets its drain, the stalled insert is cut at the store's share, and nothing waits a full default of its own
+    (5 s of drain, then 20 s of flush, then the metrics server's drain took ~26 s before)."""
+    stalled = FakeClickHouse(chdb, stall_s=300)
+    stalled.script = ["stall"] * 100
+    spans = _spans("acme", 50)
+    p, otlp = _exporter(tmp_path, stalled.url, "--flush-interval", "0.2")  # the default 30 s insert timeout
+    slow = socket.create_connection(("127.0.0.1", otlp))
+    stop = threading.Event()
+
+    def trickle() -> None:  # 128 KiB/s: above the receiver's body-rate floor, so the post stays in flight
+        with contextlib.suppress(OSError):
+            slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 8000000\r\n\r\n")
+            while not stop.wait(0.25):
+                slow.sendall(b" " * 32768)
+
+    poster = threading.Thread(target=trickle)
+    try:
+        assert httpx.post(f"http://127.0.0.1:{otlp}/v1/traces", content=_doc(spans)).status_code == 200
+        while not stalled.seen:
+            time.sleep(0.05)  # the flush is in ClickHouse's hands
+        poster.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        slow.close()
+        if poster.is_alive():
+            poster.join(10)
+        if p.poll() is None:
+            p.kill()
+        stalled.close()
+    assert took < 25, f"SIGTERM took {took:.0f} s with a post in flight and ClickHouse stalled"
+    assert p.returncode == 0 and "only in the write-ahead log" in err, err
+    ok = FakeClickHouse(chdb)
+    try:
+        again = _store(tmp_path, ok)
+        assert again.recovered == 50
+        again.close()
+        _exactly_once(ok, spans)
+    finally:
+        ok.close()
+
+
+def test_stop_by_cuts_the_insert_under_way(tmp_path, ch):
+    """An insert begun before the shutdown has the whole insert timeout; ``stop_by`` ends it at the deadline."""
+    store = _store(tmp_path, ch, timeout_s=60)
+    spans = _spans("acme", 4)
+    store.accept(spans, _doc(spans), "J")
+    ch.script = ["stall"]
+    done = threading.Event()
+    threading.Thread(target=lambda: (store.flush(), done.set()), daemon=True).start()
+    while not ch.seen:
+        time.sleep(0.02)
+    store.sink.stop_by(time.monotonic() + 0.5)
+    assert done.wait(15), "the insert under way outlived the shutdown deadline"
+    assert store.buffered == 4 and store.error
+
+
+def test_no_chdb_insert_starts_after_the_shutdown_deadline(chdb):
+    """A chDB insert under way cannot be cut (docs/collector.md); none starts after the deadline, so a shutdown
+    overruns by one insert at most and what is owed stays in the log."""
+    target = _chdb_target(chdb)
+    sink = ClickHouseSink(target)
+    sink.stop_by(time.monotonic())
+    with pytest.raises(SinkFailed, match="no time left"):
+        sink.write(decode_json(_doc(_spans("acme", 3))))
+    df = chdb.query_df("SELECT count() AS n FROM {db:Identifier}.otel_traces", {"db": target.database})
+    assert int(df["n"][0]) == 0
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.3])
+def test_a_sigterm_during_start_up_drains_and_loses_nothing_acknowledged(tmp_path, chdb, delay):
+    """SIGTERM the moment the exporter has opened its log (replaying what a dead run acknowledged), and a little
+    later: each time it exits 0 having stored every replayed span once, as after a SIGTERM when serving (before, the
+    handler came after start-up and the signal's default action killed it, exit -15)."""
+    ch = FakeClickHouse(chdb)
+    spans = _spans("acme", 5000)
+    wal = tmp_path / "wal" / "_wal"
+    wal.mkdir(parents=True)
+    (wal / "segment-00000000.wal").write_bytes(_record("J", _doc(spans)))
+    port, otlp = free_port_block(1), free_port_block(1)
+    p = subprocess.Popen([sys.executable, "-m", "goodput", "exporter", "requests", "--store", ch.url,
+                          "--wal", str(tmp_path / "wal"), "--port", str(port), "--otlp-port", str(otlp)],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not (wal / "segment-00000001.wal").exists():  # the log is open: start-up is under way
+            assert p.poll() is None, p.stderr.read() if p.stderr else ""
+            time.sleep(0.002)
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        ch.close() if p.returncode != 0 else None
+    assert p.returncode == 0, err
+    try:
+        _exactly_once(ch, spans)
+    finally:
+        ch.close()
+    assert not list(wal.glob("*.wal"))
+
+
+def test_a_sigterm_while_the_start_up_replay_waits_on_a_stalled_clickhouse_exits_within_the_grace(tmp_path, chdb):
+    """The replay at start is an insert too: a SIGTERM while ClickHouse stalls it ends it where the shutdown's flush
+    would end (``--shutdown-grace`` less the margin), not at ``--insert-timeout``; the log is kept for the next try."""
+    stalled = FakeClickHouse(chdb, stall_s=300)
+    stalled.script = ["stall"] * 100
+    spans = _spans("acme", 50)
+    wal = tmp_path / "wal" / "_wal"
+    wal.mkdir(parents=True)
+    (wal / "segment-00000000.wal").write_bytes(_record("J", _doc(spans)))
+    port, otlp = free_port_block(1), free_port_block(1)
+    p = subprocess.Popen([sys.executable, "-m", "goodput", "exporter", "requests", "--store", stalled.url,
+                          "--wal", str(tmp_path / "wal"), "--port", str(port), "--otlp-port", str(otlp),
+                          "--shutdown-grace", "6"],  # the default 30 s insert timeout
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not stalled.seen:
+            assert p.poll() is None, p.stderr.read() if p.stderr else ""
+            time.sleep(0.02)  # the replay's insert is in ClickHouse's hands
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        stalled.close()
+    assert took < 15, f"SIGTERM during a stalled replay took {took:.0f} s"
+    assert p.returncode == 0 and "only in the write-ahead log" in err, err
     ok = FakeClickHouse(chdb)
     try:
         again = _store(tmp_path, ok)
@@ -257,6 +408,35 @@ def test_segments_a_rewrite_replaced_are_skipped_if_a_crash_left_them(tmp_path, 
         assert again.recovered == 6
         again.close()
         _exactly_once(plain, spans)
+    finally:
+        plain.close()
+
+
+def _record(kind: str, payload: bytes) -> bytes:
+    return struct.pack(">IB", len(payload), ord(kind)) + payload
+
+
+def test_a_batch_in_two_segments_is_replayed_once(tmp_path, chdb):
+    """A crafted log: a segment, its rewrite (spans[4:] owed), the rewrite's own rewrite (spans[8:10] owed) with a
+    crash before the first rewrite was removed, and a later segment where a client resent spans 8 and 9 with two new
+    ones. Replay owes spans[8:12], each once: the replaced rewrite's batch and the resent spans are not stored again
+    (the table has no deduplication window, so nothing else would catch them)."""
+    plain = FakeClickHouse(chdb, dedup=False)
+    spans = _spans("acme", 12)
+    wal = tmp_path / "wal" / "_wal"
+    wal.mkdir(parents=True)
+    segments = [_record("J", _doc(spans[:10])),
+                _record("X", b'["segment-00000000.wal"]') + _record("B", encode_spans(spans[4:10])),
+                _record("X", b'["segment-00000001.wal"]') + _record("B", encode_spans(spans[8:10])),
+                _record("J", _doc(spans[8:12]))]
+    for n, data in enumerate(segments):
+        if n != 0:  # the first rewrite's removal of segment 0 did happen
+            (wal / f"segment-{n:08d}.wal").write_bytes(data)
+    try:
+        again = _store(tmp_path, plain)
+        assert again.recovered == 4
+        again.close()
+        _exactly_once(plain, spans[8:12])
     finally:
         plain.close()
 

@@ -404,3 +404,21 @@ def test_stop_drains_in_flight_requests_and_refuses_new_ones_with_retry_after():
         release.set()
         idle.close()
         inflight.close()
+
+
+def test_a_sigterm_before_serving_stops_it_at_once_and_counts_the_grace_from_the_signal():
+    """``Sigterm`` made at start-up takes a signal that comes before ``serve_until_signal``: no default-action kill,
+    the stop runs as soon as serving begins, the grace counts from the signal, and the old handler is back after."""
+    import os
+    import signal
+
+    from goodput.foundation.http import Sigterm, serve_until_signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    term = Sigterm()
+    os.kill(os.getpid(), signal.SIGTERM)  # during "start-up"
+    deadline = term.event.wait(5) and term.deadline(25.0)
+    stopped = []
+    serve_until_signal(lambda: stopped.append(time.monotonic()), duration=60, sigterm=term)
+    assert stopped and term.at is not None and deadline == term.at + 25.0
+    assert signal.getsignal(signal.SIGTERM) == before

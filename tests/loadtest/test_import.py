@@ -526,6 +526,35 @@ def test_llmd_example_report_imports_its_aggregates_unjudged(tmp_path):
     assert s["slo_met"] is None and summary["knee"] is None and not summary["valid"]
 
 
+def _cut(text: str, how: str) -> str:
+    """The example report cut short: at half or a third of its bytes or lines, or just before its latencies."""
+    lines = text.splitlines(keepends=True)
+    if how == "before latency":
+        return "".join(lines[:next(i for i, line in enumerate(lines) if line == "      latency:\n")])
+    kind, part = how.split()
+    return text[:len(text) // int(part)] if kind == "bytes" else "".join(lines[:len(lines) // int(part)])
+
+
+@pytest.mark.parametrize(("how", "missing"), [
+    ("bytes 2", "results.observability.components[1].aggregate.cpu_utilization: no max"),
+    ("bytes 3", "results.request_performance.aggregate.latency.time_to_first_token: no max"),
+    ("lines 3", "results.request_performance.aggregate.latency.time_to_first_token: no max"),
+    ("lines 4", "results.request_performance.aggregate.requests.output_length: no max"),
+    ("before latency", "results.request_performance.aggregate.latency: missing"),
+    ("lines 8", "results.request_performance.aggregate: missing"),
+])
+def test_a_truncated_llmd_report_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, how, missing):
+    from goodput.cli import main
+
+    cut = tmp_path / "report.yaml"
+    cut.write_text(_cut((FIX / "llmd_br_v0_2_example.yaml").read_text(), how))
+    out = tmp_path / "run"
+    assert main(["loadtest", "import", str(cut), "--slo", "ttft_p95=1s", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{cut}: {missing}" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["loadtest", "export", "{tmp}/nothing"], "summary.json: not found"),
     (["loadtest", "import", "{tmp}", "--slo", "ttft_p95=1s", "--out", "{tmp}/o"], "holds no result goodput reads"),
