@@ -59,6 +59,18 @@ def test_a_200_that_stored_nothing_is_retried_and_healthz_says_so(tmp_path, ch, 
     assert ch.seen[0][1] == ch.seen[1][1]  # the same insert again
 
 
+def _replayed_once(tmp_path, chdb, spans) -> None:
+    """The next start on the same WAL, against a ClickHouse that answers, stores the 50 spans owed exactly once."""
+    ok = FakeClickHouse(chdb)
+    try:
+        again = _store(tmp_path, ok)
+        assert again.recovered == 50
+        again.close()
+        _exactly_once(ok, spans)
+    finally:
+        ok.close()
+
+
 def test_a_trickled_reply_is_cut_at_the_insert_timeout(tmp_path, ch):
     store = _store(tmp_path, ch, timeout_s=0.5)
     spans = _spans("acme", 4)
@@ -122,14 +134,7 @@ def test_sigterm_with_clickhouse_stalled_returns_within_the_grace_and_keeps_the_
     assert took < 25, f"SIGTERM took {took:.0f} s with ClickHouse stalled"
     assert p.returncode == 0 and "only in the write-ahead log" in err, err
     assert list((tmp_path / "wal" / "_wal").glob("*.wal"))
-    ok = FakeClickHouse(chdb)
-    try:
-        again = _store(tmp_path, ok)
-        assert again.recovered == 50
-        again.close()
-        _exactly_once(ok, spans)
-    finally:
-        ok.close()
+    _replayed_once(tmp_path, chdb, spans)
 
 
 def test_sigterm_with_a_post_in_flight_and_clickhouse_stalled_exits_within_the_grace(tmp_path, chdb):
@@ -171,14 +176,7 @@ def test_sigterm_with_a_post_in_flight_and_clickhouse_stalled_exits_within_the_g
         stalled.close()
     assert took < 25, f"SIGTERM took {took:.0f} s with a post in flight and ClickHouse stalled"
     assert p.returncode == 0 and "only in the write-ahead log" in err, err
-    ok = FakeClickHouse(chdb)
-    try:
-        again = _store(tmp_path, ok)
-        assert again.recovered == 50
-        again.close()
-        _exactly_once(ok, spans)
-    finally:
-        ok.close()
+    _replayed_once(tmp_path, chdb, spans)
 
 
 def test_stop_by_cuts_the_insert_under_way(tmp_path, ch):
@@ -269,14 +267,7 @@ def test_a_sigterm_while_the_start_up_replay_waits_on_a_stalled_clickhouse_exits
         stalled.close()
     assert took < 15, f"SIGTERM during a stalled replay took {took:.0f} s"
     assert p.returncode == 0 and "only in the write-ahead log" in err, err
-    ok = FakeClickHouse(chdb)
-    try:
-        again = _store(tmp_path, ok)
-        assert again.recovered == 50
-        again.close()
-        _exactly_once(ok, spans)
-    finally:
-        ok.close()
+    _replayed_once(tmp_path, chdb, spans)
 
 
 # ---------------------------------------------------------------------------------------------- deduplication
