@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.report import emit
-from goodput.analyzer.backend import open_backend
+from goodput.analyzer.opening import open_backend
 from goodput.analyzer.store import connect
 from goodput.review.backfill import serve_tsdb
 from goodput.review.report import write_review

@@ -32,16 +32,16 @@ import numpy as np
 import pandas as pd
 
 from goodput.analyzer.otel_schema import check_attribute_columns
-from goodput.analyzer.store import connect, sql
-from goodput.foundation.clickhouse import DEFAULT_DATABASE, DEFAULT_TABLE, Connection, Target, is_clickhouse, parse_target
+from goodput.analyzer.store import sql
+from goodput.foundation.clickhouse import DEFAULT_DATABASE, DEFAULT_TABLE, Connection, Target, parse_target
 from goodput.foundation.clickhouse import connect as connect_clickhouse
 from goodput.foundation.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["SCHEMA_VERSION", "SETTINGS", "SPAN_MARGIN", "Backend", "ClickHouseBackend", "DuckDBBackend", "Result",
-           "backend", "clickhouse_sql", "db_text", "interval_us", "model_sql", "open_backend", "open_clickhouse",
-           "prepared_version", "server_errors", "statement"]
+           "backend", "clickhouse_sql", "db_text", "interval_us", "model_sql", "open_clickhouse", "prepared_version",
+           "read_prepared", "server_errors", "statement"]
 
 # spans read around a window: a request's spans start up to this long before its arrival time (the gateway's) or
 # end after it; a request longer than this at the window's edge is read without its outer spans
@@ -320,7 +320,7 @@ def prepared_version(con: Connection, target: Target) -> int | None:
     return int(meta["v"].iloc[0]) if int(meta["n"].iloc[0]) else None
 
 
-def _read_prepared(con: Connection, target: Target, flag: str) -> bool:
+def read_prepared(con: Connection, target: Target, flag: str) -> bool:
     """Whether the model's tables are there to read; if not, one warning line (once a process) naming the command
     that makes them."""
     try:
@@ -353,15 +353,3 @@ def open_clickhouse(db: str | Path, flag: str = "--db") -> Connection:
         raise ConfigError(flag, str(target), f"no table {target.database}.{target.table} (the Collector's "
                                              "clickhouseexporter creates it; docs/clickhouse.md)")
     return con
-
-
-def open_backend(db: str | Path, flag: str = "--db") -> Backend:
-    """What ``--db`` names, opened for reading: a ``clickhouse://`` URL or ``chdb:DIR`` (its table must exist; its
-    prepared tables read when there), or the analyzer's DuckDB file."""
-    if not is_clickhouse(db):
-        return DuckDBBackend(connect(db, read_only=True))
-    from goodput.analyzer.prepare import Layout, sync  # prepare builds on this module: imported when used
-
-    con = open_clickhouse(db, flag)
-    layout = Layout(con.target.database, con.target.table)
-    return ClickHouseBackend(con, prepared=_read_prepared(con, con.target, flag), sync=lambda: sync(con, layout))

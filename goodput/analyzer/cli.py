@@ -218,9 +218,9 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _decompose(args: argparse.Namespace) -> int:
-    from goodput.analyzer.backend import open_backend
     from goodput.analyzer.completeness import in_flight_rows, not_final
     from goodput.analyzer.decompose import BUCKETS, decompose
+    from goodput.analyzer.opening import open_backend
     from goodput.analyzer.report import render
 
     since, until = _window_of(args)
@@ -264,7 +264,7 @@ def _window(args: argparse.Namespace) -> str:
 
 
 def _regressions(args: argparse.Namespace) -> int:
-    from goodput.analyzer.backend import open_backend
+    from goodput.analyzer.opening import open_backend
     from goodput.analyzer.regressions import scan_regressions
     from goodput.analyzer.releases import load_releases
     from goodput.analyzer.report import render
@@ -291,7 +291,7 @@ def _regressions(args: argparse.Namespace) -> int:
 
 
 def _triage(args: argparse.Namespace) -> int:
-    from goodput.analyzer.backend import open_backend
+    from goodput.analyzer.opening import open_backend
     from goodput.analyzer.paging import pick_deployment
     from goodput.analyzer.releases import load_releases
     from goodput.analyzer.triage import triage

@@ -21,7 +21,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from goodput.analyzer.backend import Backend, DuckDBBackend, interval_us, open_backend, statement
+from goodput.analyzer.backend import Backend, DuckDBBackend, interval_us, statement
+from goodput.analyzer.opening import open_backend
 from goodput.analyzer.store import StoreLocked, connect
 from goodput.foundation.clickhouse import is_clickhouse
 

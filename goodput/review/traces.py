@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from goodput.analyzer.backend import open_backend
+from goodput.analyzer.opening import open_backend
 from goodput.analyzer.regressions import find_regressions
 from goodput.analyzer.releases import load_releases
 from goodput.exporters.config import load_plan

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from goodput.analyzer.backend import open_backend
+from goodput.analyzer.opening import open_backend
 from goodput.exporters.otel_traces import TableSpec, create_table
 from goodput.foundation.errors import ConfigError
 from tests.conftest import FIXTURES, REPO

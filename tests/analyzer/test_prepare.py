@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from goodput.analyzer import prepare as prepare_module
-from goodput.analyzer.backend import ClickHouseBackend, open_backend
+from goodput.analyzer.backend import ClickHouseBackend
 from goodput.analyzer.decompose import decompose
+from goodput.analyzer.opening import open_backend
 from goodput.analyzer.prepare import Layout, prepare, sync
 from goodput.analyzer.triage import triage
 from goodput.exporters.otel_traces import TableSpec, create_table, insert_spans
