@@ -36,10 +36,13 @@ from goodput.loadtest.imports import import_run
 from goodput.loadtest.slo import parse_slo
 from goodput.monitoring.rulegen import load_spec
 from goodput.plan.demand import parse_demand
+from goodput.plan.disaggfile import load_disagg
 from goodput.plan.planfile import load_plan_file
 from goodput.plan.policyfile import load_policy_file
+from goodput.plan.prices import load_prices
 from goodput.simulator.config import parse_fleet
 from goodput.simulator.openai_protocol import CHAT, COMPLETIONS, ApiError, parse_body, validate
+from goodput.simulator.run import simulate
 from tests.conftest import REPO
 from tests.plan.plan_fixtures import CHAT as CHAT_DEMAND
 
@@ -101,6 +104,23 @@ def mutated(draw: st.DrawFn, original: Any, keys: list[str]) -> Any:
             container[k] = draw(st.sampled_from([2**63, -2**63, 10**12, 1e300, -1e300, math.nan, math.inf, 0, -1, ""]))
         else:
             container[k] = draw(trees(keys))
+    return doc
+
+
+@st.composite
+def retuned(draw: st.DrawFn, original: Any) -> Any:
+    """``original`` with some numbers redrawn between 0 and four times their value (the same type) and some keys
+    dropped: mostly still valid, so what follows the reader's checks (a replay) gets configurations no example has."""
+    doc = copy.deepcopy(original)
+    for container, k in list(_slots(doc)):
+        v = container[k]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not draw(st.booleans()):
+            continue
+        container[k] = (draw(st.integers(0, 4 * v)) if isinstance(v, int)
+                        else draw(st.floats(0, 4 * v, allow_subnormal=False)))
+    for container, k in list(_slots(doc)):
+        if isinstance(container, dict) and k in container and draw(st.integers(0, 9)) == 0:
+            del container[k]
     return doc
 
 
@@ -203,6 +223,75 @@ FLEET_KEYS = keys_of(*FLEETS)
 @given(st.one_of(mutated(FLEETS[0], FLEET_KEYS), mutated(FLEETS[1], FLEET_KEYS), trees(FLEET_KEYS)))
 def test_fleet_files(doc):
     refuses_in_one_line(lambda: parse_fleet(doc, "fleet.yaml"), (ConfigError,))
+
+
+def _replayable(doc: dict) -> dict:
+    """``doc`` with every workload at one request a second: the replay of an accepted file stays short."""
+    for w in doc.get("workloads", []):
+        w["arrival"] = {"process": "poisson", "rate": 1}
+    return doc
+
+
+def refused_or_replayed(doc: Any, source: str) -> None:
+    """``parse_fleet`` refuses ``doc`` in one line naming ``source`` (and a key), or a few seconds of it replay in
+    virtual time without raising."""
+    fleet: list[Any] = []
+    e = refuses_in_one_line(lambda: fleet.append(parse_fleet(doc, source)), (ConfigError,))
+    if e is not None:
+        assert str(e).startswith(f"{source}: "), str(e)
+        return
+    simulate(fleet[0], 3.0, drain_s=30.0)
+
+
+# the gateway (quotas, tiers, tenants, the overload ladder, fallbacks, the circuit breaker, retries) of two real
+# fleets, mutated in place: the rest of the file stays valid, so the gateway's own checks are what is fuzzed
+GATEWAYS = {name: _replayable(_yaml(REPO / "examples" / name)) for name in ("overload.yaml", "primary_down.yaml")}
+GATEWAY_KEYS = keys_of(*(f["gateway"] for f in GATEWAYS.values()))
+
+
+@st.composite
+def with_section(draw: st.DrawFn, fleet: dict, section: Callable[[dict], tuple[Any, Any]], keys: list[str]) -> dict:
+    """``fleet`` with the section that ``section`` finds (its container and key) retuned, mutated, or replaced by a
+    tree."""
+    doc = copy.deepcopy(fleet)
+    container, k = section(doc)
+    container[k] = draw(st.one_of(retuned(container[k]), mutated(container[k], keys), trees(keys)))
+    return doc
+
+
+@FUZZ
+@given(st.sampled_from(sorted(GATEWAYS)).flatmap(
+    lambda name: with_section(GATEWAYS[name], lambda d: (d, "gateway"), GATEWAY_KEYS).map(lambda d: (name, d))))
+def test_fleet_gateways(named):
+    name, doc = named
+    refused_or_replayed(doc, name)
+
+
+# prefill/decode disaggregation: a fleet's deployment, and a demand file that `plan disagg` reads
+DISAGG_FLEET = _replayable(_yaml(REPO / "examples" / "fleet_disagg.yaml"))
+DISAGG_KEYS = keys_of(DISAGG_FLEET["deployments"][0])
+
+
+@FUZZ
+@given(st.one_of(
+    with_section(DISAGG_FLEET, lambda d: (d["deployments"][0], "disaggregation"), DISAGG_KEYS),
+    with_section(DISAGG_FLEET, lambda d: (d["deployments"], 0), DISAGG_KEYS)))
+def test_fleet_disaggregation(doc):
+    refused_or_replayed(doc, "fleet_disagg.yaml")
+
+
+DISAGG_DEMANDS = [_yaml(REPO / "examples" / n) for n in ("disagg_short.yaml", "disagg_long.yaml")]
+DISAGG_DEMAND_KEYS = keys_of(*DISAGG_DEMANDS)
+PRICES = load_prices()
+
+
+@FUZZ
+@given(st.one_of(*(retuned(d) for d in DISAGG_DEMANDS), *(mutated(d, DISAGG_DEMAND_KEYS) for d in DISAGG_DEMANDS),
+                 trees(DISAGG_DEMAND_KEYS)))
+def test_disaggregation_demand_files(doc):
+    path = in_file(doc)
+    e = refuses_in_one_line(lambda: load_disagg(path, PRICES), (ConfigError,))
+    assert e is None or str(e).startswith(f"{path}: "), str(e)
 
 
 DEMANDS = [_yaml(REPO / "examples" / "demand.yaml"), yaml.safe_load(CHAT_DEMAND)]
