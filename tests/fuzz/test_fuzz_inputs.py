@@ -117,8 +117,11 @@ def retuned(draw: st.DrawFn, original: Any) -> Any:
         v = container[k]
         if isinstance(v, bool) or not isinstance(v, int | float) or not draw(st.booleans()):
             continue
-        container[k] = draw(st.sampled_from([0, v, 4 * v]) | (st.integers(0, 4 * v) if isinstance(v, int)
-                                                               else st.floats(0, 4 * v, allow_subnormal=False)))
+        if not math.isfinite(v):
+            continue
+        low, high = sorted((0, 4 * v))
+        container[k] = draw(st.sampled_from([0, v, 4 * v]) | (st.integers(low, high) if isinstance(v, int)
+                                                               else st.floats(low, high, allow_subnormal=False)))
     for container, k in list(_slots(doc)):
         if isinstance(container, dict) and k in container and draw(st.integers(0, 9)) == 0:
             del container[k]
@@ -387,6 +390,59 @@ def imported_once(tmp_path_factory):
 def test_load_test_imports(imported_once, doc):
     path = in_file(json.dumps(doc), ".json")
     refuses_in_one_line(lambda: import_run(path, path.parent / "run", SLO), (ConfigError,))
+
+
+def _jsonl(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+IP_DIR = FIX / "loadtest" / "inference_perf_0.7.0"
+# inference-perf's report directory, its per-request file cut to its first 4 requests and their first 6 chunk times
+IP_FILES: dict[str, Any] = {p.name: (_yaml(p) if p.suffix == ".yaml" else json.loads(p.read_text()))
+                            for p in sorted(IP_DIR.iterdir())}
+IP_FILES["per_request_lifecycle_metrics.json"] = [
+    {**r, "info": {**r["info"], "response_metrics": {**r["info"]["response_metrics"], "chunk_times": r["info"][
+        "response_metrics"]["chunk_times"][:6]}}} for r in IP_FILES["per_request_lifecycle_metrics.json"][:4]]
+# the formats the JSON files above do not cover: (the original, how it is written, the file's name)
+IMPORT_FORMATS: dict[str, tuple[Any, Callable[[Any], str], str]] = {
+    "aiperf-records": (_jsonl(FIX / "loadtest" / "aiperf_profile_export.jsonl"),
+                       lambda d: "\n".join(json.dumps(x) for x in (d if isinstance(d, list) else [d])) + "\n",
+                       "profile_export.jsonl"),
+    "llmd-v0.2-yaml": (_yaml(FIX / "loadtest" / "llmd_br_v0_2_example.yaml"),
+                       lambda d: yaml.safe_dump(d, allow_unicode=True), "report.yaml"),
+}
+AIPERF_CSV = (FIX / "loadtest" / "aiperf_profile_export_aiperf.csv").read_text()
+
+
+@pytest.mark.parametrize("fmt", sorted(IMPORT_FORMATS))
+@FUZZ
+@given(data=st.data())
+def test_load_test_import_formats(imported_once, fmt, data):
+    original, write, name = IMPORT_FORMATS[fmt]
+    keys = keys_of(original)
+    doc = data.draw(st.one_of(retuned(original), mutated(original, keys), trees(keys)))
+    path = in_file(write(doc)).rename(Path(tempfile.mkdtemp(dir=_TMP.name)) / name)
+    refuses_in_one_line(lambda: import_run(path, path.parent / "run", SLO), (ConfigError,))
+
+
+@FUZZ
+@given(text_mutations([AIPERF_CSV]))
+def test_load_test_import_aiperf_csv(imported_once, text):
+    path = in_file(text, ".csv")
+    refuses_in_one_line(lambda: import_run(path, path.parent / "run", SLO), (ConfigError,))
+
+
+@FUZZ
+@given(data=st.data())
+def test_load_test_import_inference_perf_directory(imported_once, data):
+    name = data.draw(st.sampled_from(sorted(IP_FILES)))
+    original = IP_FILES[name]
+    doc = data.draw(st.one_of(retuned(original), mutated(original, keys_of(original)), trees(keys_of(original))))
+    d = Path(tempfile.mkdtemp(dir=_TMP.name)) / "report"
+    d.mkdir()
+    for f, content in {**IP_FILES, name: doc}.items():
+        (d / f).write_text(yaml.safe_dump(content) if f.endswith(".yaml") else json.dumps(content))
+    refuses_in_one_line(lambda: import_run(d, d.parent / "run", SLO), (ConfigError,))
 
 
 # ---------------------------------------------------------------------- OTLP bodies
