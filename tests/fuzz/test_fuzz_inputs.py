@@ -539,3 +539,46 @@ def test_a_nested_openai_body_is_a_400(depth):
     with pytest.raises(ApiError) as e:
         validate(CHAT, parse_body(b'{"messages": ' + b"[" * depth + b"]" * depth + b"}"), "m", 4096)
     assert e.value.status == 400
+
+
+# ---------------------------------------------------------------------- the ClickHouse sink's failure paths
+
+# how an insert goes on tests/exporters/test_clickhouse_store.py's FakeClickHouse (its docstring says each): it lies
+# (a 200 that stored nothing), stalls, streams, trickles, resets, or stores and then drops or stalls the reply
+SERVER_ACTS = ["ok", "500", "exception", "short", "proxy", "stream", "trickle", "reset", "lost", "stall", "late"]
+SINK_STEPS = st.one_of(st.tuples(st.just("batch"), st.integers(1, 6)),
+                       st.tuples(st.just("flush"), st.lists(st.sampled_from(SERVER_ACTS), max_size=3)),
+                       st.tuples(st.just("restart"), st.lists(st.sampled_from(SERVER_ACTS), max_size=2)))
+
+
+@settings(FUZZ, max_examples=15, deadline=timedelta(seconds=60))
+@given(st.lists(SINK_STEPS, min_size=1, max_size=8))
+def test_the_clickhouse_sink_stores_each_acknowledged_span_once(chdb, steps):
+    """Batches the store acknowledged, flushes and restarts on the same write-ahead log against a server that fails in
+    the drawn ways, then a healthy server and one more restart: every acknowledged span is in the table once."""
+    from goodput.exporters.clickhouse_sink import MAX_REPLY_BYTES
+    from tests.exporters.test_clickhouse_store import FakeClickHouse, _doc, _exactly_once, _spans, _store
+
+    wal = Path(tempfile.mkdtemp(dir=_TMP.name))
+    ch = FakeClickHouse(chdb, stall_s=0.6, stream_mb=MAX_REPLY_BYTES // (1 << 20) * 2)
+    acknowledged: list = []
+    try:
+        store = _store(wal, ch, timeout_s=0.3)
+        for i, (step, arg) in enumerate(steps):
+            if step == "batch":
+                spans = _spans("acme", arg, seed=i)
+                store.accept(spans, _doc(spans), "J")
+                acknowledged += spans
+                continue
+            ch.script = list(arg)
+            if step == "flush":
+                store.flush()
+            else:  # a stop (SIGTERM) while the server misbehaves, and a start on the same log
+                store.close(within_s=1.0)
+                store = _store(wal, ch, timeout_s=0.3)
+        ch.script = []
+        store.close(within_s=5.0)
+        _store(wal, ch, timeout_s=5.0).close(within_s=5.0)
+        _exactly_once(ch, acknowledged)
+    finally:
+        ch.close()
