@@ -3,9 +3,14 @@ keys, raw text, deep nesting) and by mutating the real inputs (examples/, tests/
 replaced, a key dropped, a value wrapped in a list, a huge or a non-finite number put in).
 
 Each must answer with its documented error as one line (``ConfigError``; ``OtlpError``; ``PromError``; the OpenAI
-API's ``ApiError`` with a 4xx) or accept the input; never another exception, and never more than ``MEMORY_LIMIT`` of
+API's ``ApiError`` with a 4xx) or accept the input; a fleet whose gateway or disaggregation section is accepted must
+replay a few virtual seconds; never another exception, and never more than ``MEMORY_LIMIT`` of
 Python memory (tracemalloc peak) for inputs this small. Bounded: a fixed ``max_examples`` per reader and a fixed seed
 (``derandomize``), so the suite runs the same in CI, in well under 90 s.
+
+Server replies are inputs too: the ClickHouse sink is fed a drawn script of a real local HTTP server's misbehaviours
+(tests/exporters/test_clickhouse_store.py's ``FakeClickHouse``: lies, stalls, streams, resets) between flushes and
+restarts on its write-ahead log, and must store every acknowledged span exactly once.
 """
 
 from __future__ import annotations
@@ -115,13 +120,11 @@ def retuned(draw: st.DrawFn, original: Any) -> Any:
     doc = copy.deepcopy(original)
     for container, k in list(_slots(doc)):
         v = container[k]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not draw(st.booleans()):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not draw(st.booleans()):
             continue
-        if not math.isfinite(v):
-            continue
-        low, high = sorted((0, 4 * v))
-        container[k] = draw(st.sampled_from([0, v, 4 * v]) | (st.integers(low, high) if isinstance(v, int)
-                                                               else st.floats(low, high, allow_subnormal=False)))
+        between: st.SearchStrategy = (st.integers(min(0, 4 * v), max(0, 4 * v)) if isinstance(v, int)
+                                      else st.floats(min(0.0, 4 * v), max(0.0, 4 * v), allow_subnormal=False))
+        container[k] = draw(st.sampled_from([0, v, 4 * v]) | between)
     for container, k in list(_slots(doc)):
         if isinstance(container, dict) and k in container and draw(st.integers(0, 9)) == 0:
             del container[k]
