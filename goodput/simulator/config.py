@@ -655,7 +655,7 @@ def _fallbacks(r: Reader | None, deployments: dict[str, DeploymentConfig]) -> tu
         backups = r.get(primary, list)
         for i, b in enumerate(backups):
             where = f"{primary}[{i}]"
-            if b not in deployments:
+            if not isinstance(b, str) or b not in deployments:
                 r.fail(where, f"no deployment named {b!r}; have {', '.join(deployments)}")
             if b == primary or backups.index(b) != i:
                 r.fail(where, f"{b!r} is the primary or listed twice")

@@ -3,9 +3,14 @@ keys, raw text, deep nesting) and by mutating the real inputs (examples/, tests/
 replaced, a key dropped, a value wrapped in a list, a huge or a non-finite number put in).
 
 Each must answer with its documented error as one line (``ConfigError``; ``OtlpError``; ``PromError``; the OpenAI
-API's ``ApiError`` with a 4xx) or accept the input; never another exception, and never more than ``MEMORY_LIMIT`` of
+API's ``ApiError`` with a 4xx) or accept the input; a fleet whose gateway or disaggregation section is accepted must
+replay a few virtual seconds; never another exception, and never more than ``MEMORY_LIMIT`` of
 Python memory (tracemalloc peak) for inputs this small. Bounded: a fixed ``max_examples`` per reader and a fixed seed
 (``derandomize``), so the suite runs the same in CI, in well under 90 s.
+
+Server replies are inputs too: the ClickHouse sink is fed a drawn script of a real local HTTP server's misbehaviours
+(tests/exporters/test_clickhouse_store.py's ``FakeClickHouse``: lies, stalls, streams, resets) between flushes and
+restarts on its write-ahead log, and must store every acknowledged span exactly once.
 """
 
 from __future__ import annotations
@@ -36,10 +41,13 @@ from goodput.loadtest.imports import import_run
 from goodput.loadtest.slo import parse_slo
 from goodput.monitoring.rulegen import load_spec
 from goodput.plan.demand import parse_demand
+from goodput.plan.disaggfile import load_disagg
 from goodput.plan.planfile import load_plan_file
 from goodput.plan.policyfile import load_policy_file
+from goodput.plan.prices import load_prices
 from goodput.simulator.config import parse_fleet
 from goodput.simulator.openai_protocol import CHAT, COMPLETIONS, ApiError, parse_body, validate
+from goodput.simulator.run import simulate
 from tests.conftest import REPO
 from tests.plan.plan_fixtures import CHAT as CHAT_DEMAND
 
@@ -48,6 +56,7 @@ pytestmark = pytest.mark.slow  # long: dealt out first (tests/conftest.py)
 MEMORY_LIMIT = 64 * 2**20
 FUZZ = settings(max_examples=40, deadline=timedelta(seconds=10), derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ_REPLAYS = settings(FUZZ, max_examples=100)  # the fleet sections: most examples refused at once, a few replayed
 FIX = REPO / "tests" / "fixtures"
 
 # ---------------------------------------------------------------------- what is fed
@@ -101,6 +110,24 @@ def mutated(draw: st.DrawFn, original: Any, keys: list[str]) -> Any:
             container[k] = draw(st.sampled_from([2**63, -2**63, 10**12, 1e300, -1e300, math.nan, math.inf, 0, -1, ""]))
         else:
             container[k] = draw(trees(keys))
+    return doc
+
+
+@st.composite
+def retuned(draw: st.DrawFn, original: Any) -> Any:
+    """``original`` with some numbers redrawn between 0 and four times their value (the ends often) and some keys
+    dropped: mostly still valid, so what follows the reader's checks (a replay) gets configurations no example has."""
+    doc = copy.deepcopy(original)
+    for container, k in list(_slots(doc)):
+        v = container[k]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not draw(st.booleans()):
+            continue
+        between: st.SearchStrategy = (st.integers(min(0, 4 * v), max(0, 4 * v)) if isinstance(v, int)
+                                      else st.floats(min(0.0, 4 * v), max(0.0, 4 * v), allow_subnormal=False))
+        container[k] = draw(st.sampled_from([0, v, 4 * v]) | between)
+    for container, k in list(_slots(doc)):
+        if isinstance(container, dict) and k in container and draw(st.integers(0, 9)) == 0:
+            del container[k]
     return doc
 
 
@@ -205,6 +232,77 @@ def test_fleet_files(doc):
     refuses_in_one_line(lambda: parse_fleet(doc, "fleet.yaml"), (ConfigError,))
 
 
+def _replayable(doc: dict) -> dict:
+    """``doc`` with every workload at one request a second: the replay of an accepted file stays short."""
+    for w in doc.get("workloads", []):
+        w["arrival"] = {"process": "poisson", "rate": 1}
+    return doc
+
+
+def refused_or_replayed(doc: Any, source: str) -> None:
+    """``parse_fleet`` refuses ``doc`` in one line naming ``source`` (and a key), or a few seconds of it replay in
+    virtual time without raising."""
+    fleet: list[Any] = []
+    e = refuses_in_one_line(lambda: fleet.append(parse_fleet(doc, source)), (ConfigError,))
+    if e is not None:
+        assert str(e).startswith(f"{source}: "), str(e)
+        return
+    simulate(fleet[0], 3.0, drain_s=30.0)
+
+
+# the gateway (quotas, tiers, tenants, the overload ladder, fallbacks, the circuit breaker, retries) of two real
+# fleets, mutated in place: the rest of the file stays valid, so the gateway's own checks are what is fuzzed
+GATEWAYS = {name: _replayable(_yaml(REPO / "examples" / name)) for name in ("overload.yaml", "primary_down.yaml")}
+GATEWAY_KEYS = keys_of(*(f["gateway"] for f in GATEWAYS.values()))
+
+
+@st.composite
+def with_section(draw: st.DrawFn, fleet: dict, section: Callable[[dict], tuple[Any, Any]], keys: list[str]) -> dict:
+    """``fleet`` with the section that ``section`` finds (its container and key) retuned, mutated, or replaced by a
+    tree."""
+    doc = copy.deepcopy(fleet)
+    container, k = section(doc)
+    how = draw(st.sampled_from(["retuned", "retuned", "mutated", "tree"]))  # half of them likely valid
+    container[k] = draw({"retuned": retuned(container[k]), "mutated": mutated(container[k], keys),
+                         "tree": trees(keys)}[how])
+    return doc
+
+
+@FUZZ_REPLAYS
+@given(st.sampled_from(sorted(GATEWAYS)).flatmap(
+    lambda name: with_section(GATEWAYS[name], lambda d: (d, "gateway"), GATEWAY_KEYS).map(lambda d: (name, d))))
+def test_fleet_gateways(named):
+    name, doc = named
+    refused_or_replayed(doc, name)
+
+
+# prefill/decode disaggregation: a fleet's deployment, and a demand file that `plan disagg` reads
+DISAGG_FLEET = _replayable(_yaml(REPO / "examples" / "fleet_disagg.yaml"))
+DISAGG_KEYS = keys_of(DISAGG_FLEET["deployments"][0])
+
+
+@FUZZ_REPLAYS
+@given(st.one_of(
+    with_section(DISAGG_FLEET, lambda d: (d["deployments"][0], "disaggregation"), DISAGG_KEYS),
+    with_section(DISAGG_FLEET, lambda d: (d["deployments"], 0), DISAGG_KEYS)))
+def test_fleet_disaggregation(doc):
+    refused_or_replayed(doc, "fleet_disagg.yaml")
+
+
+DISAGG_DEMANDS = [_yaml(REPO / "examples" / n) for n in ("disagg_short.yaml", "disagg_long.yaml")]
+DISAGG_DEMAND_KEYS = keys_of(*DISAGG_DEMANDS)
+PRICES = load_prices()
+
+
+@FUZZ
+@given(st.one_of(*(retuned(d) for d in DISAGG_DEMANDS), *(mutated(d, DISAGG_DEMAND_KEYS) for d in DISAGG_DEMANDS),
+                 trees(DISAGG_DEMAND_KEYS)))
+def test_disaggregation_demand_files(doc):
+    path = in_file(doc)
+    e = refuses_in_one_line(lambda: load_disagg(path, PRICES), (ConfigError,))
+    assert e is None or str(e).startswith(f"{path}: "), str(e)
+
+
 DEMANDS = [_yaml(REPO / "examples" / "demand.yaml"), yaml.safe_load(CHAT_DEMAND)]
 DEMAND_KEYS = keys_of(*DEMANDS)
 
@@ -295,6 +393,59 @@ def imported_once(tmp_path_factory):
 def test_load_test_imports(imported_once, doc):
     path = in_file(json.dumps(doc), ".json")
     refuses_in_one_line(lambda: import_run(path, path.parent / "run", SLO), (ConfigError,))
+
+
+def _jsonl(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+IP_DIR = FIX / "loadtest" / "inference_perf_0.7.0"
+# inference-perf's report directory, its per-request file cut to its first 4 requests and their first 6 chunk times
+IP_FILES: dict[str, Any] = {p.name: (_yaml(p) if p.suffix == ".yaml" else json.loads(p.read_text()))
+                            for p in sorted(IP_DIR.iterdir())}
+IP_FILES["per_request_lifecycle_metrics.json"] = [
+    {**r, "info": {**r["info"], "response_metrics": {**r["info"]["response_metrics"], "chunk_times": r["info"][
+        "response_metrics"]["chunk_times"][:6]}}} for r in IP_FILES["per_request_lifecycle_metrics.json"][:4]]
+# the formats the JSON files above do not cover: (the original, how it is written, the file's name)
+IMPORT_FORMATS: dict[str, tuple[Any, Callable[[Any], str], str]] = {
+    "aiperf-records": (_jsonl(FIX / "loadtest" / "aiperf_profile_export.jsonl"),
+                       lambda d: "\n".join(json.dumps(x) for x in (d if isinstance(d, list) else [d])) + "\n",
+                       "profile_export.jsonl"),
+    "llmd-v0.2-yaml": (_yaml(FIX / "loadtest" / "llmd_br_v0_2_example.yaml"),
+                       lambda d: yaml.safe_dump(d, allow_unicode=True), "report.yaml"),
+}
+AIPERF_CSV = (FIX / "loadtest" / "aiperf_profile_export_aiperf.csv").read_text()
+
+
+@pytest.mark.parametrize("fmt", sorted(IMPORT_FORMATS))
+@FUZZ
+@given(data=st.data())
+def test_load_test_import_formats(imported_once, fmt, data):
+    original, write, name = IMPORT_FORMATS[fmt]
+    keys = keys_of(original)
+    doc = data.draw(st.one_of(retuned(original), mutated(original, keys), trees(keys)))
+    path = in_file(write(doc)).rename(Path(tempfile.mkdtemp(dir=_TMP.name)) / name)
+    refuses_in_one_line(lambda: import_run(path, path.parent / "run", SLO), (ConfigError,))
+
+
+@FUZZ
+@given(text_mutations([AIPERF_CSV]))
+def test_load_test_import_aiperf_csv(imported_once, text):
+    path = in_file(text, ".csv")
+    refuses_in_one_line(lambda: import_run(path, path.parent / "run", SLO), (ConfigError,))
+
+
+@FUZZ
+@given(data=st.data())
+def test_load_test_import_inference_perf_directory(imported_once, data):
+    name = data.draw(st.sampled_from(sorted(IP_FILES)))
+    original = IP_FILES[name]
+    doc = data.draw(st.one_of(retuned(original), mutated(original, keys_of(original)), trees(keys_of(original))))
+    d = Path(tempfile.mkdtemp(dir=_TMP.name)) / "report"
+    d.mkdir()
+    for f, content in {**IP_FILES, name: doc}.items():
+        (d / f).write_text(yaml.safe_dump(content) if f.endswith(".yaml") else json.dumps(content))
+    refuses_in_one_line(lambda: import_run(d, d.parent / "run", SLO), (ConfigError,))
 
 
 # ---------------------------------------------------------------------- OTLP bodies
@@ -391,3 +542,44 @@ def test_a_nested_openai_body_is_a_400(depth):
     with pytest.raises(ApiError) as e:
         validate(CHAT, parse_body(b'{"messages": ' + b"[" * depth + b"]" * depth + b"}"), "m", 4096)
     assert e.value.status == 400
+
+
+# ---------------------------------------------------------------------- the ClickHouse sink's failure paths
+
+# how an insert goes on tests/exporters/test_clickhouse_store.py's FakeClickHouse (its docstring says each): it lies
+# (a 200 that stored nothing), stalls, streams, trickles, resets, or stores and then drops or stalls the reply
+SERVER_ACTS = ["ok", "500", "exception", "short", "proxy", "stream", "trickle", "reset", "lost", "stall", "late"]
+# each step: a batch of spans accepted (0 to 6), the server's next acts, then a flush or a stop and start (SIGTERM)
+SINK_STEPS = st.tuples(st.integers(0, 6), st.lists(st.sampled_from(SERVER_ACTS), min_size=1, max_size=3),
+                       st.sampled_from(["flush", "flush", "restart"]))
+
+
+@settings(FUZZ, max_examples=15, deadline=timedelta(seconds=60))
+@given(st.lists(SINK_STEPS, min_size=1, max_size=5))
+def test_the_clickhouse_sink_stores_each_acknowledged_span_once(chdb, steps):
+    """Batches the store acknowledged, flushes and restarts on the same write-ahead log against a server that fails in
+    the drawn ways, then a healthy server and one more restart: every acknowledged span is in the table once."""
+    from goodput.exporters.clickhouse_sink import MAX_REPLY_BYTES
+    from tests.exporters.test_clickhouse_store import FakeClickHouse, _doc, _exactly_once, _spans, _store
+
+    wal = Path(tempfile.mkdtemp(dir=_TMP.name))
+    ch = FakeClickHouse(chdb, stall_s=0.6, stream_mb=MAX_REPLY_BYTES // (1 << 20) * 2)
+    acknowledged: list = []
+    try:
+        store = _store(wal, ch, timeout_s=0.3)
+        for i, (n, acts, then) in enumerate(steps):
+            spans = _spans("acme", n, seed=i)
+            store.accept(spans, _doc(spans), "J")
+            acknowledged += spans
+            ch.script = list(acts)
+            if then == "flush":
+                store.flush()
+            else:  # a stop while the server misbehaves, what is owed left in the log, and a start on it
+                store.close(within_s=1.0)
+                store = _store(wal, ch, timeout_s=0.3)
+        ch.script = []
+        store.close(within_s=5.0)
+        _store(wal, ch, timeout_s=5.0).close(within_s=5.0)
+        _exactly_once(ch, acknowledged)
+    finally:
+        ch.close()

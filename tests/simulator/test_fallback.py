@@ -205,6 +205,9 @@ def test_without_a_breaker_a_retry_is_a_new_request_that_walks_to_the_next_backu
     (lambda d: d["gateway"].update(fallbacks={"large": ["nowhere"]}), "gateway.fallbacks.large[0]",
      "no deployment named 'nowhere'"),
     (lambda d: d["gateway"].update(fallbacks={"large": ["large"]}), "gateway.fallbacks.large[0]", "is the primary"),
+    # found by tests/fuzz: a backup given as a list was a TypeError (unhashable), not a ConfigError
+    (lambda d: d["gateway"].update(fallbacks={"large": [["small"]]}), "gateway.fallbacks.large[0]",
+     "no deployment named ['small']"),
     (lambda d: d["gateway"].update(fallbacks={"ghost": ["small"]}), "gateway.fallbacks.ghost", "no deployment"),
     (lambda d: d["deployments"][1].pop("capabilities"), "gateway.fallbacks.large[0]", "declares no capabilities"),
     (lambda d: d["deployments"][1]["capabilities"].update(context=9000), "deployments[1].capabilities.context",
