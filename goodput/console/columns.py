@@ -108,6 +108,7 @@ COLUMNS: dict[str, Col] = {
     "step": Col("ladder step"), "step_index": Col("step (0 none)", COUNT), "path": Col("primary -> backup"),
     "requests_per_s": Col("requests/s", "%.3f"), "degraded": Col("degraded by"),
     "action": Col("action"), "reason": Col("reason"), "numbers": Col("numbers"),
+    "idle share": Col("idle share", SHARE),  # of the spend, live and in the week's review
 }
 MISSING = "–"  # a figure the source does not have (Streamlit would write "None")
 _PCT = re.compile(r"(e2e|ttft)_p(\d+)_s$")

@@ -229,6 +229,7 @@ def test_capacity_what_if_is_goodput_plans_and_the_latest_review_shows(monkeypat
     assert list(recs["action"]) == ["add 2 replica(s) (4 -> 6)"] and "needed_now 6" in recs["numbers"][0]
     terms = frame(page, "term", "replicas")
     assert terms["replicas"].iloc[-1] == terms["replicas"].iloc[:-1].sum()
+    assert "failure domains" in set(terms["term"]) and not any("_" in t for t in terms["term"]), terms["term"]
     # the what-if starts from the selected deployment's model, GPU, TP and dtypes (examples/fleet.yaml), each
     for dep, (model, gpu, setup) in {
             "rag-70b-h200": ("Llama-3.1-70B", "H200-141GB", MemorySetup(tp=4, weight_dtype="fp8", kv_dtype="fp8")),
@@ -299,3 +300,22 @@ def test_the_console_reads_what_prometheus_remote_wrote_to_victoriametrics(monke
                  for a in json.loads(c.proto.spec)["layout"].get("annotations", [])}
         assert "page: LLMEngineDown rag" in notes, (url, notes)
     assert shown[vm.url] == shown[live.prometheus] and shown[vm.url]["kv_usage"]["rag"] == pytest.approx(0.7)
+
+
+def test_the_kv_and_routing_charts_axes_read_round_from_zero_and_the_legend_clear_of_them(monkeypatch, store):
+    """Preemptions per request and KV rejections are never negative: a flat zero line reads 0 to 1, not -1 to 1."""
+    at = app(monkeypatch, store / "db.duckdb", range="all")
+    show(at, "kv")
+    no_exception(at)
+    layout = next(json.loads(c.proto.spec)["layout"] for c in at.get("plotly_chart")
+                  if "preemptions per request" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    assert layout["yaxis"]["rangemode"] == layout["yaxis2"]["rangemode"] == "nonnegative", layout
+    assert layout["legend"]["x"] > 1.02, layout["legend"]  # past the right axis' tick labels
+    # a right axis has round ticks of its own, not the left axis' grid divided (11.36, 22.72, ...)
+    show(at, "routing")
+    no_exception(at)
+    for c in at.get("plotly_chart"):
+        axis = json.loads(c.proto.spec)["layout"].get("yaxis2")
+        if axis:
+            assert axis["tickmode"] == "auto" and "tickformat" not in axis and axis["showgrid"] is False, axis
+    assert layout["yaxis2"]["tickmode"] == "auto", layout["yaxis2"]
