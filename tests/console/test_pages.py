@@ -99,8 +99,11 @@ def test_overview_live_figures_equal_promql(monkeypatch, store, live):
     assert table.loc["rag", "kv_usage"] == pytest.approx((KV["rag-0"] + KV["rag-1"]) / 2)
     assert table.loc["rag", "capacity_tokens_per_s"] == pytest.approx(2 * 9000)
     assert table.loc["rag", "short"] == "2 short"  # 25k tok/s x 1.2 / 9000 -> 4 > 2
-    assert table.loc["rag", "status"] == "paging"  # LLMEngineDown for rag-1
-    assert table.loc["chat", "status"] == "no data"  # the exporter serves no SLO histograms
+    # two tables, each within 1,400 px: is the SLO met (status, TTFT and TPOT met and burn), then why
+    slo = frame(at, "status", "ttft_attainment").set_index("deployment")
+    assert {"tpot_attainment", "tpot_burn_1h"} <= set(slo.columns) and "replicas_available" not in slo.columns
+    assert slo.loc["rag", "status"] == "paging"  # LLMEngineDown for rag-1
+    assert slo.loc["chat", "status"] == "no data"  # the exporter serves no SLO histograms
     demand = table.loc["rag", "demand_tokens_per_s"]
     assert math.isclose(demand, TOKENS_PER_S[("rag", "P1", "rag")], rel_tol=0.2), demand
     alerts = frame(at, "alert", "runbook")
