@@ -210,6 +210,11 @@ def test_kv_routing_and_capacity_pages_render_from_both_sources(monkeypatch, sto
     counts = dict(duckdb.connect(str(store / "db.duckdb"), read_only=True).execute(
         "SELECT replica, count(*) FROM requests GROUP BY replica").fetchall())
     assert dict(zip(per_replica["replica"], per_replica["requests"], strict=True)) == counts
+    # a share of 1 on a live chart reads in percent from 0, as the tables show it (KV usage read 0-0.08)
+    kv = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)["layout"]
+          for c in show(at, "kv").get("plotly_chart")}
+    assert kv["KV usage per replica"]["yaxis"]["tickformat"] == ".0%", kv["KV usage per replica"]["yaxis"]
+    assert "tickformat" not in kv["preemptions /s"].get("yaxis", {})  # a rate stays a number
     plan = frame(show(at, "capacity"), "per-replica goodput tok/s", "required now").set_index("deployment")
     assert set(plan.index) == {"chat-8b-h100", "rag-70b-h200", "batch-32b-a100"}  # examples/plan.yaml
 
