@@ -215,6 +215,9 @@ def test_kv_routing_and_capacity_pages_render_from_both_sources(monkeypatch, sto
           for c in show(at, "kv").get("plotly_chart")}
     assert kv["KV usage per replica"]["yaxis"]["tickformat"] == ".0%", kv["KV usage per replica"]["yaxis"]
     assert "tickformat" not in kv["preemptions /s"].get("yaxis", {})  # a rate stays a number
+    # the exporter has no preemptions: an empty chart shows no made-up -1 to 4 scale, a chart with data its scale
+    assert kv["preemptions /s"]["yaxis"]["showticklabels"] is False
+    assert kv["KV usage per replica"]["yaxis"].get("showticklabels", True) is True
     plan = frame(show(at, "capacity"), "per-replica goodput tok/s", "required now").set_index("deployment")
     assert set(plan.index) == {"chat-8b-h100", "rag-70b-h200", "batch-32b-a100"}  # examples/plan.yaml
 

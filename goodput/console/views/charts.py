@@ -64,4 +64,5 @@ def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:
         if not series:
             fig.add_annotation(text="no data for these filters", showarrow=False, x=0.5, y=0.5, xref="paper",
                                yref="paper")
+            fig.update_yaxes(showticklabels=False)  # Plotly's empty axis runs -1 to 4: numbers nothing measured
         st.plotly_chart(fig, width="stretch", key=f"{key}{i}")
