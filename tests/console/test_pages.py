@@ -330,3 +330,9 @@ def test_the_kv_and_routing_charts_axes_read_round_from_zero_and_the_legend_clea
         if axis:
             assert axis["tickmode"] == "auto" and "tickformat" not in axis and axis["showgrid"] is False, axis
     assert layout["yaxis2"]["tickmode"] == "auto", layout["yaxis2"]
+    # the input-length histogram's bars are shares of each window's requests: percent, as the tables
+    show(at, "workload")
+    no_exception(at)
+    (hist,) = [json.loads(c.proto.spec)["layout"] for c in at.get("plotly_chart")
+               if "before and now" in json.loads(c.proto.spec)["layout"]["title"]["text"]]
+    assert hist["yaxis"]["tickformat"] == ".0%", hist["yaxis"]
