@@ -40,6 +40,11 @@ def _signed_share(v: float) -> str:
     return f"{round(v, 2) + 0.0:+.0%}"  # rounded first: -0.1% is "+0%", never "-0%"
 
 
+def _residual_s(v: float) -> str:
+    """The seconds a trace's spans leave unexplained: a float difference, so a zero can be -2.8e-14; never "-0.000"."""
+    return f"{round(v, 3) + 0.0:.3f}"
+
+
 def _bounds(histogram: str) -> tuple[float, ...]:
     """A histogram's finite bucket bounds from the catalog; a name that is no histogram there is a programming error."""
     buckets = by_name(histogram).buckets
@@ -80,7 +85,7 @@ COLUMNS: dict[str, Col] = {
     "all_requests": Col("all requests", COUNT), "gateway_s": Col("gateway (s)", S3), "queue_s": Col("queue (s)", S),
     "prefill_s": Col("prefill (s)", S), "kv_transfer_s": Col("KV transfer (s)", S3),
     "prefill_replica": Col("prefill replica"), "decode_s": Col("decode (s)", S), "send_s": Col("send (s)", S3),
-    "other_s": Col("other (s)", S3), "e2e_s": Col("E2E (s)", S), "ttft_s": Col("TTFT (s)", S),
+    "other_s": Col("other (s)", _residual_s), "e2e_s": Col("E2E (s)", S), "ttft_s": Col("TTFT (s)", S),
     "e2e_p95_top_segment": Col("p95 E2E mostly"), "e2e_p99_top_segment": Col("p99 E2E mostly"),
     "ttft_p95_top_segment": Col("p95 TTFT mostly"), "ttft_p99_top_segment": Col("p99 TTFT mostly"),
     "gaps": Col("gaps", COUNT), "overlaps": Col("overlaps", COUNT), "trace_id": Col("trace"),
@@ -108,6 +113,7 @@ COLUMNS: dict[str, Col] = {
     "step": Col("ladder step"), "step_index": Col("step (0 none)", COUNT), "path": Col("primary -> backup"),
     "requests_per_s": Col("requests/s", "%.3f"), "degraded": Col("degraded by"),
     "action": Col("action"), "reason": Col("reason"), "numbers": Col("numbers"),
+    "idle share": Col("idle share", SHARE),  # of the spend, live and in the week's review
 }
 MISSING = "–"  # a figure the source does not have (Streamlit would write "None")
 _PCT = re.compile(r"(e2e|ttft)_p(\d+)_s$")

@@ -77,6 +77,11 @@ def routing(f: Filters) -> dict[str, str]:
     }
 
 
+# the charts above whose values are shares of 1: drawn in percent, from 0, as the tables show shares
+SHARES = frozenset({"KV usage per replica", "prefix-cache hit ratio per replica",
+                    "rejections by reason (share of requests)"})
+
+
 def gateway(f: Filters, range_s: int) -> dict[str, str]:
     """Instant queries for the Routing page's gateway: per tenant and tier over the last ``range_s`` seconds, its
     admission decisions and its rejections by the gateway's reasons (an engine's queue_full or queue_timeout

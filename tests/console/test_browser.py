@@ -25,8 +25,9 @@ PROBE_LINE = "Failed to load resource: the server responded with a status of 404
 VIEWPORT = {"width": 1400, "height": 900}
 # per page, the column labels that must be in view without scrolling sideways (each in a table on the page)
 KEY_COLUMNS = {
-    "overview": ("status", "TTFT met 5m", "TTFT burn 1h", "replicas short", "p95 queue wait (s)", "KV cache used",
-                 "demand (tok/s)", "runbook"),
+    "overview": ("status", "TTFT met 5m", "TTFT burn 1h", "TPOT met 5m", "TPOT burn 1h", "replicas short",
+                 "replicas up", "replicas needed", "p95 queue wait (s)", "KV cache used", "demand (tok/s)",
+                 "capacity (tok/s)", "runbook"),
     "latency": ("p95 E2E (s)", "E2E (s)", "TTFT (s)"),
     "workload": ("before", "now", "change"),
     "kv": ("requests", "preemptions", "KV rejections"),

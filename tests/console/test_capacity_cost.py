@@ -119,6 +119,9 @@ def test_the_review_s_cost_per_deployment_and_tenant_cost_per_good_token_and_was
     assert costs["USD"].to_dict() == {"chat": 1000.0, "(fleet)": 1500.0}
     assert costs.loc["chat", "$ per 1M goodput tokens"] == 0.8 and costs.loc["chat", "idle trend pp/day"] == 2.0
     assert costs.loc["chat", "GPU-hours"] == 308.6
+    # the idle share reads as a percent, as every share on the console does (it showed 0.25)
+    (grid,) = [d for d in page.dataframe if "idle USD" in d.value.columns]
+    assert json.loads(grid.proto.columns)["idle share"]["type_config"]["format"] == "percent", grid.proto.columns
     tenants = frame(page, "tier", "tenant", "USD")
     assert dict(zip(tenants["tenant"], tenants["USD"], strict=True)) == {"acme": 700.0, "globex": 300.0}
     (waste,) = [c for c in page.get("plotly_chart") if "waste" in json.loads(c.proto.spec)["layout"]["title"]["text"]]

@@ -99,8 +99,11 @@ def test_overview_live_figures_equal_promql(monkeypatch, store, live):
     assert table.loc["rag", "kv_usage"] == pytest.approx((KV["rag-0"] + KV["rag-1"]) / 2)
     assert table.loc["rag", "capacity_tokens_per_s"] == pytest.approx(2 * 9000)
     assert table.loc["rag", "short"] == "2 short"  # 25k tok/s x 1.2 / 9000 -> 4 > 2
-    assert table.loc["rag", "status"] == "paging"  # LLMEngineDown for rag-1
-    assert table.loc["chat", "status"] == "no data"  # the exporter serves no SLO histograms
+    # two tables, each within 1,400 px: is the SLO met (status, TTFT and TPOT met and burn), then why
+    slo = frame(at, "status", "ttft_attainment").set_index("deployment")
+    assert {"tpot_attainment", "tpot_burn_1h"} <= set(slo.columns) and "replicas_available" not in slo.columns
+    assert slo.loc["rag", "status"] == "paging"  # LLMEngineDown for rag-1
+    assert slo.loc["chat", "status"] == "no data"  # the exporter serves no SLO histograms
     demand = table.loc["rag", "demand_tokens_per_s"]
     assert math.isclose(demand, TOKENS_PER_S[("rag", "P1", "rag")], rel_tol=0.2), demand
     alerts = frame(at, "alert", "runbook")
@@ -207,6 +210,14 @@ def test_kv_routing_and_capacity_pages_render_from_both_sources(monkeypatch, sto
     counts = dict(duckdb.connect(str(store / "db.duckdb"), read_only=True).execute(
         "SELECT replica, count(*) FROM requests GROUP BY replica").fetchall())
     assert dict(zip(per_replica["replica"], per_replica["requests"], strict=True)) == counts
+    # a share of 1 on a live chart reads in percent from 0, as the tables show it (KV usage read 0-0.08)
+    kv = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)["layout"]
+          for c in show(at, "kv").get("plotly_chart")}
+    assert kv["KV usage per replica"]["yaxis"]["tickformat"] == ".0%", kv["KV usage per replica"]["yaxis"]
+    assert "tickformat" not in kv["preemptions /s"].get("yaxis", {})  # a rate stays a number
+    # the exporter has no preemptions: an empty chart shows no made-up -1 to 4 scale, a chart with data its scale
+    assert kv["preemptions /s"]["yaxis"]["showticklabels"] is False
+    assert kv["KV usage per replica"]["yaxis"].get("showticklabels", True) is True
     plan = frame(show(at, "capacity"), "per-replica goodput tok/s", "required now").set_index("deployment")
     assert set(plan.index) == {"chat-8b-h100", "rag-70b-h200", "batch-32b-a100"}  # examples/plan.yaml
 
@@ -229,6 +240,7 @@ def test_capacity_what_if_is_goodput_plans_and_the_latest_review_shows(monkeypat
     assert list(recs["action"]) == ["add 2 replica(s) (4 -> 6)"] and "needed_now 6" in recs["numbers"][0]
     terms = frame(page, "term", "replicas")
     assert terms["replicas"].iloc[-1] == terms["replicas"].iloc[:-1].sum()
+    assert "failure domains" in set(terms["term"]) and not any("_" in t for t in terms["term"]), terms["term"]
     # the what-if starts from the selected deployment's model, GPU, TP and dtypes (examples/fleet.yaml), each
     for dep, (model, gpu, setup) in {
             "rag-70b-h200": ("Llama-3.1-70B", "H200-141GB", MemorySetup(tp=4, weight_dtype="fp8", kv_dtype="fp8")),
@@ -299,3 +311,28 @@ def test_the_console_reads_what_prometheus_remote_wrote_to_victoriametrics(monke
                  for a in json.loads(c.proto.spec)["layout"].get("annotations", [])}
         assert "page: LLMEngineDown rag" in notes, (url, notes)
     assert shown[vm.url] == shown[live.prometheus] and shown[vm.url]["kv_usage"]["rag"] == pytest.approx(0.7)
+
+
+def test_the_kv_and_routing_charts_axes_read_round_from_zero_and_the_legend_clear_of_them(monkeypatch, store):
+    """Preemptions per request and KV rejections are never negative: a flat zero line reads 0 to 1, not -1 to 1."""
+    at = app(monkeypatch, store / "db.duckdb", range="all")
+    show(at, "kv")
+    no_exception(at)
+    layout = next(json.loads(c.proto.spec)["layout"] for c in at.get("plotly_chart")
+                  if "preemptions per request" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    assert layout["yaxis"]["rangemode"] == layout["yaxis2"]["rangemode"] == "nonnegative", layout
+    assert layout["legend"]["x"] > 1.02, layout["legend"]  # past the right axis' tick labels
+    # a right axis has round ticks of its own, not the left axis' grid divided (11.36, 22.72, ...)
+    show(at, "routing")
+    no_exception(at)
+    for c in at.get("plotly_chart"):
+        axis = json.loads(c.proto.spec)["layout"].get("yaxis2")
+        if axis:
+            assert axis["tickmode"] == "auto" and "tickformat" not in axis and axis["showgrid"] is False, axis
+    assert layout["yaxis2"]["tickmode"] == "auto", layout["yaxis2"]
+    # the input-length histogram's bars are shares of each window's requests: percent, as the tables
+    show(at, "workload")
+    no_exception(at)
+    (hist,) = [json.loads(c.proto.spec)["layout"] for c in at.get("plotly_chart")
+               if "before and now" in json.loads(c.proto.spec)["layout"]["title"]["text"]]
+    assert hist["yaxis"]["tickformat"] == ".0%", hist["yaxis"]

@@ -236,7 +236,7 @@ def render(ctx: Context) -> None:
         cold = st.number_input("cold start (s)", 0.0, 3600.0, 180.0, 30.0, key="cap_cold")
         burst = st.slider("burst (x peak within 5 min)", 1.0, 3.0, 1.0, 0.1, key="cap_burst")
         terms_r = plan_terms(base * factor, per, growth, cold, burst)
-        show(pd.DataFrame([{"term": k, "replicas": v} for k, v in terms_r.as_dict().items()]
+        show(pd.DataFrame([{"term": k.replace("_", " "), "replicas": v} for k, v in terms_r.as_dict().items()]
                           + [{"term": "total (goodput plan replicas)", "replicas": terms_r.total}]), "cap_terms")
     with c2:
         d = fleet_deps.get(dep, DEFAULT)

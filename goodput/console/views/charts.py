@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from goodput.console import data, markers
+from goodput.console import data, markers, promql
 from goodput.console.palette import plain
 from goodput.console.ui import Context, prom_down, step_for
 from goodput.foundation.promapi import PromError
@@ -58,8 +58,11 @@ def prom_charts(ctx: Context, queries: dict[str, str], key: str) -> None:
                                      mode="lines" if len(s.times) > 2 else "markers", name=plain(name)))
         # the whole range, so a series that began late reads as late and an empty chart still has its time axis
         fig.update_layout(title=title, height=280, margin={"t": 40, "b": 20}, xaxis={"type": "date", "range": [start, end]})
+        if title in promql.SHARES:
+            fig.update_yaxes(tickformat=".0%", rangemode="tozero")
         mark(ctx, fig, start, end)
         if not series:
             fig.add_annotation(text="no data for these filters", showarrow=False, x=0.5, y=0.5, xref="paper",
                                yref="paper")
+            fig.update_yaxes(showticklabels=False)  # Plotly's empty axis runs -1 to 4: numbers nothing measured
         st.plotly_chart(fig, width="stretch", key=f"{key}{i}")

@@ -33,7 +33,12 @@ def render(ctx: Context) -> None:
                              opacity=0.4, marker_pattern_shape=["" if f else "/" for f in final]))
     fig.update_layout(title=f"preemptions per request and KV-capacity rejections (per {bucket}; open circles, hatched: "
                             "not final)", height=320,
-                      margin={"t": 40, "b": 20}, yaxis2={"overlaying": "y", "side": "right"})
+                      margin={"t": 40, "b": 20},
+                      # counts and a ratio: never below zero, so a flat zero line has no -1/-0.5 ticks; the legend
+                      # clear of the right axis' ticks
+                      yaxis={"rangemode": "nonnegative"},
+                      yaxis2={"overlaying": "y", "side": "right", "rangemode": "nonnegative",
+                              "tickmode": "auto", "showgrid": False}, legend={"x": 1.06})
     since, until = ctx.window()
     mark(ctx, fig, since, until)
     st.plotly_chart(fig, width="stretch", key="kv_traces")

@@ -17,11 +17,11 @@ from goodput.foundation.promapi import PromError
 
 __all__ = ["render"]
 
-# what on call reads first, within 1,400 px: is the SLO met and how fast is it burning, then why (replicas short,
-# queue, KV, demand against capacity); the rest (replicas up and needed, TPOT) after a sideways scroll
-LIVE_FIRST = ("deployment", "tier", "status", "ttft_attainment", "ttft_burn_1h", "short", "queue_wait_p95_s",
-              "kv_usage", "demand_tokens_per_s", "capacity_tokens_per_s", "tpot_attainment", "tpot_burn_1h",
-              "replicas_available", "replicas_required")
+# what on call reads first, each table within 1,400 px (one table of all fourteen was cut off after capacity): is the
+# SLO met and how fast is it burning, then why (replicas short of needed, queue, KV, demand against capacity)
+LIVE_SLO = ("deployment", "tier", "status", "ttft_attainment", "ttft_burn_1h", "tpot_attainment", "tpot_burn_1h")
+LIVE_WHY = ("deployment", "tier", "short", "replicas_available", "replicas_required", "queue_wait_p95_s", "kv_usage",
+            "demand_tokens_per_s", "capacity_tokens_per_s")
 ALERT_FIRST = ("alert", "severity", "deployment", "tier", "since", "runbook", "summary")
 TRACE_FIRST = ("deployment", "tier", "final", "p95 queue wait s", "p95 TTFT s", "demand tok/s", "goodput tok/s",
                "TTFT attainment", "TPOT attainment")
@@ -50,9 +50,10 @@ def _live(ctx: Context, alerts: pd.DataFrame | None) -> None:
     table.insert(2, "status", status(table, alerts))
     short = (table["replicas_required"] - table["replicas_available"]).clip(lower=0)
     table["short"] = [f"{n:.0f} short" if n > 0 else "" for n in short.fillna(0)]
-    show(table, "live", LIVE_FIRST)
+    show(table[[c for c in LIVE_SLO if c in table.columns]], "live", LIVE_SLO)
     st.caption("met: the share of requests within the SLO over 5 minutes; burn: the error budget's rate over the last "
                "hour (1 spends it in exactly the SLO's window, 14.4 pages)")
+    show(table[[c for c in LIVE_WHY if c in table.columns]], "live_why", LIVE_WHY)
 
 
 def _runbook(alerts: pd.DataFrame | None) -> None:

@@ -57,8 +57,9 @@ def render(ctx: Context) -> None:
             fig.update_layout(title="requests and p95 queue wait per replica", height=320, margin={"t": 60, "b": 20},
                               legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
                               yaxis={"title": "requests", "rangemode": "tozero"},
-                              yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "tickformat": ".2f",
-                                      "title": "p95 queue wait (s)"})
+                              # its own round ticks (synced to the left axis' grid they read 11.36, 22.72, ...)
+                              yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "tickmode": "auto",
+                                      "showgrid": False, "title": "p95 queue wait (s)"})
             st.plotly_chart(fig, width="stretch", key="replicas")
             show(flight.mark(ctx, df), "routing_table", ("deployment", "replica", "final", "requests", "queue_p95_s",
                                                          "first_seen"))

@@ -106,5 +106,6 @@ def _shift(ctx: Context, comps: dict, params: dict) -> None:
     sample = data.store_query(ctx.db, ctx.db_version, "lengths", window)
     hist = go.Figure([go.Histogram(x=sample.loc[sample["period"] == p, "input_tokens"], name=p, opacity=0.6,
                                    histnorm="probability") for p in ("before", "now")])
-    hist.update_layout(barmode="overlay", title="input tokens, before and now", height=300, margin={"t": 40, "b": 20})
+    hist.update_layout(barmode="overlay", title="input tokens, before and now (share of each window's requests)",
+                       height=300, margin={"t": 40, "b": 20}, yaxis={"tickformat": ".0%"})  # a share, as the tables
     st.plotly_chart(hist, width="stretch", key="length_hist")
