@@ -61,6 +61,8 @@
       "A100-80GB": 1.99,
       // H100-80GB-SXM: US dollars per GPU-hour (midpoint of the $2.49-3.99 on-demand range (CoreWeave, Lambda, Crusoe, RunPod), early 2026: https://pricegpu.pages.dev/blog/h100-vs-a100-cloud-price, 2026-03)
       "H100-80GB-SXM": 3.24,
+      // H200-141GB: US dollars per GPU-hour (midpoint of the $3.50-4.50 specialty-cloud on-demand range, May 2026: https://www.mercatus-ai.com/blog/cloud-gpu-pricing, 2026-03)
+      "H200-141GB": 4.0,
       // L40S-48GB: US dollars per GPU-hour (RunPod on-demand, March 2026: https://deploybase.ai/articles/nvidia-l40s-price, 2026-03)
       "L40S-48GB": 0.79,
     },
