@@ -168,6 +168,8 @@ def show(df: pd.DataFrame, key: str, first: Sequence[str] = (), colour_by: str |
     formats = {**{c: fmt for c in df.columns if _number(df[c].dtype) and callable(fmt := _col(c).format)},
                **(formats or {})}
     order = [c for c in first if c in df.columns] + [c for c in df.columns if c not in first]
+    if "final" in df.columns:  # "not final: N in flight" says the count; the frame keeps in_flight for readers
+        order = [c for c in order if c != "in_flight"]
     config = {c: _config(c, df[c].dtype, c in formats) for c in df.columns}
     styled = formats or colour_by is not None or any(c in df.columns for c in COLOURS)
     shown = _paint(df, colour_by) if styled else df

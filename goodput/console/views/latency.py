@@ -59,11 +59,13 @@ def _waterfall(rec: dict, name: str, segments: list[str]) -> go.Figure:
 
 
 def _trace_figure(seg: pd.DataFrame) -> go.Figure:
-    """One trace's requests (retries apart, in time order), each one's segments in a request's path order."""
+    """One trace's requests (retries apart, in time order: "try N"), each one's segments in a request's path order."""
     t0 = seg["start_ns"].min()
-    seg = seg.assign(first=seg.groupby(seg["request_id"].fillna(""))["start_ns"].transform("min"),
-                     order=seg["segment"].map(segment_order)).sort_values(["first", "order"], kind="stable")
-    rows = [(f"{r['request_id'] or ''} {r['segment']}".strip(), str(r["segment"]),
+    seg = seg.assign(rid=seg["request_id"].fillna(""), order=seg["segment"].map(segment_order))
+    seg = seg.assign(first=seg.groupby("rid")["start_ns"].transform("min")).sort_values(["first", "order"],
+                                                                                       kind="stable")
+    tries = {rid: i for i, rid in enumerate(seg["rid"].unique(), 1)}  # a retried request's segments: "try 2 queue"
+    rows = [(f"try {tries[r['rid']]} {r['segment']}" if len(tries) > 1 else str(r["segment"]), str(r["segment"]),
              (r["start_ns"] - t0) / 1e9 if pd.notna(r["start_ns"]) else 0.0, r["duration_s"])
             for r in seg.to_dict("records")]
     return _segment_bars(rows, "segments (seconds from the first)")
