@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 import streamlit as st
@@ -34,6 +34,7 @@ class Col:
     label: str
     # printf-style for numbers, or a function of the value (a Styler format); None: text (Streamlit's own for dates)
     format: str | Callable[[float], str] | None = None
+    width: Literal["small", "medium", "large"] | None = None  # None: Streamlit sizes it by the rows it sees first
 
 
 def _signed_share(v: float) -> str:
@@ -93,7 +94,7 @@ COLUMNS: dict[str, Col] = {
     "input_tokens": Col("input (tokens)", TOKENS), "output_tokens": Col("output (tokens)", TOKENS),
     "retries": Col("retries", COUNT),
     # every trace table: how many of the row's requests are still in flight (goodput/console/flight.py)
-    "final": Col("final?"), "in_flight": Col("in flight", COUNT),
+    "final": Col("final?", width="medium"), "in_flight": Col("in flight", COUNT),
     # Workload, KV, Routing
     "measure": Col("measure"), "before": Col("before"), "now": Col("now"), "change": Col("change", _signed_share),
     "shift": Col("shift?"), "bucket": Col("from (UTC)"), "kv_rejections": Col("KV rejections", COUNT),
@@ -144,6 +145,8 @@ def _config(name: str, dtype, own_format: bool) -> ColumnConfig | str:
         return st.column_config.DatetimeColumn(c.label, format="YYYY-MM-DD HH:mm:ss")
     if isinstance(c.format, str) and not own_format and _number(dtype):
         return st.column_config.NumberColumn(c.label, format=c.format)
+    if c.width is not None:  # a cell a later row widens ("final" above "not final: 194 in flight")
+        return st.column_config.Column(c.label, width=c.width)
     return c.label
 
 

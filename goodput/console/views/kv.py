@@ -15,6 +15,11 @@ from goodput.console.views.charts import bucketed, mark, prom_charts
 __all__ = ["render"]
 
 
+def _whole(most: float) -> dict:
+    """A count's axis: under five, one tick per whole request (no 0.2/0.4 ticks over a flat zero)."""
+    return {"dtick": 1, "range": [0, max(1.0, float(most)) * 1.05]} if not most >= 5 else {}
+
+
 def render(ctx: Context) -> None:
     st.title("KV cache & scheduler")
     prom_charts(ctx, promql.kv(ctx.filters), "kv")
@@ -38,7 +43,8 @@ def render(ctx: Context) -> None:
                       # clear of the right axis' ticks
                       yaxis={"rangemode": "nonnegative"},
                       yaxis2={"overlaying": "y", "side": "right", "rangemode": "nonnegative",
-                              "tickmode": "auto", "showgrid": False}, legend={"x": 1.06})
+                              "tickmode": "auto", "showgrid": False, **_whole(df["kv_rejections"].max())},
+                      legend={"x": 1.06})
     since, until = ctx.window()
     mark(ctx, fig, since, until)
     st.plotly_chart(fig, width="stretch", key="kv_traces")
