@@ -38,8 +38,8 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.monitoring.placeholders import Knob, fill, mark, params, re2_problem
 
-__all__ = ["ALERTS", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump", "knobs", "label_name",
-           "load_spec", "templates", "write"]
+__all__ = ["ALERTS", "COLD_START_WINDOW", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump",
+           "knobs", "label_name", "load_spec", "scaled_duration", "templates", "write"]
 
 # always firing, to prove the pipeline works: named apart from kube-prometheus' own `Watchdog` (which its chart routes
 # to a null receiver), and of severity `none` as that one is, since its InfoInhibitor silences every `info` alert
@@ -254,11 +254,14 @@ def _link_pattern(v: str, src: str, key: str) -> str:
 
 # ---------------------------------------------------------------------- helpers
 
-def _dur(d: str, scale: float) -> str:
-    """A duration, scaled for the test variant (never under 1 s)."""
+def scaled_duration(d: str, scale: float) -> str:
+    """A duration, scaled for the test variant (never under 1 s); every rule generator scales through this."""
     if scale == 1.0:
         return d
     return f"{max(1, round(seconds(d) * scale))}s"
+
+
+_dur = scaled_duration
 
 
 class _Builder:
