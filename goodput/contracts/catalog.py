@@ -15,6 +15,7 @@ __all__ = [
     "GATEWAY",
     "GATEWAY_BUCKETS",
     "GPU",
+    "KUBE",
     "OVERLOAD_STEPS",
     "SELF",
     "TOKEN_BUCKETS",
@@ -108,6 +109,21 @@ ENGINE = (
     _m("llm_capacity_cold_start_seconds", "gauge", "seconds",
        "The cold start the capacity plan's cold-start buffer and autoscaling policy were sized on (the plan's "
        "cold_start_s).", ("deployment",)),
+)
+
+# Recorded, not scraped: rules/kube.rules.yaml (goodput/monitoring/kuberules.py) records these on Kubernetes from
+# kube-state-metrics' pod timestamps (and the engine exporter's llm_replica_cold_start_seconds where it runs), for each
+# replica whose pod was created within the cold-start window (docs/capacity.md, "Cold start phases").
+KUBE = (
+    _m("llm_replica_cold_start_phase_seconds", "gauge", "seconds",
+       "A replica's cold start by phase, from its pod's first timestamps: scheduling (created to scheduled), "
+       "pull_and_create (scheduled to its last container's start: image pulls, volumes, init containers, as "
+       "kube-state-metrics has no pull time), then engine_start (the engine exporter's process start to first "
+       "answered scrape) and warm_up (on to the pod's Ready), or start_to_ready where no engine exporter tells "
+       "those two apart.", ("deployment", "replica", "phase")),
+    _m("llm_replica_pod_cold_start_seconds", "gauge", "seconds",
+       "From the replica's pod creation to its first Ready (kube-state-metrics): the cold start a scale-out waits, "
+       "scheduling and image pulls included; the sum of its phases.", ("deployment", "replica")),
 )
 
 C, H = GATEWAY_COUNTER_LABELS, GATEWAY_HIST_LABELS
@@ -235,7 +251,7 @@ COST = (
        "capacity of the available replicas, else over the tokens served; all of it when none were.", ("deployment",)),
 )
 
-CATALOG: tuple[MetricSpec, ...] = ENGINE + GATEWAY + GPU + SELF + COST
+CATALOG: tuple[MetricSpec, ...] = ENGINE + KUBE + GATEWAY + GPU + SELF + COST
 _BY_NAME = {m.name: m for m in CATALOG}
 
 

@@ -51,6 +51,7 @@ TENANTS_FALLBACK_PATHS = 11
 GPUS_LOST = 1
 GPUS_XID = 6
 CAPACITY_COLD_START = 20  # apart from the capacity board's other panels, which may grow
+CAPACITY_COLD_START_PHASES = 21
 
 # alert -> (dashboard, panel, the alert labels passed on as template variables when the alert has them)
 ALERT_PANELS: dict[str, tuple[Board, int, tuple[str, ...]]] = {

@@ -85,6 +85,8 @@ class Panel:
     kind: str = "timeseries"  # or "table" (instant)
     threshold: float | None = None  # a line drawn at this value (an alert or autoscaling target)
     max: float | None = None
+    stacked: bool = False  # the series add up (parts of one whole)
+    repeat: str | None = None  # one panel per value of this variable (so stacks never mix its values)
 
 
 class Names:
@@ -387,6 +389,13 @@ def _capacity(n: Names) -> list[Panel]:
                     Query(f"{n.m('llm_replica_cold_start_seconds')}{d}", "{{replica}}"),
                     Query(f"max by (deployment) ({n.m('llm_capacity_cold_start_seconds')}{d})",
                           "plan {{deployment}}"))),
+        Panel(ids.CAPACITY_COLD_START_PHASES, "Cold start phases (Kubernetes)", "The mean cold start of $deployment's "
+              "replicas created in the last day, by phase, stacked up to their pod's creation to Ready, from "
+              "kube-state-metrics (rules/kube.rules.yaml): scheduling, pull_and_create (image pulls, volumes, init "
+              "containers), then engine_start and warm_up where the engine exporter measures the process, else "
+              "start_to_ready. LLMColdStartAbovePlan compares the p90 of the whole against the plan.", "s",
+              (Query(f"avg by (deployment, phase) (max_over_time({n.m('llm_replica_cold_start_phase_seconds')}{d}[1d]))",
+                     "{{phase}}"),), stacked=True, repeat="deployment"),
         *_cost(n, d),
     ]
 
@@ -464,7 +473,11 @@ def _panel(p: Panel, x: int, y: int) -> table.Panel | timeseries.Panel:
             lines = (lines.thresholds_style(gc.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED))
                      .thresholds(gd.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
                          [dm.Threshold(value=None, color="green"), dm.Threshold(value=p.threshold, color="red")])))
+        if p.stacked:
+            lines = lines.stacking(gc.StackingConfig().mode(common.StackingMode.NORMAL)).fill_opacity(60)
         b = lines
+    if p.repeat is not None:
+        b = b.repeat(p.repeat).repeat_direction("h")
     b = (b.id(p.id).title(p.title).description(p.description).unit(p.unit).datasource(DATASOURCE)
          .grid_pos(dm.GridPos(h=HEIGHT, w=WIDTH, x=x, y=y)).min(0))
     if p.max is not None:

@@ -50,8 +50,9 @@ CLUSTER = (
 )
 # recorded from ``vector()`` (a :config threshold, a GPU's price): in no cluster, so neither grouped nor matched by it
 _CONSTANTS = frozenset({catalog.by_name("llm_gpu_hourly_cost_usd").name})
-# a recorded series (level:metric:operation, or the cost rules' OpenCost-style names), ALERTS or up, with matchers
-_PLAIN_RECORDED = "|".join(m.name for m in catalog.COST if m.name not in _CONSTANTS)
+# a recorded series (level:metric:operation, or the catalog's recorded families: cost, kube), ALERTS or up, with
+# matchers
+_PLAIN_RECORDED = "|".join(m.name for m in catalog.COST + catalog.KUBE if m.name not in _CONSTANTS)
 _RECORDED = re.compile(rf"(?<![\w:])([A-Za-z_]\w*:[\w:]+|ALERTS|up|{_PLAIN_RECORDED})(?![\w:(])(\{{[^{{}}]*\}})?")
 _SOURCE = {m.name: sel for metrics, sel in ((catalog.ENGINE, "engineSelector"), (catalog.GATEWAY, "requestSelector"),
                                             (catalog.GPU, "gpuSelector")) for m in metrics}

@@ -38,8 +38,8 @@ from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.monitoring.placeholders import Knob, fill, mark, params, re2_problem
 
-__all__ = ["ALERTS", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump", "knobs", "label_name",
-           "load_spec", "templates", "write"]
+__all__ = ["ALERTS", "COLD_START_WINDOW", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump",
+           "knobs", "label_name", "load_spec", "scaled_duration", "templates", "write"]
 
 # always firing, to prove the pipeline works: named apart from kube-prometheus' own `Watchdog` (which its chart routes
 # to a null receiver), and of severity `none` as that one is, since its InfoInhibitor silences every `info` alert
@@ -68,6 +68,9 @@ PAGE_RESET = "5m"
 COLD_START = "llm_replica_cold_start_seconds"
 COLD_START_WINDOW = "1d"
 COLD_START_P90 = "deployment:llm_replica_cold_start_seconds:p90_1d"
+# on Kubernetes with kube-state-metrics: pod creation to Ready (rules/kube.rules.yaml), scheduling and image pulls in
+POD_COLD_START = by_name("llm_replica_pod_cold_start_seconds").name
+POD_COLD_START_P90 = f"deployment:{POD_COLD_START}:p90_1d"
 SLIS = {"ttft": "llm_gateway_time_to_first_token_seconds", "tpot": "llm_gateway_time_per_output_token_seconds"}
 # the gateway's refusals for a tenant's own limits (goodput/contracts/vocabulary.py QUOTA_REASONS, as the spans carry them)
 QUOTA_REJECTIONS = "deployment_tenant:llm_gateway_quota_rejections:ratio_rate5m"
@@ -254,11 +257,14 @@ def _link_pattern(v: str, src: str, key: str) -> str:
 
 # ---------------------------------------------------------------------- helpers
 
-def _dur(d: str, scale: float) -> str:
-    """A duration, scaled for the test variant (never under 1 s)."""
+def scaled_duration(d: str, scale: float) -> str:
+    """A duration, scaled for the test variant (never under 1 s); every rule generator scales through this."""
     if scale == 1.0:
         return d
     return f"{max(1, round(seconds(d) * scale))}s"
+
+
+_dur = scaled_duration
 
 
 class _Builder:
@@ -579,17 +585,24 @@ def _alert_rules(b: _Builder) -> dict:
 
 def _cold_start(b: _Builder) -> list[dict]:
     """Replicas starting slower than the capacity plan assumed: its cold-start buffer and the autoscaling policy's
-    warm pool were sized on that figure, so scale-outs now arrive after the burst they were for."""
+    warm pool were sized on that figure, so scale-outs now arrive after the burst they were for. Where
+    kube-state-metrics gives a deployment's pods' creation to Ready, that is the start compared (what a scale-out
+    waits); else the engine exporter's process start to first answered scrape. The alert's ``measured`` says which."""
     plan = "max by (deployment) (llm_capacity_cold_start_seconds)"
+    p90 = lambda m: f"quantile by (deployment) (0.9, max_over_time({m}[{COLD_START_WINDOW}]))"  # noqa: E731
+    measured = lambda r, how: f'label_replace({r}, "measured", "{how}", "", "")'  # noqa: E731
     return [
         # every replica started in the window counts once (its longest start), gone ones included
-        b.record(COLD_START_P90, f"quantile by (deployment) (0.9, max_over_time({COLD_START}[{COLD_START_WINDOW}]))"),
+        b.record(COLD_START_P90, p90(COLD_START)),
+        b.record(POD_COLD_START_P90, p90(POD_COLD_START)),
         b.alert(
-            "LLMColdStartAbovePlan", f"{COLD_START_P90}\n  > on (deployment)\n{plan}", "15m", "ticket",
-            "Replicas start slower than the capacity plan assumes.",
+            "LLMColdStartAbovePlan", f"(\n  {measured(POD_COLD_START_P90, 'pod_created_to_ready')}\n  or on (deployment)\n"
+            f"  {measured(COLD_START_P90, 'process_start_to_first_scrape')}\n)\n  > on (deployment) group_left ()\n{plan}",
+            "15m", "ticket", "Replicas start slower than the capacity plan assumes.",
             "{{ $labels.deployment }}: the p90 cold start of its replicas over the last "
-            f"{_dur(COLD_START_WINDOW, b.scale)} is {{{{ $value | humanizeDuration }}}} (process start to first "
-            "answered scrape), above the plan's "
+            f"{_dur(COLD_START_WINDOW, b.scale)} is {{{{ $value | humanizeDuration }}}} "
+            '({{ if eq $labels.measured "pod_created_to_ready" }}pod creation to Ready, from kube-state-metrics'
+            "{{ else }}process start to first answered scrape{{ end }}), above the plan's "
             '{{ with printf "max(llm_capacity_cold_start_seconds{deployment=%q})" $labels.deployment | query }}'
             "{{ . | first | value | humanizeDuration }}{{ end }} that its cold-start buffer and autoscaling policy "
             "were sized on: scale-outs arrive late. Re-plan with `goodput plan replicas --cold-start-from` or make "

@@ -19,7 +19,7 @@ MAX_DURATION_SCALE = 100.0  # 30 d windows become 3,000 d: past that a factor is
 # (``rules generate`` and ``--check``); the mixin takes its ``templates(spec)`` and ``knobs(spec)`` where it has them
 # (goodput.monitoring.placeholders), else its rule files as they are. A new rule file joins all three by one entry here.
 GENERATORS = ("goodput.monitoring.rulegen", "goodput.monitoring.dcgmrules", "goodput.monitoring.normrules",
-              "goodput.monitoring.costrules")
+              "goodput.monitoring.costrules", "goodput.monitoring.kuberules")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

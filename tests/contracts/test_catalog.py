@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from goodput.contracts.catalog import CATALOG, COST, ENGINE, GATEWAY, GPU, SELF, MetricSpec, names
+from goodput.contracts.catalog import CATALOG, COST, ENGINE, GATEWAY, GPU, KUBE, SELF, MetricSpec, names
 from tests.conftest import REPO
 
 DESIGN = REPO / "docs" / "design.md"
-GROUPS = {"engine": ENGINE, "gateway": GATEWAY, "gpu": GPU, "self": SELF, "cost": COST}
+GROUPS = {"engine": ENGINE, "kube": KUBE, "gateway": GATEWAY, "gpu": GPU, "self": SELF, "cost": COST}
 BLOCK = re.compile(r"(<!-- catalog:(\w+) [^>]*-->\n)(.*?)(<!-- /catalog:\2 -->)", re.S)
 
 
