@@ -172,7 +172,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cold_start_from(p: argparse.ArgumentParser, replaces: str) -> None:
     p.add_argument("--cold-start-from", default=None, metavar="prometheus:URL",
-                   help=f"the p90 measured cold start per deployment (llm_replica_cold_start_seconds) replaces {replaces}")
+                   help=f"the p90 measured cold start per deployment (llm_replica_pod_cold_start_seconds where "
+                        f"kube-state-metrics gives it, else llm_replica_cold_start_seconds) replaces {replaces}")
     p.add_argument("--cold-start-window", type=duration, default="7d", metavar="DURATION",
                    help="--cold-start-from: the window measured (default 7d)")
 
@@ -191,7 +192,8 @@ def _measured_cold_starts(args: argparse.Namespace) -> dict:
                               lambda url: promendpoint.from_args(url, args))
     for m in got.values():
         print(f"{m.deployment}: cold start p90 {m.p90_s:.0f} s measured over {m.replicas} replica starts in the "
-              f"{args.cold_start_window:g} s before the window's end", file=sys.stderr)
+              f"{args.cold_start_window:g} s before the window's end ({m.measured.replace('_', ' ')})",
+              file=sys.stderr)
     return got
 
 

@@ -1,6 +1,8 @@
 """`plan replicas --cold-start-from` and `plan autoscale --cold-start-from`: the p90 measured cold start, read from a
-real Prometheus serving backfilled llm_replica_cold_start_seconds, replaces the typed guess of the deployments it
-measured; the plan it writes carries it to the engine exporter (llm_capacity_cold_start_seconds)."""
+real Prometheus serving backfilled llm_replica_cold_start_seconds (the engine exporter's) and
+llm_replica_pod_cold_start_seconds (kube.rules.yaml's, from kube-state-metrics; preferred where both are), replaces
+the typed guess of the deployments it measured; the plan it writes carries it to the engine exporter
+(llm_capacity_cold_start_seconds)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ END = datetime(2026, 11, 30, tzinfo=UTC)
 # chat's replica starts over the week (one replica restarted: its longer start counts), and one of batch's a month ago
 CHAT = {"chat-4": [150.0], "chat-5": [160.0, 175.0], "chat-6": [170.0], "chat-7": [400.0]}
 OLD_BATCH = {"batch-3": [900.0]}
+# rag's pods from creation to Ready (kube-state-metrics); its engine exporter's shorter measure of the same starts
+RAG_POD = {"rag-0": [300.0], "rag-1": [420.0], "rag-2": [360.0]}
+RAG_ENGINE = {"rag-0": [90.0], "rag-1": [95.0], "rag-2": [99.0]}
 TYPED_S = 120.0
 DEMAND = """\
 slos:
@@ -38,16 +43,25 @@ deployments:
     headroom: {tolerate: 1, cold_start_s: 120, burst_factor: 2.0, burst_rise_s: 600}
     candidates:
       - {name: h100, model: Llama-3.1-8B, gpu: H100-80GB-SXM, tp: 1}
+  rag:
+    streams:
+      - {scene: rag, tier: P0, peak_rps: 4, input_tokens: 3000, output_tokens: 250}
+    headroom: {tolerate: 1, cold_start_s: 120, burst_factor: 2.0, burst_rise_s: 600}
+    candidates:
+      - {name: h100, model: Llama-3.1-8B, gpu: H100-80GB-SXM, tp: 1}
 """
 
 
-def _series(replicas: dict[str, list[float]], dep: str, first: float) -> list[str]:
-    """Each replica's value, one a minute for an hour per process, as the engine exporter publishes it."""
+def _series(replicas: dict[str, list[float]], dep: str, first: float,
+            metric: str = "llm_replica_cold_start_seconds{{deployment=\"{dep}\",model=\"m\",replica=\"{replica}\"}}",
+            ) -> list[str]:
+    """Each replica's value, one a minute for an hour per process, as the engine exporter (or kube.rules.yaml)
+    publishes it."""
     lines = []
     for i, (replica, values) in enumerate(replicas.items()):
         for j, v in enumerate(values):
             t0 = first + i * 7200 + j * 3600
-            name = f'llm_replica_cold_start_seconds{{deployment="{dep}",model="m",replica="{replica}"}}'
+            name = metric.format(dep=dep, replica=replica)
             lines += [f"{name} {v} {t0 + k * 60:.0f}\n" for k in range(60)]
     return lines
 
@@ -57,8 +71,12 @@ def prometheus(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cold")
     om = tmp / "cold.om"
     end = END.timestamp()
+    pod = 'llm_replica_pod_cold_start_seconds{{deployment="{dep}",replica="{replica}"}}'
     om.write_text("# TYPE llm_replica_cold_start_seconds gauge\n" + "".join(
-        _series(CHAT, "chat", end - 3 * 86400) + _series(OLD_BATCH, "batch", end - 30 * 86400)) + "# EOF\n")
+        _series(CHAT, "chat", end - 3 * 86400) + _series(OLD_BATCH, "batch", end - 30 * 86400)
+        + _series(RAG_ENGINE, "rag", end - 2 * 86400))
+        + "# TYPE llm_replica_pod_cold_start_seconds gauge\n" + "".join(_series(RAG_POD, "rag", end - 2 * 86400, pod))
+        + "# EOF\n")
     backfill(om, tmp / "data", [], END, END, free_port_block(1), progress=lambda m: None)
     served = serve_tsdb(tmp / "data", free_port_block(1))
     try:
@@ -67,8 +85,8 @@ def prometheus(tmp_path_factory):
         served.stop()
 
 
-def _p90() -> float:
-    return float(np.quantile([max(v) for v in CHAT.values()], 0.9))  # Prometheus' quantile: the same interpolation
+def _p90(replicas: dict[str, list[float]] = CHAT) -> float:
+    return float(np.quantile([max(v) for v in replicas.values()], 0.9))  # Prometheus' quantile: the same interpolation
 
 
 def _replicas(tmp_path, capsys, *extra):
@@ -91,10 +109,16 @@ def test_plan_replicas_sizes_the_cold_start_buffer_on_the_measured_p90(prometheu
     assert chat["headroom_inputs"]["cold_start_s"] == pytest.approx(_p90())  # 332.5 s, not the typed 120
     assert batch["headroom_inputs"]["cold_start_s"] == TYPED_S  # its only start is outside the week: not measured
     assert chat["headroom"]["cold_start_buffer"] > typed["deployments"]["chat"]["headroom"]["cold_start_buffer"]
-    assert plan["measured_cold_start"]["deployments"] == {"chat": {"p90_s": round(_p90(), 1), "replicas": 4}}
+    # rag has both measures: the pod's creation to Ready (408 s), which holds the engine's (99 s), sizes it
+    assert plan["deployments"]["rag"]["headroom_inputs"]["cold_start_s"] == pytest.approx(_p90(RAG_POD))
+    assert plan["measured_cold_start"]["deployments"] == {
+        "chat": {"p90_s": round(_p90(), 1), "replicas": 4, "measured": "process_start_to_first_scrape"},
+        "rag": {"p90_s": round(_p90(RAG_POD), 1), "replicas": 3, "measured": "pod_created_to_ready"}}
     assert err.startswith("chat: cold start p90 33") and "s measured over 4 replica starts" in err, err
+    assert "rag: cold start p90 408 s measured over 3 replica starts" in err and "(pod created to ready)" in err, err
     # the engine exporter publishes what the plan was sized on, which the cold-start ticket compares with
-    assert load_plan(tmp_path / "plan.yaml").cold_start == {"chat": pytest.approx(_p90()), "batch": TYPED_S}
+    assert load_plan(tmp_path / "plan.yaml").cold_start == {"chat": pytest.approx(_p90()), "batch": TYPED_S,
+                                                            "rag": pytest.approx(_p90(RAG_POD))}
 
 
 @needs("prometheus", "promtool")
@@ -119,7 +143,8 @@ def test_a_window_without_starts_an_unreachable_server_and_a_bad_source_are_one_
     base = ["plan", "autoscale", "--plan", str(tmp_path / "plan.yaml"), "--out", str(tmp_path / "as")]
     cases = [
         (["--cold-start-from", f"prometheus:{prometheus}", "--until", "2026-10-01T00:00:00Z"],
-         "no llm_replica_cold_start_seconds in the 604800s before the window's end"),
+         "no llm_replica_pod_cold_start_seconds or llm_replica_cold_start_seconds in the 604800s before the window's "
+         "end"),
         (["--cold-start-from", f"prometheus:http://127.0.0.1:{free_port_block(1)}"], "cannot reach Prometheus"),
         (["--cold-start-from", "influx:http://x"], "expected prometheus:http(s)://HOST:PORT"),
         (["--cold-start-from", f"prometheus:{prometheus}", "--cold-start-window", "0s"], "must be at least 1 s"),
