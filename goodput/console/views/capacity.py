@@ -252,8 +252,8 @@ def render(ctx: Context) -> None:
         wd = st.selectbox("weights", wds, index=_index(wds, d.engine.weight_dtype), key=f"cap_wd:{dep}:{model}")
         kds = list(models()[model].kv_dtypes)
         kd = st.selectbox("KV cache", kds, index=_index(kds, d.engine.kv_dtype), key=f"cap_kd:{dep}:{model}")
-        util = st.slider("gpu_memory_utilization", 0.5, 0.98, float(d.engine.gpu_memory_utilization), 0.01,
-                         key=f"cap_util:{dep}")
+        util = st.slider("GPU memory utilization (vLLM --gpu-memory-utilization)", 0.5, 0.98,
+                         float(d.engine.gpu_memory_utilization), 0.01, key=f"cap_util:{dep}")
         try:
             budget, terms = kv_budget(model, gpu, tp, wd, kd, util)
         except ConfigError as e:
