@@ -38,6 +38,10 @@ __all__ = ["EngineExporter", "TargetState"]
 EXPORTER = "engine"
 CONCURRENCY = 64  # scrapes in flight at once (and the connection pool's size)
 log = logging.getLogger(__name__)
+# a target listed after this exporter started whose process is older than this was running already: not a cold start.
+# A replica may be listed only once Ready (endpoints-based discovery; `fleet serve` lists it when it serves), so its
+# whole start precedes the listing: an hour holds the longest weights load, not a replica that ran for days
+LISTED_LATE_S = 3600.0
 # the process collector's start time (vLLM, SGLang and TGI all publish it): a replica's cold start runs from it
 PROCESS_START = re.compile(r"^process_start_time_seconds(?:\{[^}]*\})?[ \t]+(\S+)", re.MULTILINE)
 
@@ -54,7 +58,8 @@ class TargetState:
     model: str = ""  # the target's model, else what the engine reports
     process_start: float | None = None  # the engine process's start (unix s) as of the last good scrape
     cold_start_s: float | None = None  # its start to this exporter's first successful scrape of that process
-    listed_at_start: bool = False  # in the targets this exporter started with: its first process may predate it
+    listed_at: float = 0.0  # when this exporter first listed it (its start, for the targets it started with)
+    listed_late: bool = False  # listed after this exporter started: a replica added, or one running that was not listed
 
 
 class _TooLarge(Exception):
@@ -73,7 +78,7 @@ class EngineExporter:
         self.timeout_s, self.max_bytes, self.interval_s = timeout_s, max_bytes, interval_s
         self.clock = clock
         self.started = clock()  # a process older than this exporter may have ended its cold start unseen
-        self.states = [TargetState(t, listed_at_start=True) for t in targets.targets]
+        self.states = [TargetState(t, listed_at=self.started) for t in targets.targets]
         self.lock = threading.Lock()
         self.errors: dict[str, int] = defaultdict(int)
         self.last_duration = 0.0
@@ -141,9 +146,11 @@ class EngineExporter:
 
     def _note_start(self, st: TargetState, text: str) -> None:
         """A process start not seen before is a (re)started engine: its cold start ends with this first good scrape,
-        so it is measured once per process, to within a scrape interval, and a restart measures again. A process that
-        started before this exporter did is not measured: its first scrape here says how long it has been up (an
-        exporter restart), not how long it took to start; a target listed later (a replica added) is measured."""
+        so it is measured once per process, to within a scrape interval, and a restart measures again. The first
+        process of a target is measured only if it started after the target was listed (a target listed later: at most
+        LISTED_LATE_S before, as a replica listed once it is Ready trails its process): one that ran
+        before says how long it has been up (an exporter restart, a running replica newly listed), not how long it took
+        to start."""
         if (m := PROCESS_START.search(text)) is None:
             return
         try:
@@ -152,7 +159,7 @@ class EngineExporter:
             self.errors["parse"] += 1
             return
         if start != st.process_start:
-            older = st.process_start is None and st.listed_at_start and start < self.started
+            older = st.process_start is None and start < st.listed_at - (LISTED_LATE_S if st.listed_late else 0.0)
             st.process_start = start
             st.cold_start_s = None if older else max(0.0, self.clock() - start)
 
@@ -192,7 +199,8 @@ class EngineExporter:
         others start down until scraped, and a removed one's series are gone from the next render."""
         with self.lock:
             kept = {st.target: st for st in self.states}
-            self.states = [kept.get(t) or TargetState(t) for t in targets.targets]
+            now = self.clock()
+            self.states = [kept.get(t) or TargetState(t, listed_at=now, listed_late=True) for t in targets.targets]
             self.targets = targets
         log.warning("engine exporter: targets file reloaded: %d targets", len(targets.targets))
 

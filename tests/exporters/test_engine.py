@@ -365,6 +365,25 @@ def test_a_process_older_than_the_exporter_has_no_cold_start_its_uptime_is_not_o
     assert [s.value for s in fams["llm_replica_cold_start_seconds"].samples] == [90]
 
 
+def test_a_target_listed_later_is_measured_only_when_its_process_started_about_then(engines):
+    """A replica added by a scale-out (its process starts after it is listed, or before: listed once Ready, after a
+    long weights load) is measured; a replica that ran for days before someone listed it is not — its uptime would read
+    as a days-long cold start and page LLMColdStartAbovePlan."""
+    now = [1_000_000.0]
+    exp = EngineExporter(Targets((), {}), timeout_s=10, clock=lambda: now[0])
+    now[0] += 3600  # listed an hour after the exporter started
+    start = {"added": now[0] + 30, "late": now[0] - 1800, "running": now[0] - 3 * 86400}
+    for name, t in start.items():
+        BODIES[f"listed-{name}"] = f'vllm:num_requests_running{{model_name="m"}} 1\nprocess_start_time_seconds {t}\n'.encode()
+    exp.set_targets(Targets(tuple(Target("chat", f"chat-{name}", f"{engines}/body/listed-{name}", "auto", "m")
+                                  for name in start), {}))
+    now[0] += 120
+    exp.scrape_once()
+    fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+    got = {s.labels["replica"]: s.value for s in fams["llm_replica_cold_start_seconds"].samples}
+    assert got == {"chat-added": 90, "chat-late": 1920}
+
+
 def test_the_plans_cold_start_is_published_beside_its_goodput(engines, tmp_path):
     p = tmp_path / "plan.yaml"
     p.write_text("plan_version: 1\ndeployments:\n"
