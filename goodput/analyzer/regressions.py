@@ -219,9 +219,26 @@ def scan_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Re
     for i, (reg, before, after) in enumerate(found):
         _evidence(reg, before, after, shifts.get(i, []),
                   in_window(releases, reg.deployment, reg.time, reg.time + width.to_pytimedelta(), window))
-    out = [r for r, _, _ in found]
+    out = _backlog([r for r, _, _ in found])
     scan.found = sorted(out, key=lambda r: -abs(math.log1p(r.change)) if r.change > -1 else 0)
     return scan
+
+
+BACKLOG = "backlog: the queue release {} started, still building (no new cause)"
+
+
+def _backlog(found: list[Regression]) -> list[Regression]:
+    """A queue step up that nothing explains, after a release blamed for a step up of the same deployment and tier,
+    is the backlog that release started still building (a ramp cut into steps): said so, not "unexplained"."""
+    blamed: dict[tuple[str, str], list[tuple[datetime, str]]] = {}
+    for r in found:
+        if r.blame is not None and r.direction == "regression":
+            blamed.setdefault((r.deployment, r.tier), []).append((r.time, r.blame.release))
+    for r in found:
+        before = sorted(b for b in blamed.get((r.deployment, r.tier), []) if b[0] <= r.time)
+        if before and r.blame is None and r.direction == "regression" and r.segment == "queue":
+            r.cause = BACKLOG.format(before[-1][1])
+    return found
 
 
 def in_window(releases: Sequence[Release], deployment: str, at: datetime, bucket_end: datetime,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from goodput.analyzer.regressions import LENGTH_SHIFT, RATE_SHIFT
+from goodput.analyzer.regressions import BACKLOG, LENGTH_SHIFT, RATE_SHIFT
 from goodput.console.prom import Sample
 from goodput.console.runbooks import for_alert
 
@@ -157,17 +157,10 @@ def verdict_table(found: list[dict], tier: str | None) -> pd.DataFrame:
 
 
 def _backlog(rows: list[dict]) -> list[dict]:
-    """A queue step up that nothing explains, after a release blamed for a step up of the same deployment and tier, is
-    the backlog that release started still building (a ramp cut into steps), not a new regression: ``backlog``."""
-    blamed: dict[tuple, list[tuple[pd.Timestamp, str]]] = {}
+    """The analyzer's backlog rows (a queue still building after a blamed release: regressions.BACKLOG) in amber."""
     for r in rows:
-        if r["blamed"] and r["direction"] == "regression":
-            blamed.setdefault((r["deployment"], r["tier"]), []).append((pd.Timestamp(r["time"]), str(r["release"])))
-    for r in rows:
-        before = sorted(b for b in blamed.get((r["deployment"], r["tier"]), []) if b[0] <= pd.Timestamp(r["time"]))
-        if before and not r["blamed"] and r["direction"] == "regression" and r["segment"] == "queue":
+        if r["direction"] == "regression" and str(r["cause"] or "").startswith(BACKLOG.split(":", 1)[0] + ":"):
             r["direction"] = "backlog"
-            r["cause"] = f"the backlog release {before[-1][1]} started, still building (no new cause)"
     return rows
 
 

@@ -25,6 +25,7 @@ import yaml
 from goodput.analyzer.completeness import verdict_window
 from goodput.analyzer.decompose import decompose
 from goodput.analyzer.ingest import ingest
+from goodput.analyzer.regressions import scan_regressions
 from goodput.analyzer.releases import load_releases
 from goodput.analyzer.store import connect
 from goodput.analyzer.triage import triage
@@ -267,6 +268,12 @@ def test_at_t20_routing_and_triage_name_the_scale_out_not_a_skew(incident, monke
                     & (verdicts["time"] > pd.Timestamp(releases[0].time))]
     # the backlog's ramp after the release: amber "backlog", never a red unexplained regression
     assert not ramp.empty and (ramp["direction"] == "backlog").all(), ramp
+    # and the analyzer says so itself (`goodput analyze regressions`, the review): the same rows, the release named
+    with traces.open_store(db) as con:
+        scanned = scan_regressions(con, releases, deployment=scale.deployment).found
+    said = {(r.time, r.metric): r.cause for r in scanned if r.segment == "queue" and not r.blamed
+            and r.direction == "regression" and r.time > releases[0].time}
+    assert said and all(c.startswith(f"backlog: the queue release {releases[0].label()} started") for c in said.values()), said
 
 
 def test_at_t28_the_releases_page_says_the_release_first_and_the_scale_event_as_one(incident, monkeypatch):
