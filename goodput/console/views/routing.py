@@ -15,7 +15,7 @@ import streamlit as st
 from goodput.analyzer.releases import load_releases
 from goodput.console import data, flight, promql
 from goodput.console.columns import show
-from goodput.console.palette import plain
+from goodput.console.palette import CIRCUIT, plain
 from goodput.console.prom import Sample
 from goodput.console.tables import (
     CIRCUIT_WORDS,
@@ -179,17 +179,20 @@ def _breakers(ctx: Context, now: list[Sample], query: str, start: datetime, end:
     breakers = circuit_breakers(now, timeline)
     st.markdown("**Circuit breakers**")
     st.caption(esc(f"Each primary's breaker at its newest admission ({name}): OPEN sends its traffic to a backup, "
-                   f"HALF-OPEN lets one probe through; since when and how many times it opened, "
-                   f"{start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, as seen every {step:g} s (no since: no change then)."))
+                   f"HALF-OPEN lets one probe through. Since when and how many times it opened from "
+                   f"{start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, read every {step:g} s (a state held for less can be "
+                   "missed; no since: it did not change in the range)."))
     show(breakers, "circuit_breakers", ("deployment", "breaker", "since", "opened"))
     levels = list(CIRCUIT_WORDS)[::-1]  # closed at the bottom, open at the top
     fig = go.Figure()
-    for dep, seen in timeline.groupby("deployment", sort=True):
-        fig.add_trace(go.Scatter(x=seen["time"], y=seen["state"].map(levels.index), name=plain(dep), mode="lines",
-                                 line={"shape": "hv", "width": 2}))
+    for dep, seen in timeline.groupby("deployment", sort=True):  # each point in its state's colour
+        fig.add_trace(go.Scatter(x=seen["time"], y=seen["state"].map(levels.index), name=plain(dep),
+                                 mode="lines+markers", line={"shape": "hv", "width": 1.5},
+                                 marker={"size": 5, "color": seen["state"].map(CIRCUIT_WORDS).map(CIRCUIT).tolist()}))
     fig.update_layout(title="circuit breaker over the range, per primary", height=220, margin={"t": 40, "b": 20},
                       xaxis={"type": "date", "range": [start, end]},
                       yaxis={"range": [-0.3, 2.3], "tickvals": [0, 1, 2],
                              "ticktext": [CIRCUIT_WORDS[x] for x in levels]},
-                      legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"})
+                      showlegend=True,  # the primary's name, one or many
+                      legend={"orientation": "h", "x": 1, "y": 1.02, "yanchor": "bottom", "xanchor": "right"})
     st.plotly_chart(fig, width="stretch", key="circuits")
