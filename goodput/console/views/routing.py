@@ -28,7 +28,7 @@ from goodput.console.tables import (
     skew,
 )
 from goodput.console.ui import Context, esc, prom_down, step_for
-from goodput.console.views.charts import prom_charts
+from goodput.console.views.charts import mark, prom_charts
 from goodput.contracts.catalog import OVERLOAD_STEPS, by_name
 from goodput.contracts.vocabulary import GATEWAY_REJECT_REASONS, SCALE_KIND
 from goodput.foundation.errors import ConfigError
@@ -189,10 +189,11 @@ def _breakers(ctx: Context, now: list[Sample], query: str, start: datetime, end:
         fig.add_trace(go.Scatter(x=seen["time"], y=seen["state"].map(levels.index), name=plain(dep),
                                  mode="lines+markers", line={"shape": "hv", "width": 1.5},
                                  marker={"size": 5, "color": seen["state"].map(CIRCUIT_WORDS).map(CIRCUIT).tolist()}))
-    fig.update_layout(title="circuit breaker over the range, per primary", height=220, margin={"t": 40, "b": 20},
+    fig.update_layout(title="circuit breaker over the range, per primary", height=280, margin={"t": 40, "b": 20},
                       xaxis={"type": "date", "range": [start, end]},
                       yaxis={"range": [-0.3, 2.3], "tickvals": [0, 1, 2],
                              "ticktext": [CIRCUIT_WORDS[x] for x in levels]},
                       showlegend=True,  # the primary's name, one or many
                       legend={"orientation": "h", "x": 1, "y": 1.02, "yanchor": "bottom", "xanchor": "right"})
+    mark(ctx, fig, start, end)  # the releases, scale events and pages (LLMCircuitOpen) of the range
     st.plotly_chart(fig, width="stretch", key="circuits")
