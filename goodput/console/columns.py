@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pandas as pd
 import streamlit as st
 
-from goodput.console.palette import DIRECTION, STATUS
+from goodput.console.palette import CIRCUIT, DIRECTION, STATUS
 from goodput.contracts.catalog import by_name
 from goodput.foundation.histogram import bounded
 
@@ -113,13 +113,15 @@ COLUMNS: dict[str, Col] = {
     "available": Col("up now", COUNT), "required now": Col("needed now", COUNT), "term": Col("term"),
     "step": Col("ladder step"), "step_index": Col("step (0 none)", COUNT), "path": Col("primary -> backup"),
     "requests_per_s": Col("requests/s", "%.3f"), "degraded": Col("degraded by"),
+    "breaker": Col("circuit breaker"), "opened": Col("opened in the range", COUNT),
     "action": Col("action"), "reason": Col("reason"), "numbers": Col("numbers"),
     "idle share": Col("idle share", SHARE),  # of the spend, live and in the week's review
 }
 MISSING = "–"  # a figure the source does not have (Streamlit would write "None")
 _PCT = re.compile(r"(e2e|ttft)_p(\d+)_s$")
 # values a column colours by, and the colour of each
-COLOURS: dict[str, Mapping[str, str]] = {"status": STATUS, "direction": DIRECTION, "severity": {"page": STATUS["paging"]}}
+COLOURS: dict[str, Mapping[str, str]] = {"status": STATUS, "direction": DIRECTION, "severity": {"page": STATUS["paging"]},
+                                         "breaker": CIRCUIT}
 
 
 def _col(name: str) -> Col:

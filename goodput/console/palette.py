@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from goodput.analyzer.decompose import SEGMENTS
 
-__all__ = ["DIRECTION", "MARKER", "SEGMENTS", "SEGMENT_COLOURS", "STATUS", "plain", "segment_order"]
+__all__ = ["CIRCUIT", "DIRECTION", "MARKER", "SEGMENTS", "SEGMENT_COLOURS", "STATUS", "plain", "segment_order"]
 
 # colour-blind safe (Okabe-Ito), one per segment
 SEGMENT_COLOURS = {"gateway": "#999999", "queue": "#E69F00", "prefill": "#56B4E9", "kv_transfer": "#0072B2",
@@ -18,6 +18,8 @@ STATUS = {"met": "#1e8449", "burning": "#d68910", "paging": "#c0392b", "no data"
 # a verdict's direction (analyzer rows' ``direction``; a ``scale`` cause is neither; ``backlog`` a release's queue still
 # building)
 DIRECTION = {"regression": "#c0392b", "improvement": "#1e8449", "scale": "#7f8c8d", "backlog": "#d68910"}
+# a primary's circuit breaker (the Routing page's words): tripped, probing, serving
+CIRCUIT = {"OPEN": "#c0392b", "HALF-OPEN": "#d68910", "closed": "#1e8449"}
 # time-chart markers: (line colour, dash)
 MARKER = {"release": ("#8e44ad", "dash"), "scale": ("#7f8c8d", "dot"), "page": ("#c0392b", "solid")}
 

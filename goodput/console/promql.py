@@ -98,7 +98,8 @@ def gateway(f: Filters, range_s: int) -> dict[str, str]:
 
 def overload(f: Filters, range_s: int) -> dict[str, str]:
     """Instant queries for the Routing page's overload ladder and fallback routes: each deployment's ladder step at
-    its newest admission (now), the fallback paths primary -> backup by reason as requests per second over the last
+    its newest admission (now), each primary's circuit breaker state (the same query over the range draws its
+    timeline), the fallback paths primary -> backup by reason as requests per second over the last
     ``range_s`` seconds (a deployment filter keeps the paths from it and to it), and what the ladder degraded there
     per tier and step."""
     d = label_matchers(f, ("deployment",))
@@ -109,6 +110,7 @@ def overload(f: Filters, range_s: int) -> dict[str, str]:
                         r=range_s)
     return {
         "steps": f"max by (deployment, step) ({_m('llm_gateway_overload_step')}{_sel(f, ('deployment',))})",
+        "circuits": f"max by (deployment, state) ({_m('llm_gateway_circuit_state')}{_sel(f, ('deployment',))})",
         "fallbacks": f"{to} or {away}" if d else to,
         "degradations": f"sum by (deployment, tier, step) (increase({_m('llm_gateway_degradations_total')}"
                         f"{_sel(f, ('deployment', 'tier', 'tenant'))}[{range_s}s]))",

@@ -9,11 +9,12 @@ from collections.abc import Mapping
 import pandas as pd
 
 from goodput.analyzer.regressions import BACKLOG, LENGTH_SHIFT, RATE_SHIFT
-from goodput.console.prom import Sample
+from goodput.console.prom import Sample, Series
 from goodput.console.runbooks import for_alert
 
-__all__ = ["alert_rows", "fallback_paths", "gateway_tables", "ladder_state", "live_table", "samples_frame", "shift_table",
-           "silence_rows", "skew", "status", "trace_table", "verdict_table"]
+__all__ = ["CIRCUIT_WORDS", "alert_rows", "circuit_breakers", "circuit_timeline", "fallback_paths", "gateway_tables",
+           "ladder_state", "live_table", "samples_frame", "shift_table", "silence_rows", "skew", "status", "trace_table",
+           "verdict_table"]
 
 # how each live query folds onto a (deployment, tier) row: min attainment and max burn over the routes
 FOLD = {"ttft_attainment": "min", "tpot_attainment": "min", "ttft_burn_1h": "max", "tpot_burn_1h": "max"}
@@ -21,6 +22,9 @@ VERDICT_COLUMNS = ["deployment", "tier", "metric", "time", "change", "before_p95
                    "release", "blamed", "direction"]
 ADDED_AFTER = pd.Timedelta(minutes=1)  # a replica first seen this long after its deployment's first: added
 BUDGET = 1.0  # a burn rate above this spends the error budget faster than the objective earns it
+# a breaker's state as the Routing page writes it (a trip is what on call looks for), and its place in the table
+CIRCUIT_WORDS = {"open": "OPEN", "half_open": "HALF-OPEN", "closed": "closed"}
+CIRCUIT_ORDER = {"open": -2, "half_open": -1}
 
 
 def gateway_tables(decisions: pd.DataFrame, rejections: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -42,6 +46,36 @@ def ladder_state(samples: list[Sample]) -> pd.DataFrame:
     ladder, 0 none), the furthest stepped in first."""
     df = samples_frame(samples, ("deployment", "step"), "step_index")
     return df.sort_values(["step_index", "deployment"], ascending=[False, True], ignore_index=True)
+
+
+def circuit_timeline(series: list[Series]) -> pd.DataFrame:
+    """(deployment, time, state): each primary's breaker at each point of ``llm_gateway_circuit_state`` over a
+    range (the state whose series reads 1 there), oldest first."""
+    rows = [(s.labels.get("deployment", ""), t, s.labels.get("state", "")) for s in series
+            for t, v in zip(s.times, s.values, strict=True) if v == 1.0]
+    df = pd.DataFrame(rows, columns=["deployment", "time", "state"])
+    df["time"] = pd.to_datetime(df["time"], unit="s", utc=True)
+    return df.sort_values(["deployment", "time"], ignore_index=True)
+
+
+def circuit_breakers(now: list[Sample], timeline: pd.DataFrame) -> pd.DataFrame:
+    """Each primary's circuit breaker now (``breaker``: OPEN, HALF-OPEN, closed), since when by ``timeline`` (the
+    first point of its last state; NaT when it never changed there) and how many times it opened there (a point
+    open after one that was not), the open ones first."""
+    rows = []
+    for s in now:
+        if s.value != 1.0:
+            continue
+        dep, state = s.labels.get("deployment", ""), s.labels.get("state", "")
+        seen = timeline[timeline["deployment"] == dep]
+        states, times = seen["state"].tolist(), seen["time"].tolist()
+        changes = [k for k in range(1, len(states)) if states[k] != states[k - 1]]
+        since = times[changes[-1]] if changes and states[-1] == state else pd.NaT
+        rows.append({"deployment": dep, "breaker": CIRCUIT_WORDS.get(state, state), "since": since,
+                     "opened": sum(states[k] == "open" for k in changes), "_order": CIRCUIT_ORDER.get(state, 0)})
+    df = pd.DataFrame(rows, columns=["deployment", "breaker", "since", "opened", "_order"])
+    df["since"] = pd.to_datetime(df["since"], utc=True)
+    return df.sort_values(["_order", "deployment"], ignore_index=True).drop(columns="_order")
 
 
 def fallback_paths(samples: list[Sample]) -> pd.DataFrame:

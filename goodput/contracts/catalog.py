@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from goodput.contracts.vocabulary import CIRCUIT_STATES
+
 __all__ = [
     "CATALOG",
     "COST",
@@ -150,6 +152,11 @@ GATEWAY = (
        + ", ".join(f"{i} {step}" for i, step in enumerate(OVERLOAD_STEPS, start=1))
        + f", {len(OVERLOAD_STEPS) + 1} a step the exporter does not know; step is its name.",
        ("deployment", "step")),
+    _m("llm_gateway_circuit_state", "gauge", "",
+       "A primary deployment's circuit breaker at the newest admission routed at it (llm.circuit_state of the newest "
+       "llm.gateway span whose primary it is: its llm.deployment, or llm.fallback_from when it fell back), one series "
+       "per state (" + ", ".join(CIRCUIT_STATES) + ") with value 1 for the current state and 0 for the others, as "
+       "resilience4j_circuitbreaker_state; only primaries with a breaker.", ("deployment", "state")),
     _m("llm_gateway_input_tokens_total", "counter", "", "Input tokens per tenant.", C),
     _m("llm_gateway_output_tokens_total", "counter", "", "Output tokens per tenant.", C),
     _m("llm_gateway_requests_arrived_total", "counter", "",

@@ -8,6 +8,8 @@ of those, means a part that only reads them (the analyzer, the console) never im
 from __future__ import annotations
 
 __all__ = [
+    "CIRCUIT_STATES",
+    "CIRCUIT_STATE_ATTR",
     "EVENT_KINDS",
     "FINISH_REASONS",
     "GATEWAY_REJECT_REASONS",
@@ -40,6 +42,10 @@ FINISH_REASONS = ("stop", "length", "abort", "rejected", "timeout", "error")
 # ``circuit_open``, ``capability``: fallback routing)
 GATEWAY_REJECT_REASONS = ("budget_exhausted", "concurrency_limit", "rate_limit", "tpm_limit", "busy", "queue_full",
                           "queue_timeout", "circuit_open", "capability")
+# a primary deployment's circuit breaker (goodput/simulator/circuit.py): ``llm.circuit_state`` of a request's
+# llm.gateway span, the ``state`` label of llm_gateway_circuit_state
+CIRCUIT_STATES = ("closed", "open", "half_open")
+CIRCUIT_STATE_ATTR = "llm.circuit_state"
 QUOTA_REASONS = GATEWAY_REJECT_REASONS[:4]  # the tenant's own limits: an HTTP client is told 429, retry later
 # every reason a request can be refused with (``llm.reject_reason``): the gateway's and the engine's
 REJECT_REASONS = (

@@ -18,7 +18,10 @@ queue) is observed into ``llm_gateway_admission_wait_seconds``; a refused reques
 engine's, is its root's ``llm.reject_reason`` as sent, in ``llm_gateway_rejections_total``. The overload ladder's and
 the fallback routes' marks on the same span (``llm.degraded``, ``llm.fallback_from`` + ``llm.fallback_reason``) are
 counted once per request beside the decision, and ``llm.overload_step`` of the newest gateway span per deployment is
-the ladder's state now (``llm_gateway_overload_step``, the step's place in the catalog's ``OVERLOAD_STEPS``).
+the ladder's state now (``llm_gateway_overload_step``, the step's place in the catalog's ``OVERLOAD_STEPS``). So is
+``llm.circuit_state`` of the newest gateway span per primary (``llm.fallback_from`` when the request fell back, else
+its deployment) that primary's circuit breaker now (``llm_gateway_circuit_state``, 1 on the state it is in); a primary
+no span named lately keeps the state its newest said.
 
 Each admitted request's input tokens and each completed one's output tokens are also observed into per-request
 token histograms (the catalog's ``TOKEN_BUCKETS``), the token mix measured demand reads from Prometheus.
@@ -48,8 +51,8 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from goodput.contracts.catalog import GATEWAY, GATEWAY_BUCKETS, OVERLOAD_STEPS, TOKEN_BUCKETS, by_name
+from goodput.contracts.vocabulary import CIRCUIT_STATE_ATTR, CIRCUIT_STATES, TIERS
 from goodput.contracts.vocabulary import ROOT_SPANS as ROOT_SPANS
-from goodput.contracts.vocabulary import TIERS
 from goodput.exporters.exposition import fmt_float, labels, render
 from goodput.exporters.otlp import RECEIVER_LIMITS, OtlpError, OtlpInvalid, OtlpTooLarge, Span, decode_json, decode_protobuf
 from goodput.exporters.store_sink import Sink
@@ -144,6 +147,7 @@ class RequestMetrics:
         self.degradations: dict[tuple, float] = defaultdict(float)  # (..., step)
         self.fallbacks: dict[tuple, float] = defaultdict(float)  # (..., fallback_from, reason)
         self.overload: dict[str, tuple[int, str]] = {}  # deployment -> (end ns, step) of its newest gateway span
+        self.circuits: dict[str, tuple[int, str]] = {}  # primary -> (end ns, breaker state) of its newest gateway span
         self.tokens_in: dict[tuple, float] = defaultdict(float)
         self.tokens_out: dict[tuple, float] = defaultdict(float)
         self.traffic: dict[str, float] = defaultdict(float)
@@ -239,6 +243,12 @@ class RequestMetrics:
         newest = self.overload.get(key[1])
         if newest is None or gateway.end_ns >= newest[0]:
             self.overload[key[1]] = (gateway.end_ns, step)
+        state = a.get(CIRCUIT_STATE_ATTR)
+        if state in CIRCUIT_STATES:  # its primary's breaker: where it fell back from, else where it went
+            primary = self.bounded["deployment"](str(a["llm.fallback_from"])) if a.get("llm.fallback_from") else key[1]
+            newest = self.circuits.get(primary)
+            if newest is None or gateway.end_ns >= newest[0]:
+                self.circuits[primary] = (gateway.end_ns, str(state))
         self._degrade(a, key)
 
     def _degrade(self, a: dict[str, Any], key: tuple[str, str, str, str, str]) -> None:
@@ -409,6 +419,10 @@ class RequestMetrics:
                 index = STEP_INDEX.get(step, len(OVERLOAD_STEPS) + 1) if step else 0
                 fam["llm_gateway_overload_step"].append(
                     f"llm_gateway_overload_step{{{labels(('deployment', 'step'), (dep, step or 'none'))}}} {float(index)}")
+            for dep, (_, state) in sorted(self.circuits.items()):
+                fam["llm_gateway_circuit_state"].extend(
+                    f"llm_gateway_circuit_state{{{labels(('deployment', 'state'), (dep, s))}}} {float(s == state)}"
+                    for s in CIRCUIT_STATES)
             ex = f'exporter="{EXPORTER}"'
             fam["llm_exporter_tenants_folded"].append(f"llm_exporter_tenants_folded{{{ex}}} {float(folded)}")
             fam["llm_exporter_spans_received_total"].append(f"llm_exporter_spans_received_total{{{ex}}} {float(self.received)}")

@@ -317,6 +317,12 @@ def _tenants(n: Names) -> list[Panel]:
               (Query(rate("llm_gateway_fallbacks_total", "fallback_from, deployment, reason"),
                      "{{fallback_from}} -> {{deployment}} {{reason}}"),
                Query(f"{n.r(CIRCUIT_OPEN)}{_sel('deployment')}", "circuit open: {{deployment}} -> {{backup}}"))),
+        Panel(12, "Circuit breakers", "Each primary's circuit breaker while it is not closed: 1 on open (its traffic "
+              "goes to a backup) or half_open (one probe goes through), from the newest admission routed at it "
+              "(llm_gateway_circuit_state, resilience4j's convention: one series per state, 1 on the current one); "
+              "nothing drawn while closed.", "short",
+              (Query(f'max by (deployment, state) ({n.m("llm_gateway_circuit_state")}'
+                     f'{{deployment=~"$deployment",state!="closed"}} == 1)', "{{deployment}} {{state}}"),), max=1),
     ]
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from goodput.contracts.vocabulary import CIRCUIT_STATES
 from goodput.simulator.config import BreakerConfig
 
 __all__ = ["CLOSED", "Circuit", "HALF_OPEN", "OPEN"]
 
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+CLOSED, OPEN, HALF_OPEN = CIRCUIT_STATES
 
 
 @dataclass

@@ -10,7 +10,10 @@ With ``gateway.circuit_breaker`` each primary has a ``Circuit``: while it is clo
 it is open they go to the first backup that covers them, is not itself open, and has a gateway slot free right now
 (meta ``fallback_from``, ``fallback_reason`` ``circuit_open``); a request no backup covers is refused ``capability``,
 one whose backups are all full or open ``circuit_open``. A fallback never queues at its backup, so the backup's own
-traffic never waits behind it, and nothing is sent to an open primary but its one half-open probe.
+traffic never waits behind it, and nothing is sent to an open primary but its one half-open probe. Each request
+routed at a primary with a breaker carries its state then (meta ``circuit_state``: closed, open, half_open; set again
+when the gateway routes it again, as it does what waited at a primary whose circuit opened), the span attribute
+``llm.circuit_state`` that the request exporter's ``llm_gateway_circuit_state`` reads.
 
 Without a breaker the fallback routes are what a naive gateway does with a retry: ``gateway.retry`` makes the
 simulated clients retry a failed request (an error, a timeout, ``overloaded``, ``queue_full``) after a doubling
@@ -84,12 +87,14 @@ class Fallbacks:
         """Send ``req`` (stamped with its primary) to its primary or a backup, by moving its ``deployment``; the reason
         it is refused instead, or None."""
         d = req.deployment
+        circuit = self.circuits.get(d)
+        if circuit is not None:  # what the breaker was when the gateway routed it: the span's llm.circuit_state
+            gateway_meta(req)["circuit_state"] = circuit.state_at(t)
         needs = self._needs(req)
         cap = self.caps[d]
         if cap is not None and not covers(cap, needs, context):
             return "capability"
         able = self._able(d, needs, context)
-        circuit = self.circuits.get(d)
         if circuit is None:
             attempt = _attempt(req)
             if attempt > 1 and able:  # a retry: the next backup that can serve it
@@ -115,8 +120,10 @@ class Fallbacks:
         if b is None:
             return False
         circuit = self.circuits.get(d)
-        if circuit is not None and circuit.record(t, req.rid, True):
-            self.opened.append(d)
+        if circuit is not None:
+            if circuit.record(t, req.rid, True):
+                self.opened.append(d)
+            gateway_meta(req)["circuit_state"] = circuit.state_at(t)
         self._move(req, b, "capacity")
         return True
 

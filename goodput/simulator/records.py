@@ -104,6 +104,9 @@ class RequestTable:
         # None: none
         self.overload_step = [m.get("overload_step") or None if m is not None else None for m in meta]
         self.degraded = [m.get("degraded") or None if m is not None else None for m in meta]
+        # the primary's circuit breaker when the gateway routed the request (goodput/simulator/fallback.py); None: no
+        # breaker there
+        self.circuit_state = [m.get("circuit_state") if m is not None else None for m in meta]
         self.decisions = {k: [m.get(k, "") if m is not None else "" for m in meta] for k in DECISIONS}
         self.outcome = [OUTCOMES.get(f, "") for f in self.finish_reason]  # "": still in flight (early spans)
 
@@ -133,6 +136,7 @@ class RequestTable:
             "reject_reason": pa.array(self.reject_reason, pa.string()),
             "overload_step": pa.array(self.overload_step, pa.string()),
             "degraded": pa.array(self.degraded, pa.string()),
+            "circuit_state": pa.array(self.circuit_state, pa.string()),
             "outcome": pa.array(self.outcome, pa.string()),
         })
         cols.update({k: pa.array(v, pa.string()) for k, v in self.decisions.items()})

@@ -13,9 +13,10 @@ Two span shapes (``span_format``):
 - ``both``: each request in both shapes, one request id (``llm.request_id`` = ``gen_ai.request.id``).
 
 The ``llm.gateway`` span carries what is known at admission (deployment, model, tenant, tier, route, request
-id): the live fleet exports it as soon as the request is admitted and ``llm.queue`` as soon as it is
-scheduled (``early``), the root and the other segments when it finishes, so a store sees a request while it
-is in flight and counts arrivals at admission. vLLM's shape has no early span: its one span ends with the request.
+id; behind a circuit breaker ``llm.circuit_state``, its primary's breaker then): the live fleet exports it as soon
+as the request is admitted and ``llm.queue`` as soon as it is scheduled (``early``), the root and the other segments
+when it finishes, so a store sees a request while it is in flight and counts arrivals at admission. vLLM's shape
+has no early span: its one span ends with the request.
 
 A request that came with a W3C ``traceparent`` continues the caller's trace: its top span's parent is the
 caller's span. Ids are lowercase hex, kinds integers, 64-bit integers decimal strings (OTLP JSON encoding).
@@ -27,7 +28,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from goodput.contracts.vocabulary import KV_TRANSFER_SPAN, SEGMENT_SPANS
+from goodput.contracts.vocabulary import CIRCUIT_STATE_ATTR, KV_TRANSFER_SPAN, SEGMENT_SPANS
 from goodput.simulator.records import RequestTable
 
 __all__ = ["EARLY_SEGMENTS", "KV_TRANSFER", "SEGMENTS", "SPAN_FORMATS", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "Part",
@@ -120,6 +121,7 @@ def _gateway_attrs(table: RequestTable, i: int) -> str:
         _attr("llm.reject_reason", table.reject_reason[i] if admission == "rejected" else None),
         _attr("llm.overload_step", table.overload_step[i]),
         _attr("llm.degraded", table.degraded[i]),
+        _attr(CIRCUIT_STATE_ATTR, table.circuit_state[i]),
         *_decisions(table, i),
     ) if x)
 

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from datetime import datetime
 
 import httpx
+import pandas as pd
 import pytest
 import yaml
 
 from goodput.cli import main
 from goodput.console.routes import url
+from goodput.contracts.vocabulary import CIRCUIT_STATE_ATTR
 from goodput.demo.stack import start_console, start_prometheus
 from goodput.exporters.requests import RequestMetrics, TraceReceiver
 from goodput.exporters.trace_store import TraceStore
@@ -122,9 +124,97 @@ def burst_prometheus(tmp_path_factory) -> Iterator[str]:
         store.close()
 
 
+class Breakers:
+    """A real request exporter scraped by a real Prometheus, sent one llm.gateway span per primary on ``say``: the
+    spans a gateway exports at admission, ``llm.circuit_state`` its primary's breaker then."""
+
+    def __init__(self, exporter: str, prom: str) -> None:
+        self.exporter, self.prom, self.sent = exporter, prom, 0
+
+    def say(self, **states: str) -> float:
+        """Each primary's breaker now (a request that fell back from it, while it is not closed); when, wall clock."""
+        now, spans = time.time_ns(), []
+        for dep, state in states.items():
+            self.sent += 1
+            moved = {"llm.fallback_from": dep, "llm.fallback_reason": "circuit_open"} if state != "closed" else {}
+            attrs = {"llm.deployment": f"{dep}-backup" if moved else dep, "llm.tenant": "a", "llm.tier": "P0",
+                     "llm.route": "chat", "gen_ai.request.model": "m", "llm.admission": "admitted",
+                     CIRCUIT_STATE_ATTR: state, **moved}
+            spans.append({"traceId": f"{self.sent:032x}", "spanId": f"{2 * self.sent:016x}",
+                          "parentSpanId": f"{2 * self.sent + 1:016x}", "name": "llm.gateway", "kind": 1,
+                          "startTimeUnixNano": str(now - 1_000_000), "endTimeUnixNano": str(now),
+                          "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]})
+        doc = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]}
+        r = httpx.post(f"{self.exporter}/v1/traces", content=json.dumps(doc).encode(),
+                       headers={"Content-Type": "application/json"}, timeout=10)
+        assert r.status_code == 200, r.text
+        return now / 1e9
+
+
+HOLD_S = 6.5  # each state held longer than the page's step (5 s at 15m) plus a scrape: every one is a point there
+
+
+@pytest.fixture(scope="module")
+def breaker_prometheus(tmp_path_factory) -> Iterator[Breakers]:
+    """Two primaries' breakers, closed (held a step, so a trip is a change the range sees)."""
+    require("prometheus")
+    work = tmp_path_factory.mktemp("breaker-prom")
+    base = free_port_block(2)
+    metrics, store = RequestMetrics(), TraceStore(work / "store").start()
+    exporter = Server("127.0.0.1", base + 1, {("POST", "/v1/traces"): TraceReceiver(metrics, store).route,
+                                              **metrics_routes(lambda: metrics.render(store))}).start()
+    prom = start_prometheus(work / "prom", base, {"llm-gateway": [f"127.0.0.1:{base + 1}"]}, work / "rules", None,
+                            interval="1s")
+    try:
+        prom.ready("/-/ready")
+        breakers = Breakers(exporter.url, prom.url)
+        breakers.say(chat="closed", rag="closed")
+        _wait_scraped(prom.url, 'llm_gateway_circuit_state{deployment="rag",state="closed"} == 1', "breakers")
+        time.sleep(HOLD_S)
+        yield breakers
+    finally:
+        prom.stop()
+        exporter.stop()
+        store.close()
+
+
+def _breakers(page) -> dict[str, tuple[str, float | None, int]]:
+    """The page's breakers table: deployment -> (breaker, since as Unix seconds or None, times opened)."""
+    df = frame(page, "deployment", "breaker", "since", "opened")
+    return {d: (b, None if pd.isna(s) else s.timestamp(), int(n))
+            for d, b, s, n in zip(df["deployment"], df["breaker"], df["since"], df["opened"], strict=True)}
+
+
+def test_the_breakers_during_an_incident_and_after_from_the_exporter_and_prometheus(monkeypatch, flood,  # noqa: F811
+                                                                                     breaker_prometheus):
+    """chat's breaker trips, probes, trips again: the page says OPEN, since the second trip, opened twice; rag, which
+    sent nothing since it was closed, reads closed, never changed. Then chat probes and closes: closed since then."""
+    b = breaker_prometheus
+    for state in ("open", "half_open"):
+        b.say(chat=state)
+        time.sleep(HOLD_S)
+    tripped = b.say(chat="open")
+    time.sleep(HOLD_S)
+    page = show(app(monkeypatch, flood, b.prom, range="15m"), "routing")
+    no_exception(page)
+    now = _breakers(page)
+    assert list(now) == ["chat", "rag"]  # the open one first
+    assert (now["chat"][0], now["chat"][2], now["rag"]) == ("OPEN", 2, ("closed", None, 0))
+    assert tripped <= now["chat"][1] <= tripped + 5 + 2  # the first point of the range's step that saw it
+    assert any("circuit breaker over the range" in str(c.proto.spec) for c in page.get("plotly_chart"))
+    b.say(chat="half_open")
+    time.sleep(HOLD_S)
+    closed = b.say(chat="closed")
+    time.sleep(HOLD_S)
+    after = _breakers(show(app(monkeypatch, flood, b.prom, range="15m"), "routing"))
+    assert (after["chat"][0], after["chat"][2], after["rag"]) == ("closed", 2, ("closed", None, 0))
+    assert closed <= after["chat"][1] <= closed + 5 + 2
+
+
 def test_the_ladder_state_and_the_fallback_paths_from_prometheus(monkeypatch, flood, overload_prometheus):  # noqa: F811
     page = show(app(monkeypatch, flood, overload_prometheus, range="15m"), "routing")
     no_exception(page)
+    assert any("no circuit breaker series (llm_gateway_circuit_state)" in i.value for i in page.info)
     steps = frame(page, "deployment", "step", "step_index")
     assert list(zip(steps["deployment"], steps["step"], steps["step_index"], strict=True)) == [
         (d, s, i) for d, (s, i) in sorted(STEPS.items(), key=lambda kv: (-kv[1][1], kv[0]))]  # furthest in first
@@ -158,6 +248,7 @@ def test_mid_burst_and_mid_outage_the_section_shows_the_simulators_ladder_and_fa
         ("chat", "degrade_p1", 2), ("large", "none", 0), ("small", "none", 0)]  # primary_down has no ladder
     paths = frame(page, "path", "reason", "requests_per_s")
     assert list(zip(paths["path"], paths["reason"], strict=True)) == [("large -> small", "circuit_open")]
+    assert _breakers(page)["large"][0] == "OPEN"  # 100 s in, the probe at 90 s failed: the simulator's own spans
     degraded = frame(page, "deployment", "tier", "degraded", "requests")
     assert set(zip(degraded["deployment"], degraded["tier"], strict=True)) == {("chat", "P1")}
     assert "output_cap" in set(degraded["degraded"]) <= {"output_cap", "output_cap+context_trim"}  # the sim's two kinds

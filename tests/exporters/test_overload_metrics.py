@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from goodput.cli import main
 from goodput.contracts.catalog import OVERLOAD_STEPS
+from goodput.contracts.vocabulary import CIRCUIT_STATE_ATTR, CIRCUIT_STATES
 from goodput.exporters.otlp import decode_json
 from goodput.exporters.requests import LABEL_LIMITS, RequestMetrics
 from tests.conftest import REPO
@@ -203,6 +204,55 @@ def test_steps_a_sender_invents_are_bounded_and_read_past_the_known_ladder():
     assert overflow["step"] >= 4
 
 
+def _circuits(fams) -> dict[str, str]:
+    """Each primary's breaker state by ``llm_gateway_circuit_state``: the one state at 1 (the others there, at 0)."""
+    series = _counts(fams, "llm_gateway_circuit_state", "deployment", "state")
+    deps = {d for d, _ in series}
+    assert set(series) == {(d, s) for d in deps for s in CIRCUIT_STATES}  # every state of each, one at 1
+    now = {d: s for (d, s), v in series.items() if v == 1.0}
+    assert set(now) == deps and sum(series.values()) == len(deps)
+    return now
+
+
+# (deployment served, fallback_from, llm.circuit_state): chat's breaker opens (its traffic on chat-small), half-opens
+# (the probe to chat, the rest still on chat-small), closes; rag's opens and then no span names rag again;
+# chat-small's own traffic has no breaker
+BREAKER = [("chat", "", "closed"), ("rag", "", "closed"), ("chat-small", "", None), ("chat", "", "closed"),
+           ("chat-small", "chat", "open"), ("rag-large", "rag", "open"), ("chat-small", "chat", "open"),
+           ("chat", "", "half_open"), ("chat-small", "chat", "half_open"), ("chat", "", "closed")]
+OPENED, HALF_OPENED = 4, 7  # BREAKER's rows where chat's breaker opened and half-opened
+
+
+def _breaker_doc(k: int, step: int, t0: int, state: str | None = None) -> bytes:
+    """BREAKER's row ``k`` as OTLP JSON (a gateway span and its root) at ``t0`` + ``step`` x 10 ms; ``state`` replaces
+    its llm.circuit_state (and gives it new span ids)."""
+    dep, moved_from, circuit = BREAKER[k]
+    row = {**_scenario()[0], "deployment": dep, "fallback_from": moved_from,
+           "fallback_reason": "circuit_open" if moved_from else ""}
+    spans = _json_spans([row], t0 + step * 10_000_000, ids=step + 1000 * (state is not None))
+    if state or circuit:
+        spans[0]["attributes"][CIRCUIT_STATE_ATTR] = state or circuit
+    return _doc(spans)
+
+
+def test_the_breaker_state_is_the_newest_gateway_span_per_primary(exporter):
+    """Each span on its own, as an SDK sends them when they end: chat's breaker reads open, half_open, closed as its
+    newest span says (where it fell back from, not the backup it went to), rag's stays open after its spans stop,
+    and an older span sent late, or a state the contract does not name, moves nothing."""
+    t0 = 1795424400_000_000_000
+    seen = []
+    for k in range(len(BREAKER)):
+        assert httpx.post(exporter.url, content=_breaker_doc(k, k, t0),
+                          headers={"Content-Type": "application/json"}).status_code == 200
+        seen.append(_circuits(exporter.families()).get("chat"))
+    assert seen == ["closed"] * OPENED + ["open"] * (HALF_OPENED - OPENED) + ["half_open", "half_open", "closed"]
+    assert _circuits(exporter.families()) == {"chat": "closed", "rag": "open"}  # no series for chat-small
+    for doc in (_breaker_doc(OPENED, OPENED, t0, "open"),  # an old payload retried: older than chat's newest
+                _breaker_doc(0, len(BREAKER) + 1, t0, "forced_open")):  # newer, a state outside the contract
+        assert httpx.post(exporter.url, content=doc, headers={"Content-Type": "application/json"}).status_code == 200
+    assert _circuits(exporter.families()) == {"chat": "closed", "rag": "open"}
+
+
 def _split_at(doc: dict, cut_ns: int) -> tuple[dict, dict]:
     """``doc``'s spans that ended by ``cut_ns`` (an SDK exports a span when it ends: these are sent by then) and the
     rest, each newest first: the worst order for the ladder's gauge."""
@@ -251,6 +301,10 @@ def test_the_simulators_own_spans_count_what_its_requests_parquet_says(exporter,
         newest = admitted.sort_values("queue_start").groupby("deployment").last()  # the gateway span ends at queue_start
         assert _steps(fams) == {dep: (step or "none", float(OVERLOAD_STEPS.index(step) + 1 if step else 0))
                                 for dep, step in newest.overload_step.items()}
+        guarded = admitted[admitted.circuit_state != ""]  # by primary: where it fell back from, else where it went
+        primary = guarded.fallback_from.where(guarded.fallback_from != "", guarded.deployment)
+        assert _circuits(fams) == guarded.assign(primary=primary).sort_values("queue_start").groupby(
+            "primary").circuit_state.last().to_dict()
         return fams
 
     _post(exporter.url, list(early))
@@ -266,4 +320,5 @@ def test_the_simulators_own_spans_count_what_its_requests_parquet_says(exporter,
     else:  # mid-outage large's traffic is on small (circuit_open), and what small cannot serve was refused
         assert set(_counts(mid, "llm_gateway_fallbacks", "deployment", "fallback_from", "reason")) == {
             ("small", "large", "circuit_open")}
+        assert (_circuits(mid), _circuits(fams)) == ({"large": "open"}, {"large": "closed"})  # reopened at 90 s
         assert {"capability", "circuit_open"} <= {r for (r,) in _counts(fams, "llm_gateway_rejections", "reason")}

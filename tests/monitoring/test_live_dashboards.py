@@ -73,6 +73,10 @@ EXEMPT = {
     "tenants.json panel 10 A": "degraded and fallen-back share per deployment",
     "tenants.json panel 11 A": "fallback paths",
     "tenants.json panel 11 B": "fallbacks from an open circuit",
+    # ... and no circuit breaker: llm_gateway_circuit_state from the simulator's own spans is tested in
+    # tests/exporters/test_overload_metrics.py, the console's reading of it against Prometheus in
+    # tests/console/test_overload_page.py
+    "tenants.json panel 12 A": "circuit breakers not closed",
     # a cold start is measured for a replica that starts while the engine exporter watches (one already running when
     # the exporter starts has no measurable start): this fleet adds none; tests/monitoring/test_live_cold_start.py
     # measures the demo's scale-out in a real Prometheus through the same recorded p90, and the ticket on it

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 import openai
@@ -15,9 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from goodput.contracts.vocabulary import CIRCUIT_STATE_ATTR
 from goodput.foundation.errors import ConfigError
 from goodput.simulator.circuit import CLOSED, HALF_OPEN, OPEN
 from goodput.simulator.config import load_fleet, parse_fleet
+from goodput.simulator.fallback import Fallbacks
 from goodput.simulator.live import LiveFleet
 from goodput.simulator.run import simulate, write_outputs
 from goodput.simulator.span_sink import SpanSink
@@ -143,6 +146,55 @@ def test_every_fallback_is_on_the_spans_and_in_requests_parquet(runs, tmp_path):
                 elif span["name"] in seen:
                     assert "llm.fallback_reason" not in a  # absent when empty
     assert seen == {"llm.request": n_moved, "llm.gateway": n_moved}
+
+
+def _state_at(log, t: float) -> str:
+    """A circuit's state at ``t`` by its log: the last change at or before ``t``."""
+    return [s for when, s, _ in log if when <= t][-1]
+
+
+def test_each_gateway_span_carries_its_primarys_breaker_as_its_log_had_it_when_the_gateway_routed_it(monkeypatch,
+                                                                                                     tmp_path):
+    """``llm.circuit_state`` on every llm.gateway span of a request routed at ``large`` (by its primary, not where it
+    went), the same as requests.parquet, equal to the circuit's own log at the time the gateway last routed it (an
+    admission, or the move of what waited when the circuit opened); absent on ``small``'s own traffic."""
+    routed: dict[int, float] = {}  # rid -> when the gateway last routed it
+    real_route, real_overflow = Fallbacks.route, Fallbacks.overflow
+
+    def route(self, req, context, t, room):
+        routed[req.rid] = t
+        return real_route(self, req, context, t, room)
+
+    def overflow(self, req, context, t, room):  # a wait that ran out routes it again only if a backup takes it
+        moved = real_overflow(self, req, context, t, room)
+        if moved:
+            routed[req.rid] = t
+        return moved
+
+    monkeypatch.setattr(Fallbacks, "route", route)
+    monkeypatch.setattr(Fallbacks, "overflow", overflow)
+    result = simulate(load_fleet(EXAMPLE), DURATION)
+    log = result.fleet.gateway.circuits["large"].log
+    paths = write_outputs(result, tmp_path)
+    t = result.table
+    rid = dict(zip(t.request_id, t.rid.tolist(), strict=True))
+    spans: dict[str, str | None] = {}
+    for line in paths["spans"].read_text().splitlines():
+        for rs in json.loads(line)["resourceSpans"]:
+            for span in rs["scopeSpans"][0]["spans"]:
+                if span["name"] == "llm.gateway":
+                    a = {x["key"]: next(iter(x["value"].values())) for x in span["attributes"]}
+                    spans[a["llm.request_id"]] = a.get(CIRCUIT_STATE_ATTR)
+    cols = pq.read_table(paths["requests"], columns=["request_id", "deployment", "fallback_from", "circuit_state"])
+    seen = Counter()
+    for req_id, dep, moved_from, state in zip(*cols.to_pydict().values(), strict=True):
+        assert spans[req_id] == state, req_id
+        if (moved_from or dep) != "large":
+            assert state is None, req_id
+            continue
+        assert state == _state_at(log, routed[rid[req_id]]), req_id
+        seen[state] += 1
+    assert set(seen) == {CLOSED, OPEN, HALF_OPEN}  # the outage went through all three
 
 
 def test_a_request_its_own_primary_cannot_serve_is_refused_capability():

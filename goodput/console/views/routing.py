@@ -2,9 +2,12 @@
 retries and fallbacks (traces; replicas a scale-out added are compared apart from the old ones, the event named);
 live load and cache hits per replica, rejections (Prometheus); what the gateway decided per tenant and tier over the
 range — from Prometheus when it answers with gateway series, else from the traces' reject reasons; and the overload
-ladder's step per deployment now and the fallback paths (Prometheus)."""
+ladder's step per deployment now, each primary's circuit breaker (now, since when, openings, timeline) and the fallback
+paths (Prometheus)."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -12,10 +15,20 @@ import streamlit as st
 from goodput.analyzer.releases import load_releases
 from goodput.console import data, flight, promql
 from goodput.console.columns import show
-from goodput.console.palette import plain
-from goodput.console.tables import fallback_paths, gateway_tables, ladder_state, samples_frame, skew
-from goodput.console.ui import Context, esc
-from goodput.console.views.charts import prom_charts
+from goodput.console.palette import CIRCUIT, plain
+from goodput.console.prom import Sample
+from goodput.console.tables import (
+    CIRCUIT_WORDS,
+    circuit_breakers,
+    circuit_timeline,
+    fallback_paths,
+    gateway_tables,
+    ladder_state,
+    samples_frame,
+    skew,
+)
+from goodput.console.ui import Context, esc, prom_down, step_for
+from goodput.console.views.charts import mark, prom_charts
 from goodput.contracts.catalog import OVERLOAD_STEPS, by_name
 from goodput.contracts.vocabulary import GATEWAY_REJECT_REASONS, SCALE_KIND
 from goodput.foundation.errors import ConfigError
@@ -109,9 +122,10 @@ def _gateway(ctx: Context) -> None:
 def _overload(ctx: Context) -> None:
     st.subheader("Gateway: overload ladder and fallback paths")
     start, end = ctx.prom_window()
+    queries = promql.overload(ctx.filters, int((end - start).total_seconds()))
     try:
         got = {k: data.prom_instant(ctx.settings.prometheus, q, end)  # the shares' parts at one instant
-               for k, q in promql.overload(ctx.filters, int((end - start).total_seconds())).items()}
+               for k, q in queries.items()}
     except PromError as e:
         st.info(esc(f"Prometheus is unreachable ({e}): the ladder's state and the fallback paths are live only."))
         return
@@ -130,6 +144,7 @@ def _overload(ctx: Context) -> None:
                           list(range(len(ticks))), "ticktext": ticks}, yaxis={"autorange": "reversed"})
         st.plotly_chart(fig, width="stretch", key="ladder")
         show(steps, "ladder_state", ("deployment", "step", "step_index"))
+    _breakers(ctx, got["circuits"], queries["circuits"], start, end)
     paths = fallback_paths(got["fallbacks"])
     if paths.empty:
         st.info("No fallback route carried requests over the range (llm_gateway_fallbacks_total).")
@@ -145,3 +160,40 @@ def _overload(ctx: Context) -> None:
         st.caption("Requests the ladder degraded over the range, per deployment, tier and step (output cap, context "
                    f"trim; {by_name('llm_gateway_degradations_total').name}).")
         show(degraded, "ladder_degradations", ("deployment", "tier", "degraded", "requests"))
+
+
+def _breakers(ctx: Context, now: list[Sample], query: str, start: datetime, end: datetime) -> None:
+    """Each primary's circuit breaker: its state now, since when and how often it opened over the range (from the
+    same series over the range, at the charts' step), and its timeline."""
+    name = by_name("llm_gateway_circuit_state").name
+    if not now:
+        st.info(f"Prometheus has no circuit breaker series ({name}) for these filters: no primary with a breaker "
+                "sent its gateway spans.")
+        return
+    step = step_for(start, end)
+    try:
+        timeline = circuit_timeline(data.prom_range(ctx.settings.prometheus, query, start, end, step))
+    except PromError as e:
+        prom_down("Prometheus", e)
+        return
+    breakers = circuit_breakers(now, timeline)
+    st.markdown("**Circuit breakers**")
+    st.caption(esc(f"Each primary's breaker at its newest admission ({name}): OPEN sends its traffic to a backup, "
+                   f"HALF-OPEN lets one probe through. Since when and how many times it opened from "
+                   f"{start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC, read every {step:g} s (a state held for less can be "
+                   "missed; no since: it did not change in the range)."))
+    show(breakers, "circuit_breakers", ("deployment", "breaker", "since", "opened"))
+    levels = list(CIRCUIT_WORDS)[::-1]  # closed at the bottom, open at the top
+    fig = go.Figure()
+    for dep, seen in timeline.groupby("deployment", sort=True):  # each point in its state's colour
+        fig.add_trace(go.Scatter(x=seen["time"], y=seen["state"].map(levels.index), name=plain(dep),
+                                 mode="lines+markers", line={"shape": "hv", "width": 1.5},
+                                 marker={"size": 5, "color": seen["state"].map(CIRCUIT_WORDS).map(CIRCUIT).tolist()}))
+    fig.update_layout(title="circuit breaker over the range, per primary", height=280, margin={"t": 40, "b": 20},
+                      xaxis={"type": "date", "range": [start, end]},
+                      yaxis={"range": [-0.3, 2.3], "tickvals": [0, 1, 2],
+                             "ticktext": [CIRCUIT_WORDS[x] for x in levels]},
+                      showlegend=True,  # the primary's name, one or many
+                      legend={"orientation": "h", "x": 1, "y": 1.02, "yanchor": "bottom", "xanchor": "right"})
+    mark(ctx, fig, start, end)  # the releases, scale events and pages (LLMCircuitOpen) of the range
+    st.plotly_chart(fig, width="stretch", key="circuits")
