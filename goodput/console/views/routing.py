@@ -137,12 +137,15 @@ def _overload(ctx: Context) -> None:
         st.caption(esc(f"The ladder's highest step at each deployment's newest admission "
                        f"({by_name('llm_gateway_overload_step').name}), in the order it steps in: "
                        + " -> ".join(OVERLOAD_STEPS) + "; it lets go in the reverse order."))
-        fig = go.Figure(go.Bar(x=steps["step_index"], y=steps["deployment"].map(plain), orientation="h",
-                               text=steps["step"].map(plain), textposition="auto"))
-        fig.update_layout(title="ladder step now, per deployment", height=120 + 40 * len(steps),
-                          margin={"t": 40, "b": 20}, xaxis={"range": [0, len(ticks) - 0.5], "tickvals":
-                          list(range(len(ticks))), "ticktext": ticks}, yaxis={"autorange": "reversed"})
-        st.plotly_chart(fig, width="stretch", key="ladder")
+        if (steps["step_index"] > 0).any():  # bars of length 0 would draw an empty chart
+            fig = go.Figure(go.Bar(x=steps["step_index"], y=steps["deployment"].map(plain), orientation="h",
+                                   text=steps["step"].map(plain), textposition="auto"))
+            fig.update_layout(title="ladder step now, per deployment", height=120 + 40 * len(steps),
+                              margin={"t": 40, "b": 20}, xaxis={"range": [0, len(ticks) - 0.5], "tickvals":
+                              list(range(len(ticks))), "ticktext": ticks}, yaxis={"autorange": "reversed"})
+            st.plotly_chart(fig, width="stretch", key="ladder")
+        else:
+            st.caption("No deployment's ladder is engaged: every one admits at step none.")
         show(steps, "ladder_state", ("deployment", "step", "step_index"))
     _breakers(ctx, got["circuits"], queries["circuits"], start, end)
     paths = fallback_paths(got["fallbacks"])
