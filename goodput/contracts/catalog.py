@@ -71,6 +71,10 @@ ENGINE = (
     _m("llm_replica_cold_start_seconds", "gauge", "seconds",
        "From the engine process's start (process_start_time_seconds) to the exporter's first successful scrape of "
        "it: the replica's cold start (weights load, engine start, warm-up), within one scrape interval.", E),
+    _m("llm_replica_first_request_seconds", "gauge", "seconds",
+       "From the engine process's start to the exporter's first scrape that counts a request it finished (not "
+       "aborted): the cold start as the first user saw it, routing included; measured when "
+       "llm_replica_cold_start_seconds is.", E),
     _m("llm_requests_running", "gauge", "", "Sequences in the running batch.", E),
     _m("llm_requests_waiting", "gauge", "", "Requests queued in the engine.", E),
     _m("llm_kv_cache_usage_ratio", "gauge", "ratio", "Fraction of KV-cache blocks in use (0-1).", E),

@@ -21,11 +21,12 @@ import re
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import httpx
 
-from goodput.contracts.catalog import ENGINE, ENGINE_LABELS
+from goodput.contracts.catalog import ENGINE, ENGINE_LABELS, by_name
 from goodput.exporters.config import Plan, Target, Targets
 from goodput.exporters.exposition import SELF_COLLECTION, fmt_float, labels, render, self_metrics
 from goodput.exporters.liveness import Heartbeat
@@ -58,8 +59,21 @@ class TargetState:
     model: str = ""  # the target's model, else what the engine reports
     process_start: float | None = None  # the engine process's start (unix s) as of the last good scrape
     cold_start_s: float | None = None  # its start to this exporter's first successful scrape of that process
+    first_request_s: float | None = None  # its start to the first scrape counting a request it finished
     listed_at: float = 0.0  # when this exporter first listed it (its start, for the targets it started with)
     listed_late: bool = False  # listed after this exporter started: a replica added, or one running that was not listed
+
+
+FINISHED = by_name("llm_requests_finished_total").name
+
+
+def _served(lines: Iterable[str]) -> bool:
+    """Whether the normalized ``llm_requests_finished_total`` lines count a request finished other than aborted."""
+    for line in lines:
+        head, _, value = line.rpartition(" ")
+        if 'finished_reason="abort"' not in head and float(value) > 0:
+            return True
+    return False
 
 
 class _TooLarge(Exception):
@@ -150,7 +164,7 @@ class EngineExporter:
         process of a target is measured only if it started after the target was listed (a target listed later: at most
         LISTED_LATE_S before, as a replica listed once it is Ready trails its process): one that ran
         before says how long it has been up (an exporter restart, a running replica newly listed), not how long it took
-        to start."""
+        to start. A measured process's first request served ends at the first scrape that counts one finished."""
         if (m := PROCESS_START.search(text)) is None:
             return
         try:
@@ -162,6 +176,9 @@ class EngineExporter:
             older = st.process_start is None and start < st.listed_at - (LISTED_LATE_S if st.listed_late else 0.0)
             st.process_start = start
             st.cold_start_s = None if older else max(0.0, self.clock() - start)
+            st.first_request_s = None
+        if st.cold_start_s is not None and st.first_request_s is None and _served(st.lines.get(FINISHED, ())):
+            st.first_request_s = max(0.0, self.clock() - start)
 
     def _down(self, st: TargetState, kind: str, t0: float, detail: str = "") -> None:
         if detail and st.error != kind:  # once as the target goes down for this reason, not every round
@@ -251,9 +268,10 @@ class EngineExporter:
                 per_family["llm_engine_up"].append(f"llm_engine_up{{{prefix}}} {1.0 if st.up else 0.0}")
                 per_family["llm_engine_scrape_duration_seconds"].append(
                     f"llm_engine_scrape_duration_seconds{{{prefix}}} {fmt_float(st.duration_s)}")
-                if st.cold_start_s is not None:
-                    per_family["llm_replica_cold_start_seconds"].append(
-                        f"llm_replica_cold_start_seconds{{{prefix}}} {fmt_float(st.cold_start_s)}")
+                for fam, value in (("llm_replica_cold_start_seconds", st.cold_start_s),
+                                   ("llm_replica_first_request_seconds", st.first_request_s)):
+                    if value is not None:
+                        per_family[fam].append(f"{fam}{{{prefix}}} {fmt_float(value)}")
                 for fam, lines in st.lines.items():
                     per_family[fam].extend(lines)
         available: dict[str, int] = defaultdict(int)

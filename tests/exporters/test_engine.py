@@ -346,6 +346,48 @@ def test_cold_start_runs_from_the_process_start_to_the_first_good_scrape_and_a_r
     assert [v for _, v in cold()] == [42]
 
 
+def test_the_first_request_served_ends_at_the_first_scrape_that_counts_one_finished_and_a_restart_measures_again(
+        engines):
+    now = [1_000_000.0]
+    exp = EngineExporter(Targets((Target("chat", "chat-0", f"{engines}/body/first", "auto", "m"),), {}),
+                         timeout_s=10, clock=lambda: now[0])
+
+    def body(start: float, stop: int, abort: int) -> bytes:
+        return (f'process_start_time_seconds {start}\n'
+                f'vllm:request_success_total{{model_name="m",finished_reason="stop"}} {stop}\n'
+                f'vllm:request_success_total{{model_name="m",finished_reason="abort"}} {abort}\n').encode()
+
+    def first() -> list[float]:
+        fams = {f.name: f for f in text_string_to_metric_families(exp.render())}
+        return [s.value for s in fams["llm_replica_first_request_seconds"].samples] if (
+            "llm_replica_first_request_seconds" in fams) else []
+
+    start = now[0] + 10
+    now[0] += 130
+    BODIES["first"] = body(start, 0, 0)  # ready, nothing served yet
+    exp.scrape_once()
+    assert first() == []
+    now[0] += 15
+    BODIES["first"] = body(start, 0, 2)  # two requests aborted: nobody served
+    exp.scrape_once()
+    assert first() == []
+    now[0] += 15
+    BODIES["first"] = body(start, 3, 2)
+    exp.scrape_once()
+    assert first() == [150]
+    now[0] += 600
+    exp.scrape_once()
+    assert first() == [150]  # later scrapes of the same process leave it
+    start = now[0] - 40  # a restart: measured again, from nothing served
+    BODIES["first"] = body(start, 0, 0)
+    exp.scrape_once()
+    assert first() == []
+    now[0] += 5
+    BODIES["first"] = body(start, 1, 0)
+    exp.scrape_once()
+    assert first() == [45]
+
+
 def test_an_engine_without_a_process_start_has_no_cold_start_series(engines):
     exp, fams = _scrape(engines, "no-start", 'vllm:num_requests_running{model_name="m"} 1\n')
     assert "llm_replica_cold_start_seconds" not in fams and "llm_replica_cold_start_seconds{" not in exp.render()
