@@ -79,6 +79,7 @@ MISSED, ARRIVED = by_name("llm_gateway_ttft_missed_total").name, by_name("llm_ga
 # from it (action="fallback"); and per primary (deployment) and backup, the requests its open circuit sends on
 OVERLOAD_ACTIONS = "deployment_action:llm_gateway_overload_actions:ratio_rate5m"
 CIRCUIT_OPEN = "deployment_backup:llm_gateway_circuit_open_fallbacks:rate5m"
+OLDEST_QUEUED = "deployment_tier:llm_gateway_oldest_queued_age_seconds:max"
 DEGRADATIONS, FALLBACKS = by_name("llm_gateway_degradations_total").name, by_name("llm_gateway_fallbacks_total").name
 # P0 burning its TTFT budget as fast as the second page window says (6x over 30 minutes), and still in the last 5:
 # the ladder and the fallbacks engaged and P0 still hurt is a page; engaged while P0 holds is their job done
@@ -355,11 +356,10 @@ def _llm_rules(b: _Builder) -> dict:
         b.record("deployment:llm_kv_cache_usage_ratio:max", "max by (deployment) (llm_kv_cache_usage_ratio)"),
         b.record(KV_USAGE_AVG, "avg by (deployment) (llm_kv_cache_usage_ratio)"),
         b.record(WAITING, "sum by (deployment) (llm_requests_waiting)"),
-        b.record("deployment_tier:llm_gateway_oldest_queued_age_seconds:max",
-                 "max by (deployment, tier) (llm_gateway_oldest_queued_age_seconds)"),
+        b.record(OLDEST_QUEUED, "max by (deployment, tier) (llm_gateway_oldest_queued_age_seconds)"),
         b.record(QUEUE_WAIT_NOW,
                  "max by (deployment, tier) (\n"
-                 '  label_replace(deployment_tier:llm_gateway_oldest_queued_age_seconds:max, "signal", "oldest", "", "")'
+                 f'  label_replace({OLDEST_QUEUED}, "signal", "oldest", "", "")'
                  f'\n  or\n  label_replace({QUEUE_WAIT_P95}, "signal", "p95", "", "")\n)'),
         b.record("deployment:llm_preemptions:rate5m", "sum by (deployment) (rate(llm_preemptions_total[5m]))"),
         b.record("deployment:llm_gateway_kv_capacity_rejections:rate5m",
@@ -378,9 +378,14 @@ def _llm_rules(b: _Builder) -> dict:
                  f" / {mark('autoscaleKvTargetRatio')})", {"signal": "kv"}),
         b.record(AUTOSCALE_SIGNAL,
                  # votes only while the queue is over its target: a vote of "as many as now" would hold the
-                 # maximum at the available count and the deployment could never scale down
-                 "ceil(\n  deployment:llm_replicas_available:max\n  * on (deployment)\n  (max by (deployment) "
-                 f"({QUEUE_WAIT_P95}) / {mark('autoscaleQueueTargetSeconds')} > 1)\n)",
+                 # maximum at the available count and the deployment could never scale down. It reads what waits
+                 # now (the oldest still queued), as the simulator's autoscaler does: the p95 of those scheduled in
+                 # the window stays high for a window after a backlog drained and kept scaling up; the p95 only
+                 # where no request exporter publishes the age
+                 "ceil(\n  deployment:llm_replicas_available:max\n  * on (deployment)\n  (\n    (\n"
+                 f"      max by (deployment) ({OLDEST_QUEUED})\n      or\n"
+                 f"      max by (deployment) ({QUEUE_WAIT_P95})\n    )\n"
+                 f"    / {mark('autoscaleQueueTargetSeconds')} > 1\n  )\n)",
                  {"signal": "queue"}),
         b.record(AUTOSCALE_DESIRED, f"clamp_min(max by (deployment) ({AUTOSCALE_SIGNAL}), 1)"),
     ]
