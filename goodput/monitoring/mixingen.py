@@ -69,9 +69,12 @@ def _selector_of(name: str) -> str | None:
 
 
 def with_selectors(expr: str) -> str:
-    """``expr`` (a template) with each catalog or dcgm-exporter series given its source's selector placeholder."""
+    """``expr`` (a template) with each catalog or dcgm-exporter series given its source's selector placeholder, and
+    the engines Prometheus scrapes itself (``up`` with a replica) the engine exporter's: they are the same engines."""
     def one(m: re.Match) -> str:
         sel = _selector_of(m.group(1))
+        if m.group(1) == "up" and "replica" in (m.group(2) or ""):  # the engines' own targets (ENGINE_TARGETS)
+            sel = "engineSelector"
         if sel is None:
             return m.group(0)
         matchers = (m.group(2) or "")[1:-1]

@@ -97,8 +97,9 @@ def _leaves(doc, path=()):
 
 
 # an engine series, a histogram's by its parts too (llm_kv_transfer_seconds_bucket)
+# the engine exporter's series, and the engines Prometheus scrapes itself (up with a replica: ENGINE_TARGETS)
 ENGINE_SERIES = re.compile(r"(?<![\w:])(" + "|".join(m.name + ("(?:_bucket|_sum|_count)?" if m.type == "histogram" else "")
-                                                      for m in ENGINE) + r")(?![\w:])")
+                                                      for m in ENGINE) + r"|up(?=\{[^}]*replica))(?![\w:])")
 
 
 def _undo(text: str) -> str:
