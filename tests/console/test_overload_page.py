@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import pandas as pd
@@ -102,6 +104,20 @@ def burst_prometheus(tmp_path_factory) -> Iterator[str]:
         start = datetime.fromisoformat(yaml.safe_load(path.read_text())["start_time"])
         ended += _ended_spans(out, int(start.timestamp()) * 10**9)
     ended.sort(key=lambda e: int(e["scopeSpans"][0]["spans"][0]["endTimeUnixNano"]))
+    with _request_exporter_scraped(work) as (exporter, prom):
+        for k in range(CHUNKS):
+            chunk = ended[k * len(ended) // CHUNKS:(k + 1) * len(ended) // CHUNKS]
+            r = httpx.post(f"{exporter}/v1/traces", content=json.dumps({"resourceSpans": chunk}).encode(),
+                           headers={"Content-Type": "application/json"}, timeout=30)
+            assert r.status_code == 200, r.text
+            time.sleep(1)
+        _wait_scraped(prom, 'llm_gateway_overload_step{deployment="chat",step="degrade_p1"}', "ladder at degrade_p1")
+        yield prom
+
+
+@contextmanager
+def _request_exporter_scraped(work: Path) -> Iterator[tuple[str, str]]:
+    """A real request exporter (OTLP in, /metrics out) and a real Prometheus scraping it every second: their URLs."""
     base = free_port_block(2)
     metrics, store = RequestMetrics(), TraceStore(work / "store").start()
     exporter = Server("127.0.0.1", base + 1, {("POST", "/v1/traces"): TraceReceiver(metrics, store).route,
@@ -110,14 +126,7 @@ def burst_prometheus(tmp_path_factory) -> Iterator[str]:
                             interval="1s")
     try:
         prom.ready("/-/ready")
-        for k in range(CHUNKS):
-            chunk = ended[k * len(ended) // CHUNKS:(k + 1) * len(ended) // CHUNKS]
-            r = httpx.post(f"{exporter.url}/v1/traces", content=json.dumps({"resourceSpans": chunk}).encode(),
-                           headers={"Content-Type": "application/json"}, timeout=30)
-            assert r.status_code == 200, r.text
-            time.sleep(1)
-        _wait_scraped(prom.url, 'llm_gateway_overload_step{deployment="chat",step="degrade_p1"}', "ladder at degrade_p1")
-        yield prom.url
+        yield exporter.url, prom.url
     finally:
         prom.stop()
         exporter.stop()
@@ -159,23 +168,12 @@ def breaker_prometheus(tmp_path_factory) -> Iterator[Breakers]:
     """Two primaries' breakers, closed (held a step, so a trip is a change the range sees)."""
     require("prometheus")
     work = tmp_path_factory.mktemp("breaker-prom")
-    base = free_port_block(2)
-    metrics, store = RequestMetrics(), TraceStore(work / "store").start()
-    exporter = Server("127.0.0.1", base + 1, {("POST", "/v1/traces"): TraceReceiver(metrics, store).route,
-                                              **metrics_routes(lambda: metrics.render(store))}).start()
-    prom = start_prometheus(work / "prom", base, {"llm-gateway": [f"127.0.0.1:{base + 1}"]}, work / "rules", None,
-                            interval="1s")
-    try:
-        prom.ready("/-/ready")
-        breakers = Breakers(exporter.url, prom.url)
+    with _request_exporter_scraped(work) as (exporter, prom):
+        breakers = Breakers(exporter, prom)
         breakers.say(chat="closed", rag="closed")
-        _wait_scraped(prom.url, 'llm_gateway_circuit_state{deployment="rag",state="closed"} == 1', "breakers")
+        _wait_scraped(prom, 'llm_gateway_circuit_state{deployment="rag",state="closed"} == 1', "breakers")
         time.sleep(HOLD_S)
         yield breakers
-    finally:
-        prom.stop()
-        exporter.stop()
-        store.close()
 
 
 def _breakers(page) -> dict[str, tuple[str, float | None, int]]:
