@@ -116,6 +116,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ON CLUSTER NAME: Replicated* local tables and Distributed ones over them, sharded by trace "
                         "(--db names each shard's local span table; run once per shard to backfill it)")
     p.add_argument("--no-backfill", action="store_true", help="create the tables and views only")
+    p.add_argument("--ttl", type=int, default=None, metavar="DAYS",
+                   help="drop goodput's rows DAYS days after their day, as the Collector's ttl drops otel_traces' "
+                        "(default: keep them; run again with another --ttl to change it)")
     p.set_defaults(func=_prepare)
 
     p = asub.add_parser("decompose", help="split E2E and TTFT into gateway, queue, prefill, kv_transfer, decode, send",
@@ -196,22 +199,24 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from goodput.analyzer.backend import open_clickhouse
-    from goodput.analyzer.prepare import Layout, ddl, prepare
+    from goodput.analyzer.prepare import MAX_TTL_DAYS, Layout, ddl, prepare
     from goodput.foundation.clickhouse import is_clickhouse, parse_target
 
     if not is_clickhouse(args.db):
         raise ConfigError("--db", args.db, "prepare is for ClickHouse: clickhouse://HOST:PORT/DATABASE or chdb:DIR")
     if args.cluster and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", args.cluster):
         raise ConfigError("--cluster", args.cluster, "not a plain identifier (letters, digits, _)")
+    if args.ttl is not None and not 1 <= args.ttl <= MAX_TTL_DAYS:
+        raise ConfigError("--ttl", str(args.ttl), f"expected days in 1..{MAX_TTL_DAYS}")
     target = parse_target(args.db, "--db")
     if args.print_ddl:
-        for statement in ddl(Layout(target.database, target.table, args.cluster)):
+        for statement in ddl(Layout(target.database, target.table, args.cluster, args.ttl)):
             print(statement + ";\n")
         print(f"-- then, to backfill and record the schema version: goodput analyze prepare --db {args.db}")
         return 0
     con = open_clickhouse(args.db)
     try:
-        print(prepare(con, target, args.cluster, fill=not args.no_backfill))
+        print(prepare(con, target, args.cluster, fill=not args.no_backfill, ttl_days=args.ttl))
     finally:
         con.close()
     return 0

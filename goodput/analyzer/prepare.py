@@ -34,7 +34,7 @@ from goodput.analyzer.backend import (
 from goodput.foundation.clickhouse import Connection, Target, ident
 from goodput.foundation.errors import ConfigError
 
-__all__ = ["BACKFILL_SPANS_PER_PASS", "Layout", "Plan", "backfill", "ddl", "prepare", "sync"]
+__all__ = ["BACKFILL_SPANS_PER_PASS", "Layout", "MAX_TTL_DAYS", "Plan", "backfill", "ddl", "prepare", "sync"]
 
 _TABLES = ("spans", "requests", "early", "admission", "touched")
 # spans one backfill statement reads: fewer than read time's SPANS_PER_PASS, as each chunk also reads an hour either
@@ -44,6 +44,12 @@ _MARGIN_NS = int(SPAN_MARGIN.total_seconds()) * 1_000_000_000
 # a sync also recomputes the inserts of this many µs before the last one it saw: an insert stamped before it (its view
 # ran) whose parts were committed after it (a server with concurrent inserts) is not missed
 SYNC_OVERLAP_US = 5_000_000
+# each table's day, as it is partitioned: `--ttl DAYS` drops a table's rows (whole parts) that many days after it, so
+# goodput's copy keeps what the Collector's otel_traces `ttl` keeps, not everything for ever
+_DAY = {"spans": "toDate(fromUnixTimestamp64Nano(start_ns))", "requests": "toDate(fromUnixTimestamp64Nano(call_start_ns))",
+        "early": "toDate(fromUnixTimestamp64Nano(gateway_start))", "admission": "day", "touched": "toDate(at)"}
+MAX_TTL_DAYS = 36_500
+_NEVER = "toDate('2149-06-06')"  # a row with no time of its own (a nullable start) is kept: Date's last day
 # Distributed tables' sharding keys on a cluster: a trace's rows on one shard, as its spans are (docs/clickhouse.md)
 _SHARD_BY = {"spans": "cityHash64(trace_id)", "requests": "cityHash64(trace_id)", "early": "cityHash64(trace_id)",
              "admission": "cityHash64(deployment)", "touched": "cityHash64(trace_id)"}
@@ -68,6 +74,7 @@ class Layout:
     database: str
     table: str
     cluster: str = ""
+    ttl_days: int | None = None  # None: the tables keep their rows (or the TTL an earlier prepare set)
 
     def written(self, name: str) -> str:  # the table the views and the backfill write
         return f"goodput_{name}_local" if self.cluster else f"goodput_{name}"
@@ -120,6 +127,12 @@ def ddl(layout: Layout) -> list[str]:
                 f"ENGINE = Distributed({ident(layout.cluster)}, {ident(layout.database)}, "
                 f"{ident(layout.written(name))}, {_SHARD_BY[name]})" for name in _TABLES]
     out += [fill(s) for s in _statements(_sql("views"))]
+    if layout.ttl_days is not None:  # MODIFY TTL: run again with another --ttl, it replaces the one before
+        on = f" ON CLUSTER {ident(layout.cluster)}" if layout.cluster else ""
+        out += [f"ALTER TABLE {ident(layout.database)}.{ident(layout.written(name))}{on} MODIFY TTL "
+                f"ifNull({_DAY[name]}, {_NEVER}) + INTERVAL {int(layout.ttl_days)} DAY" for name in _TABLES]
+        out += [f"ALTER TABLE {ident(layout.database)}.{ident(layout.written(name))}{on} MODIFY SETTING "
+                "ttl_only_drop_parts = 1" for name in _TABLES]  # a day's partition goes whole: no row rewrites
     return out
 
 
@@ -216,11 +229,12 @@ def sync(con: Connection, layout: Layout) -> int:
     return spans
 
 
-def prepare(con: Connection, target: Target, cluster: str = "", fill: bool = True) -> str:
+def prepare(con: Connection, target: Target, cluster: str = "", fill: bool = True, ttl_days: int | None = None) -> str:
     """Make ``target``'s database ready (tables, views, backfill, version); returns what was done, in one line.
-    Run again it changes nothing but the sync: the DDL is IF NOT EXISTS, and a database already at SCHEMA_VERSION is
-    not filled again, only brought up to date with the inserts since its last sync."""
-    layout = Layout(target.database, target.table, cluster)
+    Run again it changes nothing but the sync (and the TTL, when ``ttl_days`` names one): the DDL is IF NOT EXISTS,
+    and a database already at SCHEMA_VERSION is not filled again, only brought up to date with the inserts since its
+    last sync."""
+    layout = Layout(target.database, target.table, cluster, ttl_days)
     version = prepared_version(con, target)
     if version is not None and version != SCHEMA_VERSION:
         raise ConfigError("--db", str(target), f"prepared by another goodput (schema {version}, this one "
@@ -231,7 +245,8 @@ def prepare(con: Connection, target: Target, cluster: str = "", fill: bool = Tru
             con.command(statement)
         if version == SCHEMA_VERSION:
             step = "the sync"
-            return f"{target}: already prepared (schema {SCHEMA_VERSION}); synced {sync(con, layout):,} new spans"
+            return (f"{target}: already prepared (schema {SCHEMA_VERSION}); synced {sync(con, layout):,} new spans"
+                    + _kept(ttl_days))
         step, spans = "the backfill", 0
         if fill:
             spans = backfill(con, layout, _bar if sys.stderr.isatty() else None)
@@ -244,4 +259,8 @@ def prepare(con: Connection, target: Target, cluster: str = "", fill: bool = Tru
         raise ConfigError("--db", str(target), f"ClickHouse refused {step}: "
                                                f"{(str(e).strip().splitlines() or ['?'])[0][:300]}") from None
     filled = f"backfilled from {spans:,} spans" if fill else "not backfilled (--no-backfill)"
-    return f"{target}: prepared (schema {SCHEMA_VERSION}), {filled}"
+    return f"{target}: prepared (schema {SCHEMA_VERSION}), {filled}{_kept(ttl_days)}"
+
+
+def _kept(ttl_days: int | None) -> str:
+    return "" if ttl_days is None else f"; goodput's tables keep {ttl_days} days"

@@ -200,3 +200,48 @@ def test_prepared_and_read_time_give_the_same_answers(spans, chdb):
         for k in ("gateway_s", "queue_s", "prefill_s", "decode_s", "send_s", "other_s", "e2e_p95_s", "ttft_p99_s"):
             assert x[k] == pytest.approx(y[k], abs=1e-9), k
     assert after_t.verdict == before_t.verdict and after_t.steps == before_t.steps
+
+
+def _moved(spans, to_ns: int, tag: str):
+    """``spans`` with their times moved to start at ``to_ns`` and their trace ids made their own (``tag``)."""
+    first = min(s.start_ns for s in spans)
+    return [dataclasses.replace(s, trace_id=tag + s.trace_id[len(tag):], start_ns=s.start_ns - first + to_ns,
+                                end_ns=s.end_ns - first + to_ns) for s in spans]
+
+
+def test_a_ttl_drops_goodputs_old_days_as_the_collectors_ttl_drops_spans(spans, chdb):
+    """`prepare --ttl 3`: goodput's rows of 10 days ago go (whole day parts, once merged) and today's stay, while the
+    Collector's table keeps what its own TTL keeps; run again with `--ttl 30`, the TTL is replaced, not added to."""
+    now_ns = int(pd.Timestamp.now(tz="UTC").timestamp()) * 10**9
+    few = _traces(spans, 40)
+    old, new = _moved(few, now_ns - 10 * 86400 * 10**9, "0ld"), _moved(few, now_ns - 3600 * 10**9, "eee")
+    target = _filled(chdb, "prep_ttl", old + new)
+    assert prepare(chdb, target, ttl_days=3).endswith("goodput's tables keep 3 days")
+    tables = ("goodput_spans", "goodput_requests", "goodput_early", "goodput_touched")
+    for table in tables:
+        chdb.command(f"OPTIMIZE TABLE prep_ttl.{table} FINAL")
+    spans_left = chdb.query_df("SELECT DISTINCT substring(trace_id, 1, 3) AS tag FROM prep_ttl.goodput_spans")
+    assert spans_left["tag"].tolist() == ["eee"]
+    requests = chdb.query_df("SELECT substring(trace_id, 1, 3) AS tag, count() AS n FROM prep_ttl.goodput_requests "
+                             "GROUP BY tag")
+    assert requests["tag"].tolist() == ["eee"] and requests["n"].iloc[0] > 10
+    assert chdb.query_df("SELECT count() AS n FROM prep_ttl.otel_traces")["n"].iloc[0] == len(old) + len(new)
+    ttl = "SELECT create_table_query AS q FROM system.tables WHERE database = 'prep_ttl' AND name = {t:String}"
+    assert "toIntervalDay(3)" in chdb.query_df(ttl, {"t": "goodput_requests"})["q"].iloc[0]
+    assert "already prepared" in prepare(chdb, target, ttl_days=30)
+    query = chdb.query_df(ttl, {"t": "goodput_requests"})["q"].iloc[0]
+    assert "toIntervalDay(30)" in query and "toIntervalDay(3)" not in query
+
+
+def test_the_ttl_is_in_the_printed_ddl_and_checked_before_any_work(chdb):
+    db = f"chdb:{chdb.target.path}?database=prep_ttl_print"
+    args = [sys.executable, "-m", "goodput", "analyze", "prepare", "--print", "--db", db]
+    printed = subprocess.run([*args, "--ttl", "7", "--cluster", "c1"], capture_output=True, text=True, cwd=REPO,
+                             timeout=60, check=True).stdout
+    assert printed.count("ON CLUSTER `c1` MODIFY TTL") == 5
+    assert "`goodput_spans_local` ON CLUSTER `c1` MODIFY TTL" in printed
+    assert "+ INTERVAL 7 DAY" in printed and "ttl_only_drop_parts = 1" in printed
+    assert "MODIFY TTL" not in subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=60).stdout
+    for bad in ("0", "-3", "99999999"):
+        r = subprocess.run([*args[:-3], "--db", db, "--ttl", bad], capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert r.returncode == 2 and "--ttl" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
