@@ -224,7 +224,7 @@ def scan_regressions(con: Backend | duckdb.DuckDBPyConnection, releases: list[Re
     return scan
 
 
-BACKLOG = "backlog: the queue release {} started, still building (no new cause)"
+BACKLOG = "backlog: the queue from release {}, still building"  # nothing new caused it
 
 
 def _backlog(found: list[Regression]) -> list[Regression]:
