@@ -4,12 +4,14 @@ database, PromQL over Prometheus' HTTP API)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import re
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 import streamlit as st
@@ -313,14 +315,25 @@ def test_the_console_reads_what_prometheus_remote_wrote_to_victoriametrics(monke
     assert shown[vm.url] == shown[live.prometheus] and shown[vm.url]["kv_usage"]["rag"] == pytest.approx(0.7)
 
 
+def _values(y) -> list[float]:
+    """A Plotly trace's values as the spec holds them: a list, or a typed array (base64 bytes and their dtype)."""
+    if isinstance(y, dict):
+        return np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]).tolist()
+    return list(y)
+
+
 def test_the_kv_and_routing_charts_axes_read_round_from_zero_and_the_legend_clear_of_them(monkeypatch, store):
     """Preemptions per request and KV rejections are never negative: a flat zero line reads 0 to 1, not -1 to 1."""
     at = app(monkeypatch, store / "db.duckdb", range="all")
     show(at, "kv")
     no_exception(at)
-    layout = next(json.loads(c.proto.spec)["layout"] for c in at.get("plotly_chart")
-                  if "preemptions per request" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if "preemptions per request" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    layout = spec["layout"]
     assert layout["yaxis"]["rangemode"] == layout["yaxis2"]["rangemode"] == "nonnegative", layout
+    # KV rejections are whole requests: under five, one tick per request, never 0.2 / 0.4
+    rejected = max((max(_values(t["y"]), default=0) for t in spec["data"] if t.get("yaxis") == "y2"), default=0)
+    assert rejected < 5 and (layout["yaxis2"]["tickmode"], layout["yaxis2"]["dtick"]) == ("linear", 1), layout
     assert layout["legend"]["x"] > 1.02, layout["legend"]  # past the right axis' tick labels
     # a right axis has round ticks of its own, not the left axis' grid divided (11.36, 22.72, ...)
     show(at, "routing")
@@ -329,7 +342,6 @@ def test_the_kv_and_routing_charts_axes_read_round_from_zero_and_the_legend_clea
         axis = json.loads(c.proto.spec)["layout"].get("yaxis2")
         if axis:
             assert axis["tickmode"] == "auto" and "tickformat" not in axis and axis["showgrid"] is False, axis
-    assert layout["yaxis2"]["tickmode"] == "auto", layout["yaxis2"]
     # the input-length histogram's bars are shares of each window's requests: percent, as the tables
     show(at, "workload")
     no_exception(at)

@@ -17,7 +17,8 @@ __all__ = ["render"]
 
 def _whole(most: float) -> dict:
     """A count's axis: under five, one tick per whole request (no 0.2/0.4 ticks over a flat zero)."""
-    return {"dtick": 1, "range": [0, max(1.0, float(most)) * 1.05]} if not most >= 5 else {}
+    return {"tickmode": "linear", "tick0": 0, "dtick": 1, "range": [0, max(1.0, float(most)) * 1.05]} if not (
+        most >= 5) else {}
 
 
 def render(ctx: Context) -> None:
@@ -42,8 +43,8 @@ def render(ctx: Context) -> None:
                       # counts and a ratio: never below zero, so a flat zero line has no -1/-0.5 ticks; the legend
                       # clear of the right axis' ticks
                       yaxis={"rangemode": "nonnegative"},
-                      yaxis2={"overlaying": "y", "side": "right", "rangemode": "nonnegative",
-                              "tickmode": "auto", "showgrid": False, **_whole(df["kv_rejections"].max())},
+                      yaxis2={"overlaying": "y", "side": "right", "rangemode": "nonnegative", "tickmode": "auto",
+                              "showgrid": False, **_whole(df["kv_rejections"].max())},
                       legend={"x": 1.06})
     since, until = ctx.window()
     mark(ctx, fig, since, until)
