@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from goodput.contracts.catalog import by_name
 
-__all__ = ["ARRIVALS_RATE", "AUTOSCALE_DESIRED", "AUTOSCALE_SIGNAL", "GPU_PRICE_PAID", "KV_USAGE_AVG", "QUEUE_WAIT_NOW", "QUEUE_WAIT_P95",
-           "TOKENS_RATE", "WAITING", "tier_quantile"]
+__all__ = ["ARRIVALS_RATE", "AUTOSCALE_DESIRED", "AUTOSCALE_SIGNAL", "GPU_PRICE_PAID", "KV_USAGE_AVG", "QUEUE_WAIT_NOW",
+           "QUEUE_WAIT_P95", "TOKENS_RATE", "WAITING", "tier_quantile"]
 
 
 def tier_quantile(metric: str, quantile: str) -> str:

@@ -7,9 +7,10 @@ mixin each price is a ``_config`` knob). rules/slos.yaml's ``pricing:`` section 
 pays (its ``default`` for those it does not list): ``PAID`` records each deployment's price per GPU of each type at
 its own pricing, one term per pricing over disjoint sets of deployments (the listed ones by name, the default's
 term every other one), so no deployment is counted twice or dropped. A deployment whose pricing has no price for its
-GPU type has no ``PAID`` series for it and costs nothing, as an unpriced GPU does. Why rules and not an exporter: the GPU exporter and dcgm-exporter
-already say which GPUs a deployment holds and their model; a price is configuration, changed with the spec and
-regenerated like every threshold, and needs no process of its own or a scrape to be right.
+GPU type has no ``PAID`` series for it and costs nothing, as an unpriced GPU does. Why rules and not an exporter:
+the GPU exporter and dcgm-exporter already say which GPUs a deployment holds and their model; a price is
+configuration, changed with the spec and regenerated like every threshold, and needs no process of its own or a
+scrape to be right.
 
 A GPU's model as NVML and DCGM spell it (``NVIDIA H100 80GB HBM3``) is mapped to the prices file's catalog name by
 regexes generated from the simulator's GPU catalog: the name and its aliases, any case, with or without ``NVIDIA``,
