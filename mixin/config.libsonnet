@@ -57,14 +57,28 @@
       P2: 30.0,
     },
     gpuHourlyCostUsd: {
-      // A100-80GB: US dollars per GPU-hour (midpoint of the $1.49-2.49 on-demand range (Lambda, CoreWeave, vast.ai, RunPod), early 2026: https://pricegpu.pages.dev/blog/h100-vs-a100-cloud-price, 2026-03)
+      // A100-80GB: US dollars per GPU-hour on-demand (midpoint of the $1.49-2.49 on-demand range (Lambda, CoreWeave, vast.ai, RunPod), early 2026: https://pricegpu.pages.dev/blog/h100-vs-a100-cloud-price, 2026-03)
       "A100-80GB": 1.99,
-      // H100-80GB-SXM: US dollars per GPU-hour (midpoint of the $2.49-3.99 on-demand range (CoreWeave, Lambda, Crusoe, RunPod), early 2026: https://pricegpu.pages.dev/blog/h100-vs-a100-cloud-price, 2026-03)
+      // H100-80GB-SXM: US dollars per GPU-hour on-demand (midpoint of the $2.49-3.99 on-demand range (CoreWeave, Lambda, Crusoe, RunPod), early 2026: https://pricegpu.pages.dev/blog/h100-vs-a100-cloud-price, 2026-03)
       "H100-80GB-SXM": 3.24,
-      // H200-141GB: US dollars per GPU-hour (midpoint of the $3.50-4.50 specialty-cloud on-demand range, May 2026: https://www.mercatus-ai.com/blog/cloud-gpu-pricing, 2026-03)
+      // H200-141GB: US dollars per GPU-hour on-demand (midpoint of the $3.50-4.50 specialty-cloud on-demand range, May 2026: https://www.mercatus-ai.com/blog/cloud-gpu-pricing, 2026-03)
       "H200-141GB": 4.0,
-      // L40S-48GB: US dollars per GPU-hour (RunPod on-demand, March 2026: https://deploybase.ai/articles/nvidia-l40s-price, 2026-03)
+      // L40S-48GB: US dollars per GPU-hour on-demand (RunPod on-demand, March 2026: https://deploybase.ai/articles/nvidia-l40s-price, 2026-03)
       "L40S-48GB": 0.79,
+    },
+    gpuHourlyCostUsdReserved: {
+      // H100-80GB-SXM: US dollars per GPU-hour reserved (one-year reserved H100 80GB at a neocloud or tier-2 provider, March 2026 (SemiAnalysis data): https://www.techreaderdaily.com/article.html?slug=h100-reserved-capacity-hits-2-35-hour-floor-in-2026, 2026-03)
+      "H100-80GB-SXM": 2.35,
+    },
+    gpuHourlyCostUsdSpot: {
+      // A100-80GB: US dollars per GPU-hour spot (A100 80GB spot, AI API Playbook 'GPU Cloud Pricing 2026', 2026-01-15: https://aiapiplaybook.com/blog/gpu-cloud-pricing-2026-a100-vs-h100-vs-serverless-inference-compared, 2026-03)
+      "A100-80GB": 0.86,
+      // H100-80GB-SXM: US dollars per GPU-hour spot (RunPod H100 SXM spot, March 2026: https://deploybase.ai/articles/spot-gpu-pricing, 2026-03)
+      "H100-80GB-SXM": 0.81,
+      // H200-141GB: US dollars per GPU-hour spot (RunPod H200 spot, March 2026: https://deploybase.ai/articles/spot-gpu-pricing, 2026-03)
+      "H200-141GB": 1.65,
+      // L40S-48GB: US dollars per GPU-hour spot (RunPod L40S spot, March 2026: https://deploybase.ai/articles/spot-gpu-pricing, 2026-03)
+      "L40S-48GB": 0.34,
     },
   },
 }

@@ -238,13 +238,14 @@ SELF = (
 # prices file and the token counters; the first two are OpenCost's inference names (docs/cost.md).
 COST = (
     _m("llm_gpu_hourly_cost_usd", "gauge", "usd/hour",
-       "Price of one GPU-hour of gpu_type (the prices file's catalog name) at pricing (on_demand).",
+       "Price of one GPU-hour of gpu_type (the prices file's catalog name) at pricing (on_demand, reserved, spot).",
        ("gpu_type", "pricing")),
     _m("llm_deployment_gpus", "gauge", "",
        "GPUs a deployment holds, by gpu_type (replicas x GPUs per replica, counted from llm_gpu_deployment_info); "
        "gpu_type is empty for a GPU model the prices file does not name.", ("deployment", "gpu_type")),
     _m("llm_total_hourly_cost", "gauge", "usd/hour",
-       "What a deployment's GPUs cost per hour: its llm_deployment_gpus x llm_gpu_hourly_cost_usd (OpenCost's name).",
+       "What a deployment's GPUs cost per hour: its llm_deployment_gpus x llm_gpu_hourly_cost_usd at the pricing the "
+       "spec gives the deployment (OpenCost's name).",
        ("deployment",)),
     _m("llm_cost_per_million_tokens", "gauge", "usd",
        "Dollars per 1M tokens by phase (prompt, generation) over 5 minutes, a generation token weighing as many "

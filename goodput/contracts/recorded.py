@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from goodput.contracts.catalog import by_name
 
-__all__ = ["ARRIVALS_RATE", "AUTOSCALE_DESIRED", "AUTOSCALE_SIGNAL", "KV_USAGE_AVG", "QUEUE_WAIT_NOW", "QUEUE_WAIT_P95",
-           "TOKENS_RATE", "WAITING", "tier_quantile"]
+__all__ = ["ARRIVALS_RATE", "AUTOSCALE_DESIRED", "AUTOSCALE_SIGNAL", "GPU_PRICE_PAID", "KV_USAGE_AVG", "QUEUE_WAIT_NOW",
+           "QUEUE_WAIT_P95", "TOKENS_RATE", "WAITING", "tier_quantile"]
 
 
 def tier_quantile(metric: str, quantile: str) -> str:
@@ -32,3 +32,6 @@ QUEUE_WAIT_NOW = "deployment_tier:llm_gateway_queue_wait_now_seconds:max"
 # one replica count per signal (label ``signal``: demand, kv, queue), and their maximum: what to scale to
 AUTOSCALE_SIGNAL = "deployment_signal:llm_autoscale_desired_replicas:ceil"
 AUTOSCALE_DESIRED = "deployment:llm_autoscale_desired_replicas:max"
+# the price a deployment pays per GPU of a type (labels deployment, gpu_type, pricing), at the pricing
+# rules/slos.yaml's ``pricing:`` gives it (rules/cost.rules.yaml); none where that pricing has no price for the type
+GPU_PRICE_PAID = f"deployment_gpu_type:{by_name('llm_gpu_hourly_cost_usd').name}:paid"

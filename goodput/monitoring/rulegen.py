@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,9 @@ from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
 from goodput.monitoring.placeholders import Knob, fill, mark, params, re2_problem
+from goodput.plan.prices import ON_DEMAND, PRICINGS
 
-__all__ = ["ALERTS", "COLD_START_WINDOW", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Spec", "build", "dump",
+__all__ = ["ALERTS", "COLD_START_WINDOW", "ENGINE_TARGETS", "RULE_FILES", "WATCHDOG", "Pricing", "Spec", "build", "dump",
            "knobs", "label_name", "load_spec", "scaled_duration", "templates", "write"]
 
 # always firing, to prove the pipeline works: named apart from kube-prometheus' own `Watchdog` (which its chart routes
@@ -95,6 +96,19 @@ class Slo:
     objective: float
 
 
+# a deployment name the pricing section may list: a Kubernetes-style name (it becomes a PromQL regex alternative)
+DEPLOYMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """Which pricing (goodput/plan/prices.py PRICINGS) each deployment's GPUs are paid at: ``deployments``' own,
+    ``default`` for every other deployment."""
+
+    default: str = ON_DEMAND
+    deployments: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Spec:
     slos: tuple[Slo, ...]
@@ -102,6 +116,7 @@ class Spec:
     alertmanager: dict[str, Any]
     links: dict[str, str]
     prices: Path | None = None  # the GPU prices file the cost rules price from (goodput/plan/prices.py), else the defaults
+    pricing: Pricing = field(default_factory=Pricing)  # which pricing each deployment pays (the cost rules)
 
 
 def _number(v: Any, src: str, key: str) -> float:
@@ -135,7 +150,27 @@ def load_spec(path: str | Path) -> Spec:
     if prices is not None and (not isinstance(prices, str) or not prices):
         raise ConfigError(src, "prices", f"expected the path of a GPU prices file, got {prices!r}")
     return Spec(_slos(data, src), _thresholds(data, src), _alertmanager_section(data, src), _links(data, src),
-                None if prices is None else Path(path).parent / prices)
+                None if prices is None else Path(path).parent / prices, _pricing(data, src))
+
+
+def _pricing(data: dict, src: str) -> Pricing:
+    """The ``pricing`` section: a known default pricing, and deployments by name each with a known pricing. The spec
+    names no deployments of its own, so any well-formed name may be listed (one that never reports costs nothing)."""
+    sec = _section(data, "pricing", src)
+    extra = sorted(set(sec) - {"default", "deployments"})
+    if extra:
+        raise ConfigError(src, f"pricing.{extra[0]}", "unknown key; allowed: default, deployments")
+    known = f"one of {', '.join(PRICINGS)}"
+    default = sec.get("default", ON_DEMAND)
+    if default not in PRICINGS:
+        raise ConfigError(src, "pricing.default", f"expected {known}, got {default!r}")
+    deployments = _section(sec, "deployments", src, "pricing")
+    for name, p in deployments.items():
+        if not isinstance(name, str) or not DEPLOYMENT_NAME.fullmatch(name):
+            raise ConfigError(src, f"pricing.deployments.{name}", f"expected a deployment name ({DEPLOYMENT_NAME.pattern})")
+        if p not in PRICINGS:
+            raise ConfigError(src, f"pricing.deployments.{name}", f"expected {known}, got {p!r}")
+    return Pricing(default, dict(deployments))
 
 
 def _slos(data: dict, src: str) -> tuple[Slo, ...]:

@@ -27,6 +27,7 @@ from goodput.foundation.args import (
 from goodput.plan import memory_cli
 from goodput.plan.demand import MAX_GROWTH
 from goodput.plan.overload_scenarios import OVERLOAD_SCENARIOS
+from goodput.plan.prices import ON_DEMAND, PRICINGS
 from goodput.plan.scenarios import SCENARIOS
 
 __all__ = ["register"]
@@ -70,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", type=output_file, required=True, metavar="plan.yaml", help="the plan to write")
     r.add_argument("--format", choices=("table", "json"), default="table", help="what to print (default table)")
     r.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
+    r.add_argument("--pricing", choices=PRICINGS, default=ON_DEMAND,
+                   help="the pricing the dollars are at (default on_demand; docs/cost.md)")
     r.add_argument("--allow-mixed", action="store_true", help="plan with runs whose workloads differ")
     r.add_argument("--jobs", type=int_in(0, MAX_JOBS), default=0,
                    help="--simulate: processes (default: all cores; at most 256)")
@@ -120,6 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--jobs", type=non_negative_int, default=0,
                    help="processes: the four policies replay in parallel (default 0: up to the cores; 1: in turn)")
     e.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
+    e.add_argument("--pricing", choices=PRICINGS, default=ON_DEMAND,
+                   help="the pricing the dollars are at (default on_demand; docs/cost.md)")
     e.set_defaults(func=_evaluate)
 
     o = psub.add_parser(
@@ -139,6 +144,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the SLOs per tier from this file's slos: section (a demand file's; default: the plan's, "
                         "rules/slos.yaml's chat objectives)")
     o.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
+    o.add_argument("--pricing", choices=PRICINGS, default=ON_DEMAND,
+                   help="the pricing the dollars are at (default on_demand; docs/cost.md)")
     o.add_argument("--tenant", default=None, help="tenant_flood: the tenant that floods (default: the largest share "
                                                   "of the first workload)")
     o.add_argument("--deployment", default=None, help="primary_down: the deployment lost (default: the first "
@@ -160,6 +167,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "examples/disagg_long.yaml)")
     g.add_argument("--deployment", default=None, help="plan only this deployment (default: every one)")
     g.add_argument("--prices", type=Path, default=None, metavar="FILE", help="GPU prices overriding the defaults")
+    g.add_argument("--pricing", choices=PRICINGS, default=ON_DEMAND,
+                   help="the pricing the dollars are at (default on_demand; docs/cost.md)")
     g.add_argument("--transfer-in", choices=("tpot", "ttft"), default="tpot",
                    help="where the KV transfer's time counts: tpot (default; vLLM's P/D connectors send the first "
                         "token from the prefill replica and move the KV before the second) or ttft")
@@ -220,13 +229,13 @@ def _replicas(args: argparse.Namespace) -> int:
     if cold:
         from goodput.plan.cold_start import apply_cold_starts
         demand = apply_cold_starts(demand, cold)
-    prices = load_prices(args.prices)
+    prices = load_prices(args.prices, args.pricing)
     runs = load_runs(parse_run_args(args.runs), args.allow_mixed) if args.runs else None
     n = sum(len(d.candidates) for d in demand.deployments)
     with progress_bar("knee search", n, unit="candidates", enabled=None if args.simulate else False) as update:
         plans = build_plan(demand, prices, runs=runs, jobs=args.jobs, sim_duration_s=args.sim_duration,
                            progress=update, seed=args.seed)
-    plan = plan_dict(demand, plans)
+    plan = plan_dict(demand, plans, prices.pricing)
     if measured is not None:
         plan["measured_demand"] = measured
     if cold:
@@ -280,7 +289,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     with progress_bar(f"evaluate {args.scenario}", 4, unit="policies") as update:
         result = evaluate(planned, policies, args.scenario, deployment=args.deployment, duration_s=args.duration,
                           seed=args.seed, max_replicas=args.max_replicas, progress=update, jobs=args.jobs,
-                          prices=load_prices(args.prices))
+                          prices=load_prices(args.prices, args.pricing))
     if args.report:
         from goodput.plan.report import write_evaluation_report
         write_evaluation_report(args.report, result)
@@ -301,7 +310,7 @@ def _overload(args: argparse.Namespace) -> int:
     fleet = load_mapping(args.fleet, "a mapping with deployments and workloads")
     slos = parse_slos(load_mapping(args.slos, "a mapping with slos").get("slos") if args.slos else None,
                       str(args.slos or ""))
-    prices = load_prices(args.prices)
+    prices = load_prices(args.prices, args.pricing)
     with progress_bar(f"overload {args.scenario}", 3 * args.seconds, unit="virtual s") as update:
         result = plan_overload(fleet, str(args.fleet), args.scenario, args.seconds, slos, prices, seed=args.seed,
                                tenant=args.tenant, deployment=args.deployment, progress=update)
@@ -318,7 +327,7 @@ def _disagg(args: argparse.Namespace) -> int:
     from goodput.plan.tables import render_disagg
 
     plans, planned = [], []
-    for case in load_disagg(args.demand, load_prices(args.prices), args.deployment):
+    for case in load_disagg(args.demand, load_prices(args.prices, args.pricing), args.deployment):
         result = compare(case.load, case.aggregated, case.prefill, case.decode, case.link, args.transfer_in)
         if isinstance(result, str):
             raise ConfigError(str(args.demand), f"deployments.{case.deployment}",
@@ -332,6 +341,6 @@ def _disagg(args: argparse.Namespace) -> int:
         args.fleet_out.write_text(f"# written by `goodput plan disagg --demand {args.demand}`; replay: goodput simulate "
                                   f"{args.fleet_out} --duration 900 --out DIR\n"
                                   + yaml.safe_dump(planned_fleet(planned), sort_keys=False), encoding="utf-8")
-    doc = {"generated_by": "goodput plan disagg", "demand": str(args.demand), "plans": plans}
+    doc = {"generated_by": "goodput plan disagg", "demand": str(args.demand), "pricing": args.pricing, "plans": plans}
     print(json.dumps(doc, indent=2) if args.format == "json" else render_disagg(doc))
     return 0

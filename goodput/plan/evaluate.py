@@ -160,7 +160,8 @@ def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy
     # every policy replays the same requests: the arrivals depend on the workloads and the seed, not the replicas
     probe = fleet_config(f"plan {d.name}", d.name, d.candidate, 1, workloads, events, seed)
     arrivals = generate(probe, duration, seed)
-    price = (prices or load_prices()).usd_per_gpu_hour(d.candidate.gpu)
+    prices = prices or load_prices()
+    price = prices.usd_per_gpu_hour(d.candidate.gpu)
     args = [(d, p, workloads, events, duration, t_d, seed, arrivals, price) for _, p in runs]
     if jobs == 1 or len(runs) == 1:
         for i, ((label, _), a) in enumerate(zip(runs, args, strict=True)):
@@ -176,7 +177,8 @@ def evaluate(planned: list[PlannedDeployment], policies: dict[str, ScalingPolicy
                     progress(i + 1)
     out: dict[str, Any] = {"scenario": scenario_name, "deployment": name, "duration_s": duration, "disturbance_s": t_d,
            "cold_start_s": ours.cold_start_s, "slo_objectives": {t: d.slos[t].objective for t in d.demand.tiers()},
-           "gpu": d.candidate.gpu, "usd_per_gpu_hour": price, "policies": results, "headroom": d.headroom}
+           "gpu": d.candidate.gpu, "pricing": prices.pricing, "usd_per_gpu_hour": price, "policies": results,
+           "headroom": d.headroom}
     if len(results) > 1:
         out["pareto"] = pareto(results)
         if "policy" in results:  # the claim: at least the baselines' attainment per tier, at no more GPU-hours

@@ -259,5 +259,6 @@ def plan_overload(fleet: dict[str, Any], source: str, scenario_name: str, second
             "ladder_configured": "overload" in gw, "fallbacks_configured": "fallbacks" in gw,
             "breaker_configured": "circuit_breaker" in gw,
             "slos": {t: {"ttft_s": s.ttft_s, "tpot_s": s.tpot_s, "objective": s.objective} for t, s in slos.items()},
+            "pricing": prices.pricing,
             "prices": {d.gpu: prices.usd_per_gpu_hour(d.gpu) for d in cfgs["ladder"].deployments},
             "variants": out}

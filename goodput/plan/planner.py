@@ -17,7 +17,7 @@ from typing import Any
 from goodput.foundation.errors import ConfigError
 from goodput.plan.demand import Candidate, Demand, DeploymentDemand
 from goodput.plan.fleetspec import deployment_config
-from goodput.plan.prices import Prices
+from goodput.plan.prices import ON_DEMAND, Prices
 from goodput.plan.replicas import CandidatePlan, peak_tokens_per_s, plan_candidate
 from goodput.plan.runs import RunGoodput
 from goodput.plan.sides import Sides, check_sides
@@ -186,8 +186,9 @@ def candidate_row(c: CandidatePlan) -> dict[str, Any]:
     }
 
 
-def plan_dict(demand: Demand, plans: Sequence[DeploymentPlan]) -> dict[str, Any]:
-    """plan.yaml: the exporter's two keys per deployment, then the rest of the plan beside them."""
+def plan_dict(demand: Demand, plans: Sequence[DeploymentPlan], pricing: str = ON_DEMAND) -> dict[str, Any]:
+    """plan.yaml: the exporter's two keys per deployment, then the rest of the plan beside them; its dollars are at
+    ``pricing`` (goodput/plan/prices.py)."""
     deployments = {}
     for p in plans:
         c, dep = p.chosen, p.demand
@@ -210,4 +211,4 @@ def plan_dict(demand: Demand, plans: Sequence[DeploymentPlan]) -> dict[str, Any]
             "unmeasured_candidates": list(p.unmeasured),
         }
     return {"plan_version": PLAN_VERSION, "generated_by": "goodput plan replicas", "demand": demand.source,
-            "deployments": deployments}
+            "pricing": pricing, "deployments": deployments}

@@ -8,7 +8,7 @@ from typing import Any
 
 from goodput.plan.pareto import describe, verdict
 
-__all__ = ["OVERLOAD_COLUMNS", "overload_heading", "overload_rows", "overload_timelines", "render_disagg",
+__all__ = ["OVERLOAD_COLUMNS", "overload_heading", "overload_rows", "overload_timelines", "priced_at", "render_disagg",
            "render_evaluation", "render_overload", "render_plan", "table"]
 
 
@@ -29,8 +29,13 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def priced_at(doc: Mapping[str, Any]) -> str:
+    """Which pricing a report's dollars are at (``--pricing``)."""
+    return f"dollars at {doc['pricing'].replace('_', '-')} GPU prices"
+
+
 def render_plan(plan: Mapping[str, Any]) -> str:
-    out = []
+    out = [priced_at(plan)]
     for name, d in plan["deployments"].items():
         out.append(f"deployment {name}: peak {d['peak_tokens_per_second']:,.0f} tokens/s x growth {d['growth']:g}; "
                    f"chosen {d['candidate']['name']}: {d['desired_replicas']} replicas")
@@ -69,7 +74,7 @@ def render_evaluation(result: Mapping[str, Any], max_dips: int = 4) -> str:
         rows.append(row)
     cols = list(dict.fromkeys(k for r in rows for k in r))
     out = [f"scenario {result['scenario']} ({result['duration_s']:g} s, deployment {result['deployment']}, "
-           f"cold start {result['cold_start_s']:g} s)", table(rows, cols), "",
+           f"cold start {result['cold_start_s']:g} s; {priced_at(result)})", table(rows, cols), "",
            "minutes below the objective (" + ", ".join(f"{t} {o:g}" for t, o in result["slo_objectives"].items()) + "):"]
     for name, r in result["policies"].items():
         for t, runs in r["dips"].items():
@@ -124,7 +129,9 @@ def overload_heading(result: Mapping[str, Any]) -> list[str]:
                else "no overload ladder, fallbacks or circuit breaker")
             + ("" if protected else " (the ladder variant is the quotas one)"),
             "SLOs: " + "; ".join(f"{t} TTFT {s['ttft_s']:g} s, TPOT {s['tpot_s']:g} s for {s['objective']:g}"
-                                 for t, s in result["slos"].items())]
+                                 for t, s in result["slos"].items()),
+            priced_at(result) + ": " + (", ".join(f"{g} ${p:g}/GPU-hour" if p is not None else f"{g} unpriced"
+                                                  for g, p in result["prices"].items()) or "no GPUs")]
 
 
 def overload_timelines(result: Mapping[str, Any], limit: int | None = None) -> list[str]:
@@ -154,7 +161,7 @@ def render_overload(result: Mapping[str, Any], limit: int = 12) -> str:
 def render_disagg(doc: Mapping[str, Any]) -> str:
     """``goodput plan disagg``: per candidate, the demand and SLO, the aggregated and disaggregated layouts side
     by side, the KV transfer, and the verdict with its reason."""
-    out = []
+    out = [priced_at(doc)]
     for p in doc["plans"]:
         dm, a, d = p["demand"], p["aggregated"], p["disaggregated"]
         q = f"p{dm['objective'] * 100:g}"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from goodput.contracts.recorded import GPU_PRICE_PAID
 from goodput.foundation.durations import seconds
 from goodput.foundation.yamlfile import load_yaml
 from goodput.review.prom import Query, Series
@@ -51,7 +52,7 @@ RECORDED = {  # key -> recorded series (rules/*.rules.yaml)
     "goodput_tokens": "llm_goodput_tokens_per_second",
     "tenant_cost": "llm_tenant_hourly_cost",
     "gpus_by_type": "llm_deployment_gpus",
-    "prices": "llm_gpu_hourly_cost_usd",
+    "prices": GPU_PRICE_PAID,  # each deployment's price per GPU-hour, at its own pricing
 }
 RAW = {  # catalog families the review reads directly
     "requests": "llm_gateway_requests_total",
@@ -146,7 +147,7 @@ def build_queries(start: float, history_weeks: int, rules: list[AlertRule],
         *(Query(k, f"sum by (deployment) ({r[k]})", start, end, STEP_S) for k in ("cost", "idle_cost", "goodput_tokens")),
         Query("tenant_cost", f"sum by (deployment, tier, tenant) ({r['tenant_cost']})", start, end, STEP_S),
         Query("gpus_by_type", f"sum by (deployment, gpu_type) ({r['gpus_by_type']})", start, end, STEP_S),
-        Query("prices", f"max by (gpu_type) ({r['prices']})", at, at),
+        Query("prices", f"max by (deployment, gpu_type) ({r['prices']})", at, at),
         # each replica's cold start (its longest in the week) and what the plan assumed
         Query("cold_starts", f"max_over_time({raw['cold_start']}[7d])", end, end),
         Query("cold_start_plan", f"max by (deployment) (max_over_time({raw['cold_start_plan']}[7d]))", end, end),

@@ -211,7 +211,7 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
     cost_by = {k: _by(raw.get(k, []), "deployment") for k in ("cost", "idle_cost", "goodput_tokens")}
     gpus_by_type, tenant_cost = _by(raw.get("gpus_by_type", []), "deployment", "gpu_type"), \
         _by(raw.get("tenant_cost", []), "deployment", "tier", "tenant")
-    prices = {t: v for (t,), v in _scalar(raw.get("prices", []), "gpu_type").items()}
+    prices = _scalar(raw.get("prices", []), "deployment", "gpu_type")  # at each deployment's own pricing
     costs = []
     cold = cold_starts(raw.get("cold_starts", []), raw.get("cold_start_plan", []), plan)
     gpus = defaultdict(list)
@@ -283,7 +283,8 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
         if (dep,) in cost_by["cost"]:
             hourly, idle, good = (_grid(cost_by[k].get((dep,)), grid) for k in ("cost", "idle_cost", "goodput_tokens"))
             c = DeploymentCost(hourly, idle, good,
-                               {t: _grid(s, grid) for (d, t), s in gpus_by_type.items() if d == dep}, prices)
+                               {t: _grid(s, grid) for (d, t), s in gpus_by_type.items() if d == dep},
+                               {t: v for (d, t), v in prices.items() if d == dep})
             costs.append(c)
             entry["cost"] = deployment_cost(c, {(t, tn): _grid(s, grid) for (d, t, tn), s in tenant_cost.items()
                                                 if d == dep}, grid, el, STEP_S)

@@ -230,16 +230,17 @@ def test_the_lean_replay_equals_the_replay_that_keeps_every_request(chat):
 
 
 def test_dollars_are_the_replays_gpu_hours_at_the_gpus_price(chat, tmp_path):
-    """plan evaluate reports dollars beside GPU-hours, at the prices file's price for the candidate's GPU."""
+    """plan evaluate reports dollars beside GPU-hours, at the prices file's price for the candidate's GPU at the
+    pricing asked for (here the spot one), and says which."""
     d, policy = chat
     (tmp_path / "prices.yaml").write_text(f"as_of: '2026-12'\ngpus:\n  {d.candidate.gpu}: "
-                                          "{usd_per_gpu_hour: 7.5, source: test}\n")
+                                          "{usd_per_gpu_hour: 9.0, source: test, spot: {usd_per_gpu_hour: 7.5, source: t}}\n")
     out = evaluate([d], {d.name: policy}, "burst", duration_s=1800.0, policies_to_run="policy",
-                   prices=load_prices(tmp_path / "prices.yaml"))
+                   prices=load_prices(tmp_path / "prices.yaml", "spot"))
     r = out["policies"]["policy"]
-    assert (out["gpu"], out["usd_per_gpu_hour"]) == (d.candidate.gpu, 7.5)
+    assert (out["gpu"], out["pricing"], out["usd_per_gpu_hour"]) == (d.candidate.gpu, "spot", 7.5)
     assert r["gpu_hours"] > 0 and r["usd"] == pytest.approx(r["gpu_hours"] * 7.5, abs=0.04)
-    assert "$" in render_evaluation(out)
+    assert "$" in render_evaluation(out) and "dollars at spot GPU prices" in render_evaluation(out)
     html = write_evaluation_report(tmp_path / "r.html", out).read_text()  # the HTML table has the dollars too
     assert "<th>gpu_hours</th><th>usd</th>" in html and f"<td>{r['gpu_hours']}</td><td>{r['usd']}</td>" in html
     unpriced = Prices({})  # a GPU with no price shows no cost rather than a guessed one

@@ -17,6 +17,7 @@ from goodput.cli import main
 from goodput.plan.demand import DEFAULT_SLOS, TierSlo
 from goodput.plan.overload import Outcomes, figures, ladder_minutes
 from goodput.plan.overload_scenarios import BURST_FACTOR, VARIANTS, primary_deployment, scenario, variants, window
+from goodput.plan.prices import load_prices
 from goodput.plan.report import write_overload_report
 from goodput.simulator.config import parse_fleet
 from goodput.simulator.request import Request
@@ -204,7 +205,7 @@ def test_a_flood_raises_one_tenant_to_five_times_its_share_and_leaves_the_others
 def test_a_lost_primary_rejects_only_in_its_window_and_costs_only_the_hours_it_ran(tmp_path, capsys):
     gateway = {"max_in_flight_per_replica": 48}  # the variant read here, "none", drops it
     fleet = _write(tmp_path, fleet_data(gateway=gateway))  # two replicas of chat on H100s
-    out = _overload(capsys, "--fleet", str(fleet), "--scenario", "primary_down", "--seconds", "360")
+    out = _overload(capsys, "--fleet", str(fleet), "--scenario", "primary_down", "--seconds", "360", "--pricing", "spot")
     none = out["variants"]["none"]
     assert set(none["tiers"]["P0"]["rejects"]) == {"overloaded"}  # no replica to route to
     series = none["timeline"]["slo_attainment"]["P0"]
@@ -212,6 +213,8 @@ def test_a_lost_primary_rejects_only_in_its_window_and_costs_only_the_hours_it_r
     hours = 2 * (360.0 - 120.0) / 3600.0  # two GPUs, down for the middle third
     assert none["gpu_hours"] == pytest.approx(hours, abs=2 / 3600.0)
     assert none["usd"] == pytest.approx(none["gpu_hours"] * out["prices"]["H100-80GB-SXM"], rel=1e-3)
+    assert out["pricing"] == "spot"  # at the spot price, not the on-demand one
+    assert out["prices"]["H100-80GB-SXM"] == load_prices(None, "spot").usd_per_gpu_hour("H100-80GB-SXM")
 
 
 def test_the_variants_drop_the_gateway_then_only_its_ladder_and_breaker():

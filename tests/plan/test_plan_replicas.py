@@ -166,3 +166,28 @@ def test_a_run_without_a_knee_says_whether_it_had_an_slo(tmp_path, capsys, terms
                "--out", str(tmp_path / "plan.yaml")])
     err = capsys.readouterr().err
     assert rc == 2 and says in err and err.count("\n") == 1
+
+
+def test_pricing_picks_which_price_the_dollars_are_at_and_says_so(tmp_path, capsys):
+    demand = _write(tmp_path, "demand.yaml", CHAT)
+    prices = _write(tmp_path, "prices.yaml", "as_of: '2026-11'\ngpus:\n  H100-80GB-SXM: {usd_per_gpu_hour: 3.0, "
+                                             "source: list, spot: {usd_per_gpu_hour: 1.25, source: our spot bids}}\n")
+    a = _run(tmp_path, "a")
+    args = ["plan", "replicas", "--demand", demand, "--runs", f"h100={a}", "--prices", prices,
+            "--out", str(tmp_path / "p.yaml")]
+    usd = {}
+    for pricing in ("on_demand", "spot", "reserved"):
+        assert main([*args, "--pricing", pricing, "--format", "json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        assert plan["pricing"] == pricing
+        row = plan["deployments"]["chat"]["compared"][0]
+        usd[pricing] = row["usd_per_hour"]
+        if pricing == "spot":
+            assert row["usd_per_hour"] == pytest.approx(row["gpus"] * 1.25) and "our spot bids" in row["price_source"]
+    assert usd["on_demand"] == pytest.approx(usd["spot"] / 1.25 * 3.0)
+    assert usd["reserved"] is None  # no reserved price for the H100 in this file: no cost, not a guessed one
+    assert main([*args, "--pricing", "spot"]) == 0
+    assert capsys.readouterr().out.startswith("dollars at spot GPU prices\n")
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--pricing", "preemptible"])
+    assert e.value.code == 2 and "invalid choice: 'preemptible'" in capsys.readouterr().err

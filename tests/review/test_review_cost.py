@@ -8,10 +8,11 @@ from datetime import datetime
 
 import pytest
 
+from goodput.monitoring.rulegen import load_spec
 from goodput.plan.prices import load_prices
 from goodput.review.report import write_review
 from goodput.review.review import prometheus_review
-from tests.conftest import needs
+from tests.conftest import REPO, needs
 from tests.review.conftest import WEEK
 
 pytestmark = [needs("prometheus", "promtool"), pytest.mark.timeout(600)]
@@ -24,11 +25,13 @@ def review(week):
 
 
 def test_cost_per_deployment_is_its_gpu_hours_times_prices_and_its_tenants_sum_to_it(review):
-    prices = load_prices()
+    pricing = load_spec(REPO / "rules" / "slos.yaml").pricing  # batch-32b-a100 on spot, the others on demand
+    assert pricing.deployments.get("batch-32b-a100") == "spot" and pricing.default == "on_demand"
     for dep, e in review["deployments"].items():
         c = e["cost"]
-        (gpu_type,) = c["gpu_hours"]  # each deployment runs one GPU type, priced
-        assert c["usd_per_gpu_hour"] == {gpu_type: prices.usd_per_gpu_hour(gpu_type)}
+        (gpu_type,) = c["gpu_hours"]  # each deployment runs one GPU type, priced at its own pricing
+        prices = load_prices(None, pricing.deployments.get(dep, pricing.default))
+        assert c["usd_per_gpu_hour"] == {gpu_type: prices.usd_per_gpu_hour(gpu_type)}, dep
         assert c["gpu_hours"][gpu_type] == pytest.approx(e["usage"]["gpu_hours"], rel=0.02), dep
         assert c["usd"] > 0 and c["usd"] == pytest.approx(c["gpu_hours_x_price_usd"], rel=1e-3), dep
         assert sum(t["usd"] for t in c["tenants"]) == pytest.approx(c["usd"], rel=0.01), dep
