@@ -25,7 +25,12 @@ class ConfigError(ValueError):
         self.key = key
         self.problem = problem
         where = f"{source}: {key}" if key else source
-        super().__init__(f"{where}: {problem}")
+        super().__init__(_one_line(f"{where}: {problem}"))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its control characters escaped: a key a user's file spells with a newline stays one line."""
+    return "".join(c if c >= " " or c == "\t" else repr(c)[1:-1] for c in text)
 
 
 class StaleBuildError(ImportError):

@@ -5,6 +5,8 @@ below are worked out by hand from the sample's per-request values."""
 
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -601,3 +603,26 @@ def test_a_one_record_aiperf_directory_imports_as_the_same_file_named_directly(t
     named = import_run(tmp_path / "export" / "profile_export.jsonl", tmp_path / "a", parse_slo("ttft_p95=1s"))
     found = import_run(tmp_path / "export", tmp_path / "b", parse_slo("ttft_p95=1s"))
     assert named["steps"][0]["requests"] == found["steps"][0]["requests"] == 1
+
+
+@pytest.mark.parametrize("where", [("successes", "throughput", "input_tokens_per_sec"),
+                                   ("successes", "goodput_metrics", "request_goodput")])
+def test_a_nan_in_an_inference_perf_stage_is_a_malformed_report_not_a_traceback(tmp_path, where):
+    """Python's json writes NaN and reads it back: a stage figure goodput would write on (a throughput, the tool's
+    own goodput) that is NaN is one line naming the file, exit 2, no run directory — never a ValueError from the
+    run's JSON writer."""
+    copy = tmp_path / "report"
+    copy.mkdir()
+    for name in ("summary_lifecycle_metrics.json", "stage_0_lifecycle_metrics.json", "config.yaml"):
+        shutil.copy(IP / name, copy / name)
+    stage = json.loads((copy / "stage_0_lifecycle_metrics.json").read_text())
+    node = stage
+    for key in where[:-1]:
+        node = node.setdefault(key, {})
+    node[where[-1]] = float("nan")
+    (copy / "stage_0_lifecycle_metrics.json").write_text(json.dumps(stage))
+    r = subprocess.run([sys.executable, "-m", "goodput", "loadtest", "import", str(copy), "--out",
+                        str(tmp_path / "run"), "--slo", "ttft_p95=0.5s"], capture_output=True, text=True, cwd=REPO,
+                       timeout=120)
+    assert r.returncode == 2 and "nan" in r.stderr.lower() and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "run").exists()

@@ -76,8 +76,22 @@ def _distribution(block: object) -> dict | None:
 
 
 def _tool_goodput(report: dict) -> dict | None:
+    """inference-perf's own goodput figures, kept as it wrote them — each number checked finite (``num``), so a NaN
+    is a malformed report, not a value written on."""
     g = (report.get("successes") or {}).get("goodput_metrics")
-    return dict(g) if isinstance(g, dict) else None
+    return _finite(g) if isinstance(g, dict) else None
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return num(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def _maybe(value: object) -> float | None:
+    return None if value is None else num(value)
 
 
 def _aggregate(report: dict, step: Step) -> dict:
@@ -87,8 +101,8 @@ def _aggregate(report: dict, step: Step) -> dict:
     tool = _tool_goodput(report)
     out = aggregate_step(
         step, int(ok.get("count") or 0), int(failed.get("count") or 0),
-        achieved_rate=num(thr["requests_per_sec"]) if thr.get("requests_per_sec") is not None else None,
-        input_tokens_per_s=thr.get("input_tokens_per_sec"), output_tokens_per_s=thr.get("output_tokens_per_sec"),
+        achieved_rate=_maybe(thr.get("requests_per_sec")), input_tokens_per_s=_maybe(thr.get("input_tokens_per_sec")),
+        output_tokens_per_s=_maybe(thr.get("output_tokens_per_sec")),
         latencies={ours: _distribution(lat.get(theirs)) for theirs, ours in _LATENCIES.items()},
         tool_goodput=(tool or {}).get("request_goodput"))
     out["tool_goodput"] = tool
