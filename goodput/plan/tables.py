@@ -30,8 +30,9 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
 
 
 def priced_at(doc: Mapping[str, Any]) -> str:
-    """Which pricing a report's dollars are at (``--pricing``)."""
-    return f"dollars at {doc['pricing'].replace('_', '-')} GPU prices"
+    """Which pricing a report's dollars are at (``--pricing``); a plan or result written before there was a choice
+    (no ``pricing`` key) was priced on demand."""
+    return f"dollars at {str(doc.get('pricing') or 'on_demand').replace('_', '-')} GPU prices"
 
 
 def render_plan(plan: Mapping[str, Any]) -> str:

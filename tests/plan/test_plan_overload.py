@@ -288,6 +288,7 @@ def test_the_html_report_draws_the_ladders_steps_from_its_log_with_their_names_e
            {"t": 125.0, "deployment": "chat", "step": "<b>defer</b>", "on": False, "signal": "kv_usage", "value": 0.1}]
     f["timeline"]["ladder_engaged"] = ladder_minutes(log, 180.0)
     result = {"scenario": "burst", "fleet": "t.yaml", "seconds": 180.0, "window_s": [60.0, 120.0], "seed": 0,
+              "pricing": "on_demand", "prices": {"H100-80GB-SXM": 3.24},
               "ladder_configured": True, "fallbacks_configured": False, "breaker_configured": False,
               "slos": {t: {"ttft_s": s.ttft_s, "tpot_s": s.tpot_s, "objective": s.objective} for t, s in SLOS.items()},
               "variants": {k: {"protection": p, "gateway": k != "none", "gpu_hours": 0.1, "usd": None, **f,

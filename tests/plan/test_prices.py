@@ -9,6 +9,7 @@ import yaml
 from goodput.cli import main
 from goodput.foundation.errors import ConfigError
 from goodput.plan.prices import PRICINGS, load_price_tables, load_prices
+from goodput.plan.tables import priced_at
 from tests.conftest import REPO
 from tests.plan.plan_fixtures import CHAT
 
@@ -67,3 +68,10 @@ def test_every_shipped_price_cites_a_source_and_reserved_and_spot_undercut_on_de
         assert "https://" in row["source"], (g, p)
         if p != "on_demand":
             assert row["usd_per_gpu_hour"] < gpus[g]["usd_per_gpu_hour"], (g, p)
+
+
+def test_a_plan_written_before_there_was_a_pricing_choice_reads_as_on_demand():
+    """plan.yaml files and results from before --pricing have no `pricing` key: they were priced on demand, and
+    rendering them must not fail."""
+    assert priced_at({}) == "dollars at on-demand GPU prices"
+    assert priced_at({"pricing": "spot"}) == "dollars at spot GPU prices"
