@@ -113,6 +113,14 @@ def _exporter(tmp_path, url: str, *extra: str) -> tuple[subprocess.Popen, int]:
     return p, otlp
 
 
+def _sigterm(p: subprocess.Popen) -> tuple[float, str]:
+    """SIGTERM ``p`` and wait for it to exit: the seconds that took, and what it wrote to stderr."""
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    return time.monotonic() - t0, err
+
+
 @pytest.mark.parametrize("stall", ["stall", "trickle"])
 def test_sigterm_with_clickhouse_stalled_returns_within_the_grace_and_keeps_the_log(tmp_path, chdb, stall):
     stalled = FakeClickHouse(chdb, stall_s=300)
@@ -123,10 +131,7 @@ def test_sigterm_with_clickhouse_stalled_returns_within_the_grace_and_keeps_the_
         assert httpx.post(f"http://127.0.0.1:{otlp}/v1/traces", content=_doc(spans)).status_code == 200
         while not stalled.seen:
             time.sleep(0.05)  # the flush is in ClickHouse's hands
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=60)
-        took = time.monotonic() - t0
+        took, err = _sigterm(p)
     finally:
         if p.poll() is None:
             p.kill()
@@ -162,10 +167,7 @@ def test_sigterm_with_a_post_in_flight_and_clickhouse_stalled_exits_within_the_g
             time.sleep(0.05)  # the flush is in ClickHouse's hands
         poster.start()
         time.sleep(0.5)
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=60)
-        took = time.monotonic() - t0
+        took, err = _sigterm(p)
     finally:
         stop.set()
         slow.close()
@@ -257,10 +259,7 @@ def test_a_sigterm_while_the_start_up_replay_waits_on_a_stalled_clickhouse_exits
         while not stalled.seen:
             assert p.poll() is None, p.stderr.read() if p.stderr else ""
             time.sleep(0.02)  # the replay's insert is in ClickHouse's hands
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=60)
-        took = time.monotonic() - t0
+        took, err = _sigterm(p)
     finally:
         if p.poll() is None:
             p.kill()
