@@ -85,7 +85,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules that hold a ``slow`` test run first, the rest in their order: `make test` spreads modules over
-    workers (pytest-xdist, ``--dist loadfile``), and a minutes-long module dealt out last would run alone at the end."""
+    workers (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``: without that flag xdist deals the modules with
+    the most tests first and undoes this order), and a minutes-long module dealt out last would run alone at the end."""
     slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.module.__name__ not in slow)
 

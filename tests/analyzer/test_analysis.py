@@ -17,6 +17,8 @@ from goodput.analyzer.triage import triage
 from goodput.foundation.errors import ConfigError
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow  # long (the ClickHouse copy of the regression run): dealt out first (tests/conftest.py)
+
 
 def at(hh, mm):
     return datetime(2026, 11, 23, hh, mm, tzinfo=UTC)

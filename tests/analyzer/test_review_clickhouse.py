@@ -6,7 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from goodput.review.traces import db_review
+
+pytestmark = pytest.mark.slow  # long (the ClickHouse copy of the regression run): dealt out first (tests/conftest.py)
 
 WEEK = "2026-W48"  # the regression fleet starts on its Monday
 

@@ -103,7 +103,8 @@ def test_engines_scraped_directly_fire_and_resolve_the_queue_page_and_engine_dow
     otlp = Server("127.0.0.1", 0, {("POST", "/v1/traces"): TraceReceiver(metrics, store).route}).start()
     req_srv = Server("127.0.0.1", 0, metrics_routes(lambda: metrics.render(store))).start()
     sink = SpanSink(cfg, 1, f"{otlp.url}/v1/traces", None, interval_s=0.5)
-    live = LiveFleet(cfg, base_port=free_port_block(4), sink=sink)
+    # below the ephemeral range: the replacement replica binds its port a minute in
+    live = LiveFleet(cfg, base_port=free_port_block(4, below_ephemeral=True), sink=sink)
     live.start()
     pods = tmp_path / "pods.json"
     _pod_targets(pods, live.replicas())

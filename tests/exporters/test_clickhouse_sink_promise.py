@@ -28,7 +28,7 @@ from goodput.foundation.http import Server
 from tests.conftest import REPO, free_port_block, wait_answering
 from tests.exporters.test_clickhouse_store import _DB, FakeClickHouse, _chdb_target, _doc, _exactly_once, _spans, _store
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # long: dealt out first (tests/conftest.py)
 
 
 @pytest.fixture

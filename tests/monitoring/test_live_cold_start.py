@@ -38,7 +38,8 @@ def test_a_scale_out_slower_than_the_plan_opens_the_cold_start_ticket(tmp_path):
     dep = rag_deployment(source, "examples/fleet.yaml")
     fleet = incident_fleet(source, "examples/fleet.yaml", only_rag=True)
     fleet["events"] = [dict(e, at=10.0) for e in fleet["events"] if e["kind"] == "replica_added"]
-    live = LiveFleet(parse_fleet(fleet, "incident"), base_port=free_port_block(1 + ADDED_REPLICAS), speed=SPEED,
+    ports = free_port_block(1 + ADDED_REPLICAS, below_ephemeral=True)  # the added replicas bind later
+    live = LiveFleet(parse_fleet(fleet, "incident"), base_port=ports, speed=SPEED,
                      traffic=0.0, targets=tmp_path / "targets.yaml")
     live.start()
     tf = TargetsFile(tmp_path / "targets.yaml")

@@ -19,7 +19,7 @@ from goodput.simulator.week import parse_week
 from tests.conftest import needs
 from tests.review.conftest import WEEK
 
-pytestmark = [needs("prometheus", "promtool", "victoria-metrics"), pytest.mark.timeout(600)]
+pytestmark = [needs("prometheus", "promtool", "victoria-metrics"), pytest.mark.timeout(600), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ GEN = {"model": "Llama-3.1-8B", "prompt": "hello", "max_tokens": 4000, "ignore_e
 
 @pytest.fixture
 def fleet(tmp_path):
-    base = free_port_block(4)  # two replicas, one added, the admin port
+    base = free_port_block(4, below_ephemeral=True)  # two replicas, one added later, the admin port
     lf = LiveFleet(make_fleet(), base_port=base, traffic=0, targets=tmp_path / "targets.yaml", admin_port=base + 3)
     lf.start()
     yield lf, base, tmp_path
@@ -105,7 +105,7 @@ def test_a_new_replica_whose_port_is_taken_is_refused_and_the_fleet_serves_on(fl
 
 
 def test_fleet_serve_admin_port(tmp_path):
-    base = free_port_block(9)  # the example fleet's 8 replicas and the admin port
+    base = free_port_block(9, below_ephemeral=True)  # the example fleet's 8 replicas and the admin port
     with fleet_serve(tmp_path, base, "--admin-port", str(base + 8)) as (proc, lines):
         assert any(f"admin API (loopback peers only): http://127.0.0.1:{base + 8}/admin/replicas" in ln for ln in lines)
         listed = httpx.get(f"http://127.0.0.1:{base + 8}/admin/replicas", timeout=30).json()["replicas"]

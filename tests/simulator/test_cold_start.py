@@ -37,7 +37,8 @@ def test_the_demo_scale_out_measured_by_the_engine_exporter_is_the_configured_co
     assert len(fleet["events"]) == ADDED_REPLICAS and {e["cold_start_s"] for e in fleet["events"]} == {COLD_START_S}
     cfg = parse_fleet(fleet, "incident")
     targets = tmp_path / "targets.yaml"
-    live = LiveFleet(cfg, base_port=free_port_block(1 + ADDED_REPLICAS), speed=SPEED, traffic=0.0, targets=targets)
+    ports = free_port_block(1 + ADDED_REPLICAS, below_ephemeral=True)  # the added replicas bind later
+    live = LiveFleet(cfg, base_port=ports, speed=SPEED, traffic=0.0, targets=targets)
     live.start()
     tf = TargetsFile(targets)
     exp = EngineExporter(tf.targets, interval_s=INTERVAL_S, targets_file=tf, timeout_s=5.0)
