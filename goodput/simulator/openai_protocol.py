@@ -13,6 +13,7 @@ import json
 import sys
 from dataclasses import dataclass
 
+from goodput.foundation.errors import long_integer
 from goodput.simulator.tokenizer import count_tokens
 
 __all__ = ["REFUSAL_REASONS", "ROLES", "ApiError", "Generation", "error_body", "parse_body", "validate"]
@@ -61,6 +62,8 @@ def parse_body(raw: bytes) -> dict:
         raise ApiError(400, f"body is not JSON: {e}", "malformed_json") from None
     except RecursionError:  # the decoder's own depth limit (the interpreter's recursion limit, ~1000 levels)
         raise ApiError(400, f"body is nested more than {sys.getrecursionlimit()} levels deep", "malformed_json") from None
+    except ValueError:  # after JSONDecodeError, its subclass: an integer past Python's int/str conversion limit
+        raise ApiError(400, f"body is not usable JSON: {long_integer()}", "malformed_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "body must be a JSON object", "malformed_json")
     return body

@@ -529,11 +529,19 @@ OPENAI = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max
 
 @FUZZ
 @given(st.one_of(mutated(OPENAI, keys_of(OPENAI)).map(lambda d: json.dumps(d).encode()), st.binary(max_size=200),
-                 deep_text('{"messages": ', "}", "", "1").map(str.encode)),
+                 deep_text('{"messages": ', "}", "", "1").map(str.encode),
+                 long_integers('{"max_tokens": ', "}").map(str.encode)),
        st.sampled_from([CHAT, COMPLETIONS]))
 def test_openai_request_bodies(raw, path):
     e = refuses_in_one_line(lambda: validate(path, parse_body(raw), "m", 4096), (ApiError,))
     assert e is None or 400 <= e.status < 500, (e.status, str(e))
+
+
+def test_an_openai_body_with_an_integer_past_pythons_limit_is_a_400():
+    """Before, a ValueError: the live fleet's 500, with a traceback in its log."""
+    with pytest.raises(ApiError) as e:
+        validate(CHAT, parse_body(b'{"max_tokens": 1' + b"0" * 5000 + b"}"), "m", 4096)
+    assert e.value.status == 400 and "4,300 digits" in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize("depth", [100, 5000])
