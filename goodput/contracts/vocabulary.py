@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "CIRCUIT_STATES",
     "CIRCUIT_STATE_ATTR",
+    "COLD_START_MEASURES",
     "EVENT_KINDS",
     "FINISH_REASONS",
     "GATEWAY_REJECT_REASONS",
@@ -24,6 +25,12 @@ __all__ = [
     "TIERS",
     "TIER_RANK",
 ]
+
+# how a replica's cold start was measured, the fuller first: its pod's creation to Ready (kube-state-metrics,
+# llm_replica_pod_cold_start_seconds), else its engine process' start to its first answered scrape (the engine
+# exporter, llm_replica_cold_start_seconds). LLMColdStartAbovePlan's `measured` label, `plan --cold-start-from` and
+# the review each take the first a deployment has.
+COLD_START_MEASURES = ("pod_created_to_ready", "process_start_to_first_scrape")
 
 # priority tiers, most urgent first: P0 interactive, P1 normal, P2 offline
 TIERS = ("P0", "P1", "P2")

@@ -32,7 +32,7 @@ from goodput.contracts.recorded import (
     WAITING,
     tier_quantile,
 )
-from goodput.contracts.vocabulary import QUOTA_REASONS, TIERS
+from goodput.contracts.vocabulary import COLD_START_MEASURES, QUOTA_REASONS, TIERS
 from goodput.foundation.durations import seconds
 from goodput.foundation.errors import ConfigError
 from goodput.foundation.yamlfile import load_mapping
@@ -631,17 +631,18 @@ def _cold_start(b: _Builder) -> list[dict]:
     plan = "max by (deployment) (llm_capacity_cold_start_seconds)"
     p90 = lambda m: f"quantile by (deployment) (0.9, max_over_time({m}[{COLD_START_WINDOW}]))"  # noqa: E731
     measured = lambda r, how: f'label_replace({r}, "measured", "{how}", "", "")'  # noqa: E731
+    pod, process = COLD_START_MEASURES
     return [
         # every replica started in the window counts once (its longest start), gone ones included
         b.record(COLD_START_P90, p90(COLD_START)),
         b.record(POD_COLD_START_P90, p90(POD_COLD_START)),
         b.alert(
-            "LLMColdStartAbovePlan", f"(\n  {measured(POD_COLD_START_P90, 'pod_created_to_ready')}\n  or on (deployment)\n"
-            f"  {measured(COLD_START_P90, 'process_start_to_first_scrape')}\n)\n  > on (deployment) group_left ()\n{plan}",
+            "LLMColdStartAbovePlan", f"(\n  {measured(POD_COLD_START_P90, pod)}\n  or on (deployment)\n"
+            f"  {measured(COLD_START_P90, process)}\n)\n  > on (deployment) group_left ()\n{plan}",
             "15m", "ticket", "Replicas start slower than the capacity plan assumes.",
             "{{ $labels.deployment }}: the p90 cold start of its replicas over the last "
             f"{_dur(COLD_START_WINDOW, b.scale)} is {{{{ $value | humanizeDuration }}}} "
-            '({{ if eq $labels.measured "pod_created_to_ready" }}pod creation to Ready, from kube-state-metrics'
+            f'({{{{ if eq $labels.measured "{pod}" }}}}pod creation to Ready, from kube-state-metrics'
             "{{ else }}process start to first answered scrape{{ end }}), above the plan's "
             '{{ with printf "max(llm_capacity_cold_start_seconds{deployment=%q})" $labels.deployment | query }}'
             "{{ . | first | value | humanizeDuration }}{{ end }} that its cold-start buffer and autoscaling policy "

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from goodput.contracts.catalog import by_name
+from goodput.contracts.vocabulary import COLD_START_MEASURES
 from goodput.foundation import promapi
 from goodput.foundation.errors import ConfigError
 from goodput.plan.demand import Demand
@@ -27,7 +28,7 @@ FLAG = "--cold-start-from"
 COLD_START = by_name("llm_replica_cold_start_seconds").name
 POD_COLD_START = by_name("llm_replica_pod_cold_start_seconds").name
 # the measures a deployment may have, the fuller first; each one's name as LLMColdStartAbovePlan's `measured` label
-MEASURES = ((POD_COLD_START, "pod_created_to_ready"), (COLD_START, "process_start_to_first_scrape"))
+MEASURES = tuple(zip((POD_COLD_START, COLD_START), COLD_START_MEASURES, strict=True))
 PROMQL = "quantile by (deployment) (0.9, max_over_time({name}[{window}]))"
 PROMQL_COUNT = "count by (deployment) (max_over_time({name}[{window}]))"
 

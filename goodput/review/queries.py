@@ -63,6 +63,7 @@ RAW = {  # catalog families the review reads directly
     "gpus": "llm_gpu_deployment_info",
     "running": "llm_requests_running",
     "cold_start": "llm_replica_cold_start_seconds",
+    "pod_cold_start": "llm_replica_pod_cold_start_seconds",
     "cold_start_plan": "llm_capacity_cold_start_seconds",
 }
 
@@ -148,8 +149,9 @@ def build_queries(start: float, history_weeks: int, rules: list[AlertRule],
         Query("tenant_cost", f"sum by (deployment, tier, tenant) ({r['tenant_cost']})", start, end, STEP_S),
         Query("gpus_by_type", f"sum by (deployment, gpu_type) ({r['gpus_by_type']})", start, end, STEP_S),
         Query("prices", f"max by (deployment, gpu_type) ({r['prices']})", at, at),
-        # each replica's cold start (its longest in the week) and what the plan assumed
+        # each replica's cold start (its longest in the week), as its pod and as its engine process, and what the plan assumed
         Query("cold_starts", f"max_over_time({raw['cold_start']}[7d])", end, end),
+        Query("pod_cold_starts", f"max_over_time({raw['pod_cold_start']}[7d])", end, end),
         Query("cold_start_plan", f"max by (deployment) (max_over_time({raw['cold_start_plan']}[7d]))", end, end),
     ]
     qs += [Query(f"alert:{i}", left_open(a.expr), start, end, ALERT_STEP_S) for i, a in enumerate(rules)]

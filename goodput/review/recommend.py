@@ -122,7 +122,7 @@ def _cold_start(dep: str, e: dict) -> list[dict]:
         return []
     return [_rec(dep, "re-plan on the measured cold start (plan replicas / autoscale --cold-start-from), or make "
                       "starts faster", "replicas started slower than the plan's cold-start buffer and warm pool assume",
-                 cold_start_p90_s=cs["p90_s"], plan_s=cs["plan_s"], replicas=cs["replicas"])]
+                 cold_start_p90_s=cs["p90_s"], plan_s=cs["plan_s"], replicas=cs["replicas"], measured=cs.get("measured"))]
 
 
 def recommend(review: dict) -> list[dict]:

@@ -9,10 +9,13 @@ import html
 import json
 from pathlib import Path
 
+from goodput.contracts.vocabulary import COLD_START_MEASURES
 from goodput.foundation.histogram import Quantile
 
 __all__ = ["write_review"]
 
+# how a cold start was measured (review/cold_start.py), in the table's words
+_MEASURED = dict(zip(COLD_START_MEASURES, ("pod created to Ready", "process start to first scrape"), strict=True))
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 
 
@@ -151,7 +154,8 @@ def _sections(review: dict, dep: str) -> list[tuple[str, list[dict], list[str]]]
         if cap.get("plan") else [{"capacity": cap["note"], "replica-hours used": e["usage"]["replica_hours"],
                                   "GPU-hours used": e["usage"]["gpu_hours"]}]
     cs = e.get("cold_start")
-    cold = [{"replicas started": cs["replicas"], "p50 s": cs["p50_s"], "p90 s": cs["p90_s"], "max s": cs["max_s"],
+    cold = [{"replicas started": cs["replicas"], "measured": _MEASURED.get(cs.get("measured"), "-"),
+             "p50 s": cs["p50_s"], "p90 s": cs["p90_s"], "max s": cs["max_s"],
              "plan s": cs["plan_s"] if cs["plan_s"] is not None else "no plan",
              "p90 over plan": {True: "yes: LLMColdStartAbovePlan", False: "no", None: "-"}[cs["p90_over_plan"]]}] \
         if cs else []

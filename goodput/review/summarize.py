@@ -213,7 +213,8 @@ def summarize(raw: dict[str, list[Series]], week: str, start: float, plan, rules
         _by(raw.get("tenant_cost", []), "deployment", "tier", "tenant")
     prices = _scalar(raw.get("prices", []), "deployment", "gpu_type")  # at each deployment's own pricing
     costs = []
-    cold = cold_starts(raw.get("cold_starts", []), raw.get("cold_start_plan", []), plan)
+    cold = cold_starts(raw.get("pod_cold_starts", []), raw.get("cold_starts", []), raw.get("cold_start_plan", []),
+                       plan)
     gpus = defaultdict(list)
     for s in raw["gpus"]:
         gpus[s.labels.get("deployment", "")].append(float(np.median(s.values)) if len(s.values) else 0.0)

@@ -153,3 +153,19 @@ def test_a_window_without_starts_an_unreachable_server_and_a_bad_source_are_one_
         assert main([*base, *extra]) == 2, extra
         err = capsys.readouterr().err
         assert said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+@needs("prometheus", "promtool")
+def test_the_review_reads_each_deployments_cold_starts_by_the_same_measure_as_the_plan(prometheus):
+    """The week's review (its own queries, on the same Prometheus) takes rag's pods' creation to Ready where it has
+    them, as the plan and LLMColdStartAbovePlan do, and chat's engine measure: the same p90s as the plan's."""
+    from goodput.review.cold_start import cold_starts
+    from goodput.review.prom import run_queries
+    from goodput.review.queries import build_queries
+
+    start = END.timestamp() - 7 * 86400
+    raw = run_queries(prometheus, [q for q in build_queries(start, 0, []) if "cold_start" in q.key])
+    got = cold_starts(raw["pod_cold_starts"], raw["cold_starts"], raw["cold_start_plan"], None)
+    assert {dep: (c["measured"], c["replicas"], c["p90_s"]) for dep, c in got.items()} == {
+        "chat": ("process_start_to_first_scrape", 4, round(_p90(), 1)),
+        "rag": ("pod_created_to_ready", 3, round(_p90(RAG_POD), 1))}  # batch's one start was a month before

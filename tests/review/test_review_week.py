@@ -121,13 +121,15 @@ def test_the_weeks_cold_starts_are_shown_against_the_plan(review, week, tmp_path
     chat = review["deployments"]["chat-8b-h100"]["cold_start"]
     assert chat["replicas"] == 1 and chat["p90_s"] == chat["max_s"] == pytest.approx(configured, abs=0.1)
     assert chat["plan_s"] == PLANNED_COLD_START_S and chat["p90_over_plan"] is True
+    assert chat["measured"] == "process_start_to_first_scrape"  # no kube-state-metrics in the simulated week
     batch = review["deployments"]["batch-32b-a100"]["cold_start"]  # no start in the week: the plan's figure alone
-    assert batch == {"replicas": 0, "p50_s": None, "p90_s": None, "max_s": None, "plan_s": PLANNED_COLD_START_S,
-                     "p90_over_plan": None}
+    assert batch == {"replicas": 0, "p50_s": None, "p90_s": None, "max_s": None, "measured": None,
+                     "plan_s": PLANNED_COLD_START_S, "p90_over_plan": None}
     rec = [r for r in review["recommendations"] if r["numbers"].get("cold_start_p90_s") is not None]
     assert [r["deployment"] for r in rec] == ["chat-8b-h100"]
     md = write_review(review, tmp_path)["md"].read_text()
     assert "### Cold starts against the plan" in md and "yes: LLMColdStartAbovePlan" in md
+    assert "process start to first scrape" in md
 
 
 def test_without_a_plan_capacity_says_so_and_the_rest_is_written(week, tmp_path):
